@@ -1,0 +1,160 @@
+#include "common/model_config.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/check.h"
+
+namespace llama2 {
+namespace {
+
+using nlohmann::json;
+
+int get_int(const json& j, const char* key, const std::string& src, bool required, int fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    if (required) throw Error(src + ": missing required key \"" + key + "\"");
+    return fallback;
+  }
+  if (!it->is_number_integer()) {
+    throw Error(src + ": \"" + key + "\" must be an integer (got " + it->dump() + ")");
+  }
+  const auto v = it->get<int64_t>();
+  if (v < 0 || v > (1LL << 31) - 1) {
+    throw Error(src + ": \"" + key + "\" out of range (got " + std::to_string(v) + ")");
+  }
+  return static_cast<int>(v);
+}
+
+double get_float(const json& j, const char* key, const std::string& src, double fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_number()) {
+    throw Error(src + ": \"" + key + "\" must be a number (got " + it->dump() + ")");
+  }
+  return it->get<double>();
+}
+
+// bos/eos may be an int or (in some exported configs) a list; Llama-2 uses a single id.
+int get_token_id(const json& j, const char* key, const std::string& src, int fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (it->is_array() && !it->empty() && it->front().is_number_integer()) {
+    return it->front().get<int>();
+  }
+  if (!it->is_number_integer()) {
+    throw Error(src + ": \"" + key + "\" must be an integer token id (got " + it->dump() + ")");
+  }
+  return it->get<int>();
+}
+
+}  // namespace
+
+ModelConfig parse_model_config(const json& j, const std::string& src) {
+  if (!j.is_object()) throw Error(src + ": expected a JSON object");
+  ModelConfig c;
+  c.hidden_size = get_int(j, "hidden_size", src, true, 0);
+  c.intermediate_size = get_int(j, "intermediate_size", src, true, 0);
+  c.num_layers = get_int(j, "num_hidden_layers", src, true, 0);
+  c.num_heads = get_int(j, "num_attention_heads", src, true, 0);
+  c.num_kv_heads = get_int(j, "num_key_value_heads", src, false, c.num_heads);
+  c.vocab_size = get_int(j, "vocab_size", src, true, 0);
+  c.max_position_embeddings = get_int(j, "max_position_embeddings", src, false, 4096);
+  c.rms_norm_eps = get_float(j, "rms_norm_eps", src, 1e-5);
+  // transformers >= 5 may nest theta in rope_parameters; older configs have a top-level rope_theta.
+  c.rope_theta = get_float(j, "rope_theta", src, 10000.0);
+  if (auto rp = j.find("rope_parameters"); rp != j.end() && rp->is_object()) {
+    c.rope_theta = get_float(*rp, "rope_theta", src + " rope_parameters", c.rope_theta);
+  }
+  if (auto rs = j.find("rope_scaling"); rs != j.end() && !rs->is_null()) {
+    auto type = rs->is_object() ? rs->value("rope_type", rs->value("type", std::string())) : "";
+    if (type != "default") {
+      throw Error(src + ": rope_scaling " + rs->dump() +
+                  " is not supported (Llama-2 uses plain RoPE; allowed: null)");
+    }
+  }
+  if (auto it = j.find("tie_word_embeddings"); it != j.end() && !it->is_null()) {
+    if (!it->is_boolean()) throw Error(src + ": \"tie_word_embeddings\" must be true or false");
+    c.tie_word_embeddings = it->get<bool>();
+  }
+  c.bos_token_id = get_token_id(j, "bos_token_id", src, 1);
+  c.eos_token_id = get_token_id(j, "eos_token_id", src, 2);
+  if (auto it = j.find("torch_dtype"); it != j.end() && it->is_string()) {
+    c.torch_dtype = it->get<std::string>();
+  } else if (auto d = j.find("dtype"); d != j.end() && d->is_string()) {
+    c.torch_dtype = d->get<std::string>();
+  }
+  if (auto it = j.find("hidden_act"); it != j.end() && it->is_string() && *it != "silu") {
+    throw Error(src + ": hidden_act " + it->dump() + " is not supported (allowed: \"silu\")");
+  }
+
+  auto positive = [&](int v, const char* key) {
+    if (v <= 0) throw Error(src + ": \"" + key + "\" must be > 0 (got " + std::to_string(v) + ")");
+  };
+  positive(c.hidden_size, "hidden_size");
+  positive(c.intermediate_size, "intermediate_size");
+  positive(c.num_layers, "num_hidden_layers");
+  positive(c.num_heads, "num_attention_heads");
+  positive(c.num_kv_heads, "num_key_value_heads");
+  positive(c.vocab_size, "vocab_size");
+  positive(c.max_position_embeddings, "max_position_embeddings");
+  if (c.hidden_size % c.num_heads != 0) {
+    throw Error(src + ": hidden_size (" + std::to_string(c.hidden_size) +
+                ") must be divisible by num_attention_heads (" + std::to_string(c.num_heads) + ")");
+  }
+  if (c.head_dim() % 2 != 0) {
+    throw Error(src + ": head dimension " + std::to_string(c.head_dim()) +
+                " must be even for rotary embeddings");
+  }
+  if (c.num_heads % c.num_kv_heads != 0) {
+    throw Error(src + ": num_attention_heads (" + std::to_string(c.num_heads) +
+                ") must be a multiple of num_key_value_heads (" + std::to_string(c.num_kv_heads) +
+                ")");
+  }
+  if (!(c.rms_norm_eps > 0.0)) throw Error(src + ": \"rms_norm_eps\" must be > 0");
+  if (!(c.rope_theta > 0.0)) throw Error(src + ": \"rope_theta\" must be > 0");
+  for (auto [id, key] : {std::pair{c.bos_token_id, "bos_token_id"}, {c.eos_token_id, "eos_token_id"}}) {
+    if (id < 0 || id >= c.vocab_size) {
+      throw Error(src + ": \"" + key + "\" " + std::to_string(id) + " is outside the vocabulary [0, " +
+                  std::to_string(c.vocab_size) + ")");
+    }
+  }
+  return c;
+}
+
+ModelConfig load_model_config(const std::string& model_dir) {
+  const std::string path = model_dir + "/config.json";
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot open (is --model a Hugging Face Llama directory?)");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  json j = json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) throw Error(path + ": not valid JSON");
+  return parse_model_config(j, path);
+}
+
+nlohmann::json model_config_to_json(const ModelConfig& c) {
+  return json{{"architectures", {"LlamaForCausalLM"}},
+              {"model_type", "llama"},
+              {"hidden_size", c.hidden_size},
+              {"intermediate_size", c.intermediate_size},
+              {"num_hidden_layers", c.num_layers},
+              {"num_attention_heads", c.num_heads},
+              {"num_key_value_heads", c.num_kv_heads},
+              {"vocab_size", c.vocab_size},
+              {"rms_norm_eps", c.rms_norm_eps},
+              {"rope_theta", c.rope_theta},
+              {"rope_scaling", nullptr},
+              {"max_position_embeddings", c.max_position_embeddings},
+              {"tie_word_embeddings", c.tie_word_embeddings},
+              {"bos_token_id", c.bos_token_id},
+              {"eos_token_id", c.eos_token_id},
+              {"hidden_act", "silu"},
+              {"attention_bias", false},
+              {"mlp_bias", false},
+              {"pretraining_tp", 1},
+              {"torch_dtype", c.torch_dtype}};
+}
+
+}  // namespace llama2

@@ -1,0 +1,231 @@
+#include "common/sampling_params.h"
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "common/check.h"
+
+namespace llama2 {
+namespace {
+
+using nlohmann::json;
+
+// Shortest readable form for messages: "-0.5", "1.5", "0", "nan", "inf".
+std::string fmt(double v) {
+  if (std::isnan(v)) return "nan";
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+// Stop strings are matched byte-wise against detokenized text; a stop string that is not valid
+// UTF-8 could match in the middle of a character and make the emitted text invalid UTF-8.
+bool valid_utf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t extra = 0;
+    uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      extra = 1;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      extra = 2;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      extra = 3;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + extra >= s.size()) return false;  // truncated sequence
+    for (size_t k = 1; k <= extra; ++k) {
+      const auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    // Overlong forms, UTF-16 surrogates and code points past U+10FFFF are not valid UTF-8.
+    static const uint32_t kMin[4] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[extra] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += extra + 1;
+  }
+  return true;
+}
+
+[[noreturn]] void type_error(const char* key, const char* expected, const json& v) {
+  throw Error("\"" + std::string(key) + "\" must be " + expected + " (got " + v.type_name() + ")");
+}
+
+// An integer in [lo, hi]; JSON floats are accepted when they hold an integral value (3.0), since
+// some clients serialise every number as a double.
+int64_t json_int(const json& v, const char* key, int64_t lo, int64_t hi) {
+  const std::string range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  const auto out_of_range = [&]() {
+    return Error("\"" + std::string(key) + "\" must be an integer in " + range + " (got " +
+                 v.dump() + ")");
+  };
+  if (v.is_number_unsigned()) {
+    const auto u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(hi)) throw out_of_range();
+    return static_cast<int64_t>(u);
+  }
+  if (v.is_number_integer()) {
+    const auto i = v.get<int64_t>();
+    if (i < lo || i > hi) throw out_of_range();
+    return i;
+  }
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::trunc(d) != d) {
+      throw Error("\"" + std::string(key) + "\" must be an integer (got " + v.dump() + ")");
+    }
+    if (d < static_cast<double>(lo) || d > static_cast<double>(hi)) throw out_of_range();
+    return static_cast<int64_t>(d);
+  }
+  type_error(key, "an integer", v);
+}
+
+float json_float(const json& v, const char* key) {
+  if (!v.is_number()) type_error(key, "a number", v);
+  return static_cast<float>(v.get<double>());
+}
+
+uint64_t json_seed(const json& v) {
+  const auto negative = [&]() {
+    return Error("\"seed\" must be a non-negative integer (got " + v.dump() + ")");
+  };
+  if (v.is_number_unsigned()) return v.get<uint64_t>();
+  if (v.is_number_integer()) throw negative();  // nlohmann stores non-negatives as unsigned
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::trunc(d) != d) throw Error("\"seed\" must be an integer (got " + v.dump() + ")");
+    if (d < 0) throw negative();
+    // 2^64 is the first double past uint64_t's range.
+    if (d >= 18446744073709551616.0) {
+      throw Error("\"seed\" must be an integer in [0, 18446744073709551615] (got " + v.dump() +
+                  ")");
+    }
+    return static_cast<uint64_t>(d);
+  }
+  type_error("seed", "a non-negative integer", v);
+}
+
+std::vector<std::string> json_stop(const json& v) {
+  if (v.is_string()) return {v.get<std::string>()};
+  if (!v.is_array()) type_error("stop", "a string or an array of strings", v);
+  std::vector<std::string> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_string()) {
+      throw Error("\"stop\"[" + std::to_string(i) + "] must be a string (got " + v[i].type_name() +
+                  ")");
+    }
+    out.push_back(v[i].get<std::string>());
+  }
+  return out;
+}
+
+// The shortest decimal that reads back as the same float, so that a reported top_p of 0.8f shows
+// as 0.8 rather than 0.800000011920929 (the double nearest the float).
+json float_as_json(float f) {
+  for (int digits = 6; digits < 9; ++digits) {
+    std::ostringstream os;
+    os.precision(digits);
+    os << f;
+    const double d = std::stod(os.str());
+    if (static_cast<float>(d) == f) return d;
+  }
+  return static_cast<double>(f);  // 9 significant digits always round-trip a float
+}
+
+}  // namespace
+
+std::string validate_sampling(const SamplingParams& p, int prompt_tokens,
+                              int max_position_embeddings) {
+  if (!std::isfinite(p.temperature)) {
+    return "temperature must be a finite number >= 0 (got " + fmt(p.temperature) + ")";
+  }
+  if (p.temperature < 0) return "temperature must be >= 0 (got " + fmt(p.temperature) + ")";
+  if (!(p.top_p > 0 && p.top_p <= 1)) {  // written so that NaN fails too
+    return "top_p must be in (0, 1] (got " + fmt(p.top_p) + ")";
+  }
+  if (p.top_k < 0) return "top_k must be >= 0 (got " + std::to_string(p.top_k) + ")";
+  if (!std::isfinite(p.repetition_penalty)) {
+    return "repetition_penalty must be a finite number > 0 (got " + fmt(p.repetition_penalty) + ")";
+  }
+  if (p.repetition_penalty <= 0) {
+    return "repetition_penalty must be > 0 (got " + fmt(p.repetition_penalty) + ")";
+  }
+  if (p.max_new_tokens < 1) {
+    return "max_new_tokens must be >= 1 (got " + std::to_string(p.max_new_tokens) + ")";
+  }
+  for (size_t i = 0; i < p.stop.size(); ++i) {
+    if (p.stop[i].empty()) {
+      return "stop strings must be non-empty (got \"\" at stop[" + std::to_string(i) + "])";
+    }
+    if (!valid_utf8(p.stop[i])) {
+      return "stop strings must be valid UTF-8 (stop[" + std::to_string(i) + "] is not)";
+    }
+  }
+  if (prompt_tokens < 1) {
+    return "prompt must have >= 1 token (got " + std::to_string(prompt_tokens) + ")";
+  }
+  // 64-bit sum: both operands may be near INT_MAX.
+  const int64_t total = int64_t{prompt_tokens} + p.max_new_tokens;
+  if (total > max_position_embeddings) {
+    return "prompt (" + std::to_string(prompt_tokens) + " tokens) + max_new_tokens (" +
+           std::to_string(p.max_new_tokens) + ") = " + std::to_string(total) +
+           " exceeds max_position_embeddings (" + std::to_string(max_position_embeddings) + ")";
+  }
+  return "";
+}
+
+SamplingParams sampling_from_json(const nlohmann::json& obj, const SamplingParams& defaults) {
+  if (!obj.is_object()) {
+    throw Error("sampling parameters must be a JSON object (got " + std::string(obj.type_name()) +
+                ")");
+  }
+  constexpr int64_t kIntMin = std::numeric_limits<int>::min();
+  constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+  SamplingParams p = defaults;
+  const auto given = [&](const char* key) -> const json* {
+    const auto it = obj.find(key);
+    return (it == obj.end() || it->is_null()) ? nullptr : &*it;
+  };
+  if (const json* v = given("temperature")) p.temperature = json_float(*v, "temperature");
+  if (const json* v = given("top_p")) p.top_p = json_float(*v, "top_p");
+  if (const json* v = given("top_k")) {
+    p.top_k = static_cast<int>(json_int(*v, "top_k", kIntMin, kIntMax));
+  }
+  if (const json* v = given("repetition_penalty")) {
+    p.repetition_penalty = json_float(*v, "repetition_penalty");
+  }
+  if (const json* v = given("max_new_tokens")) {
+    p.max_new_tokens = static_cast<int>(json_int(*v, "max_new_tokens", kIntMin, kIntMax));
+  }
+  if (const json* v = given("seed")) p.seed = json_seed(*v);
+  if (const json* v = given("stop")) p.stop = json_stop(*v);
+  if (const json* v = given("ignore_eos")) {
+    if (!v->is_boolean()) type_error("ignore_eos", "a boolean", *v);
+    p.ignore_eos = v->get<bool>();
+  }
+  return p;
+}
+
+nlohmann::json sampling_to_json(const SamplingParams& p) {
+  json j;
+  j["temperature"] = float_as_json(p.temperature);
+  j["top_p"] = float_as_json(p.top_p);
+  j["top_k"] = p.top_k;
+  j["repetition_penalty"] = float_as_json(p.repetition_penalty);
+  j["max_new_tokens"] = p.max_new_tokens;
+  j["seed"] = p.seed ? json(*p.seed) : json(nullptr);
+  j["stop"] = p.stop;
+  j["ignore_eos"] = p.ignore_eos;
+  return j;
+}
+
+}  // namespace llama2

@@ -1,0 +1,43 @@
+// Per-request sampling parameters: the value type shared by the CLI, the batch and serve front ends
+// and the coordinator's sampler. No MPI, CUDA or tokenizer includes: only the coordinator samples,
+// but the front ends parse and validate.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace llama2 {
+
+// Semantics follow Hugging Face `transformers` generate (see coordinator/sampler.h).
+struct SamplingParams {
+  float temperature = 1.0f;         // 0 = greedy
+  float top_p = 1.0f;               // (0, 1]; 1 = off
+  int top_k = 0;                    // 0 = disabled
+  float repetition_penalty = 1.0f;  // > 0, 1 = off
+  int max_new_tokens = 128;         // >= 1
+  std::optional<uint64_t> seed;     // none: chosen at random by the caller and reported
+  std::vector<std::string> stop;    // stop strings (not included in the output)
+  bool ignore_eos = false;
+};
+
+// Returns "" when `p` is usable for a prompt of `prompt_tokens` tokens on a model with
+// `max_position_embeddings` positions, else one message naming the parameter, the value given and
+// the allowed range, e.g. "top_p must be in (0, 1] (got 1.5)". The first problem found is reported.
+std::string validate_sampling(const SamplingParams& p, int prompt_tokens,
+                              int max_position_embeddings);
+
+// Overrides the fields of `defaults` whose keys are present in the JSON object `obj`: temperature,
+// top_p, top_k, repetition_penalty, max_new_tokens, seed, stop (a string or an array of strings),
+// ignore_eos. Other keys are ignored (front ends pass whole request objects); a null value means
+// "not given" (as OpenAI-style clients send it). Throws llama2::Error naming the key and the
+// expected type on a wrong type, e.g. "top_k" must be an integer (got string). Ranges are left to
+// validate_sampling so that every range error reads the same wherever the parameter came from.
+SamplingParams sampling_from_json(const nlohmann::json& obj, const SamplingParams& defaults);
+
+// Every field, with "seed": null when none is set; sampling_from_json reads it back unchanged.
+nlohmann::json sampling_to_json(const SamplingParams& p);
+
+}  // namespace llama2

@@ -1,0 +1,66 @@
+#include "common/step_plan.h"
+
+#include <string>
+
+#include "common/check.h"
+
+namespace llama2 {
+namespace {
+constexpr int32_t kMagic = 0x4c325350;  // "L2SP": catches a rank reading a foreign broadcast
+constexpr int kSeqFields = 6;
+}  // namespace
+
+int StepPlan::logit_rows() const {
+  int n = 0;
+  for (const auto& s : seqs) n += s.want_logits ? 1 : 0;
+  return n;
+}
+
+std::vector<int32_t> encode_step_plan(const StepPlan& p) {
+  std::vector<int32_t> w;
+  w.reserve(6 + p.seqs.size() * kSeqFields + p.tokens.size() + p.block_ids.size());
+  w.push_back(kMagic);
+  w.push_back(static_cast<int32_t>(p.kind));
+  w.push_back(p.exit_code);
+  w.push_back(static_cast<int32_t>(p.seqs.size()));
+  w.push_back(static_cast<int32_t>(p.tokens.size()));
+  w.push_back(static_cast<int32_t>(p.block_ids.size()));
+  for (const auto& s : p.seqs) {
+    w.insert(w.end(), {s.seq_id, s.pos_begin, s.n_tokens, s.want_logits, s.table_begin, s.table_len});
+  }
+  w.insert(w.end(), p.tokens.begin(), p.tokens.end());
+  w.insert(w.end(), p.block_ids.begin(), p.block_ids.end());
+  return w;
+}
+
+StepPlan decode_step_plan(const std::vector<int32_t>& w) {
+  auto bad = [](const std::string& why) { return Error("malformed step plan: " + why); };
+  if (w.size() < 6 || w[0] != kMagic) throw bad("missing header");
+  StepPlan p;
+  p.kind = static_cast<StepKind>(w[1]);
+  if (p.kind != StepKind::kForward && p.kind != StepKind::kShutdown) throw bad("unknown kind");
+  p.exit_code = w[2];
+  const int64_t n_seqs = w[3], n_tokens = w[4], n_blocks = w[5];
+  if (n_seqs < 0 || n_tokens < 0 || n_blocks < 0 ||
+      static_cast<int64_t>(w.size()) != 6 + n_seqs * kSeqFields + n_tokens + n_blocks) {
+    throw bad("length mismatch");
+  }
+  size_t i = 6;
+  int64_t token_sum = 0;
+  for (int64_t s = 0; s < n_seqs; ++s, i += kSeqFields) {
+    SeqStep q{w[i], w[i + 1], w[i + 2], w[i + 3], w[i + 4], w[i + 5]};
+    if (q.pos_begin < 0 || q.n_tokens < 1 || q.table_begin < 0 || q.table_len < 0 ||
+        q.table_begin + static_cast<int64_t>(q.table_len) > n_blocks) {
+      throw bad("sequence " + std::to_string(q.seq_id) + " has invalid fields");
+    }
+    token_sum += q.n_tokens;
+    p.seqs.push_back(q);
+  }
+  if (token_sum != n_tokens) throw bad("token count mismatch");
+  p.tokens.assign(w.begin() + i, w.begin() + i + n_tokens);
+  i += n_tokens;
+  p.block_ids.assign(w.begin() + i, w.end());
+  return p;
+}
+
+}  // namespace llama2

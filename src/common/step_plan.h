@@ -1,0 +1,41 @@
+// The step plan: what rank 0 decides for one engine step and broadcasts to every rank.
+// A shared value type with a compact int32 wire form (one MPI_Bcast of the length, one of the body).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace llama2 {
+
+enum class StepKind : int32_t {
+  kForward = 1,   // run the forward pass described by `seqs`
+  kShutdown = 2,  // leave the worker loop; `exit_code` is the process exit status
+};
+
+// One sequence's part of a step: `n_tokens` new tokens at positions [pos_begin, pos_begin+n_tokens).
+// Its KV block table covers positions [0, pos_begin + n_tokens).
+struct SeqStep {
+  int32_t seq_id = 0;       // coordinator's id, for diagnostics only
+  int32_t pos_begin = 0;    // position of the first new token (= tokens already in the KV cache)
+  int32_t n_tokens = 0;     // new tokens this step (prompt chunk, or 1 when decoding)
+  int32_t want_logits = 0;  // 1: produce logits for the last new token
+  int32_t table_begin = 0;  // offset of this sequence's block table in StepPlan::block_ids
+  int32_t table_len = 0;    // number of blocks in the table
+};
+
+struct StepPlan {
+  StepKind kind = StepKind::kForward;
+  int32_t exit_code = 0;
+  std::vector<SeqStep> seqs;
+  std::vector<int32_t> tokens;     // [sum of n_tokens], sequence after sequence
+  std::vector<int32_t> block_ids;  // [sum of table_len], the block tables back to back
+
+  int total_tokens() const { return static_cast<int>(tokens.size()); }
+  int logit_rows() const;  // number of sequences with want_logits
+};
+
+std::vector<int32_t> encode_step_plan(const StepPlan& plan);
+// Throws Error when the buffer is not a well-formed plan (lengths, offsets, kinds).
+StepPlan decode_step_plan(const std::vector<int32_t>& wire);
+
+}  // namespace llama2

@@ -1,0 +1,43 @@
+#include "coordinator/cli_common.h"
+
+namespace llama2 {
+
+void add_sampling_options(cxxopts::Options& opts) {
+  const SamplingParams d;
+  opts.add_options("Sampling")
+      ("temperature", "Softmax temperature; 0 = greedy", cxxopts::value<float>()->default_value(std::to_string(d.temperature)))
+      ("top-p", "Nucleus sampling mass in (0, 1]", cxxopts::value<float>()->default_value(std::to_string(d.top_p)))
+      ("top-k", "Keep the k most likely tokens; 0 = off", cxxopts::value<int>()->default_value(std::to_string(d.top_k)))
+      ("repetition-penalty", "Penalty > 0 for tokens already seen (HF semantics); 1 = off", cxxopts::value<float>()->default_value(std::to_string(d.repetition_penalty)))
+      ("n,max-new-tokens", "Maximum tokens to generate", cxxopts::value<int>()->default_value(std::to_string(d.max_new_tokens)))
+      ("seed", "Sampling seed (default: random, reported with --json)", cxxopts::value<uint64_t>())
+      ("stop", "Stop string (repeatable); not included in the output", cxxopts::value<std::vector<std::string>>())
+      ("ignore-eos", "Keep generating after the end-of-sequence token");
+}
+
+SamplingParams sampling_from_options(const cxxopts::ParseResult& r) {
+  SamplingParams p;
+  p.temperature = r["temperature"].as<float>();
+  p.top_p = r["top-p"].as<float>();
+  p.top_k = r["top-k"].as<int>();
+  p.repetition_penalty = r["repetition-penalty"].as<float>();
+  p.max_new_tokens = r["max-new-tokens"].as<int>();
+  if (r.count("seed")) p.seed = r["seed"].as<uint64_t>();
+  if (r.count("stop")) p.stop = r["stop"].as<std::vector<std::string>>();
+  p.ignore_eos = r.count("ignore-eos") > 0;
+  return p;
+}
+
+cxxopts::ParseResult parse_or_usage(cxxopts::Options& opts, int argc, char** argv) {
+  try {
+    auto r = opts.parse(argc, argv);
+    if (!r.unmatched().empty()) {
+      throw UsageError("unexpected argument '" + r.unmatched().front() + "'", opts.help());
+    }
+    return r;
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw UsageError(e.what(), opts.help());
+  }
+}
+
+}  // namespace llama2

@@ -1,0 +1,35 @@
+// Pieces every MPI subcommand shares: sampling flags, usage errors, and rank-0-only printing.
+#pragma once
+
+#include <cxxopts.hpp>
+#include <string>
+
+#include "common/sampling_params.h"
+
+namespace llama2 {
+
+// Exit code for usage errors (unknown flag, missing value), as the CLI promises.
+constexpr int kExitUsage = 2;
+
+// Adds --temperature, --top-p, --top-k, --repetition-penalty, --max-new-tokens, --seed, --stop,
+// --ignore-eos with SamplingParams' defaults.
+void add_sampling_options(cxxopts::Options& opts);
+// Reads them back (no range validation: validate_sampling does that with the prompt length).
+SamplingParams sampling_from_options(const cxxopts::ParseResult& r);
+
+// Thrown for usage errors; main prints the message and the subcommand's help, exits 2.
+class UsageError : public std::runtime_error {
+ public:
+  UsageError(const std::string& what, std::string help)
+      : std::runtime_error(what), help_(std::move(help)) {}
+  const std::string& help() const { return help_; }
+
+ private:
+  std::string help_;
+};
+
+// Parses argv with `opts`; unknown options, missing values, bad numbers and stray positional
+// arguments become UsageError.
+cxxopts::ParseResult parse_or_usage(cxxopts::Options& opts, int argc, char** argv);
+
+}  // namespace llama2

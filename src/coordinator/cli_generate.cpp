@@ -1,0 +1,190 @@
+// `llama2 generate`: one prompt through the tensor-parallel engine, text streamed to stdout.
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "common/check.h"
+#include "common/model_config.h"
+#include "coordinator/block_allocator.h"
+#include "coordinator/cli_common.h"
+#include "coordinator/commands.h"
+#include "coordinator/generator.h"
+#include "coordinator/tokenizer.h"
+#include "rank/engine.h"
+
+namespace llama2 {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<int> parse_token_list(const std::string& s, int vocab) {
+  std::vector<int> ids;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t used = 0;
+    long v = -1;
+    try {
+      v = std::stol(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size()) {
+      throw Error("--prompt-tokens: '" + item + "' is not an integer token id");
+    }
+    if (v < 0 || v >= vocab) {
+      throw Error("--prompt-tokens: token id " + item + " is outside the vocabulary [0, " +
+                  std::to_string(vocab) + ")");
+    }
+    ids.push_back(static_cast<int>(v));
+  }
+  if (ids.empty()) throw Error("--prompt-tokens: no token ids given");
+  return ids;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("--prompt-file: cannot open " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+cxxopts::Options generate_options() {
+  cxxopts::Options opts("llama2 generate",
+                        "Generate text for one prompt. Run under mpirun: one rank per GPU "
+                        "(or per tensor-parallel CPU shard).");
+  opts.add_options()
+      ("m,model", "Model directory (Hugging Face Llama format)", cxxopts::value<std::string>())
+      ("p,prompt", "Prompt text (BOS is added)", cxxopts::value<std::string>())
+      ("prompt-file", "Read the prompt text from a file", cxxopts::value<std::string>())
+      ("prompt-tokens", "Prompt as comma-separated token ids, used as given", cxxopts::value<std::string>())
+      ("backend", "cpu | cuda | auto", cxxopts::value<std::string>()->default_value("auto"))
+      ("block-size", "KV cache block size in tokens", cxxopts::value<int>()->default_value("16"))
+      ("json", "Print one JSON object (ids, text, finish reason, timings) instead of streaming")
+      ("q,quiet", "No start-up report on stderr")
+      ("h,help", "Show this help");
+  add_sampling_options(opts);
+  return opts;
+}
+
+}  // namespace
+
+int run_generate(int argc, char** argv, int rank) {
+  cxxopts::Options opts = generate_options();
+  const cxxopts::ParseResult args = parse_or_usage(opts, argc, argv);
+  if (args.count("help")) {
+    if (rank == 0) std::cout << opts.help() << std::endl;
+    return 0;
+  }
+  if (!args.count("model")) throw UsageError("--model is required", opts.help());
+  const int sources = static_cast<int>(args.count("prompt") + args.count("prompt-file") +
+                                       args.count("prompt-tokens"));
+  if (sources != 1) {
+    throw UsageError("give exactly one of --prompt, --prompt-file, --prompt-tokens", opts.help());
+  }
+  const auto t_start = Clock::now();
+  const std::string model_dir = args["model"].as<std::string>();
+  SamplingParams params = sampling_from_options(args);
+  const bool json_out = args.count("json") > 0;
+
+  // Everything rank 0 alone can get wrong is checked before any rank loads weights.
+  ModelConfig config;
+  std::unique_ptr<Tokenizer> tok;
+  std::vector<int> prompt;
+  int num_blocks = 0;
+  const int block_size = args["block-size"].as<int>();
+  std::string error;
+  try {
+    config = load_model_config(model_dir);
+    if (block_size < 1 || block_size > 1024) {
+      throw Error("--block-size must be in [1, 1024] (got " + std::to_string(block_size) + ")");
+    }
+    if (rank == 0) {
+      tok = std::make_unique<Tokenizer>(model_dir + "/tokenizer.model");
+      if (tok->vocab_size() > config.vocab_size) {
+        throw Error(model_dir + "/tokenizer.model has " + std::to_string(tok->vocab_size()) +
+                    " pieces but config.json vocab_size is " + std::to_string(config.vocab_size));
+      }
+      if (args.count("prompt-tokens")) {
+        prompt = parse_token_list(args["prompt-tokens"].as<std::string>(), config.vocab_size);
+      } else {
+        const std::string text = args.count("prompt") ? args["prompt"].as<std::string>()
+                                                      : read_file(args["prompt-file"].as<std::string>());
+        prompt = tok->encode(text, /*add_bos=*/true);
+      }
+      const std::string bad = validate_sampling(params, static_cast<int>(prompt.size()),
+                                                config.max_position_embeddings);
+      if (!bad.empty()) throw Error(bad);
+      if (!params.seed) params.seed = std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
+      num_blocks = BlockAllocator::blocks_for(static_cast<int>(prompt.size()) + params.max_new_tokens,
+                                              block_size);
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree_on_errors(MPI_COMM_WORLD, error);
+  MPI_CHECK(MPI_Bcast(&num_blocks, 1, MPI_INT, 0, MPI_COMM_WORLD));
+
+  EngineSpec spec;
+  spec.model_dir = model_dir;
+  spec.backend = args["backend"].as<std::string>();
+  spec.kv = KvCacheSpec{block_size, num_blocks};
+  RankEngine engine(spec, config, MPI_COMM_WORLD);
+  const double load_s = std::chrono::duration<double>(Clock::now() - t_start).count();
+  if (rank != 0) return engine.worker_loop();
+  if (!args.count("quiet")) std::cerr << engine.startup_report() << std::flush;
+
+  BlockAllocator blocks(num_blocks, block_size);
+  GenResult result;
+  GeneratorCallbacks cb;
+  if (!json_out) {
+    cb.on_token = [](int64_t, int, int, const std::string& piece) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    };
+  }
+  cb.on_done = [&](const GenResult& r) { result = r; };
+  Generator gen(engine, *tok, config, blocks, GeneratorOptions{1, 512}, cb);
+  gen.add(GenRequest{0, prompt, params, *params.seed});
+  const auto t_gen = Clock::now();
+  while (!gen.idle()) gen.step();
+  const double gen_s = std::chrono::duration<double>(Clock::now() - t_gen).count();
+  engine.shutdown(0);
+
+  const double decode_s = gen_s - result.ttft_s;
+  const size_t n_out = result.tokens.size();
+  const double decode_tps = n_out > 1 && decode_s > 0 ? (n_out - 1) / decode_s : 0.0;
+  if (json_out) {
+    nlohmann::json j{{"prompt_token_ids", result.prompt},
+                     {"token_ids", result.tokens},
+                     {"text", result.text},
+                     {"finish_reason", result.finish_reason},
+                     {"seed", *params.seed},
+                     {"backend", engine.backend()},
+                     {"ranks", engine.shard().tp},
+                     {"usage", {{"prompt_tokens", result.prompt.size()}, {"completion_tokens", n_out}}},
+                     {"timings", {{"load_s", load_s}, {"time_to_first_token_s", result.ttft_s},
+                                  {"generate_s", gen_s}, {"decode_tokens_per_s", decode_tps}}}};
+    std::cout << j.dump() << std::endl;
+  } else {
+    std::cout << std::endl;
+    if (!args.count("quiet")) {
+      std::fprintf(stderr,
+                   "[%s] %zu prompt + %zu generated tokens, finish_reason=%s, seed=%llu, "
+                   "TTFT %.1f ms, decode %.1f tok/s\n",
+                   engine.backend().c_str(), result.prompt.size(), n_out,
+                   result.finish_reason.c_str(), static_cast<unsigned long long>(*params.seed),
+                   result.ttft_s * 1e3, decode_tps);
+    }
+  }
+  return 0;
+}
+
+}  // namespace llama2

@@ -1,0 +1,10 @@
+// The subcommands main() dispatches to. MPI subcommands run after MPI_Init on every rank and
+// return the process exit code; they throw UsageError / Error / ReportedError on failure.
+#pragma once
+
+namespace llama2 {
+
+int run_generate(int argc, char** argv, int rank);
+int run_make_test_model(int argc, char** argv);
+
+}  // namespace llama2

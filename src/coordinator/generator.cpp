@@ -1,0 +1,152 @@
+#include "coordinator/generator.h"
+
+#include <algorithm>
+
+#include "common/check.h"
+#include "coordinator/sampler.h"
+#include "coordinator/stop_matcher.h"
+#include "coordinator/tokenizer.h"
+
+namespace llama2 {
+
+using Clock = std::chrono::steady_clock;
+
+static double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+struct Generator::Sequence {
+  GenRequest req;
+  Sampler sampler;
+  StreamingDetokenizer detok;
+  StopMatcher stop;
+  std::vector<int> table;    // KV block ids
+  std::vector<int> context;  // prompt + generated, for the repetition penalty
+  int cached = 0;            // tokens already in the KV cache
+  GenResult result;
+  Clock::time_point added;
+  bool done = false;
+
+  Sequence(GenRequest r, const Tokenizer& tok)
+      : req(std::move(r)),
+        sampler(req.params, req.params.seed.value_or(req.seed)),
+        detok(tok),
+        stop(req.params.stop),
+        context(req.prompt),
+        added(Clock::now()) {
+    result.id = req.id;
+    result.prompt = req.prompt;
+  }
+  int prompt_len() const { return static_cast<int>(req.prompt.size()); }
+  bool prefilling() const { return cached < prompt_len(); }
+  int reserve_positions() const { return prompt_len() + req.params.max_new_tokens; }
+};
+
+Generator::Generator(StepExecutor& exec, const Tokenizer& tok, const ModelConfig& config,
+                     BlockAllocator& blocks, GeneratorOptions opts, GeneratorCallbacks callbacks)
+    : exec_(exec), tok_(tok), config_(config), blocks_(blocks), opts_(opts), cb_(std::move(callbacks)) {
+  LLAMA2_CHECK(opts_.max_batch_size > 0 && opts_.prefill_chunk > 0);
+}
+
+Generator::~Generator() = default;
+
+void Generator::add(GenRequest req) {
+  auto seq = std::make_unique<Sequence>(std::move(req), tok_);
+  const int need = BlockAllocator::blocks_for(seq->reserve_positions(), blocks_.block_size());
+  if (need > blocks_.num_blocks()) {
+    throw Error("request " + std::to_string(seq->req.id) + " needs " + std::to_string(need) +
+                " KV blocks for prompt + max_new_tokens but the cache has only " +
+                std::to_string(blocks_.num_blocks()));
+  }
+  queue_.push_back(std::move(seq));
+}
+
+void Generator::admit() {
+  while (!queue_.empty() && static_cast<int>(running_.size()) < opts_.max_batch_size) {
+    Sequence& s = *queue_.front();
+    if (!blocks_.ensure(&s.table, s.reserve_positions())) break;  // FIFO: no overtaking
+    s.result.queue_s = seconds_since(s.added);
+    running_.push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  }
+}
+
+void Generator::finish(Sequence& s, const std::string& reason) {
+  s.result.finish_reason = reason;
+  s.result.total_s = seconds_since(s.added);
+  s.done = true;
+  blocks_.release(&s.table);
+  if (cb_.on_done) cb_.on_done(s.result);
+}
+
+int Generator::step() {
+  admit();
+  if (running_.empty()) return 0;
+
+  // Decoding sequences first (one token each) so they keep streaming; the prefill budget is then
+  // shared by prompts in admission order.
+  StepPlan plan;
+  std::vector<Sequence*> order;
+  auto add_seq = [&](Sequence& s, int n_tokens, const int* tokens) {
+    SeqStep q;
+    q.seq_id = static_cast<int32_t>(s.req.id);
+    q.pos_begin = s.cached;
+    q.n_tokens = n_tokens;
+    q.want_logits = s.cached + n_tokens >= s.prompt_len() ? 1 : 0;
+    q.table_begin = static_cast<int32_t>(plan.block_ids.size());
+    q.table_len = BlockAllocator::blocks_for(s.cached + n_tokens, blocks_.block_size());
+    plan.block_ids.insert(plan.block_ids.end(), s.table.begin(), s.table.begin() + q.table_len);
+    plan.tokens.insert(plan.tokens.end(), tokens, tokens + n_tokens);
+    plan.seqs.push_back(q);
+    order.push_back(&s);
+  };
+  for (auto& s : running_) {
+    if (!s->prefilling()) add_seq(*s, 1, &s->context.back());
+  }
+  int budget = opts_.prefill_chunk;
+  for (auto& s : running_) {
+    if (!s->prefilling() || budget == 0) continue;
+    const int n = std::min(budget, s->prompt_len() - s->cached);
+    add_seq(*s, n, s->req.prompt.data() + s->cached);
+    budget -= n;
+  }
+
+  std::vector<float> logits;  // [logit_rows, V]
+  exec_.execute(plan, &logits);
+
+  int generated = 0, row = 0;
+  const size_t V = static_cast<size_t>(exec_.vocab_size());
+  std::vector<float> row_logits;
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    Sequence& s = *order[i];
+    s.cached += plan.seqs[i].n_tokens;
+    if (!plan.seqs[i].want_logits) continue;
+    row_logits.assign(logits.begin() + row * V, logits.begin() + (row + 1) * V);
+    ++row;
+    const int token = s.sampler.sample(row_logits, s.context);
+    ++generated;
+    if (s.result.tokens.empty()) s.result.ttft_s = seconds_since(s.added);
+    s.result.tokens.push_back(token);
+    s.context.push_back(token);
+    const int index = static_cast<int>(s.result.tokens.size()) - 1;
+    const bool eos = token == config_.eos_token_id && !s.req.params.ignore_eos;
+    std::string piece = eos ? std::string() : s.detok.push(token);
+    const bool last = eos || index + 1 >= s.req.params.max_new_tokens;
+    if (last) piece += s.detok.finish();  // bytes of an unfinished character, as decode() shows them
+    StopMatcher::Result m = s.stop.push(piece);
+    if (last && !m.stopped) m.emit += s.stop.finish();
+    s.result.text += m.emit;
+    if (cb_.on_token) cb_.on_token(s.req.id, index, token, m.emit);
+    if (eos || m.stopped) {
+      finish(s, "stop");
+    } else if (last) {
+      finish(s, "length");
+    }
+  }
+  running_.erase(std::remove_if(running_.begin(), running_.end(),
+                                [](const std::unique_ptr<Sequence>& s) { return s->done; }),
+                 running_.end());
+  return generated;
+}
+
+}  // namespace llama2

@@ -1,0 +1,83 @@
+// Rank 0's generation loop over the paged KV cache: a small continuous-batching scheduler. Each
+// call to step() plans one engine step (prefill chunks of newly admitted sequences plus one decode
+// token for every running sequence), executes it on all ranks and samples.
+//
+// Admission policy: a request is admitted when a batch slot is free and the allocator can reserve
+// blocks for its whole prompt + max_new_tokens, so a running sequence never runs out of KV blocks
+// and nothing is ever preempted; requests wait in FIFO order otherwise.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/model_config.h"
+#include "common/sampling_params.h"
+#include "common/step_executor.h"
+#include "coordinator/block_allocator.h"
+
+namespace llama2 {
+
+class Tokenizer;
+
+struct GenRequest {
+  int64_t id = 0;
+  std::vector<int> prompt;  // token ids, BOS included when wanted
+  SamplingParams params;    // already validated
+  uint64_t seed = 0;        // used when params.seed is unset
+};
+
+struct GenResult {
+  int64_t id = 0;
+  std::vector<int> prompt;
+  std::vector<int> tokens;    // generated ids (EOS included when it ended the sequence)
+  std::string text;           // detokenized output, stop string excluded
+  std::string finish_reason;  // "stop" | "length"
+  double queue_s = 0, ttft_s = 0, total_s = 0;  // from add() to admission / first token / done
+};
+
+struct GeneratorOptions {
+  int max_batch_size = 64;    // running sequences per step
+  int prefill_chunk = 512;    // prompt tokens per step over all sequences (bounds step latency)
+};
+
+struct GeneratorCallbacks {
+  // A streamed piece of text (complete UTF-8, possibly empty) for the token at `index`.
+  std::function<void(int64_t id, int index, int token, const std::string& piece)> on_token;
+  std::function<void(const GenResult&)> on_done;
+};
+
+class Generator {
+ public:
+  Generator(StepExecutor& exec, const Tokenizer& tok, const ModelConfig& config,
+            BlockAllocator& blocks, GeneratorOptions opts, GeneratorCallbacks callbacks);
+  ~Generator();
+
+  // Queues a request; Error if it could never fit in the KV cache at all.
+  void add(GenRequest req);
+  bool idle() const { return queue_.empty() && running_.empty(); }
+  size_t running() const { return running_.size(); }
+  size_t queued() const { return queue_.size(); }
+  // Plans, executes and samples one step. Returns the number of tokens generated in it.
+  int step();
+
+ private:
+  struct Sequence;
+  void admit();
+  void finish(Sequence& s, const std::string& reason);
+
+  StepExecutor& exec_;
+  const Tokenizer& tok_;
+  ModelConfig config_;
+  BlockAllocator& blocks_;
+  GeneratorOptions opts_;
+  GeneratorCallbacks cb_;
+  std::deque<std::unique_ptr<Sequence>> queue_;
+  std::vector<std::unique_ptr<Sequence>> running_;
+};
+
+}  // namespace llama2

@@ -1,0 +1,76 @@
+// llama2: the command-line entry point. MPI subcommands start MPI on every rank; errors become
+// exactly one message (from rank 0) and a non-zero exit of every rank.
+#include <mpi.h>
+
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <string>
+
+#include "common/check.h"
+#include "coordinator/cli_common.h"
+#include "coordinator/commands.h"
+#include "rank/comm.h"
+
+namespace {
+
+const char* kUsage =
+    "llama2: LLaMA-2 inference across GPUs, one MPI rank per GPU\n"
+    "\n"
+    "usage: mpirun -np N llama2 <command> [options]      (N = tensor-parallel degree)\n"
+    "       llama2 <command> --help\n"
+    "\n"
+    "commands:\n"
+    "  generate          generate text for one prompt (streams to stdout)\n"
+    "  make-test-model   write a small random model directory with its own tokenizer\n";
+
+int run_mpi_command(int (*fn)(int, char**, int), int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  llama2::set_error_rank(rank);
+  int code = 0;
+  try {
+    code = fn(argc, argv, rank);
+  } catch (const llama2::UsageError& e) {
+    // Every rank parsed the same argv, so every rank is here: no collective can hang.
+    if (rank == 0) std::cerr << argv[0] << ": " << e.what() << "\n\n" << e.help() << std::endl;
+    code = llama2::kExitUsage;
+  } catch (const llama2::ReportedError& e) {
+    if (rank == 0) std::cerr << "llama2: error: " << e.what() << std::endl;
+    code = 1;
+  } catch (const std::exception& e) {
+    // Only this rank knows: the others may be inside a collective, so abort the whole job.
+    std::cerr << "llama2: rank " << rank << ": fatal: " << e.what() << std::endl;
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  MPI_Finalize();
+  return code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    std::cout << kUsage;
+    return argc < 2 ? llama2::kExitUsage : 0;
+  }
+  const std::string cmd = argv[1];
+  // Subcommands see argv shifted by one so that cxxopts prints "llama2 <cmd>" usage.
+  char** sub_argv = argv + 1;
+  const int sub_argc = argc - 1;
+  if (cmd == "generate") return run_mpi_command(llama2::run_generate, sub_argc, sub_argv);
+  if (cmd == "make-test-model") {
+    try {
+      return llama2::run_make_test_model(sub_argc, sub_argv);
+    } catch (const llama2::UsageError& e) {
+      std::cerr << "llama2 make-test-model: " << e.what() << "\n\n" << e.help() << std::endl;
+      return llama2::kExitUsage;
+    } catch (const std::exception& e) {
+      std::cerr << "llama2 make-test-model: error: " << e.what() << std::endl;
+      return 1;
+    }
+  }
+  std::cerr << "llama2: unknown command '" << cmd << "'\n\n" << kUsage;
+  return llama2::kExitUsage;
+}

@@ -1,0 +1,67 @@
+#include <climits>
+
+#include "common/check.h"
+#include "rank/comm.h"
+
+namespace llama2 {
+namespace {
+
+class MpiComm final : public Comm {
+ public:
+  explicit MpiComm(MPI_Comm comm) : comm_(comm) {
+    MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+    MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void all_reduce_sum(float* data, size_t n) override {
+    if (size_ == 1) return;
+    LLAMA2_CHECK(n <= static_cast<size_t>(INT_MAX));
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm_));
+  }
+
+  void gather_to_root(const float* send, const std::vector<int>& counts, float* recv) override {
+    LLAMA2_CHECK(static_cast<int>(counts.size()) == size_);
+    std::vector<int> displs(size_, 0);
+    for (int r = 1; r < size_; ++r) displs[r] = displs[r - 1] + counts[r - 1];
+    MPI_CHECK(MPI_Gatherv(send, counts[rank_], MPI_FLOAT, recv, counts.data(), displs.data(),
+                          MPI_FLOAT, 0, comm_));
+  }
+
+ private:
+  MPI_Comm comm_;
+  int rank_ = 0, size_ = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm) { return std::make_unique<MpiComm>(comm); }
+
+void agree_on_errors(MPI_Comm comm, const std::string& local_error) {
+  int rank = 0, size = 1;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  int mine = local_error.empty() ? INT_MAX : rank;
+  int first = INT_MAX;
+  MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
+  if (first == INT_MAX) return;
+  std::string msg = rank == first ? local_error : std::string();
+  int len = static_cast<int>(msg.size());
+  MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, first, comm));
+  msg.resize(len);
+  MPI_CHECK(MPI_Bcast(msg.data(), len, MPI_CHAR, first, comm));
+  throw ReportedError(msg);
+}
+
+void broadcast_words(MPI_Comm comm, std::vector<int32_t>* words) {
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  long long n = rank == 0 ? static_cast<long long>(words->size()) : 0;
+  MPI_CHECK(MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, comm));
+  LLAMA2_CHECK(n >= 0 && n <= INT_MAX);
+  if (rank != 0) words->resize(static_cast<size_t>(n));
+  if (n > 0) MPI_CHECK(MPI_Bcast(words->data(), static_cast<int>(n), MPI_INT32_T, 0, comm));
+}
+
+}  // namespace llama2

@@ -1,0 +1,59 @@
+// The fp32 CPU reference operators. Straightforward loops on row-major arrays: they are the oracle the
+// CUDA kernels are tested against, so clarity and HF-identical numerics beat speed here.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/step_plan.h"
+
+namespace llama2::cpu {
+
+// out[t, :] = table[tokens[t] - vocab_begin, :] when the token is in this rank's vocab slice, else 0.
+// table: [vocab_local, hidden], out: [n_tokens, hidden]. The vocab-parallel all-reduce completes it.
+void embedding(const int32_t* tokens, int n_tokens, const float* table, int vocab_begin,
+               int vocab_local, int hidden, float* out);
+
+// out[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * weight, as HF LlamaRMSNorm in fp32.
+// x, out: [n, hidden] (may alias), weight: [hidden].
+void rmsnorm(const float* x, const float* weight, int n, int hidden, double eps, float* out);
+
+// out[t, n] = sum_k x[t, k] * w[n, k]: a linear layer with HF's [out_features, in_features] weight.
+// x: [rows, in], w: [out, in], out: [rows, out].
+void linear(const float* x, const float* w, int rows, int in, int out_features, float* out);
+
+// Rotary embedding, HF rotate-half convention: for i < d/2, (x_i, x_{i+d/2}) is rotated by
+// pos * theta^(-2i/d). x: [n_tokens, n_heads, head_dim] in place; positions: [n_tokens].
+void rope(float* x, const int32_t* positions, int n_tokens, int n_heads, int head_dim,
+          double theta);
+
+// out = silu(gate) * up elementwise; gate, up, out: [n] (out may alias gate).
+void swiglu(const float* gate, const float* up, int64_t n, float* out);
+
+// x += y; both [n].
+void add_inplace(float* x, const float* y, int64_t n);
+
+// Paged KV cache of one layer on one rank: k and v are [num_blocks, kv_heads, block_size, head_dim].
+struct KvLayerView {
+  float* k = nullptr;
+  float* v = nullptr;
+  int kv_heads = 0;
+  int block_size = 0;
+  int head_dim = 0;
+  int num_blocks = 0;
+};
+
+// Writes the new tokens' K and V into their cache slots. k, v: [n_tokens, kv_heads, head_dim].
+void kv_write(const KvLayerView& cache, const StepPlan& plan, const float* k, const float* v);
+
+// Causal attention of every new token over its sequence's cached keys/values (positions
+// 0..pos inclusive), softmax in fp32 with max subtraction. Query head h reads KV head
+// kv_head_of[h] (grouped-query attention). q: [n_tokens, n_heads, head_dim],
+// out: [n_tokens, n_heads, head_dim].
+void paged_attention(const KvLayerView& cache, const StepPlan& plan, const float* q, int n_heads,
+                     const std::vector<int>& kv_head_of, float* out);
+
+// Positions of the plan's tokens, sequence after sequence: [total_tokens].
+std::vector<int32_t> plan_positions(const StepPlan& plan);
+
+}  // namespace llama2::cpu

@@ -1,0 +1,40 @@
+// Writing safetensors files and their shard index, in the layout Hugging Face's `safetensors` and
+// `transformers` read: used by the tools that make test checkpoints and convert weights.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "rank/safetensors.h"
+
+namespace llama2 {
+
+// fp32 -> fp16 / bf16 with round-to-nearest-even, as PyTorch's .half() / .bfloat16() do:
+// overflow becomes inf, tiny values become subnormals or signed zero, NaN stays a (quiet) NaN.
+uint16_t f32_to_f16(float f);
+uint16_t f32_to_bf16(float f);
+
+struct TensorToWrite {
+  std::string name;
+  DType dtype = DType::F32;    // F32, F16 or BF16
+  std::vector<int64_t> shape;  // row-major
+  std::vector<float> values;   // numel(shape) values, converted to dtype on write
+};
+
+// Writes `tensors` in the given order to `path`. The header's "__metadata__" gets `metadata`, plus
+// "format": "pt" when absent (transformers refuses checkpoints without a known format). Written to
+// a temporary sibling and renamed, so a failed run never leaves a half-written checkpoint at
+// `path`. Throws Error naming the path (and tensor) on any failure.
+void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+// Writes a model.safetensors.index.json:
+// {"metadata": {"total_size": N}, "weight_map": {tensor: file}}.
+// total_size is the sum of the tensors' byte sizes, as transformers computes it.
+void write_safetensors_index(const std::string& path,
+                             const std::map<std::string, std::string>& weight_map,
+                             uint64_t total_size);
+
+}  // namespace llama2
