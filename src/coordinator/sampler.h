@@ -36,7 +36,7 @@ class Sampler {
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::vector<uint8_t> seen_;  // [vocab] scratch for distinct context ids, all 0 between calls
-  std::vector<int> order_;     // [vocab] scratch: ids by descending scaled logit
+  std::vector<int> order_;     // [vocab] scratch: candidate ids, best first as far as sorted
   std::vector<double> work_;   // [vocab] scratch: scaled logits, then probabilities
 };
 

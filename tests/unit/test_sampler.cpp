@@ -269,6 +269,42 @@ TEST_SUITE("sampling") {
     }
   }
 
+  TEST_CASE("large vocabularies: the walk and the nucleus reach past the first sorted ids") {
+    // 1000 logits falling by 0.01 per rank: the 64 most probable hold only ~47% of the mass, so
+    // about half of the draws land beyond them. The expected token is the first rank whose
+    // cumulative probability exceeds u, as in the test above. Both id orders.
+    for (const bool ascending_ids : {false, true}) {
+      CAPTURE(ascending_ids);
+      const int vocab = 1000;
+      std::vector<float> l(vocab);
+      for (int r = 0; r < vocab; ++r) l[ascending_ids ? vocab - 1 - r : r] = -0.01f * r;
+      std::vector<double> p(vocab);  // by rank
+      double z = 0;
+      for (int r = 0; r < vocab; ++r) z += p[r] = std::exp(static_cast<double>(-0.01f * r));
+      std::mt19937_64 ref(77);
+      Sampler s(params(1.0f), 77);
+      int beyond_head = 0;
+      for (int i = 0; i < 300; ++i) {
+        const double u = static_cast<double>(ref() >> 11) * 0x1.0p-53;
+        int rank = 0;
+        for (double c = p[0] / z; rank + 1 < vocab && u >= c; c += p[++rank] / z) {
+        }
+        beyond_head += rank >= 64;
+        std::vector<float> step = l;
+        CHECK(s.sample(step, {}) == (ascending_ids ? vocab - 1 - rank : rank));
+      }
+      CHECK(beyond_head > 100);
+    }
+
+    // 1000 equal logits, top_p 0.5: cumulative sums k / 1000 are exact; ranks whose tail
+    // (1000 - r) / 1000 is <= 0.5 go, so ids 0..499 stay (equal probabilities rank by id).
+    const auto counts = histogram(params(1.0f, 0, 0.5f), std::vector<float>(1000, 0.0f), 20000);
+    int low = 0, high = 0;
+    for (int id = 0; id < 1000; ++id) (id < 500 ? low : high) += counts[id] > 0;
+    CHECK(high == 0);
+    CHECK(low == 500);  // 40 expected draws each: P(some id never drawn) ~ 500 e^-40
+  }
+
   TEST_CASE("same seed, same sequence; another seed, another sequence") {
     const auto run = [](uint64_t seed) {
       Sampler s(params(0.9f, 40, 0.95f, 1.1f), seed);

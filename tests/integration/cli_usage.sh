@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Usage errors exit 2 with a message and the help; invalid sampling values name the parameter.
+source "$(dirname "$0")/lib.sh" "$@"
+
+expect_rc() {  # expect_rc NAME RC PATTERN
+  local rc; rc=$(rc_of "$1")
+  if [[ $rc -ne $2 ]]; then fail "$1: exit $rc, expected $2"; sed 's/^/    /' "$TMP/$1.err"; return; fi
+  if ! grep -q -- "$3" "$TMP/$1.err" "$TMP/$1.out"; then fail "$1: no '$3' in output"; return; fi
+  pass "$1: exit $rc, '$3'"
+}
+
+run_capture unknown_flag 2 generate --model "$MODELS/tiny-mha" --prompt hi --bogus 3
+expect_rc unknown_flag 2 "bogus"
+run_capture missing_value 2 generate --model "$MODELS/tiny-mha" --prompt
+expect_rc missing_value 2 "prompt"
+run_capture no_model 2 generate --prompt hi
+expect_rc no_model 2 "--model is required"
+run_capture two_prompts 1 generate --model "$MODELS/tiny-mha" --prompt hi --prompt-tokens 1,2
+expect_rc two_prompts 2 "exactly one of"
+run_capture help 2 generate --help
+expect_rc help 0 "Usage:"
+[[ $(grep -c "Usage:" "$TMP/help.out") -eq 1 ]] && pass "help printed once" || fail "help printed $(grep -c Usage: "$TMP/help.out") times"
+
+run_capture temp 2 generate --model "$MODELS/tiny-mha" --prompt hi --temperature -0.5
+expect_failure temp "temperature must be >= 0"
+run_capture topp 2 generate --model "$MODELS/tiny-mha" --prompt hi --top-p 1.5
+expect_failure topp "top_p must be in (0, 1\]"
+run_capture topk 2 generate --model "$MODELS/tiny-mha" --prompt hi --top-k -3
+expect_failure topk "top_k must be >= 0"
+run_capture penalty 2 generate --model "$MODELS/tiny-mha" --prompt hi --repetition-penalty 0
+expect_failure penalty "repetition_penalty must be > 0"
+run_capture maxnew 2 generate --model "$MODELS/tiny-mha" --prompt hi -n 0
+expect_failure maxnew "max_new_tokens must be >= 1"
+run_capture toolong 2 generate --model "$MODELS/tiny-mha" --prompt hi -n 100000
+expect_failure toolong "exceeds max_position_embeddings"
+run_capture badtok 2 generate --model "$MODELS/tiny-mha" --prompt-tokens 1,99999
+expect_failure badtok "token id 99999 is outside the vocabulary"
+run_capture backend 2 generate --model "$MODELS/tiny-mha" --prompt hi --backend tpu
+expect_failure backend "backend must be one of cpu, cuda, auto"
+
+# A stop string ends generation early, is not printed, and finish_reason says stop.
+run_capture free 1 generate --model "$MODELS/tiny-mha" --quiet --json --prompt "The cat" -n 30 --temperature 0 --ignore-eos
+stop=$(python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["text"]; print(t[4:7])' "$TMP/free.out")
+run_capture stopped 1 generate --model "$MODELS/tiny-mha" --quiet --json --prompt "The cat" -n 30 --temperature 0 --ignore-eos --stop "$stop"
+python3 - "$TMP/free.out" "$TMP/stopped.out" "$stop" <<'PY' && pass "stop string '$stop' truncates output" || fail "stop string handling"
+import json, sys
+free = json.load(open(sys.argv[1]))["text"]; got = json.load(open(sys.argv[2])); stop = sys.argv[3]
+want = free[:free.index(stop)]
+ok = got["finish_reason"] == "stop" and got["text"] == want
+print("free:", repr(free), "stopped:", repr(got["text"]), got["finish_reason"])
+sys.exit(0 if ok else 1)
+PY
+finish
