@@ -303,6 +303,17 @@ TEST_SUITE("sampling") {
     for (int id = 0; id < 1000; ++id) (id < 500 ? low : high) += counts[id] > 0;
     CHECK(high == 0);
     CHECK(low == 500);  // 40 expected draws each: P(some id never drawn) ~ 500 e^-40
+
+    // ids 0..63 at logit 0 (weight 1), ids 64..999 at -3 (weight e^-3 = 0.049787): Z = 64 +
+    // 936 * 0.049787 = 110.601. top_p 0.57: remove cumulative <= 0.43. The 936 low ids sum to
+    // 46.601 / 110.601 = 0.4213 (removed); adding one weight-1 id gives 0.4304 (kept).
+    std::vector<float> two_level(1000, -3.0f);
+    for (int id = 0; id < 64; ++id) two_level[id] = 0.0f;
+    const auto nucleus = histogram(params(1.0f, 0, 0.57f), two_level, 6400);
+    int inside = 0, outside = 0;
+    for (int id = 0; id < 1000; ++id) (id < 64 ? inside : outside) += nucleus[id] > 0;
+    CHECK(outside == 0);
+    CHECK(inside == 64);
   }
 
   TEST_CASE("same seed, same sequence; another seed, another sequence") {

@@ -1,0 +1,21 @@
+# Sourced by the project's scripts: environment every build and mpirun of llama2 needs.
+# - nvcc lives in /usr/local/cuda/bin on the CUDA machines and may not be on PATH;
+# - Open MPI refuses to run as root (CI, containers, the GPU nodes) unless told it is intended;
+# - NVLink multicast stays off (site policy on the GPU nodes), forwarded to every rank by mpirun -x.
+if [[ -x /usr/local/cuda/bin/nvcc && -z "${CUDACXX:-}" ]] && ! command -v nvcc >/dev/null; then
+  export CUDACXX=/usr/local/cuda/bin/nvcc
+fi
+if [[ $(id -u) -eq 0 ]]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+LLAMA2_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+LLAMA2_BUILD=${LLAMA2_BUILD:-$LLAMA2_ROOT/build}
+
+# llama2_build: configure (once) and build with ninja.
+llama2_build() {
+  if [[ ! -f "$LLAMA2_BUILD/build.ninja" ]]; then
+    cmake -S "$LLAMA2_ROOT" -B "$LLAMA2_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
+  fi
+  cmake --build "$LLAMA2_BUILD" -j "$(nproc)"
+}

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the Debian/Ubuntu packages llama2 builds and tests with. Idempotent: packages already
+# present are not touched, and apt is not even consulted when nothing is missing.
+#   usage: launch/install-deps.sh [--java]     (--java: also the JDK, JNA and JUnit 5)
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config
+  libopenmpi-dev openmpi-bin
+  libsentencepiece-dev nlohmann-json3-dev libcxxopts-dev doctest-dev
+  python3  # test helpers (model-file corruption, JSON checks)
+)
+if [[ "${1:-}" == "--java" ]]; then
+  packages+=(default-jdk-headless libjna-java junit5)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
