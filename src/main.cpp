@@ -22,7 +22,8 @@ const char* kUsage =
     "\n"
     "commands:\n"
     "  generate          generate text for one prompt (streams to stdout)\n"
-    "  make-test-model   write a small random model directory with its own tokenizer\n";
+    "  make-test-model   write a small random model directory with its own tokenizer\n"
+    "  plan              capacity planner: memory per GPU for a TP degree (no MPI needed)\n";
 
 int run_mpi_command(int (*fn)(int, char**, int), int argc, char** argv) {
   MPI_Init(&argc, &argv);
@@ -48,6 +49,20 @@ int run_mpi_command(int (*fn)(int, char**, int), int argc, char** argv) {
   return code;
 }
 
+// Subcommands that run without MPI in a single process; argv[0] is the command name.
+int run_local_command(int (*fn)(int, char**), int argc, char** argv) {
+  const std::string name = std::string("llama2 ") + argv[0];
+  try {
+    return fn(argc, argv);
+  } catch (const llama2::UsageError& e) {
+    std::cerr << name << ": " << e.what() << "\n\n" << e.help() << std::endl;
+    return llama2::kExitUsage;
+  } catch (const std::exception& e) {
+    std::cerr << name << ": error: " << e.what() << std::endl;
+    return 1;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -61,16 +76,9 @@ int main(int argc, char** argv) {
   const int sub_argc = argc - 1;
   if (cmd == "generate") return run_mpi_command(llama2::run_generate, sub_argc, sub_argv);
   if (cmd == "make-test-model") {
-    try {
-      return llama2::run_make_test_model(sub_argc, sub_argv);
-    } catch (const llama2::UsageError& e) {
-      std::cerr << "llama2 make-test-model: " << e.what() << "\n\n" << e.help() << std::endl;
-      return llama2::kExitUsage;
-    } catch (const std::exception& e) {
-      std::cerr << "llama2 make-test-model: error: " << e.what() << std::endl;
-      return 1;
-    }
+    return run_local_command(llama2::run_make_test_model, sub_argc, sub_argv);
   }
+  if (cmd == "plan") return run_local_command(llama2::run_plan, sub_argc, sub_argv);
   std::cerr << "llama2: unknown command '" << cmd << "'\n\n" << kUsage;
   return llama2::kExitUsage;
 }
