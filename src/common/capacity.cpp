@@ -62,12 +62,12 @@ uint64_t shard_weight_bytes(const ModelConfig& c, const ShardPlan& s, int dtype_
   const uint64_t q = static_cast<uint64_t>(s.num_heads) * s.head_dim;      // local q/o width
   const uint64_t kv = static_cast<uint64_t>(s.num_kv_heads) * s.head_dim;  // local k/v width
   const uint64_t ffn = static_cast<uint64_t>(s.ffn_size);
-  const uint64_t per_layer = q * H             // q_proj rows [q, H]
-                             + 2 * kv * H      // k_proj, v_proj rows [kv, H]
-                             + H * q           // o_proj columns [H, q]
-                             + 2 * ffn * H     // gate_proj, up_proj rows [ffn, H]
-                             + H * ffn         // down_proj columns [H, ffn]
-                             + 2 * H;          // input / post-attention RMSNorm, replicated
+  const uint64_t per_layer = q * H          // q_proj rows [q, H]
+                             + 2 * kv * H   // k_proj, v_proj rows [kv, H]
+                             + H * q        // o_proj columns [H, q]
+                             + 2 * ffn * H  // gate_proj, up_proj rows [ffn, H]
+                             + H * ffn      // down_proj columns [H, ffn]
+                             + 2 * H;       // input / post-attention RMSNorm, replicated
   // Embedding and LM head rows of this rank's vocab slice; a tied LM head is the same tensor.
   const uint64_t vocab = static_cast<uint64_t>(s.vocab_size) * H * (c.tie_word_embeddings ? 1 : 2);
   const uint64_t elems = static_cast<uint64_t>(c.num_layers) * per_layer + vocab + H /* norm */;
@@ -219,10 +219,16 @@ uint64_t parse_bytes(const std::string& text) {
     const char* name;
     uint64_t mult;
   };
-  static const Unit kUnits[] = {
-      {"", 1},          {"b", 1},
-      {"kib", kKiB},    {"mib", kMiB},         {"gib", kGiB},           {"tib", kTiB},
-      {"kb", 1000},     {"mb", 1000 * 1000},   {"gb", 1000000000ULL},   {"tb", 1000000000000ULL}};
+  static const Unit kUnits[] = {{"", 1},
+                                {"b", 1},
+                                {"kib", kKiB},
+                                {"mib", kMiB},
+                                {"gib", kGiB},
+                                {"tib", kTiB},
+                                {"kb", 1000},
+                                {"mb", 1000 * 1000},
+                                {"gb", 1000000000ULL},
+                                {"tb", 1000000000000ULL}};
   const Unit* unit = nullptr;
   for (const Unit& u : kUnits) {
     if (suffix == u.name) unit = &u;

@@ -29,12 +29,12 @@ constexpr int kPlanMaxTp = 64;
 
 // What to plan for. Defaults are the CLI's defaults.
 struct CapacityRequest {
-  int tp = 1;                              // tensor-parallel degree = GPUs
-  int dtype_bytes = 2;                     // weights and KV cache: 2 fp16/bf16, 4 fp32
-  int block_size = 16;                     // tokens per KV block
-  uint64_t gpu_mem_bytes = 80 * kGiB;      // memory of ONE GPU
-  std::optional<uint64_t> reserve_bytes;   // held back per GPU; unset: default_reserve_bytes()
-  std::optional<int> max_seq_len;          // unset: config.max_position_embeddings
+  int tp = 1;                             // tensor-parallel degree = GPUs
+  int dtype_bytes = 2;                    // weights and KV cache: 2 fp16/bf16, 4 fp32
+  int block_size = 16;                    // tokens per KV block
+  uint64_t gpu_mem_bytes = 80 * kGiB;     // memory of ONE GPU
+  std::optional<uint64_t> reserve_bytes;  // held back per GPU; unset: default_reserve_bytes()
+  std::optional<int> max_seq_len;         // unset: config.max_position_embeddings
 };
 
 // An invalid TP degree and why (the reason names heads / kv heads).
@@ -52,11 +52,11 @@ struct CapacityPlan {
 
   uint64_t model_weight_bytes = 0;  // the whole unsplit model (any tp)
   bool tp_valid = false;
-  std::string tp_invalid_reason;    // "" when tp_valid
+  std::string tp_invalid_reason;  // "" when tp_valid
 
   // (valid tp) Shard shape of rank 0 (heads and KV heads are the same on every rank).
   int heads_per_gpu = 0, kv_heads_per_gpu = 0;
-  bool kv_replicated = false;       // kv_heads < tp: each KV head is stored on tp/kv_heads GPUs
+  bool kv_replicated = false;  // kv_heads < tp: each KV head is stored on tp/kv_heads GPUs
   // (valid tp) The largest shard over all ranks: intermediate and vocab split unevenly when tp
   // does not divide them, and the GPU with the largest shard is the one that runs out first.
   uint64_t weight_bytes_per_gpu = 0;
@@ -73,9 +73,9 @@ struct CapacityPlan {
   // (valid tp, !fits) Extra bytes each GPU would need to hold one full sequence.
   int64_t shortfall_bytes = 0;
 
-  std::vector<int> valid_tp_degrees;         // in [1, kPlanMaxTp]
-  std::vector<TpDegreeNote> invalid_tp;      // degrees 1..8 and the requested one, ascending
-  int smallest_fitting_tp = 0;               // smallest valid degree <= kPlanMaxTp that fits; 0: none
+  std::vector<int> valid_tp_degrees;     // in [1, kPlanMaxTp]
+  std::vector<TpDegreeNote> invalid_tp;  // degrees 1..8 and the requested one, ascending
+  int smallest_fitting_tp = 0;           // smallest valid degree <= kPlanMaxTp that fits; 0: none
 };
 
 // Bytes held back per GPU for the CUDA context, cuBLAS(Lt) workspaces, NCCL buffers, activation

@@ -40,13 +40,33 @@ double get_float(const json& j, const char* key, const std::string& src, double 
 int get_token_id(const json& j, const char* key, const std::string& src, int fallback) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return fallback;
-  if (it->is_array() && !it->empty() && it->front().is_number_integer()) {
-    return it->front().get<int>();
-  }
-  if (!it->is_number_integer()) {
+  const json& v = it->is_array() && !it->empty() ? it->front() : *it;
+  if (!v.is_number_integer()) {
     throw Error(src + ": \"" + key + "\" must be an integer token id (got " + it->dump() + ")");
   }
-  return it->get<int>();
+  // Range-check before narrowing: 2^32 + 1 must not wrap around to a valid id.
+  const auto id = v.get<int64_t>();
+  if (id < 0 || id > (1LL << 31) - 1) {
+    throw Error(src + ": \"" + key + "\" out of range (got " + v.dump() + ")");
+  }
+  return static_cast<int>(id);
+}
+
+// Llama-2 uses plain RoPE: any scaled variant, in either spelling, would give wrong logits.
+void reject_rope_scaling(const json& j, const char* key, const std::string& src) {
+  auto rs = j.find(key);
+  if (rs == j.end() || rs->is_null()) return;
+  std::string type;
+  if (rs->is_object()) {
+    // No type named: plain RoPE only if nothing but the base is given (a bare "factor" scales).
+    bool only_theta = true;
+    for (const auto& item : rs->items()) only_theta = only_theta && item.key() == "rope_theta";
+    type = rs->value("rope_type", rs->value("type", std::string(only_theta ? "default" : "?")));
+  }
+  if (type != "default") {
+    throw Error(src + ": " + key + " " + rs->dump() +
+                " is not supported (Llama-2 uses plain RoPE; allowed: rope_type \"default\")");
+  }
 }
 
 }  // namespace
@@ -67,13 +87,8 @@ ModelConfig parse_model_config(const json& j, const std::string& src) {
   if (auto rp = j.find("rope_parameters"); rp != j.end() && rp->is_object()) {
     c.rope_theta = get_float(*rp, "rope_theta", src + " rope_parameters", c.rope_theta);
   }
-  if (auto rs = j.find("rope_scaling"); rs != j.end() && !rs->is_null()) {
-    auto type = rs->is_object() ? rs->value("rope_type", rs->value("type", std::string())) : "";
-    if (type != "default") {
-      throw Error(src + ": rope_scaling " + rs->dump() +
-                  " is not supported (Llama-2 uses plain RoPE; allowed: null)");
-    }
-  }
+  reject_rope_scaling(j, "rope_scaling", src);
+  reject_rope_scaling(j, "rope_parameters", src);
   if (auto it = j.find("tie_word_embeddings"); it != j.end() && !it->is_null()) {
     if (!it->is_boolean()) throw Error(src + ": \"tie_word_embeddings\" must be true or false");
     c.tie_word_embeddings = it->get<bool>();

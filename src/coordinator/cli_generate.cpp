@@ -16,7 +16,7 @@
 #include "coordinator/commands.h"
 #include "coordinator/generator.h"
 #include "coordinator/tokenizer.h"
-#include "rank/engine.h"
+#include "coordinator/session.h"
 
 namespace llama2 {
 namespace {
@@ -89,59 +89,35 @@ int run_generate(int argc, char** argv, int rank) {
   if (sources != 1) {
     throw UsageError("give exactly one of --prompt, --prompt-file, --prompt-tokens", opts.help());
   }
-  const auto t_start = Clock::now();
   const std::string model_dir = args["model"].as<std::string>();
   SamplingParams params = sampling_from_options(args);
   const bool json_out = args.count("json") > 0;
 
-  // Everything rank 0 alone can get wrong is checked before any rank loads weights.
-  ModelConfig config;
-  std::unique_ptr<Tokenizer> tok;
   std::vector<int> prompt;
-  int num_blocks = 0;
-  const int block_size = args["block-size"].as<int>();
-  std::string error;
-  try {
-    config = load_model_config(model_dir);
-    if (block_size < 1 || block_size > 1024) {
-      throw Error("--block-size must be in [1, 1024] (got " + std::to_string(block_size) + ")");
+  SessionOptions sopts{model_dir, args["backend"].as<std::string>(), args["block-size"].as<int>()};
+  Session session = open_session(sopts, rank, [&](const ModelConfig& config, const Tokenizer& tok) {
+    if (args.count("prompt-tokens")) {
+      prompt = parse_token_list(args["prompt-tokens"].as<std::string>(), config.vocab_size);
+    } else {
+      const std::string text = args.count("prompt") ? args["prompt"].as<std::string>()
+                                                    : read_file(args["prompt-file"].as<std::string>());
+      prompt = tok.encode(text, /*add_bos=*/true);
     }
-    if (rank == 0) {
-      tok = std::make_unique<Tokenizer>(model_dir + "/tokenizer.model");
-      if (tok->vocab_size() > config.vocab_size) {
-        throw Error(model_dir + "/tokenizer.model has " + std::to_string(tok->vocab_size()) +
-                    " pieces but config.json vocab_size is " + std::to_string(config.vocab_size));
-      }
-      if (args.count("prompt-tokens")) {
-        prompt = parse_token_list(args["prompt-tokens"].as<std::string>(), config.vocab_size);
-      } else {
-        const std::string text = args.count("prompt") ? args["prompt"].as<std::string>()
-                                                      : read_file(args["prompt-file"].as<std::string>());
-        prompt = tok->encode(text, /*add_bos=*/true);
-      }
-      const std::string bad = validate_sampling(params, static_cast<int>(prompt.size()),
-                                                config.max_position_embeddings);
-      if (!bad.empty()) throw Error(bad);
-      if (!params.seed) params.seed = std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
-      num_blocks = BlockAllocator::blocks_for(static_cast<int>(prompt.size()) + params.max_new_tokens,
-                                              block_size);
-    }
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  agree_on_errors(MPI_COMM_WORLD, error);
-  MPI_CHECK(MPI_Bcast(&num_blocks, 1, MPI_INT, 0, MPI_COMM_WORLD));
-
-  EngineSpec spec;
-  spec.model_dir = model_dir;
-  spec.backend = args["backend"].as<std::string>();
-  spec.kv = KvCacheSpec{block_size, num_blocks};
-  RankEngine engine(spec, config, MPI_COMM_WORLD);
-  const double load_s = std::chrono::duration<double>(Clock::now() - t_start).count();
+    const std::string bad = validate_sampling(params, static_cast<int>(prompt.size()),
+                                              config.max_position_embeddings);
+    if (!bad.empty()) throw Error(bad);
+    if (!params.seed) params.seed = std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
+    return BlockAllocator::blocks_for(static_cast<int>(prompt.size()) + params.max_new_tokens,
+                                      sopts.block_size);
+  });
+  RankEngine& engine = *session.engine;
   if (rank != 0) return engine.worker_loop();
   if (!args.count("quiet")) std::cerr << engine.startup_report() << std::flush;
+  const ModelConfig& config = session.config;
+  const Tokenizer* tok = session.tokenizer.get();
+  const double load_s = session.load_s;
 
-  BlockAllocator blocks(num_blocks, block_size);
+  BlockAllocator blocks(session.num_blocks, session.block_size);
   GenResult result;
   GeneratorCallbacks cb;
   if (!json_out) {

@@ -25,6 +25,7 @@ cxxopts::Options plan_options() {
   cxxopts::Options opts("llama2 plan",
                         "Capacity planner: weight and KV-cache memory per GPU for a "
                         "tensor-parallel degree. Reads only config.json; no MPI or GPU needed.");
+  // clang-format off
   opts.add_options()
       ("m,model", "Model directory (its config.json is read)", cxxopts::value<std::string>())
       ("preset", "Official Llama-2 shapes instead of --model: 7b | 13b | 70b",
@@ -41,6 +42,7 @@ cxxopts::Options plan_options() {
        "max(2GiB, 10% of --gpu-mem)", cxxopts::value<std::string>())
       ("json", "Print one JSON object (exact byte counts) instead of a table")
       ("h,help", "Show this help");
+  // clang-format on
   return opts;
 }
 
@@ -74,17 +76,17 @@ void print_table(const CapacityPlan& p, const ModelConfig& c, const std::string&
   std::printf("llama2 plan: %s, tp %d, %s, %s per GPU, max_seq_len %d, block %d tokens\n",
               source.c_str(), p.tp, dtype.c_str(), format_bytes(p.gpu_mem_bytes).c_str(),
               p.max_seq_len, p.block_size);
-  row("model", std::to_string(c.num_layers) + " layers, hidden " +
-                   std::to_string(c.hidden_size) + ", " + std::to_string(c.num_heads) +
-                   " heads, " + std::to_string(c.num_kv_heads) + " kv heads, head_dim " +
+  row("model", std::to_string(c.num_layers) + " layers, hidden " + std::to_string(c.hidden_size) +
+                   ", " + std::to_string(c.num_heads) + " heads, " +
+                   std::to_string(c.num_kv_heads) + " kv heads, head_dim " +
                    std::to_string(c.head_dim()) + ", vocab " + std::to_string(c.vocab_size) +
                    (c.tie_word_embeddings ? ", tied embeddings" : ""));
   row("weights, whole model", with_exact(p.model_weight_bytes));
   if (p.tp_valid) {
     row("weights per GPU (largest shard)", with_exact(p.weight_bytes_per_gpu));
-    row("reserve per GPU", format_bytes(p.reserve_bytes) +
-                               (p.reserve_is_default ? " (default: max(2GiB, 10% of --gpu-mem))"
-                                                     : " (--reserve)"));
+    row("reserve per GPU",
+        format_bytes(p.reserve_bytes) +
+            (p.reserve_is_default ? " (default: max(2GiB, 10% of --gpu-mem))" : " (--reserve)"));
     row("free for KV cache per GPU", format_bytes(p.free_bytes_for_kv));
     row("heads / kv heads per GPU",
         std::to_string(p.heads_per_gpu) + " / " + std::to_string(p.kv_heads_per_gpu) +
@@ -119,7 +121,8 @@ nlohmann::ordered_json plan_json(const CapacityPlan& p, const std::string& sourc
   // Per-GPU numbers are null when the degree is invalid: there is no shard to measure.
   auto per_gpu = [&](auto v) { return p.tp_valid ? ordered_json(v) : ordered_json(nullptr); };
   ordered_json invalid = ordered_json::array();
-  for (const TpDegreeNote& n : p.invalid_tp) invalid.push_back({{"tp", n.tp}, {"reason", n.reason}});
+  for (const TpDegreeNote& n : p.invalid_tp)
+    invalid.push_back({{"tp", n.tp}, {"reason", n.reason}});
   return ordered_json{
       {"model", source},
       {"tp", p.tp},
@@ -147,8 +150,8 @@ nlohmann::ordered_json plan_json(const CapacityPlan& p, const std::string& sourc
       {"max_sequences", per_gpu(p.max_sequences)},
       {"fits", p.fits},
       {"shortfall_bytes", per_gpu(p.shortfall_bytes)},
-      {"smallest_fitting_tp", p.smallest_fitting_tp ? ordered_json(p.smallest_fitting_tp)
-                                                    : ordered_json(nullptr)},
+      {"smallest_fitting_tp",
+       p.smallest_fitting_tp ? ordered_json(p.smallest_fitting_tp) : ordered_json(nullptr)},
       {"valid_tp_degrees", p.valid_tp_degrees},
       {"invalid_tp_degrees", invalid}};
 }

@@ -345,32 +345,44 @@ TEST_SUITE("cpu_ops") {
           auto x = x0;
           cpu::rope(x.data(), pos.data(), n_tokens, n_heads, d, theta);
           const int half = d / 2;
+          // Counted rather than asserted per element: 1000 x 3 x 64 pairs per configuration.
+          int bad_identity = 0, bad_value = 0, bad_norm = 0;
+          int first_bad_t = -1, first_bad_i = -1;
           for (int t = 0; t < n_tokens; ++t) {
             for (int h = 0; h < n_heads; ++h) {
               const size_t off = (size_t(t) * n_heads + h) * d;
               const float* in = &x0[off];
               const float* got = &x[off];
               if (pos[t] == 0) {
-                REQUIRE(std::memcmp(in, got, sizeof(float) * d) == 0);
+                bad_identity += std::memcmp(in, got, sizeof(float) * d) != 0;
                 continue;
               }
               const auto ref = ref_rope_head(in, pos[t], d, theta);
               for (int i = 0; i < half; ++i) {
-                // HF forms the angle in fp32, so the error grows with the position.
+                // HF forms inv_freq and the angle in fp32: the angle's relative error is a few
+                // ulp, so the absolute error grows with the position (inv_freq <= 1).
                 const double scale = std::abs(in[i]) + std::abs(in[i + half]);
-                const double tol = 2e-6 + 5e-7 * pos[t] * scale;
-                CAPTURE(t);
-                CAPTURE(h);
-                CAPTURE(i);
-                REQUIRE(std::abs(got[i] - ref[i]) <= tol);
-                REQUIRE(std::abs(got[i + half] - ref[i + half]) <= tol);
+                const double tol = 2e-6 + 3e-7 * pos[t] * scale;
+                const bool ok = std::abs(got[i] - ref[i]) <= tol &&
+                                std::abs(got[i + half] - ref[i + half]) <= tol;
                 const double n_in = double(in[i]) * in[i] + double(in[i + half]) * in[i + half];
                 const double n_out =
                     double(got[i]) * got[i] + double(got[i + half]) * got[i + half];
-                REQUIRE(std::abs(n_out - n_in) <= 1e-5 * n_in + 1e-12);
+                const bool norm_ok = std::abs(n_out - n_in) <= 1e-5 * n_in + 1e-12;
+                bad_value += !ok;
+                bad_norm += !norm_ok;
+                if ((!ok || !norm_ok) && first_bad_t < 0) {
+                  first_bad_t = t;
+                  first_bad_i = i;
+                }
               }
             }
           }
+          CAPTURE(first_bad_t);
+          CAPTURE(first_bad_i);
+          CHECK(bad_identity == 0);
+          CHECK(bad_value == 0);
+          CHECK(bad_norm == 0);
         }
       }
     }
@@ -546,7 +558,7 @@ TEST_SUITE("cpu_ops") {
                     llama2::Error);
     // A block id beyond the cache is rejected too.
     StepPlan q = w.plan({0}, false);
-    q.block_ids[q.seqs[0].table_begin] = w.num_blocks;
+    q.block_ids[q.seqs[0].table_begin + 2] = w.num_blocks;  // the block of position 8
     CHECK_THROWS_AS(cpu::kv_write(w.view(), q, k.data(), v.data()), llama2::Error);
   }
 }

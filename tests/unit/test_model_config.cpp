@@ -316,11 +316,9 @@ TEST_SUITE("model_config") {
     check_error_names(with(minimal_json(), "hidden_act", "relu"), {"hidden_act"});
   }
 
-  // BUG (src/common/model_config.cpp, parse_model_config, the rope_parameters block): transformers
-  // >= 5 moves the scaling type into rope_parameters ({"rope_type": "llama3", "factor": 8, ...}),
-  // but only rope_parameters.rope_theta is read, so a scaled-RoPE model is accepted and run with
-  // plain RoPE (silently wrong logits). Expected: the same "not supported" Error as rope_scaling.
-  TEST_CASE("BUG: scaled RoPE given in rope_parameters is rejected" * doctest::may_fail()) {
+  // transformers >= 5 writes the scaling type into rope_parameters ({"rope_type": "llama3", ...});
+  // accepting it would run a scaled-RoPE model with plain RoPE (silently wrong logits).
+  TEST_CASE("scaled RoPE given in rope_parameters is rejected") {
     check_error_names(
         with(minimal_json(), "rope_parameters",
              json{{"rope_type", "llama3"}, {"rope_theta", 500000.0}, {"factor", 8.0}}),
@@ -337,10 +335,8 @@ TEST_SUITE("model_config") {
     CHECK_NOTHROW(llama2::parse_model_config(with(minimal_json(), "bos_token_id", 0), kSrc));
   }
 
-  // BUG (src/common/model_config.cpp, get_token_id: `return it->get<int>()` on both paths): a
-  // token id beyond int32 is narrowed (2^32 + 1 -> 1) before the vocabulary check, so it passes as
-  // a valid id. Expected: an Error naming the key (range-check the int64 value as get_int does).
-  TEST_CASE("BUG: a token id beyond int32 is rejected, not wrapped" * doctest::may_fail()) {
+  // Narrowing before the range check would turn 2^32 + 1 into the valid id 1.
+  TEST_CASE("a token id beyond int32 is rejected, not wrapped") {
     const int64_t wraps_to_one = (int64_t{1} << 32) + 1;
     check_error_names(with(minimal_json(), "bos_token_id", wraps_to_one), {"bos_token_id"});
     check_error_names(with(minimal_json(), "eos_token_id", json::array({wraps_to_one})),

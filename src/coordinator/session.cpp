@@ -1,0 +1,44 @@
+#include "coordinator/session.h"
+
+#include <chrono>
+
+#include "common/check.h"
+
+namespace llama2 {
+
+Session open_session(const SessionOptions& opts, int rank,
+                     const std::function<int(const ModelConfig&, const Tokenizer&)>& prepare) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Session s;
+  s.block_size = opts.block_size;
+  std::string error;
+  try {
+    s.config = load_model_config(opts.model_dir);
+    if (opts.block_size < 1 || opts.block_size > 1024) {
+      throw Error("--block-size must be in [1, 1024] (got " + std::to_string(opts.block_size) + ")");
+    }
+    if (rank == 0) {
+      s.tokenizer = std::make_unique<Tokenizer>(opts.model_dir + "/tokenizer.model");
+      if (s.tokenizer->vocab_size() > s.config.vocab_size) {
+        throw Error(opts.model_dir + "/tokenizer.model has " +
+                    std::to_string(s.tokenizer->vocab_size()) +
+                    " pieces but config.json vocab_size is " + std::to_string(s.config.vocab_size));
+      }
+      s.num_blocks = prepare(s.config, *s.tokenizer);
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree_on_errors(MPI_COMM_WORLD, error);
+  MPI_CHECK(MPI_Bcast(&s.num_blocks, 1, MPI_INT, 0, MPI_COMM_WORLD));
+
+  EngineSpec spec;
+  spec.model_dir = opts.model_dir;
+  spec.backend = opts.backend;
+  spec.kv = KvCacheSpec{opts.block_size, s.num_blocks};
+  s.engine = std::make_unique<RankEngine>(spec, s.config, MPI_COMM_WORLD);
+  s.load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return s;
+}
+
+}  // namespace llama2

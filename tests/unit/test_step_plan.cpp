@@ -1,0 +1,193 @@
+// Step plan wire format (src/common/step_plan.{h,cpp}). The expected wire of a small plan is
+// written out by hand from the documented layout (header, 6 ints per sequence, tokens, block ids);
+// each malformed buffer is derived from a valid one by changing one field.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "common/check.h"
+#include "common/step_plan.h"
+
+using llama2::SeqStep;
+using llama2::StepKind;
+using llama2::StepPlan;
+
+namespace {
+
+constexpr int32_t kMagic = 0x4c325350;  // "L2SP"
+
+// Three sequences: a prefill chunk, a decode step without logits, and a continued prefill.
+StepPlan forward_plan() {
+  StepPlan p;
+  p.kind = StepKind::kForward;
+  p.seqs = {SeqStep{11, 0, 3, 1, 0, 1}, SeqStep{12, 40, 1, 0, 1, 3},
+            SeqStep{13, 16, 2, 1, 4, 2}};
+  p.tokens = {101, 102, 103, 201, 301, 302};
+  p.block_ids = {7, 2, 9, 0, 5, 3};
+  return p;
+}
+
+void check_same(const StepPlan& a, const StepPlan& b) {
+  CHECK(a.kind == b.kind);
+  CHECK(a.exit_code == b.exit_code);
+  REQUIRE(a.seqs.size() == b.seqs.size());
+  for (size_t i = 0; i < a.seqs.size(); ++i) {
+    CAPTURE(i);
+    CHECK(a.seqs[i].seq_id == b.seqs[i].seq_id);
+    CHECK(a.seqs[i].pos_begin == b.seqs[i].pos_begin);
+    CHECK(a.seqs[i].n_tokens == b.seqs[i].n_tokens);
+    CHECK(a.seqs[i].want_logits == b.seqs[i].want_logits);
+    CHECK(a.seqs[i].table_begin == b.seqs[i].table_begin);
+    CHECK(a.seqs[i].table_len == b.seqs[i].table_len);
+  }
+  CHECK(a.tokens == b.tokens);
+  CHECK(a.block_ids == b.block_ids);
+}
+
+std::string decode_error(const std::vector<int32_t>& wire) {
+  try {
+    llama2::decode_step_plan(wire);
+  } catch (const llama2::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool contains(const std::string& s, const std::string& needle) {
+  return s.find(needle) != std::string::npos;
+}
+
+// Wire offsets of the fields of sequence `s` (header is 6 ints).
+size_t seq_field(int s, int field) { return 6 + 6 * size_t(s) + field; }
+enum Field { kSeqId, kPosBegin, kNTokens, kWantLogits, kTableBegin, kTableLen };
+
+}  // namespace
+
+TEST_SUITE("step_plan") {
+  TEST_CASE("encode writes the documented layout") {
+    StepPlan p;
+    p.seqs = {SeqStep{4, 5, 2, 1, 0, 2}};
+    p.tokens = {9, 8};
+    p.block_ids = {3, 1};
+    const std::vector<int32_t> expected = {kMagic, 1, 0, 1, 2, 2,  // magic kind exit seqs toks blocks
+                                           4,      5, 2, 1, 0, 2,  // the sequence
+                                           9,      8,              // tokens
+                                           3,      1};             // block ids
+    CHECK(llama2::encode_step_plan(p) == expected);
+  }
+
+  TEST_CASE("forward plan round trip") {
+    const StepPlan p = forward_plan();
+    const auto wire = llama2::encode_step_plan(p);
+    CHECK(wire.size() == 6 + 3 * 6 + 6 + 6);
+    check_same(llama2::decode_step_plan(wire), p);
+  }
+
+  TEST_CASE("shutdown plan round trip keeps the exit code") {
+    StepPlan p;
+    p.kind = StepKind::kShutdown;
+    p.exit_code = 3;
+    const auto wire = llama2::encode_step_plan(p);
+    CHECK(wire.size() == 6);
+    const StepPlan d = llama2::decode_step_plan(wire);
+    check_same(d, p);
+    CHECK(d.kind == StepKind::kShutdown);
+    CHECK(d.exit_code == 3);
+  }
+
+  TEST_CASE("empty forward plan and negative exit code round trip") {
+    StepPlan p;
+    p.exit_code = -7;
+    check_same(llama2::decode_step_plan(llama2::encode_step_plan(p)), p);
+  }
+
+  TEST_CASE("sequences may share and over-cover block ranges; zero-length tables are allowed") {
+    StepPlan p;
+    p.seqs = {SeqStep{1, 0, 1, 1, 0, 0}, SeqStep{2, 0, 2, 1, 0, 2}, SeqStep{3, 0, 1, 0, 1, 1}};
+    p.tokens = {1, 2, 3, 4};
+    p.block_ids = {6, 4};
+    check_same(llama2::decode_step_plan(llama2::encode_step_plan(p)), p);
+  }
+
+  TEST_CASE("logit_rows and total_tokens") {
+    const StepPlan p = forward_plan();
+    CHECK(p.logit_rows() == 2);
+    CHECK(p.total_tokens() == 6);
+    StepPlan none;
+    CHECK(none.logit_rows() == 0);
+    CHECK(none.total_tokens() == 0);
+    StepPlan all = forward_plan();
+    for (auto& s : all.seqs) s.want_logits = 1;
+    CHECK(all.logit_rows() == 3);
+  }
+
+  TEST_CASE("malformed wires throw Error") {
+    const auto good = llama2::encode_step_plan(forward_plan());
+    REQUIRE(decode_error(good).empty());
+    auto bad = [&](auto mutate) {
+      auto w = good;
+      mutate(w);
+      return decode_error(w);
+    };
+
+    SUBCASE("bad magic or short header") {
+      CHECK(contains(bad([](auto& w) { w[0] ^= 1; }), "malformed step plan"));
+      CHECK(contains(bad([](auto& w) { w[0] = 0; }), "header"));
+      CHECK(contains(decode_error({}), "header"));
+      CHECK(contains(decode_error({kMagic, 2, 0, 0, 0}), "header"));
+    }
+    SUBCASE("unknown kind") {
+      CHECK(contains(bad([](auto& w) { w[1] = 0; }), "unknown kind"));
+      CHECK(contains(bad([](auto& w) { w[1] = 3; }), "unknown kind"));
+      CHECK(contains(bad([](auto& w) { w[1] = -1; }), "unknown kind"));
+    }
+    SUBCASE("length mismatch") {
+      CHECK(contains(bad([](auto& w) { w.push_back(0); }), "length mismatch"));
+      CHECK(contains(bad([](auto& w) { w.pop_back(); }), "length mismatch"));
+      CHECK(contains(bad([](auto& w) { w[3] += 1; }), "length mismatch"));  // seq count
+      CHECK(contains(bad([](auto& w) { w[4] += 1; }), "length mismatch"));  // token count
+      CHECK(contains(bad([](auto& w) { w[5] -= 1; }), "length mismatch"));  // block count
+      CHECK(contains(bad([](auto& w) { w[3] = -1; }), "length mismatch"));
+      CHECK(contains(bad([](auto& w) {
+                       // Counts that add up to the real length (6 - 6 + 30 + 6 = 36) but with
+                       // a negative sequence count.
+                       w[3] = -1;
+                       w[4] = 30;
+                     }),
+                     "length mismatch"));
+      CHECK(contains(decode_error({kMagic, 1, 0, 0, 0, 0, 42}), "length mismatch"));
+    }
+    SUBCASE("n_tokens < 1") {
+      CHECK(contains(bad([](auto& w) { w[seq_field(1, kNTokens)] = 0; }), "sequence 12"));
+      CHECK(contains(bad([](auto& w) { w[seq_field(0, kNTokens)] = -3; }), "sequence 11"));
+    }
+    SUBCASE("negative position") {
+      CHECK(contains(bad([](auto& w) { w[seq_field(2, kPosBegin)] = -1; }), "sequence 13"));
+    }
+    SUBCASE("table out of range") {
+      // 6 block ids: [4, 4+3) runs past the end, as does a negative start or length.
+      CHECK(contains(bad([](auto& w) { w[seq_field(2, kTableLen)] = 3; }), "sequence 13"));
+      CHECK(contains(bad([](auto& w) { w[seq_field(0, kTableBegin)] = 6; }), "sequence 11"));
+      CHECK(contains(bad([](auto& w) { w[seq_field(0, kTableBegin)] = -1; }), "sequence 11"));
+      CHECK(contains(bad([](auto& w) { w[seq_field(1, kTableLen)] = -1; }), "sequence 12"));
+      // begin + len overflowing int32 must not wrap into range.
+      CHECK(contains(bad([](auto& w) {
+                       w[seq_field(1, kTableBegin)] = 5;
+                       w[seq_field(1, kTableLen)] = 0x7fffffff;
+                     }),
+                     "sequence 12"));
+      // Exactly reaching the end is fine.
+      CHECK(bad([](auto& w) { w[seq_field(1, kTableLen)] = 5; }).empty());
+    }
+    SUBCASE("token count mismatch") {
+      // Per-sequence counts no longer add up to the header's token count (same total length).
+      CHECK(contains(bad([](auto& w) { w[seq_field(0, kNTokens)] = 2; }), "token count"));
+      CHECK(contains(bad([](auto& w) { w[seq_field(2, kNTokens)] = 5; }), "token count"));
+    }
+  }
+
+  TEST_CASE("the error type is llama2::Error") {
+    CHECK_THROWS_AS(llama2::decode_step_plan({1, 2, 3}), llama2::Error);
+  }
+}
