@@ -22,6 +22,7 @@ const char* kUsage =
     "\n"
     "commands:\n"
     "  generate          generate text for one prompt (streams to stdout)\n"
+    "  batch             run a JSONL file of prompts as one job (resumable)\n"
     "  make-test-model   write a small random model directory with its own tokenizer\n"
     "  plan              capacity planner: memory per GPU for a TP degree (no MPI needed)\n";
 
@@ -75,6 +76,7 @@ int main(int argc, char** argv) {
   char** sub_argv = argv + 1;
   const int sub_argc = argc - 1;
   if (cmd == "generate") return run_mpi_command(llama2::run_generate, sub_argc, sub_argv);
+  if (cmd == "batch") return run_mpi_command(llama2::run_batch, sub_argc, sub_argv);
   if (cmd == "make-test-model") {
     return run_local_command(llama2::run_make_test_model, sub_argc, sub_argv);
   }

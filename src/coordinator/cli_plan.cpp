@@ -72,7 +72,9 @@ void print_table(const CapacityPlan& p, const ModelConfig& c, const std::string&
   auto row = [](const std::string& label, const std::string& value) {
     std::printf("  %-32s %s\n", label.c_str(), value.c_str());
   };
-  auto with_exact = [](int64_t b) { return format_bytes(b) + " (" + std::to_string(b) + " B)"; };
+  auto with_exact = [](int64_t b) {
+    return b < 1024 ? format_bytes(b) : format_bytes(b) + " (" + std::to_string(b) + " B)";
+  };
   std::printf("llama2 plan: %s, tp %d, %s, %s per GPU, max_seq_len %d, block %d tokens\n",
               source.c_str(), p.tp, dtype.c_str(), format_bytes(p.gpu_mem_bytes).c_str(),
               p.max_seq_len, p.block_size);
