@@ -104,7 +104,12 @@ int run_batch(int argc, char** argv, int rank) {
     const std::string in_path = args["input"].as<std::string>();
     std::ifstream in(in_path, std::ios::binary);
     if (!in) throw Error("--input " + in_path + ": cannot open");
-    if (resume) done = load_done_ids(out_path);
+    if (resume) {
+      done = load_done_ids(out_path);
+    } else if (std::ifstream probe(out_path, std::ios::binary | std::ios::ate); probe && probe.tellg() > 0) {
+      throw Error("--output " + out_path + " already has results; pass --resume to continue that job "
+                  "or choose another file");
+    }
     std::set<std::string> seen;
     std::string text;
     int max_blocks = 1;

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# llama2 batch under mpirun: mixed valid/invalid lines, batch invariance (greedy output in a batch
+# equals the same prompt alone through `generate`), resume after a partial line and after SIGKILL.
+source "$(dirname "$0")/lib.sh" "$@"
+M="$MODELS/tiny-gqa"
+
+cat >"$TMP/mixed.jsonl" <<'JSONL'
+{"custom_id": "ok-text", "prompt": "Hello there, señor", "max_new_tokens": 6, "temperature": 0}
+not json at all
+{"custom_id": "ok-ids", "prompt_tokens": [1, 5, 9], "max_new_tokens": 4, "seed": 5, "top_k": 3}
+{"custom_id": "ok-text", "prompt": "duplicate id"}
+{"custom_id": "typo", "prompt": "x", "max_tokens": 4}
+{"custom_id": "too-long", "prompt": "x", "max_new_tokens": 100000}
+{"custom_id": "bad-temp", "prompt": "x", "temperature": -1}
+{"prompt": "no id"}
+{"custom_id": "both", "prompt": "x", "prompt_tokens": [1]}
+{"custom_id": "bad-id", "prompt_tokens": [1, 999999]}
+JSONL
+for np in 1 2; do
+  run_capture mixed$np $np batch --model "$M" --input "$TMP/mixed.jsonl" --output "$TMP/mixed$np.out.jsonl" --quiet
+  [[ $(rc_of mixed$np) -eq 3 ]] && pass "np=$np mixed input exits 3 (some lines failed)" || fail "np=$np mixed exit $(rc_of mixed$np)"
+  python3 - "$TMP/mixed$np.out.jsonl" <<'PY' && pass "np=$np one output line per input line, right codes" || fail "np=$np mixed output"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1], encoding="utf-8")]
+assert len(rows) == 10, len(rows)
+err = {(r.get("custom_id"), r.get("line")): r["error"]["code"] for r in rows if "error" in r}
+ok = {r["custom_id"]: r for r in rows if "error" not in r}
+want = {(None, 2): "invalid_json", ("ok-text", 4): "duplicate_custom_id", ("typo", 5): "invalid_request",
+        ("too-long", 6): "prompt_too_long", ("bad-temp", 7): "invalid_request", (None, 8): "invalid_request",
+        ("both", 9): "invalid_request", ("bad-id", 10): "invalid_request"}
+assert err == want, err
+assert set(ok) == {"ok-text", "ok-ids"}, ok.keys()
+assert ok["ok-text"]["usage"]["completion_tokens"] == len(ok["ok-text"]["token_ids"]) <= 6
+assert ok["ok-ids"]["usage"] == {"prompt_tokens": 3, "completion_tokens": 4}
+PY
+done
+
+# Batch invariance: 12 greedy prompts of different lengths in batches of 8 vs each alone.
+python3 - "$TMP/greedy.jsonl" <<'PY'
+import json, sys
+prompts = ["Hi", "The cat sat on the mat and looked around the room", "北京 café 🍂", "1 2 3 4 5",
+           "Once upon a time", "Weather: ☀️", "ab", "A much longer prompt " * 6, "Ola", "xyz", "Zürich", "end"]
+with open(sys.argv[1], "w", encoding="utf-8") as f:
+    for i, p in enumerate(prompts):
+        f.write(json.dumps({"custom_id": f"g{i}", "prompt": p, "max_new_tokens": 10 + i, "temperature": 0,
+                            "ignore_eos": True}, ensure_ascii=False) + "\n")
+PY
+for np in 1 2; do
+  run_capture greedy$np $np batch --model "$M" --input "$TMP/greedy.jsonl" --output "$TMP/greedy$np.out.jsonl" --max-batch-size 8 --prefill-chunk 16 --quiet
+  [[ $(rc_of greedy$np) -eq 0 ]] || fail "np=$np greedy batch exit $(rc_of greedy$np)"
+  mism=0
+  while IFS=$'\t' read -r id prompt n; do
+    run_capture alone 1 generate --model "$M" --quiet --json --prompt "$prompt" -n "$n" --temperature 0 --ignore-eos
+    python3 - "$TMP/alone.out" "$TMP/greedy$np.out.jsonl" "$id" <<'PY' || mism=$((mism + 1))
+import json, sys
+alone = json.load(open(sys.argv[1]))
+batch = {r["custom_id"]: r for r in map(json.loads, open(sys.argv[2], encoding="utf-8"))}[sys.argv[3]]
+sys.exit(0 if alone["token_ids"] == batch["token_ids"] and alone["text"] == batch["text"] else 1)
+PY
+  done < <(python3 -c 'import json,sys
+for l in open(sys.argv[1], encoding="utf-8"):
+    r = json.loads(l); print(r["custom_id"], r["prompt"], r["max_new_tokens"], sep="\t")' "$TMP/greedy.jsonl")
+  [[ $mism -eq 0 ]] && pass "np=$np batched greedy == generate alone for 12 prompts" || fail "np=$np $mism prompts differ from generate alone"
+done
+
+# Resume after a partial last line: cut the finished output after 5 lines plus half a line.
+python3 - "$TMP/greedy1.out.jsonl" "$TMP/resume.jsonl" <<'PY'
+import sys
+lines = open(sys.argv[1], "rb").read().split(b"\n")
+open(sys.argv[2], "wb").write(b"\n".join(lines[:5]) + b"\n" + lines[5][: len(lines[5]) // 2])
+PY
+run_capture resume 2 batch --model "$M" --input "$TMP/greedy.jsonl" --output "$TMP/resume.jsonl" --max-batch-size 8 --quiet --resume
+python3 - "$TMP/resume.jsonl" "$TMP/greedy1.out.jsonl" <<'PY' && pass "resume after a partial line: every id once, same results" || fail "resume after partial line"
+import json, sys
+got = [json.loads(l) for l in open(sys.argv[1], encoding="utf-8")]
+ref = {r["custom_id"]: r for r in map(json.loads, open(sys.argv[2], encoding="utf-8"))}
+ids = [r["custom_id"] for r in got]
+assert sorted(ids) == sorted(ref), ids
+assert all(r["token_ids"] == ref[r["custom_id"]]["token_ids"] for r in got)
+PY
+run_capture overwrite 1 batch --model "$M" --input "$TMP/greedy.jsonl" --output "$TMP/resume.jsonl" --quiet
+expect_failure overwrite "already has results; pass --resume"
+
+# A real SIGKILL mid-job (as a scheduler would), then --resume completes the job.
+python3 -c 'import json
+for i in range(60): print(json.dumps({"custom_id": f"k{i}", "prompt": f"Story {i}:", "max_new_tokens": 300, "ignore_eos": True, "seed": i}))' >"$TMP/kill.jsonl"
+set -m  # the background job gets its own process group: one kill reaches mpirun and every rank
+"$MPIRUN" 2 "$LLAMA2" batch --model "$M" --input "$TMP/kill.jsonl" --output "$TMP/kill.out.jsonl" --max-batch-size 1 --quiet >/dev/null 2>&1 &
+pid=$!
+set +m
+for _ in $(seq 400); do [[ -s "$TMP/kill.out.jsonl" ]] && break; sleep 0.02; done
+kill -KILL -- -"$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+for _ in $(seq 50); do pgrep -f "kill.out.jsonl" >/dev/null || break; sleep 0.1; done
+pkill -KILL -f "kill.out.jsonl" 2>/dev/null  # ranks that left the group (should be none)
+before=$(wc -l <"$TMP/kill.out.jsonl")
+run_capture killresume 2 batch --model "$M" --input "$TMP/kill.jsonl" --output "$TMP/kill.out.jsonl" --max-batch-size 8 --quiet --resume
+python3 - "$TMP/kill.out.jsonl" <<'PY' && pass "SIGKILL after $before lines, --resume: 60 ids exactly once, no partial line" || fail "resume after SIGKILL"
+import json, sys
+raw = open(sys.argv[1], "rb").read()
+assert raw.endswith(b"\n")
+ids = [json.loads(l)["custom_id"] for l in raw.decode().splitlines()]
+assert sorted(ids) == sorted(f"k{i}" for i in range(60)), (len(ids), len(set(ids)))
+PY
+
+# Progress goes to stderr as plain lines when stderr is a file: no carriage returns.
+run_capture progress 2 batch --model "$M" --input "$TMP/greedy.jsonl" --output "$TMP/progress.jsonl" --quiet --progress-interval 0.01
+if grep -q $'\r' "$TMP/progress.err"; then fail "carriage return in non-tty progress"
+elif grep -q "12/12 prompts done" "$TMP/progress.err"; then pass "plain progress lines: $(grep -c 'prompts done' "$TMP/progress.err")"
+else fail "no final progress line"; fi
+finish
