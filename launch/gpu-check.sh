@@ -45,28 +45,23 @@ gc_human() { awk -v b="$1" 'BEGIN { printf "%.1f GiB", b / 1073741824 }'; }
 # --format=csv,noheader,nounits` -> arrays GC_IDX GC_UUID GC_NAME GC_TOTAL GC_USED GC_FREE (MiB).
 gc_parse_gpus() {
   GC_IDX=() GC_UUID=() GC_NAME=() GC_TOTAL=() GC_USED=() GC_FREE=()
-  local line idx uuid name total used free
-  while IFS= read -r line || [[ -n "$line" ]]; do
-    line=$(printf '%s' "$line" | sed 's/\r$//; s/^[[:space:]]*//; s/[[:space:]]*$//; s/[[:space:]]*,[[:space:]]*/,/g')
-    [[ -n "$line" ]] || continue
-    IFS=, read -r idx uuid name total used free _ <<<"$line"
+  local idx uuid name total used free
+  while IFS=, read -r idx uuid name total used free _; do
     [[ "$idx" =~ ^[0-9]+$ ]] || continue
     GC_IDX+=("$idx") GC_UUID+=("$uuid") GC_NAME+=("$name")
     GC_TOTAL+=("$total") GC_USED+=("$used") GC_FREE+=("$free")
-  done
+  done < <(sed 's/\r$//; s/^[[:space:]]*//; s/[[:space:]]*$//; s/[[:space:]]*,[[:space:]]*/,/g')
 }
 
 # gc_parse_apps: `nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory
 # --format=csv,noheader,nounits` -> arrays GC_APP_UUID GC_APP_PID GC_APP_NAME GC_APP_MEM.
 gc_parse_apps() {
   GC_APP_UUID=() GC_APP_PID=() GC_APP_NAME=() GC_APP_MEM=()
-  local line uuid pid name mem
-  while IFS= read -r line || [[ -n "$line" ]]; do
-    line=$(printf '%s' "$line" | sed 's/\r$//; s/^[[:space:]]*//; s/[[:space:]]*,[[:space:]]*/,/g')
-    [[ "$line" == GPU-* || "$line" == MIG-* ]] || continue   # skips "No running processes found"
-    IFS=, read -r uuid pid name mem <<<"$line"
+  local uuid pid name mem
+  while IFS=, read -r uuid pid name mem; do
+    [[ "$uuid" == GPU-* || "$uuid" == MIG-* ]] || continue   # skips "No running processes found"
     GC_APP_UUID+=("$uuid") GC_APP_PID+=("$pid") GC_APP_NAME+=("$name") GC_APP_MEM+=("$mem")
-  done
+  done < <(sed 's/\r$//; s/^[[:space:]]*//; s/[[:space:]]*$//; s/[[:space:]]*,[[:space:]]*/,/g')
 }
 
 # gc_parse_topo: `nvidia-smi topo -m` -> associative array GC_TOPO["i,j"] = X | NV# | PIX | PXB |
@@ -75,8 +70,7 @@ declare -A GC_TOPO=()
 gc_parse_topo() {
   GC_TOPO=() GC_TOPO_TEXT=""
   local line header=() toks=() c row seen=0
-  while IFS= read -r line || [[ -n "$line" ]]; do
-    line=$(printf '%s' "$line" | sed 's/\x1b\[[0-9;]*m//g; s/\r$//')
+  while IFS= read -r line; do
     [[ "$line" =~ ^[[:space:]]*Legend ]] && break
     read -ra toks <<<"$line"
     [[ ${#toks[@]} -gt 0 ]] || continue
@@ -92,7 +86,7 @@ gc_parse_topo() {
       [[ "${header[c]}" =~ ^GPU([0-9]+)$ ]] || break   # GPU columns come first
       GC_TOPO["$row,${BASH_REMATCH[1]}"]=${toks[c + 1]-}
     done
-  done
+  done < <(sed 's/\x1b\[[0-9;]*m//g; s/\r$//')   # no colour codes, no CRs
 }
 
 # gc_json_field JSON KEY -> the first top-level-looking value of "KEY" (number, true/false/null,

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "common/capacity.h"
 #include "common/check.h"
 #include "rank/local_rank.h"
 #include "rank/safetensors.h"
@@ -86,6 +87,14 @@ RankEngine::RankEngine(const EngineSpec& spec, const ModelConfig& config, MPI_Co
     error = e.what();
   }
   agree_on_errors(comm_, error);
+
+  // The planner's arithmetic and the runner's allocation must agree byte for byte (fp32 on CPU):
+  // `llama2 plan` is only trustworthy if it describes what the engine really allocates.
+  const uint64_t planned_weights = shard_weight_bytes(config_, shard_, sizeof(float));
+  const uint64_t planned_kv = kv_bytes_per_token(config_, shard_, sizeof(float)) *
+                              static_cast<uint64_t>(spec.kv.block_size) * spec.kv.num_blocks;
+  LLAMA2_CHECK(planned_weights == runner_->weight_bytes());
+  LLAMA2_CHECK(planned_kv == runner_->kv_cache_bytes());
 
   std::ostringstream line;
   line << "rank " << rank_ << "/" << size_ << ": local rank " << local.local_rank << "/"
