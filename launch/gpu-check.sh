@@ -36,8 +36,14 @@ gc_warn() { GC_NWARN=$((GC_NWARN + 1)); printf 'WARN  %s\n' "$*"; }
 gc_fail() { GC_NFAIL=$((GC_NFAIL + 1)); printf 'FAIL  %s\n' "$*"; }
 gc_info() { printf 'INFO  %s\n' "$*"; }
 
-# gc_human BYTES -> "12.3 GiB"
-gc_human() { awk -v b="$1" 'BEGIN { printf "%.1f GiB", b / 1073741824 }'; }
+# gc_human BYTES -> "12.3 GiB"; gc_human_to VAR BYTES sets VAR instead (no subshell: this
+# script forks as little as it can). Non-numbers give "?".
+gc_human_to() {
+  if [[ ! "$2" =~ ^-?[0-9]+$ ]]; then printf -v "$1" '?'; return 0; fi
+  local t=$((($2 * 10 + 536870912) / 1073741824))
+  printf -v "$1" '%d.%d GiB' "$((t / 10))" "$((t < 0 ? -t % 10 : t % 10))"
+}
+gc_human() { local h; gc_human_to h "$1"; echo "$h"; }
 
 # ---- parsers (stdin -> globals), testable with canned nvidia-smi output
 
@@ -89,18 +95,20 @@ gc_parse_topo() {
   done < <(sed 's/\x1b\[[0-9;]*m//g; s/\r$//')   # no colour codes, no CRs
 }
 
-# gc_json_field JSON KEY -> the first top-level-looking value of "KEY" (number, true/false/null,
-# or string without quotes). Enough for llama2 plan's flat object; no jq on the GPU nodes.
-gc_json_field() {
-  local json=$1 key=$2 m
-  m=$(printf '%s' "$json" | grep -o "\"$key\"[[:space:]]*:[[:space:]]*\(\"[^\"]*\"\|[^,}]*\)" | head -n 1)
-  m=${m#*:}
-  m=${m#"${m%%[![:space:]]*}"}
-  m=${m%"${m##*[![:space:]]}"}
-  m=${m#\"}
-  m=${m%\"}
-  printf '%s' "$m"
+# gc_json_field JSON KEY -> the first value of "KEY" (number, true/false/null, or a string
+# without its quotes); gc_json_to VAR JSON KEY sets VAR instead. Enough for llama2 plan's flat
+# object (top-level keys come before the arrays of objects); no jq on the GPU nodes.
+gc_json_to() {
+  local re="\"$3\"[[:space:]]*:[[:space:]]*(\"[^\"]*\"|\\[[^]]*\\]|[^,}]*)" m=""
+  if [[ "$2" =~ $re ]]; then   # bash matches leftmost: the first occurrence
+    m=${BASH_REMATCH[1]}
+    m=${m%"${m##*[![:space:]]}"}
+    m=${m#[\"[]}
+    m=${m%[\"\]]}
+  fi
+  printf -v "$1" '%s' "$m"
 }
+gc_json_field() { local v; gc_json_to v "$1" "$2"; printf '%s' "$v"; }
 
 # gc_select_visible: GC_SEL = positions in the GC_* arrays that CUDA will see, in CUDA's order.
 gc_select_visible() {
@@ -131,12 +139,12 @@ gc_select_visible() {
   done
 }
 
-gc_find_llama2() {
-  local root
-  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." 2>/dev/null && pwd)
-  if [[ -n "${LLAMA2_BIN-}" ]]; then echo "$LLAMA2_BIN"
-  elif [[ -x "${LLAMA2_BUILD:-$root/build}/llama2" ]]; then echo "${LLAMA2_BUILD:-$root/build}/llama2"
-  else command -v llama2 2>/dev/null
+gc_find_llama2_to() {  # VAR
+  local root=${BASH_SOURCE[0]%/*}/..
+  [[ "${BASH_SOURCE[0]}" == */* ]] || root=..
+  if [[ -n "${LLAMA2_BIN-}" ]]; then printf -v "$1" '%s' "$LLAMA2_BIN"
+  elif [[ -x "${LLAMA2_BUILD:-$root/build}/llama2" ]]; then printf -v "$1" '%s' "${LLAMA2_BUILD:-$root/build}/llama2"
+  else printf -v "$1" '%s' "$(command -v llama2 2>/dev/null)"
   fi
 }
 
@@ -197,8 +205,9 @@ gc_main() {
 
   # 3. versions
   local driver cuda tk=""
-  driver=$(printf '%s\n' "$out" | sed -n 's/.*Driver Version: *\([0-9][0-9.]*\).*/\1/p' | head -n 1)
-  cuda=$(printf '%s\n' "$out" | sed -n 's/.*CUDA Version: *\([0-9][0-9.]*\).*/\1/p' | head -n 1)
+  driver="" cuda=""
+  [[ "$out" =~ Driver\ Version:\ *([0-9][0-9.]*) ]] && driver=${BASH_REMATCH[1]}
+  [[ "$out" =~ CUDA\ Version:\ *([0-9][0-9.]*) ]] && cuda=${BASH_REMATCH[1]}
   if [[ -n "$driver" ]]; then gc_ok "driver $driver, CUDA ${cuda:-unknown} (the newest CUDA this driver runs)"
   else gc_warn "driver version not found in nvidia-smi output"
   fi
@@ -306,7 +315,7 @@ gc_check_memory() {
   local model=$1 preset=$2 tp=$3 max_seq=$4 dtype=$5
   shift 5
   local group=("$@") bin p min_total="" plan_args=() json err rc
-  bin=$(gc_find_llama2)
+  gc_find_llama2_to bin
   if [[ -z "$bin" || ! -x "$bin" ]]; then
     gc_warn "memory: llama2 binary not found (LLAMA2_BIN, build/llama2, PATH): cannot ask llama2 plan what the model needs"
     return 0
@@ -324,43 +333,51 @@ gc_check_memory() {
   [[ -n "$dtype" ]] && plan_args+=(--dtype "$dtype")
   err=$(mktemp)
   json=$("$bin" plan "${plan_args[@]}" 2>"$err"); rc=$?
-  local errline
-  errline=$(grep -v '^[[:space:]]*$' "$err" | head -n 1)
+  local errline=""
+  while IFS= read -r errline; do [[ -z "${errline// /}" ]] || break; done <"$err"
   rm -f "$err"
-  local what=${model:-preset $preset} weights kvtok reserve seq fits
-  weights=$(gc_json_field "$json" weight_bytes_per_gpu)
-  if [[ "$(gc_json_field "$json" tp_valid)" == false ]]; then
-    gc_fail "memory: --tp $tp is not valid for $what: $(gc_json_field "$json" tp_invalid_reason) (valid: $(printf '%s' "$json" | grep -o '"valid_tp_degrees":\[[^]]*\]' | sed 's/.*\[//; s/\]//'))"
+  local what=${model:-preset $preset} weights kvtok reserve seq fits valid reason degrees
+  gc_json_to weights "$json" weight_bytes_per_gpu
+  gc_json_to valid "$json" tp_valid
+  if [[ "$valid" == false ]]; then
+    gc_json_to reason "$json" tp_invalid_reason
+    gc_json_to degrees "$json" valid_tp_degrees
+    gc_fail "memory: --tp $tp is not valid for $what: $reason${degrees:+ (valid: $degrees)}"
     return 0
   fi
   if [[ $rc -gt 1 || ! "$weights" =~ ^[0-9]+$ ]]; then
     gc_fail "memory: llama2 plan ${plan_args[*]} failed (exit $rc): ${errline:-no JSON on stdout}"
     return 0
   fi
-  kvtok=$(gc_json_field "$json" kv_bytes_per_token_per_gpu)
-  seq=$(gc_json_field "$json" max_seq_len)
+  gc_json_to kvtok "$json" kv_bytes_per_token_per_gpu
+  gc_json_to seq "$json" max_seq_len
+  gc_json_to reserve "$json" reserve_bytes
+  gc_json_to fits "$json" fits
   [[ "$seq" =~ ^[0-9]+$ ]] || seq=${max_seq:-0}
-  reserve=$(gc_json_field "$json" reserve_bytes)
   [[ "$reserve" =~ ^[0-9]+$ ]] || reserve=0
   [[ "$kvtok" =~ ^[0-9]+$ ]] || kvtok=0
-  fits=$(gc_json_field "$json" fits)
-  local need=$((weights + kvtok * seq + reserve))
-  local detail
-  detail="weights $(gc_human "$weights") + KV $(gc_human $((kvtok * seq))) for one $seq-token sequence + reserve $(gc_human "$reserve")"
+  local need=$((weights + kvtok * seq + reserve)) h_w h_kv h_r h_need h_free h_used detail
+  gc_human_to h_w "$weights"; gc_human_to h_kv $((kvtok * seq)); gc_human_to h_r "$reserve"
+  gc_human_to h_need "$need"
+  detail="weights $h_w + KV $h_kv for one $seq-token sequence + reserve $h_r"
   if [[ "$fits" == false || $rc -eq 1 ]]; then
-    local short smallest
-    short=$(gc_json_field "$json" shortfall_bytes)
-    smallest=$(gc_json_field "$json" smallest_fitting_tp)
-    gc_fail "memory: $what does not fit at tp $tp on ${min_total} MiB GPUs: needs $(gc_human "$need") per GPU ($detail)${short:+, short by $(gc_human "$short")}${smallest:+; smallest TP degree that fits: $smallest}"
+    local short smallest h_short=""
+    gc_json_to short "$json" shortfall_bytes
+    gc_json_to smallest "$json" smallest_fitting_tp
+    [[ "$short" =~ ^[0-9]+$ ]] && gc_human_to h_short "$short"
+    [[ "$smallest" =~ ^[0-9]+$ ]] || smallest=""
+    gc_fail "memory: $what does not fit at tp $tp on ${min_total} MiB GPUs: needs $h_need per GPU ($detail)${h_short:+, short by $h_short}${smallest:+; smallest TP degree that fits: $smallest}"
     return 0
   fi
   local free_b
   for p in "${group[@]}"; do
     free_b=$((GC_FREE[p] * 1048576))
+    gc_human_to h_free "$free_b"
     if [[ $free_b -ge $need ]]; then
-      gc_ok "memory GPU${GC_IDX[p]}: $(gc_human "$free_b") free >= $(gc_human "$need") needed ($detail)"
+      gc_ok "memory GPU${GC_IDX[p]}: $h_free free >= $h_need needed ($detail)"
     else
-      gc_fail "memory GPU${GC_IDX[p]}: $(gc_human "$free_b") free < $(gc_human "$need") needed ($detail); $(gc_human $((GC_USED[p] * 1048576))) already in use"
+      gc_human_to h_used "$((${GC_USED[p]//[!0-9]/} * 1048576))"
+      gc_fail "memory GPU${GC_IDX[p]}: $h_free free < $h_need needed ($detail); $h_used already in use"
     fi
   done
 }

@@ -54,12 +54,12 @@ replica_quote() {
   echo "${out[*]}"
 }
 
-# replica__uint NAME VALUE: VALUE must be a non-negative decimal integer.
+# replica__uint VAR NAME VALUE: VALUE must be a non-negative decimal integer; VAR = its value
+# (leading zeros stripped, so that bash arithmetic never reads "08" as octal). No subshell.
 replica__uint() {
-  [[ -n "$2" ]] || { replica__err "$1 is not set"; return 1; }
-  [[ "$2" =~ ^[0-9]+$ ]] || { replica__err "$1='$2' is not a non-negative integer"; return 1; }
-  # Strip leading zeros so that bash arithmetic does not read "08" as octal.
-  echo $((10#$2))
+  [[ -n "$3" ]] || { replica__err "$2 is not set"; return 1; }
+  [[ "$3" =~ ^[0-9]+$ ]] || { replica__err "$2='$3' is not a non-negative integer"; return 1; }
+  printf -v "$1" '%d' "$((10#$3))"
 }
 
 replica_tasks_per_node() {
@@ -68,7 +68,7 @@ replica_tasks_per_node() {
   IFS=, read -ra parts <<<"$v"
   for part in "${parts[@]}"; do
     part=${part%%(x*)}             # Slurm's compressed form: "2(x4)" = 2 on each of 4 nodes
-    n=$(replica__uint SLURM_NTASKS_PER_NODE "$part") || return 1
+    replica__uint n SLURM_NTASKS_PER_NODE "$part" || return 1
     [[ -z "$first" ]] && first=$n
     [[ "$n" == "$first" ]] || { replica__err "SLURM_NTASKS_PER_NODE='$v' differs between nodes: every replica needs the same TP degree"; return 1; }
   done
@@ -78,9 +78,9 @@ replica_tasks_per_node() {
 
 replica_validate() {
   local node nnodes local_id g
-  node=$(replica__uint SLURM_NODEID "${SLURM_NODEID-}") || return 1
-  nnodes=$(replica__uint SLURM_NNODES "${SLURM_NNODES-}") || return 1
-  local_id=$(replica__uint SLURM_LOCALID "${SLURM_LOCALID-}") || return 1
+  replica__uint node SLURM_NODEID "${SLURM_NODEID-}" || return 1
+  replica__uint nnodes SLURM_NNODES "${SLURM_NNODES-}" || return 1
+  replica__uint local_id SLURM_LOCALID "${SLURM_LOCALID-}" || return 1
   g=$(replica_tasks_per_node "${SLURM_NTASKS_PER_NODE-}") || return 1
   [[ $nnodes -ge 1 ]] || { replica__err "SLURM_NNODES=$nnodes: need at least one node"; return 1; }
   [[ $node -lt $nnodes ]] || { replica__err "SLURM_NODEID=$node is out of range: SLURM_NNODES=$nnodes (node ids are 0..$((nnodes - 1)))"; return 1; }
@@ -90,8 +90,8 @@ replica_validate() {
 replica_index() {
   if [[ -n "${LLAMA2_REPLICA-}" ]]; then
     local k n
-    k=$(replica__uint LLAMA2_REPLICA "$LLAMA2_REPLICA") || return 1
-    n=$(replica__uint LLAMA2_REPLICAS "${LLAMA2_REPLICAS-${SLURM_NNODES-}}") || return 1
+    replica__uint k LLAMA2_REPLICA "$LLAMA2_REPLICA" || return 1
+    replica__uint n LLAMA2_REPLICAS "${LLAMA2_REPLICAS-${SLURM_NNODES-}}" || return 1
     [[ $k -lt $n ]] || { replica__err "LLAMA2_REPLICA=$k is out of range: $n replicas"; return 1; }
     echo "$k"
     return 0
@@ -103,7 +103,7 @@ replica_index() {
 replica_tp_rank() {
   local g id
   g=$(replica_tasks_per_node "${SLURM_NTASKS_PER_NODE-}") || return 1
-  id=$(replica__uint SLURM_LOCALID "${SLURM_LOCALID-}") || return 1
+  replica__uint id SLURM_LOCALID "${SLURM_LOCALID-}" || return 1
   [[ $id -lt $g ]] || { replica__err "SLURM_LOCALID=$id is out of range: SLURM_NTASKS_PER_NODE=$g (local ids are 0..$((g - 1)); one task per GPU)"; return 1; }
   echo "$id"
 }
@@ -123,20 +123,20 @@ replica__suffixed() {
 
 replica_output_file() {
   local k
-  k=$(replica__uint "replica index" "${1-}") || return 1
+  replica__uint k "replica index" "${1-}" || return 1
   replica__suffixed "${2:-$REPLICA_DEFAULT_OUTPUT}" "$k" jsonl
 }
 
 replica_socket_path() {
   local k
-  k=$(replica__uint "replica index" "${1-}") || return 1
+  replica__uint k "replica index" "${1-}" || return 1
   replica__suffixed "${2:-$REPLICA_DEFAULT_SOCKET}" "$k" sock
 }
 
 # replica_log_file K: the step log of replica K when there are several (LLAMA2_LOG_DIR, default .).
 replica_log_file() {
   local k
-  k=$(replica__uint "replica index" "${1-}") || return 1
+  replica__uint k "replica index" "${1-}" || return 1
   echo "${LLAMA2_LOG_DIR:-.}/llama2-${SLURM_JOB_ID:-job}.replica$k.log"
 }
 
@@ -149,8 +149,8 @@ replica_task_info() {
 
 replica_input_file() {
   local k n input=$3 dir=${4:-.} base
-  k=$(replica__uint "replica index" "${1-}") || return 1
-  n=$(replica__uint "replica count" "${2-}") || return 1
+  replica__uint k "replica index" "${1-}" || return 1
+  replica__uint n "replica count" "${2-}" || return 1
   if [[ $n -le 1 ]]; then echo "$input"; return 0; fi
   base=${input##*/}
   base=${base%.jsonl}
@@ -161,7 +161,7 @@ replica_input_file() {
 # count) gives each replica the same share and its --resume skips what it already wrote.
 replica_split_input() {
   local input=$1 n dir=${3:-.} k
-  n=$(replica__uint "replica count" "${2-}") || return 1
+  replica__uint n "replica count" "${2-}" || return 1
   [[ -r "$input" ]] || { replica__err "--input $input: cannot read"; return 1; }
   mkdir -p "$dir" || { replica__err "cannot create $dir"; return 1; }
   local outs=()
@@ -217,8 +217,8 @@ replica_expand_nodelist() {
 # in SPLIT_DIR when N > 1. Accepts "--flag value", "--flag=value" and -i/-o.
 replica_rewrite_args() {
   local k n dir=${3:-.} cmd=${4-} a saw_socket=0
-  k=$(replica__uint "replica index" "${1-}") || return 1
-  n=$(replica__uint "replica count" "${2-}") || return 1
+  replica__uint k "replica index" "${1-}" || return 1
+  replica__uint n "replica count" "${2-}" || return 1
   shift 3
   REPLICA_ARGS=()
   while [[ $# -gt 0 ]]; do
@@ -261,9 +261,9 @@ replica_arg_value() {
 # G ranks on NODE; the llama2 binary (srun) or the llama2 arguments (mpirun wrapper) follow it.
 replica_step_argv() {
   local k n node=${3-} g launcher=${LLAMA2_LAUNCHER:-srun}
-  k=$(replica__uint "replica index" "${1-}") || return 1
-  n=$(replica__uint "replica count" "${2-}") || return 1
-  g=$(replica__uint "tasks per node" "${4-}") || return 1
+  replica__uint k "replica index" "${1-}" || return 1
+  replica__uint n "replica count" "${2-}" || return 1
+  replica__uint g "tasks per node" "${4-}" || return 1
   [[ -n "$node" ]] || { replica__err "no node name for replica $k"; return 1; }
   [[ $k -lt $n ]] || { replica__err "replica $k out of range: $n replicas"; return 1; }
   [[ $g -ge 1 ]] || { replica__err "need at least 1 task per node"; return 1; }

@@ -52,18 +52,14 @@ cxxopts::Options batch_options() {
                         "one JSON line per input line, in completion order. Exit 0: all lines done; 3: "
                         "some lines invalid (error lines written); 1: the job failed; 2: usage.");
   opts.add_options()
-      ("m,model", "Model directory (Hugging Face Llama format)", cxxopts::value<std::string>())
       ("i,input", "Input JSONL file", cxxopts::value<std::string>())
       ("o,output", "Output JSONL file (appended to with --resume)", cxxopts::value<std::string>())
       ("resume", "Skip custom_ids already in --output and append the rest")
       ("max-batch-size", "Sequences decoded together per step", cxxopts::value<int>()->default_value("32"))
       ("prefill-chunk", "Prompt tokens per step across sequences", cxxopts::value<int>()->default_value("512"))
       ("kv-cache-blocks", "KV blocks to allocate (default: enough for max-batch-size of the longest request)", cxxopts::value<int>())
-      ("progress-interval", "Seconds between progress lines when stderr is not a terminal", cxxopts::value<double>()->default_value("10"))
-      ("backend", "cpu | cuda | auto", cxxopts::value<std::string>()->default_value("auto"))
-      ("block-size", "KV cache block size in tokens", cxxopts::value<int>()->default_value("16"))
-      ("q,quiet", "No start-up report")
-      ("h,help", "Show this help");
+      ("progress-interval", "Seconds between progress lines when stderr is not a terminal", cxxopts::value<double>()->default_value("10"));
+  add_engine_options(opts);
   add_sampling_options(opts);
   return opts;
 }

@@ -1,14 +1,33 @@
 #include "coordinator/cli_common.h"
 
+#include <cstdio>
+
 namespace llama2 {
+namespace {
+// "1" rather than std::to_string's "1.000000" in --help.
+std::string shortest(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", static_cast<double>(v));
+  return buf;
+}
+}  // namespace
+
+void add_engine_options(cxxopts::Options& opts) {
+  opts.add_options("Engine")
+      ("m,model", "Model directory (Hugging Face Llama format)", cxxopts::value<std::string>())
+      ("backend", "cpu | cuda | auto", cxxopts::value<std::string>()->default_value("auto"))
+      ("block-size", "KV cache block size in tokens", cxxopts::value<int>()->default_value("16"))
+      ("q,quiet", "No start-up report on stderr")
+      ("h,help", "Show this help");
+}
 
 void add_sampling_options(cxxopts::Options& opts) {
   const SamplingParams d;
   opts.add_options("Sampling")
-      ("temperature", "Softmax temperature; 0 = greedy", cxxopts::value<float>()->default_value(std::to_string(d.temperature)))
-      ("top-p", "Nucleus sampling mass in (0, 1]", cxxopts::value<float>()->default_value(std::to_string(d.top_p)))
+      ("temperature", "Softmax temperature; 0 = greedy", cxxopts::value<float>()->default_value(shortest(d.temperature)))
+      ("top-p", "Nucleus sampling mass in (0, 1]", cxxopts::value<float>()->default_value(shortest(d.top_p)))
       ("top-k", "Keep the k most likely tokens; 0 = off", cxxopts::value<int>()->default_value(std::to_string(d.top_k)))
-      ("repetition-penalty", "Penalty > 0 for tokens already seen (HF semantics); 1 = off", cxxopts::value<float>()->default_value(std::to_string(d.repetition_penalty)))
+      ("repetition-penalty", "Penalty > 0 for tokens already seen (HF semantics); 1 = off", cxxopts::value<float>()->default_value(shortest(d.repetition_penalty)))
       ("n,max-new-tokens", "Maximum tokens to generate", cxxopts::value<int>()->default_value(std::to_string(d.max_new_tokens)))
       ("seed", "Sampling seed (default: random, reported with --json)", cxxopts::value<uint64_t>())
       ("stop", "Stop string (repeatable); not included in the output", cxxopts::value<std::vector<std::string>>())

@@ -11,6 +11,10 @@ namespace llama2 {
 // Exit code for usage errors (unknown flag, missing value), as the CLI promises.
 constexpr int kExitUsage = 2;
 
+// Adds the flags every engine subcommand shares: -m/--model, --backend, --block-size, -q/--quiet,
+// -h/--help (group "Engine").
+void add_engine_options(cxxopts::Options& opts);
+
 // Adds --temperature, --top-p, --top-k, --repetition-penalty, --max-new-tokens, --seed, --stop,
 // --ignore-eos with SamplingParams' defaults.
 void add_sampling_options(cxxopts::Options& opts);

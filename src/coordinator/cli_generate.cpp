@@ -61,15 +61,11 @@ cxxopts::Options generate_options() {
                         "Generate text for one prompt. Run under mpirun: one rank per GPU "
                         "(or per tensor-parallel CPU shard).");
   opts.add_options()
-      ("m,model", "Model directory (Hugging Face Llama format)", cxxopts::value<std::string>())
       ("p,prompt", "Prompt text (BOS is added)", cxxopts::value<std::string>())
       ("prompt-file", "Read the prompt text from a file", cxxopts::value<std::string>())
       ("prompt-tokens", "Prompt as comma-separated token ids, used as given", cxxopts::value<std::string>())
-      ("backend", "cpu | cuda | auto", cxxopts::value<std::string>()->default_value("auto"))
-      ("block-size", "KV cache block size in tokens", cxxopts::value<int>()->default_value("16"))
-      ("json", "Print one JSON object (ids, text, finish reason, timings) instead of streaming")
-      ("q,quiet", "No start-up report on stderr")
-      ("h,help", "Show this help");
+      ("json", "Print one JSON object (ids, text, finish reason, timings) instead of streaming");
+  add_engine_options(opts);
   add_sampling_options(opts);
   return opts;
 }

@@ -12,6 +12,8 @@
 #include "common/check.h"
 #include "common/model_config.h"
 
+#include "test_util.h"
+
 using llama2::ModelConfig;
 using nlohmann::json;
 
@@ -87,24 +89,7 @@ json without(json j, const char* key) {
   return j;
 }
 
-// A fresh directory under /tmp, removed with its contents when the test ends.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/llama2_cfg_XXXXXX";
-    REQUIRE(mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-  void write(const std::string& name, const std::string& text) const {
-    std::ofstream out(path + "/" + name, std::ios::binary);
-    out << text;
-    REQUIRE(out.good());
-  }
-};
+using llama2::test::TempDir;
 
 }  // namespace
 

@@ -18,6 +18,8 @@
 #include "rank/safetensors.h"
 #include "tools/safetensors_writer.h"
 
+#include "test_util.h"
+
 namespace {
 
 using llama2::DType;
@@ -25,20 +27,7 @@ using llama2::Error;
 using llama2::TensorToWrite;
 using llama2::WeightStore;
 
-// A fresh directory under /tmp, removed with everything in it when the test ends.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/llama2_st_XXXXXX";
-    REQUIRE(mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return path + "/" + name; }
-};
+using llama2::test::TempDir;
 
 // The message of the llama2::Error that `f` throws ("<no error>" if it returns normally); any other
 // exception escapes and fails the test.
