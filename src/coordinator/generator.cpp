@@ -79,7 +79,41 @@ void Generator::finish(Sequence& s, const std::string& reason) {
   if (cb_.on_done) cb_.on_done(s.result);
 }
 
+bool Generator::cancel(int64_t id, const std::string& reason) {
+  auto match = [id](const std::unique_ptr<Sequence>& s) { return s->req.id == id; };
+  if (auto it = std::find_if(queue_.begin(), queue_.end(), match); it != queue_.end()) {
+    std::unique_ptr<Sequence> s = std::move(*it);
+    queue_.erase(it);
+    s->result.queue_s = seconds_since(s->added);
+    finish(*s, reason);
+    return true;
+  }
+  if (auto it = std::find_if(running_.begin(), running_.end(), match); it != running_.end()) {
+    std::unique_ptr<Sequence> s = std::move(*it);
+    running_.erase(it);
+    finish(*s, reason);
+    return true;
+  }
+  return false;
+}
+
+void Generator::cancel_all(const std::string& reason) {
+  std::vector<int64_t> ids;
+  for (const auto& s : queue_) ids.push_back(s->req.id);
+  for (const auto& s : running_) ids.push_back(s->req.id);
+  for (int64_t id : ids) cancel(id, reason);
+}
+
+int Generator::expire(Clock::time_point now) {
+  std::vector<int64_t> ids;
+  for (const auto& s : queue_) if (s->req.deadline <= now) ids.push_back(s->req.id);
+  for (const auto& s : running_) if (s->req.deadline <= now) ids.push_back(s->req.id);
+  for (int64_t id : ids) cancel(id, "timeout");
+  return static_cast<int>(ids.size());
+}
+
 int Generator::step() {
+  expire(Clock::now());
   admit();
   if (running_.empty()) return 0;
 

@@ -29,6 +29,8 @@ struct GenRequest {
   std::vector<int> prompt;  // token ids, BOS included when wanted
   SamplingParams params;    // already validated
   uint64_t seed = 0;        // used when params.seed is unset
+  // Past this instant the request ends with finish_reason "timeout" (queued or running).
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
 
 struct GenResult {
@@ -36,7 +38,7 @@ struct GenResult {
   std::vector<int> prompt;
   std::vector<int> tokens;    // generated ids (EOS included when it ended the sequence)
   std::string text;           // detokenized output, stop string excluded
-  std::string finish_reason;  // "stop" | "length"
+  std::string finish_reason;  // "stop" | "length" | "cancelled" | "timeout" | "shutting_down"
   double queue_s = 0, ttft_s = 0, total_s = 0;  // from add() to admission / first token / done
 };
 
@@ -63,7 +65,15 @@ class Generator {
   size_t running() const { return running_.size(); }
   size_t queued() const { return queue_.size(); }
   // Plans, executes and samples one step. Returns the number of tokens generated in it.
+  // Requests past their deadline are finished with "timeout" first.
   int step();
+  // Ends request `id` (queued or running) at once with `reason`, freeing its KV blocks;
+  // false if no such request is active.
+  bool cancel(int64_t id, const std::string& reason);
+  // Ends every active request with `reason` (server shutdown).
+  void cancel_all(const std::string& reason);
+  // Finishes requests whose deadline has passed with "timeout"; returns how many.
+  int expire(std::chrono::steady_clock::time_point now);
 
  private:
   struct Sequence;

@@ -3,6 +3,7 @@
 # no GPU, no Slurm and no working MPI needed: fake nvidia-smi / srun / mpirun / llama2 scripts
 # are written to a temporary directory. Prints "N passed, M failed" last; exit 1 on any failure.
 #   usage: bash tests/launch/test_launch.sh
+# shellcheck disable=SC2016  # single-quoted snippets are for the inner shells
 set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 TMP=$(mktemp -d)
@@ -279,10 +280,13 @@ make_node() {
 EOF
   printf '%s\n' "0, GPU-11111111-aaaa, NVIDIA H200, 143771, 512, 143259" \
                 "1, GPU-22222222-bbbb, NVIDIA H200, 143771, 512, 143259" >"$d/gpus.csv"
-  printf '\tGPU0\tGPU1\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n' >"$d/topo"
-  printf 'GPU0\t X \t%s\tNODE\t0-15\t0\t\tN/A\n' "$link" >>"$d/topo"
-  printf 'GPU1\t%s\t X \tSYS\t16-31\t1\t\tN/A\n' "$link" >>"$d/topo"
-  printf 'NIC0\tNODE\tSYS\t X \t\t\t\t\n\nLegend:\n\n  X    = Self\n  NV#  = Connection traversing a bonded set of # NVLinks\n\nNIC Legend:\n\n  NIC0: mlx5_0\n' >>"$d/topo"
+  # As nvidia-smi 580 prints it, even into a pipe: the header underlined with ANSI escapes.
+  printf '\t\033[4mGPU0\tGPU1\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\033[0m\n' >"$d/topo"
+  {
+    printf 'GPU0\t X \t%s\tNODE\t0-15\t0\t\tN/A\n' "$link"
+    printf 'GPU1\t%s\t X \tSYS\t16-31\t1\t\tN/A\n' "$link"
+    printf 'NIC0\tNODE\tSYS\t X \t\t\t\t\n\nLegend:\n\n  X    = Self\n  NV#  = Connection traversing a bonded set of # NVLinks\n\nNIC Legend:\n\n  NIC0: mlx5_0\n'
+  } >>"$d/topo"
 }
 make_node "$TMP/nvlink" NV18
 make_node "$TMP/pcie" SYS

@@ -1,0 +1,33 @@
+// Framing of the serve protocol (docs/PROTOCOL.md): a 4-byte big-endian length, then that many
+// bytes of UTF-8 JSON. Shared by the server (rank 0) and every client (C++, JVM shim).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace llama2 {
+
+constexpr uint32_t kMinFrameBytes = 2;        // "{}"
+constexpr uint32_t kMaxFrameBytes = 1 << 20;  // 1 MiB: a 32k-token prompt as text fits easily
+
+// length prefix + payload; Error when the payload is outside [kMinFrameBytes, kMaxFrameBytes].
+std::string encode_frame(const std::string& payload);
+
+// Incremental decoder for a byte stream: feed what read() returned, then pop complete frames.
+class FrameDecoder {
+ public:
+  enum class Status { kFrame, kNeedMore, kError };
+  void feed(const char* data, size_t n);
+  // kFrame: *payload holds the next frame. kNeedMore: wait for more bytes. kError: the length
+  // prefix is out of range (*error says so); the stream cannot be resynchronised after that.
+  Status next(std::string* payload, std::string* error);
+  size_t buffered() const { return buf_.size() - pos_; }
+
+ private:
+  std::string buf_;
+  size_t pos_ = 0;  // consumed prefix of buf_ (compacted lazily to keep feed() amortised O(n))
+  bool failed_ = false;
+};
+
+}  // namespace llama2

@@ -1,0 +1,55 @@
+// Serving metrics in the Prometheus text exposition format, named after the conventions users of
+// vLLM/TGI dashboards know (`..._time_to_first_token_seconds`, `..._e2e_request_latency_seconds`).
+// Updated by the engine thread, rendered by the socket thread: every method takes the lock.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace llama2 {
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds);
+  void observe(double v);
+  // Appends `name_bucket{le=...}`, `name_sum`, `name_count` lines.
+  void render(const std::string& name, const std::string& help, std::string* out) const;
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;  // per bucket (not cumulative); last = +Inf
+  double sum_ = 0.0;
+  uint64_t count_ = 0;
+};
+
+struct Gauges {
+  int running = 0;
+  int waiting = 0;
+  int kv_blocks_used = 0;
+  int kv_blocks_total = 0;
+};
+
+class ServeMetrics {
+ public:
+  ServeMetrics();
+  void request_finished(const std::string& finish_reason, double queue_s, double ttft_s,
+                        double e2e_s, int prompt_tokens, int completion_tokens);
+  void request_rejected(const std::string& code);  // queue_full, invalid_request, ...
+  void inter_token(double seconds);
+  void set_gauges(const Gauges& g);
+  Gauges gauges() const;
+  std::string render() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, uint64_t> finished_;  // by finish_reason
+  std::map<std::string, uint64_t> rejected_;  // by error code
+  uint64_t prompt_tokens_ = 0, generation_tokens_ = 0;
+  Histogram ttft_, itl_, e2e_, queue_;
+  Gauges gauges_;
+};
+
+}  // namespace llama2

@@ -1,0 +1,102 @@
+// Rank 0's Unix-socket front end (docs/PROTOCOL.md). One I/O thread polls the listening socket and
+// every connection, decodes frames, validates requests (answering bad ones, queue-full, health and
+// stats itself, at once) and hands generate/cancel/disconnect commands to the engine thread, which
+// sends events back through send(). The engine thread never blocks on a socket.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "common/model_config.h"
+#include "coordinator/request.h"
+
+namespace llama2 {
+
+class Tokenizer;
+
+struct ServerOptions {
+  std::string socket_path;
+  int max_queue = 256;               // generations waiting for admission
+  int max_seq_len = 0;               // prompt + max_new_tokens limit
+  int kv_capacity_tokens = 0;        // what the KV cache can hold for one request
+  int64_t request_timeout_ms = 600000;  // default and cap of a request's timeout_ms
+};
+
+struct ServeCommand {
+  enum class Kind { kGenerate, kCancel, kDisconnect } kind = Kind::kGenerate;
+  uint64_t conn = 0;
+  std::string id;          // the client's request id
+  ParsedRequest request;   // kGenerate
+  bool stream = true;
+  std::chrono::steady_clock::time_point arrival, deadline;
+};
+
+class SocketServer {
+ public:
+  SocketServer(ServerOptions opts, const Tokenizer& tok, const ModelConfig& config,
+               SamplingParams defaults, std::function<nlohmann::json()> health,
+               std::function<std::string()> stats);
+  ~SocketServer();
+
+  // Creates the socket (mode 0600; refuses a path that exists and is not a stale socket) and
+  // starts the I/O thread. Error with the path and the reason on failure.
+  void start();
+  // Stops accepting and answers new generations with shutting_down.
+  void set_draining();
+  bool draining() const { return draining_; }
+  // Flushes pending events (up to `flush_ms`), closes every connection, removes the socket file.
+  void stop(int flush_ms);
+
+  // Engine thread: commands that arrived, waiting up to `wait` for the first one.
+  std::deque<ServeCommand> take_commands(std::chrono::milliseconds wait);
+  // Engine thread: queue an event for a connection (dropped if it has gone). `final` ends `id`.
+  void send(uint64_t conn, const nlohmann::json& event, const std::string& id, bool final);
+  // Engine thread: a queued generation left the waiting queue (admitted or finished).
+  void left_queue() { --waiting_; }
+  int waiting() const { return waiting_; }
+  // Wakes the I/O thread (also called from the signal handler path through wake_fd()).
+  void wake();
+  int wake_fd() const { return wake_fd_; }
+
+ private:
+  struct Conn;
+  void io_loop();
+  void accept_all();
+  void handle_frame(Conn& c, const std::string& payload);
+  void handle_generate(Conn& c, const nlohmann::json& j);
+  void reply(Conn& c, const nlohmann::json& event);  // from the I/O thread, mu_ held
+  void error(Conn& c, const nlohmann::json& id, const std::string& code, const std::string& msg);
+  void close_conn(uint64_t id);
+
+  ServerOptions opts_;
+  const Tokenizer& tok_;
+  ModelConfig config_;
+  SamplingParams defaults_;
+  std::function<nlohmann::json()> health_;
+  std::function<std::string()> stats_;
+
+  int listen_fd_ = -1;
+  int wake_fd_ = -1;
+  std::thread io_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> draining_{false};
+  std::atomic<int> waiting_{0};
+
+  std::mutex mu_;  // guards conns_ (outboxes, in-flight ids) and inbox_
+  std::map<uint64_t, std::unique_ptr<Conn>> conns_;
+  uint64_t next_conn_ = 1;
+  std::deque<ServeCommand> inbox_;
+  std::condition_variable inbox_cv_;
+};
+
+}  // namespace llama2
