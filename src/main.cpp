@@ -23,8 +23,10 @@ const char* kUsage =
     "commands:\n"
     "  generate          generate text for one prompt (streams to stdout)\n"
     "  batch             run a JSONL file of prompts as one job (resumable)\n"
+    "  serve             serve generations on a Unix socket (docs/PROTOCOL.md)\n"
     "  make-test-model   write a small random model directory with its own tokenizer\n"
-    "  plan              capacity planner: memory per GPU for a TP degree (no MPI needed)\n";
+    "  plan              capacity planner: memory per GPU for a TP degree (no MPI needed)\n"
+    "  client            send one request to a running `llama2 serve` (no MPI needed)\n";
 
 int run_mpi_command(int (*fn)(int, char**, int), int argc, char** argv) {
   MPI_Init(&argc, &argv);
@@ -77,10 +79,12 @@ int main(int argc, char** argv) {
   const int sub_argc = argc - 1;
   if (cmd == "generate") return run_mpi_command(llama2::run_generate, sub_argc, sub_argv);
   if (cmd == "batch") return run_mpi_command(llama2::run_batch, sub_argc, sub_argv);
+  if (cmd == "serve") return run_mpi_command(llama2::run_serve, sub_argc, sub_argv);
   if (cmd == "make-test-model") {
     return run_local_command(llama2::run_make_test_model, sub_argc, sub_argv);
   }
   if (cmd == "plan") return run_local_command(llama2::run_plan, sub_argc, sub_argv);
+  if (cmd == "client") return run_local_command(llama2::run_client, sub_argc, sub_argv);
   std::cerr << "llama2: unknown command '" << cmd << "'\n\n" << kUsage;
   return llama2::kExitUsage;
 }

@@ -6,8 +6,11 @@ namespace llama2 {
 
 int run_generate(int argc, char** argv, int rank);
 int run_batch(int argc, char** argv, int rank);
+int run_serve(int argc, char** argv, int rank);
 int run_make_test_model(int argc, char** argv);
 // No MPI: capacity planning from config.json or a preset (exit 0 fits, 1 does not fit).
 int run_plan(int argc, char** argv);
+// No MPI: one request to a running `llama2 serve` (exit 0 done, 1 error event or no server).
+int run_client(int argc, char** argv);
 
 }  // namespace llama2

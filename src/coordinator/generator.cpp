@@ -68,6 +68,7 @@ void Generator::admit() {
     s.result.queue_s = seconds_since(s.added);
     running_.push_back(std::move(queue_.front()));
     queue_.pop_front();
+    if (cb_.on_admit) cb_.on_admit(s.req.id);
   }
 }
 

@@ -48,6 +48,8 @@ struct GeneratorOptions {
 };
 
 struct GeneratorCallbacks {
+  // The request left the queue and got its KV blocks.
+  std::function<void(int64_t id)> on_admit;
   // A streamed piece of text (complete UTF-8, possibly empty) for the token at `index`.
   std::function<void(int64_t id, int index, int token, const std::string& piece)> on_token;
   std::function<void(const GenResult&)> on_done;

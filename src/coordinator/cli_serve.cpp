@@ -1,0 +1,241 @@
+// `llama2 serve`: rank 0 serves the socket protocol (docs/PROTOCOL.md) with continuous batching;
+// the other ranks run the worker loop. SIGTERM/SIGINT drain gracefully and exit 0.
+#include <mpi.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <iostream>
+#include <map>
+#include <random>
+
+#include "common/check.h"
+#include "coordinator/block_allocator.h"
+#include "coordinator/cli_common.h"
+#include "coordinator/commands.h"
+#include "coordinator/generator.h"
+#include "coordinator/metrics.h"
+#include "coordinator/session.h"
+#include "coordinator/socket_server.h"
+
+namespace llama2 {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+std::atomic<bool> g_stop{false};
+std::atomic<int> g_wake_fd{-1};
+
+// Async-signal-safe: an atomic store and a write(2) to the server's eventfd.
+void on_signal(int) {
+  g_stop = true;
+  const int fd = g_wake_fd;
+  if (fd >= 0) {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(fd, &one, sizeof(one));
+  }
+}
+
+void install_signal_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+}
+
+// Where each engine-side request id sends its events.
+struct Route {
+  uint64_t conn = 0;
+  std::string id;
+  bool stream = true;
+  bool admitted = false;
+  Clock::time_point arrival, last_token;
+  uint64_t seed = 0;
+};
+
+cxxopts::Options serve_options() {
+  cxxopts::Options opts("llama2 serve",
+                        "Serve generations on a Unix socket (protocol: docs/PROTOCOL.md) with "
+                        "continuous batching. SIGTERM/SIGINT drain in-flight requests and exit 0.");
+  opts.add_options()
+      ("socket", "Unix socket path (created 0600)", cxxopts::value<std::string>())
+      ("max-batch-size", "Sequences decoded together per step", cxxopts::value<int>()->default_value("32"))
+      ("max-queue", "Generations waiting for admission before queue_full", cxxopts::value<int>()->default_value("256"))
+      ("max-seq-len", "Prompt + max_new_tokens limit (default: the model's max_position_embeddings)", cxxopts::value<int>())
+      ("kv-cache-blocks", "KV blocks (default: max-batch-size full-length sequences)", cxxopts::value<int>())
+      ("gpu-memory-fraction", "CUDA backend: share of free GPU memory for weights + KV cache", cxxopts::value<double>()->default_value("0.9"))
+      ("prefill-chunk", "Prompt tokens per step across sequences", cxxopts::value<int>()->default_value("256"))
+      ("request-timeout-ms", "Default and maximum per-request timeout", cxxopts::value<int64_t>()->default_value("600000"))
+      ("shutdown-timeout-ms", "How long in-flight requests may finish after SIGTERM", cxxopts::value<int64_t>()->default_value("30000"));
+  add_engine_options(opts);
+  add_sampling_options(opts);
+  return opts;
+}
+
+}  // namespace
+
+int run_serve(int argc, char** argv, int rank) {
+  cxxopts::Options opts = serve_options();
+  const auto args = parse_or_usage(opts, argc, argv);
+  if (args.count("help")) {
+    if (rank == 0) std::cout << opts.help() << std::endl;
+    return 0;
+  }
+  for (const char* required : {"model", "socket"}) {
+    if (!args.count(required)) throw UsageError(std::string("--") + required + " is required", opts.help());
+  }
+  // mpirun forwards SIGTERM/SIGINT to every rank: workers must survive it and leave only when
+  // rank 0 broadcasts the shutdown plan.
+  install_signal_handlers();
+
+  const int max_batch = args["max-batch-size"].as<int>();
+  const int max_queue = args["max-queue"].as<int>();
+  const int prefill_chunk = args["prefill-chunk"].as<int>();
+  const int64_t request_timeout = args["request-timeout-ms"].as<int64_t>();
+  const int64_t shutdown_timeout = args["shutdown-timeout-ms"].as<int64_t>();
+  SamplingParams defaults = sampling_from_options(args);
+  ServerOptions sopt;
+  sopt.socket_path = args["socket"].as<std::string>();
+  sopt.max_queue = max_queue;
+  sopt.request_timeout_ms = request_timeout;
+
+  SessionOptions session_opts{args["model"].as<std::string>(), args["backend"].as<std::string>(),
+                              args["block-size"].as<int>()};
+  Session session = open_session(session_opts, rank, [&](const ModelConfig& config, const Tokenizer&) {
+    auto at_least = [](int64_t v, int64_t lo, const char* flag) {
+      if (v < lo) throw Error(std::string(flag) + " must be >= " + std::to_string(lo) + " (got " + std::to_string(v) + ")");
+    };
+    at_least(max_batch, 1, "--max-batch-size");
+    at_least(max_queue, 0, "--max-queue");
+    at_least(prefill_chunk, 1, "--prefill-chunk");
+    at_least(request_timeout, 1, "--request-timeout-ms");
+    at_least(shutdown_timeout, 0, "--shutdown-timeout-ms");
+    const double fraction = args["gpu-memory-fraction"].as<double>();
+    if (!(fraction > 0.0 && fraction <= 1.0)) throw Error("--gpu-memory-fraction must be in (0, 1]");
+    if (std::string bad = validate_sampling(defaults, 1, config.max_position_embeddings); !bad.empty()) throw Error(bad);
+    sopt.max_seq_len = args.count("max-seq-len") ? args["max-seq-len"].as<int>() : config.max_position_embeddings;
+    if (sopt.max_seq_len < 2 || sopt.max_seq_len > config.max_position_embeddings) {
+      throw Error("--max-seq-len must be in [2, " + std::to_string(config.max_position_embeddings) +
+                  "] (max_position_embeddings) (got " + std::to_string(sopt.max_seq_len) + ")");
+    }
+    const int per_seq = BlockAllocator::blocks_for(sopt.max_seq_len, session_opts.block_size);
+    int blocks = max_batch * per_seq;
+    if (args.count("kv-cache-blocks")) {
+      blocks = args["kv-cache-blocks"].as<int>();
+      at_least(blocks, 1, "--kv-cache-blocks");
+    }
+    sopt.kv_capacity_tokens = blocks * session_opts.block_size;
+    return blocks;
+  });
+  RankEngine& engine = *session.engine;
+  if (rank != 0) return engine.worker_loop();
+  if (!args.count("quiet")) std::cerr << engine.startup_report() << std::flush;
+
+  ServeMetrics metrics;
+  BlockAllocator blocks(session.num_blocks, session.block_size);
+  std::map<int64_t, Route> routes;
+  std::unique_ptr<SocketServer> server;
+  auto health = [&]() {
+    const Gauges g = metrics.gauges();
+    return json{{"event", "health"}, {"status", server && server->draining() ? "draining" : "ready"},
+                {"ranks", engine.shard().tp}, {"backend", engine.backend()}, {"model", session_opts.model_dir},
+                {"kv_blocks_total", g.kv_blocks_total}, {"kv_blocks_used", g.kv_blocks_used},
+                {"running", g.running}, {"queued", server ? server->waiting() : 0},
+                {"max_batch_size", max_batch}, {"max_queue", max_queue}, {"max_seq_len", sopt.max_seq_len}};
+  };
+  server = std::make_unique<SocketServer>(sopt, *session.tokenizer, session.config, defaults, health,
+                                          [&] { return metrics.render(); });
+
+  GeneratorCallbacks cb;
+  cb.on_admit = [&](int64_t id) {
+    Route& r = routes.at(id);
+    r.admitted = true;
+    server->left_queue();
+  };
+  cb.on_token = [&](int64_t id, int index, int token, const std::string& piece) {
+    Route& r = routes.at(id);
+    const auto now = Clock::now();
+    if (index > 0) metrics.inter_token(std::chrono::duration<double>(now - r.last_token).count());
+    r.last_token = now;
+    if (r.stream) {
+      server->send(r.conn, json{{"event", "token"}, {"id", r.id}, {"index", index}, {"token_id", token}, {"text", piece}},
+                   r.id, false);
+    }
+  };
+  cb.on_done = [&](const GenResult& res) {
+    auto it = routes.find(res.id);
+    Route& r = it->second;
+    if (!r.admitted) server->left_queue();
+    metrics.request_finished(res.finish_reason, res.queue_s, res.ttft_s, res.total_s,
+                             static_cast<int>(res.prompt.size()), static_cast<int>(res.tokens.size()));
+    json ev;
+    if (res.finish_reason == "shutting_down") {
+      ev = json{{"event", "error"}, {"id", r.id}, {"code", "shutting_down"},
+                {"message", "the server shut down before this generation finished"}};
+    } else {
+      ev = json{{"event", "done"}, {"id", r.id}, {"finish_reason", res.finish_reason}, {"seed", r.seed},
+                {"usage", {{"prompt_tokens", res.prompt.size()}, {"completion_tokens", res.tokens.size()}}},
+                {"timings", {{"queue_s", res.queue_s}, {"time_to_first_token_s", res.ttft_s}, {"total_s", res.total_s}}}};
+      if (!r.stream) {
+        ev["text"] = res.text;
+        ev["token_ids"] = res.tokens;
+      }
+    }
+    server->send(r.conn, ev, r.id, true);
+    routes.erase(it);
+  };
+  Generator gen(engine, *session.tokenizer, session.config, blocks, GeneratorOptions{max_batch, prefill_chunk}, cb);
+
+  try {
+    server->start();
+  } catch (const std::exception& e) {
+    engine.shutdown(1);
+    throw ReportedError(e.what());
+  }
+  g_wake_fd = server->wake_fd();
+  std::cerr << "llama2 serve: listening on " << sopt.socket_path << " (max batch " << max_batch
+            << ", max queue " << max_queue << ", max seq len " << sopt.max_seq_len << ", KV "
+            << session.num_blocks << " blocks x " << session.block_size << ")" << std::endl;
+
+  std::mt19937_64 seeder(std::random_device{}());
+  int64_t next_id = 0;
+  Clock::time_point drain_deadline = Clock::time_point::max();
+  for (;;) {
+    for (ServeCommand& cmd : server->take_commands(std::chrono::milliseconds(gen.idle() ? 50 : 0))) {
+      if (cmd.kind == ServeCommand::Kind::kGenerate) {
+        const int64_t id = next_id++;
+        const uint64_t seed = cmd.request.params.seed.value_or(seeder());
+        routes[id] = Route{cmd.conn, cmd.id, cmd.stream, false, cmd.arrival, cmd.arrival, seed};
+        gen.add(GenRequest{id, cmd.request.prompt, cmd.request.params, seed, cmd.deadline});
+      } else {
+        // Cancel one id, or everything of a connection that went away.
+        std::vector<int64_t> hit;
+        for (const auto& [id, r] : routes) {
+          if (r.conn == cmd.conn && (cmd.kind == ServeCommand::Kind::kDisconnect || r.id == cmd.id)) hit.push_back(id);
+        }
+        for (int64_t id : hit) gen.cancel(id, "cancelled");
+      }
+    }
+    if (g_stop && !server->draining()) {
+      server->set_draining();
+      drain_deadline = Clock::now() + std::chrono::milliseconds(shutdown_timeout);
+      std::cerr << "llama2 serve: draining (" << routes.size() << " in flight, up to "
+                << shutdown_timeout << " ms)" << std::endl;
+    }
+    if (server->draining() && Clock::now() >= drain_deadline) gen.cancel_all("shutting_down");
+    if (!gen.idle()) gen.step();
+    metrics.set_gauges(Gauges{static_cast<int>(gen.running()), static_cast<int>(gen.queued()),
+                              blocks.used_blocks(), blocks.num_blocks()});
+    if (server->draining() && gen.idle()) break;
+  }
+  engine.shutdown(0);
+  g_wake_fd = -1;
+  server->stop(/*flush_ms=*/2000);
+  std::cerr << "llama2 serve: stopped" << std::endl;
+  return 0;
+}
+
+}  // namespace llama2

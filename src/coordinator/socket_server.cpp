@@ -1,0 +1,329 @@
+#include "coordinator/socket_server.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "common/check.h"
+#include "common/frame.h"
+#include "coordinator/tokenizer.h"
+
+namespace llama2 {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+// A client that stops reading is cut off rather than growing rank 0's memory without bound.
+constexpr size_t kMaxOutboxBytes = 64u << 20;
+
+void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+sockaddr_un make_addr(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
+    throw Error("--socket path must be 1.." + std::to_string(sizeof(addr.sun_path) - 1) +
+                " bytes (got " + std::to_string(path.size()) + ")");
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  return addr;
+}
+}  // namespace
+
+struct SocketServer::Conn {
+  uint64_t id = 0;
+  int fd = -1;
+  FrameDecoder decoder;
+  std::string outbox;
+  std::set<std::string> inflight;  // request ids with a generation not finished yet
+  bool close_after_flush = false;
+};
+
+SocketServer::SocketServer(ServerOptions opts, const Tokenizer& tok, const ModelConfig& config,
+                           SamplingParams defaults, std::function<json()> health,
+                           std::function<std::string()> stats)
+    : opts_(std::move(opts)),
+      tok_(tok),
+      config_(config),
+      defaults_(std::move(defaults)),
+      health_(std::move(health)),
+      stats_(std::move(stats)) {}
+
+SocketServer::~SocketServer() { stop(0); }
+
+void SocketServer::start() {
+  const sockaddr_un addr = make_addr(opts_.socket_path);
+  struct stat st {};
+  if (::lstat(opts_.socket_path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      throw Error("--socket " + opts_.socket_path + " exists and is not a socket; refusing to replace it");
+    }
+    // A socket file nobody listens on is what a killed server leaves behind: reuse the path.
+    const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const bool live = ::connect(probe, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0;
+    ::close(probe);
+    if (live) throw Error("--socket " + opts_.socket_path + ": another server is listening there");
+    ::unlink(opts_.socket_path.c_str());
+  }
+  listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (listen_fd_ < 0) throw Error(std::string("socket(): ") + std::strerror(errno));
+  // umask makes the file 0600 from the moment it exists: no window where others could connect.
+  const mode_t old_mask = ::umask(0177);
+  const int rc = ::bind(listen_fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
+  const int bind_errno = errno;
+  ::umask(old_mask);
+  if (rc != 0) {
+    throw Error("--socket " + opts_.socket_path + ": bind failed: " + std::strerror(bind_errno));
+  }
+  if (::listen(listen_fd_, 128) != 0) throw Error(std::string("listen(): ") + std::strerror(errno));
+  set_nonblocking(listen_fd_);
+  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0) throw Error(std::string("eventfd(): ") + std::strerror(errno));
+  io_ = std::thread([this] { io_loop(); });
+}
+
+void SocketServer::wake() {
+  if (wake_fd_ < 0) return;
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(wake_fd_, &one, sizeof(one));
+}
+
+void SocketServer::set_draining() {
+  draining_ = true;
+  wake();
+}
+
+void SocketServer::stop(int flush_ms) {
+  if (!io_.joinable()) return;
+  // Give the I/O thread a moment to deliver the last events (done / shutting_down).
+  const auto until = Clock::now() + std::chrono::milliseconds(flush_ms);
+  while (Clock::now() < until) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      bool pending = false;
+      for (const auto& kv : conns_) pending = pending || !kv.second->outbox.empty();
+      if (!pending) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  stop_ = true;
+  wake();
+  io_.join();
+  for (auto& kv : conns_) ::close(kv.second->fd);
+  conns_.clear();
+  ::close(listen_fd_);
+  ::close(wake_fd_);
+  listen_fd_ = wake_fd_ = -1;
+  ::unlink(opts_.socket_path.c_str());
+}
+
+std::deque<ServeCommand> SocketServer::take_commands(std::chrono::milliseconds wait) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (inbox_.empty() && wait.count() > 0) inbox_cv_.wait_for(lock, wait, [this] { return !inbox_.empty(); });
+  std::deque<ServeCommand> out;
+  out.swap(inbox_);
+  return out;
+}
+
+void SocketServer::send(uint64_t conn, const json& event, const std::string& id, bool final) {
+  const std::string frame = encode_frame(event.dump(-1, ' ', false, json::error_handler_t::replace));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = conns_.find(conn);
+    if (it == conns_.end()) return;  // the client left; its generations are being cancelled
+    Conn& c = *it->second;
+    if (final) c.inflight.erase(id);
+    if (c.outbox.size() + frame.size() > kMaxOutboxBytes) {
+      c.close_after_flush = true;  // a client that does not read: stop feeding it
+      return;
+    }
+    c.outbox += frame;
+  }
+  wake();
+}
+
+void SocketServer::reply(Conn& c, const json& event) {
+  c.outbox += encode_frame(event.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+void SocketServer::error(Conn& c, const json& id, const std::string& code, const std::string& msg) {
+  reply(c, json{{"event", "error"}, {"id", id}, {"code", code}, {"message", msg}});
+}
+
+void SocketServer::accept_all() {
+  for (;;) {
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;  // EAGAIN: no more pending connections (or a transient error)
+    auto c = std::make_unique<Conn>();
+    c->fd = fd;
+    std::lock_guard<std::mutex> lock(mu_);
+    c->id = next_conn_++;
+    conns_[c->id] = std::move(c);
+  }
+}
+
+void SocketServer::close_conn(uint64_t id) {
+  // mu_ held by the caller. The engine cancels whatever this connection still had running.
+  auto it = conns_.find(id);
+  if (it == conns_.end()) return;
+  ::close(it->second->fd);
+  if (!it->second->inflight.empty()) {
+    ServeCommand cmd;
+    cmd.kind = ServeCommand::Kind::kDisconnect;
+    cmd.conn = id;
+    inbox_.push_back(std::move(cmd));
+    inbox_cv_.notify_one();
+  }
+  conns_.erase(it);
+}
+
+void SocketServer::handle_frame(Conn& c, const std::string& payload) {
+  if (!is_valid_utf8(payload)) return error(c, nullptr, "invalid_request", "frame is not valid UTF-8");
+  const json j = json::parse(payload, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return error(c, nullptr, "invalid_request", "frame is not valid JSON");
+  if (!j.is_object()) return error(c, nullptr, "invalid_request", "frame must be a JSON object");
+  const json id = j.contains("id") ? j["id"] : json(nullptr);
+  const auto op_it = j.find("op");
+  const std::string op = op_it != j.end() && op_it->is_string() ? op_it->get<std::string>() : "";
+  if (op == "generate") return handle_generate(c, j);
+  if (op == "cancel") {
+    if (!id.is_string() || !c.inflight.count(id.get<std::string>())) {
+      return error(c, id, "invalid_request", "cancel: no generation in flight with this \"id\" on this connection");
+    }
+    ServeCommand cmd;
+    cmd.kind = ServeCommand::Kind::kCancel;
+    cmd.conn = c.id;
+    cmd.id = id.get<std::string>();
+    inbox_.push_back(std::move(cmd));
+    inbox_cv_.notify_one();
+    return;
+  }
+  if (op == "health") return reply(c, health_());
+  if (op == "stats") return reply(c, json{{"event", "stats"}, {"text", stats_()}});
+  error(c, id, "invalid_request",
+        (op.empty() ? std::string("missing \"op\"") : "unknown op \"" + op + "\"") +
+            " (allowed: generate, cancel, health, stats)");
+}
+
+void SocketServer::handle_generate(Conn& c, const json& j) {
+  const json id = j.contains("id") ? j["id"] : json(nullptr);
+  if (!id.is_string() || id.get<std::string>().empty() || id.get<std::string>().size() > 128) {
+    return error(c, id, "invalid_request", "\"id\" must be a string of 1 to 128 bytes");
+  }
+  const std::string rid = id.get<std::string>();
+  if (c.inflight.count(rid)) {
+    return error(c, id, "invalid_request", "\"id\" " + rid + " is already in flight on this connection");
+  }
+  if (draining_) return error(c, id, "shutting_down", "the server is shutting down and accepts no new generations");
+  bool stream = true;
+  if (auto s = j.find("stream"); s != j.end() && !s->is_null()) {
+    if (!s->is_boolean()) return error(c, id, "invalid_request", "\"stream\" must be true or false");
+    stream = s->get<bool>();
+  }
+  int64_t timeout_ms = opts_.request_timeout_ms;
+  if (auto t = j.find("timeout_ms"); t != j.end() && !t->is_null()) {
+    if (!t->is_number_integer() || t->get<int64_t>() < 1) {
+      return error(c, id, "invalid_request", "\"timeout_ms\" must be an integer >= 1 (the server caps it at " +
+                                                 std::to_string(opts_.request_timeout_ms) + ")");
+    }
+    timeout_ms = std::min(t->get<int64_t>(), opts_.request_timeout_ms);
+  }
+  ServeCommand cmd;
+  cmd.request = parse_request(j, defaults_, tok_, config_, {"op", "id", "stream", "timeout_ms"});
+  if (!cmd.request.ok()) return error(c, id, cmd.request.error_code, cmd.request.error_message);
+  const int64_t need = static_cast<int64_t>(cmd.request.prompt.size()) + cmd.request.params.max_new_tokens;
+  if (need > opts_.max_seq_len || need > opts_.kv_capacity_tokens) {
+    return error(c, id, "prompt_too_long",
+                 "prompt (" + std::to_string(cmd.request.prompt.size()) + " tokens) + max_new_tokens (" +
+                     std::to_string(cmd.request.params.max_new_tokens) + ") = " + std::to_string(need) +
+                     " exceeds the server's limit of " +
+                     std::to_string(std::min<int64_t>(opts_.max_seq_len, opts_.kv_capacity_tokens)) + " tokens");
+  }
+  // Admission control happens here, on the I/O thread, so a full queue is answered at once.
+  if (waiting_ >= opts_.max_queue) {
+    return error(c, id, "queue_full", "queue is full (" + std::to_string(opts_.max_queue) +
+                                          " waiting, --max-queue); retry later");
+  }
+  ++waiting_;
+  c.inflight.insert(rid);
+  cmd.kind = ServeCommand::Kind::kGenerate;
+  cmd.conn = c.id;
+  cmd.id = rid;
+  cmd.stream = stream;
+  cmd.arrival = Clock::now();
+  cmd.deadline = cmd.arrival + std::chrono::milliseconds(timeout_ms);
+  inbox_.push_back(std::move(cmd));
+  inbox_cv_.notify_one();
+}
+
+void SocketServer::io_loop() {
+  std::vector<pollfd> fds;
+  std::vector<uint64_t> ids;
+  char buf[65536];
+  while (!stop_) {
+    fds.clear();
+    ids.clear();
+    fds.push_back({wake_fd_, POLLIN, 0});
+    fds.push_back({listen_fd_, static_cast<short>(draining_ ? 0 : POLLIN), 0});
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& [id, c] : conns_) {
+        short ev = POLLIN;
+        if (!c->outbox.empty()) ev |= POLLOUT;
+        fds.push_back({c->fd, ev, 0});
+        ids.push_back(id);
+      }
+    }
+    if (::poll(fds.data(), fds.size(), 1000) < 0 && errno != EINTR) break;
+    if (fds[0].revents & POLLIN) {
+      uint64_t drained;
+      while (::read(wake_fd_, &drained, sizeof(drained)) > 0) {
+      }
+    }
+    if (!draining_ && (fds[1].revents & POLLIN)) accept_all();
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      auto it = conns_.find(ids[i]);
+      if (it == conns_.end()) continue;
+      Conn& c = *it->second;
+      bool closed = (fds[i + 2].revents & (POLLERR | POLLNVAL)) != 0;
+      if (!closed && (fds[i + 2].revents & (POLLIN | POLLHUP))) {
+        const ssize_t n = ::read(c.fd, buf, sizeof(buf));
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+          closed = true;
+        } else if (n > 0 && !c.close_after_flush) {
+          c.decoder.feed(buf, static_cast<size_t>(n));
+          std::string payload, why;
+          for (;;) {
+            const auto st = c.decoder.next(&payload, &why);
+            if (st == FrameDecoder::Status::kNeedMore) break;
+            if (st == FrameDecoder::Status::kError) {
+              // The stream cannot be resynchronised: say why, then hang up.
+              error(c, nullptr, "invalid_request", why + "; closing the connection");
+              c.close_after_flush = true;
+              break;
+            }
+            handle_frame(c, payload);
+          }
+        }
+      }
+      if (!closed && !c.outbox.empty()) {
+        const ssize_t n = ::send(c.fd, c.outbox.data(), c.outbox.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) c.outbox.erase(0, static_cast<size_t>(n));
+        if (n < 0 && errno != EAGAIN && errno != EINTR) closed = true;
+      }
+      if (closed || (c.close_after_flush && c.outbox.empty())) close_conn(ids[i]);
+    }
+  }
+}
+
+}  // namespace llama2
