@@ -48,37 +48,55 @@ inline float hsum(v8f a) {
   return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
-// out[r, n] for rows [r0, r0 + R) and one weight row: the weight row is loaded once per block
-// of R activation rows, which is what lets a batch step cost less than R single steps.
-template <int R>
-__attribute__((target_clones("arch=x86-64-v3", "default"))) void dot_block(const float* x, int64_t x_stride, const float* w, int in, float* out,
-               int64_t out_stride) {
-  v8f acc[R] = {};
+// out[r, n + c] for R activation rows x C weight rows: each weight vector load serves R rows and
+// each activation load serves C weight rows, so an 8-row batch step reads every weight once per
+// 4 tokens and keeps the FMA units fed instead of waiting on loads.
+template <int R, int C>
+__attribute__((target_clones("arch=x86-64-v3", "default"))) void dot_block(
+    const float* x, int64_t x_stride, const float* w, int64_t w_stride, int in, float* out,
+    int64_t out_stride) {
+  v8f acc[R][C] = {};
   int k = 0;
   for (; k + 8 <= in; k += 8) {
-    const v8f wv = load8(w + k);
-    for (int r = 0; r < R; ++r) acc[r] += load8(x + r * x_stride + k) * wv;
+    v8f wv[C];
+    for (int c = 0; c < C; ++c) wv[c] = load8(w + c * w_stride + k);
+    for (int r = 0; r < R; ++r) {
+      const v8f xv = load8(x + r * x_stride + k);
+      for (int c = 0; c < C; ++c) acc[r][c] += xv * wv[c];
+    }
   }
   for (int r = 0; r < R; ++r) {
-    float tail = 0.f;
-    for (int kk = k; kk < in; ++kk) tail += x[r * x_stride + kk] * w[kk];
-    out[r * out_stride] = hsum(acc[r]) + tail;
+    for (int c = 0; c < C; ++c) {
+      float tail = 0.f;
+      for (int kk = k; kk < in; ++kk) tail += x[r * x_stride + kk] * w[c * w_stride + kk];
+      out[r * out_stride + c] = hsum(acc[r][c]) + tail;
+    }
+  }
+}
+
+template <int C>
+void linear_cols(const float* x, const float* wn, int rows, int in, int out_features, float* out) {
+  int r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    dot_block<4, C>(x + static_cast<int64_t>(r) * in, in, wn, in, in,
+                    out + static_cast<int64_t>(r) * out_features, out_features);
+  }
+  for (; r < rows; ++r) {
+    dot_block<1, C>(x + static_cast<int64_t>(r) * in, in, wn, in, in,
+                    out + static_cast<int64_t>(r) * out_features, out_features);
   }
 }
 }  // namespace
 
 void linear(const float* x, const float* w, int rows, int in, int out_features, float* out) {
-  // Every (row, n) is computed with the same lane split and summation order whether its row is
-  // in a block of 4 or alone, so a sequence's logits do not depend on what else is batched.
-  for (int n = 0; n < out_features; ++n) {
-    const float* wn = w + static_cast<int64_t>(n) * in;
-    int r = 0;
-    for (; r + 4 <= rows; r += 4) {
-      dot_block<4>(x + static_cast<int64_t>(r) * in, in, wn, in, out + static_cast<int64_t>(r) * out_features + n, out_features);
-    }
-    for (; r < rows; ++r) {
-      dot_block<1>(x + static_cast<int64_t>(r) * in, in, wn, in, out + static_cast<int64_t>(r) * out_features + n, out_features);
-    }
+  // Every (row, n) is computed with the same lane split and summation order whatever block it
+  // falls in, so a sequence's logits do not depend on what else is batched.
+  int n = 0;
+  for (; n + 2 <= out_features; n += 2) {
+    linear_cols<2>(x, w + static_cast<int64_t>(n) * in, rows, in, out_features, out + n);
+  }
+  for (; n < out_features; ++n) {
+    linear_cols<1>(x, w + static_cast<int64_t>(n) * in, rows, in, out_features, out + n);
   }
 }
 
