@@ -52,7 +52,9 @@ struct Waiter {
   json result;
 };
 
-std::string errno_text(int e) { return std::strerror(e); }
+std::string errno_text(int e) {
+  return std::strerror(e);
+}
 
 const std::string* string_field(const json& obj, const char* key) {
   auto it = obj.find(key);
@@ -65,28 +67,6 @@ json client_error_event(const json& id, const std::string& code, const std::stri
   return json{{"event", "error"}, {"id", id}, {"code", code}, {"message", message}};
 }
 
-bool json_nesting_exceeds(const std::string& text, int max_depth) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (const char ch : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (ch == '\\') {
-        escaped = true;
-      } else if (ch == '"') {
-        in_string = false;
-      }
-    } else if (ch == '"') {
-      in_string = true;
-    } else if (ch == '[' || ch == '{') {
-      if (++depth > max_depth) return true;
-    } else if (ch == ']' || ch == '}') {
-      --depth;
-    }
-  }
-  return false;
-}
 
 struct ClientConnection {
   ClientConnection(int fd_in, std::string path_in) : fd(fd_in), path(std::move(path_in)) {}
@@ -99,7 +79,7 @@ struct ClientConnection {
   const std::string path;
   std::mutex write_mu;  // one frame at a time on the socket
 
-  std::mutex mu;  // guards everything below
+  std::mutex mu;               // guards everything below
   std::condition_variable cv;  // signalled when a Waiter is done
   bool closed = false;         // the reader has stopped: new requests fail at once
   bool closing = false;        // ~Client asked for the close
@@ -195,8 +175,8 @@ void dispatch(ClientConnection& c, const json& event) {
       p = it->second;
       if (final) c.pending.erase(it);
     }
-    const auto& fn = *type == "token" ? p->ev.on_token
-                                      : (*type == "done" ? p->ev.on_done : p->ev.on_error);
+    const auto& fn =
+        *type == "token" ? p->ev.on_token : (*type == "done" ? p->ev.on_done : p->ev.on_error);
     deliver(*p, fn, event, final);
     return;
   }
@@ -313,8 +293,8 @@ std::shared_ptr<Pending> start_generate(ClientConnection& c, const json& request
 
 std::unique_ptr<Client> Client::connect(const std::string& socket_path, int timeout_ms) {
   const std::string where = "llama2 server at '" + socket_path + "'";
-  if (timeout_ms <= 0) throw Error("connect timeout must be > 0 ms (got " +
-                                   std::to_string(timeout_ms) + ")");
+  if (timeout_ms <= 0)
+    throw Error("connect timeout must be > 0 ms (got " + std::to_string(timeout_ms) + ")");
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (socket_path.empty() || socket_path.size() >= sizeof(addr.sun_path)) {
@@ -360,8 +340,10 @@ std::unique_ptr<Client> Client::connect(const std::string& socket_path, int time
       fail(errno_text(so_error));
     }
     if (e == ENOENT || e == ECONNREFUSED) {
-      fail(errno_text(e) + " (server not running? start it with `mpirun -np N llama2 serve "
-                           "--model DIR --socket " + socket_path + "`)");
+      fail(errno_text(e) +
+           " (server not running? start it with `mpirun -np N llama2 serve "
+           "--model DIR --socket " +
+           socket_path + "`)");
     }
     fail(errno_text(e));
   }
@@ -414,7 +396,8 @@ json Client::generate(const json& request, int timeout_ms,
     out->done = true;
     out->cv.notify_all();
   };
-  std::shared_ptr<Pending> p = start_generate(*conn_, req, GenerateEvents{on_token, finish, finish});
+  std::shared_ptr<Pending> p =
+      start_generate(*conn_, req, GenerateEvents{on_token, finish, finish});
   {
     std::unique_lock<std::mutex> lock(out->mu);
     if (timeout_ms <= 0) {
@@ -441,9 +424,9 @@ json Client::generate(const json& request, int timeout_ms,
     if (out->done) return out->event;
   }
   cancel(id);  // the server frees the sequence's KV blocks; its done/cancelled is dropped
-  return client_error_event(id, "timeout",
-                            "no done event within " + std::to_string(timeout_ms) +
-                                " ms; the generation was cancelled");
+  return client_error_event(
+      id, "timeout",
+      "no done event within " + std::to_string(timeout_ms) + " ms; the generation was cancelled");
 }
 
 void Client::cancel(const std::string& id) {
@@ -473,12 +456,13 @@ json Client::untagged_request(const std::string& op, const std::string& expect, 
     conn_->cv.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return w->done; });
   }
   if (w->done) return w->result;
-  return client_error_event(nullptr, "timeout",
-                            "no " + expect + " answer within " + std::to_string(timeout_ms) +
-                                " ms");
+  return client_error_event(
+      nullptr, "timeout", "no " + expect + " answer within " + std::to_string(timeout_ms) + " ms");
 }
 
-json Client::health(int timeout_ms) { return untagged_request("health", "health", timeout_ms); }
+json Client::health(int timeout_ms) {
+  return untagged_request("health", "health", timeout_ms);
+}
 
 std::string Client::stats(int timeout_ms) {
   const json r = untagged_request("stats", "stats", timeout_ms);

@@ -21,6 +21,8 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+
+#include "common/frame.h"
 #include <thread>
 
 namespace llama2 {
@@ -91,13 +93,5 @@ class Client {
 nlohmann::json client_error_event(const nlohmann::json& id, const std::string& code,
                                   const std::string& message);
 
-// Deepest array/object nesting a frame may have (protocol messages need 3).
-constexpr int kMaxJsonDepth = 64;
-
-// True when `text` nests arrays/objects deeper than `max_depth` (brackets inside strings do not
-// count). nlohmann parses and destroys deep documents iteratively but copies, compares and dumps
-// them recursively, so one 1 MiB frame of '[' overflows the stack; every frame is checked with
-// this before it is parsed. A linear scan, valid for any bytes (not only valid JSON).
-bool json_nesting_exceeds(const std::string& text, int max_depth);
 
 }  // namespace llama2

@@ -48,4 +48,27 @@ FrameDecoder::Status FrameDecoder::next(std::string* payload, std::string* error
   return Status::kFrame;
 }
 
+bool json_nesting_exceeds(const std::string& text, int max_depth) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char ch : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (ch == '\\') {
+        escaped = true;
+      } else if (ch == '"') {
+        in_string = false;
+      }
+    } else if (ch == '"') {
+      in_string = true;
+    } else if (ch == '[' || ch == '{') {
+      if (++depth > max_depth) return true;
+    } else if (ch == ']' || ch == '}') {
+      --depth;
+    }
+  }
+  return false;
+}
+
 }  // namespace llama2

@@ -14,6 +14,17 @@ constexpr uint32_t kMaxFrameBytes = 1 << 20;  // 1 MiB: a 32k-token prompt as te
 // length prefix + payload; Error when the payload is outside [kMinFrameBytes, kMaxFrameBytes].
 std::string encode_frame(const std::string& payload);
 
+// Both ends refuse deeply nested JSON before parsing it: nlohmann/json parses iteratively but
+// copies and dumps recursively, so a 1 MiB frame of brackets would overflow the stack.
+// Deepest array/object nesting a frame may have (protocol messages need 3).
+constexpr int kMaxJsonDepth = 64;
+
+// True when `text` nests arrays/objects deeper than `max_depth` (brackets inside strings do not
+// count). nlohmann parses and destroys deep documents iteratively but copies, compares and dumps
+// them recursively, so one 1 MiB frame of '[' overflows the stack; every frame is checked with
+// this before it is parsed. A linear scan, valid for any bytes (not only valid JSON).
+bool json_nesting_exceeds(const std::string& text, int max_depth);
+
 // Incremental decoder for a byte stream: feed what read() returned, then pop complete frames.
 class FrameDecoder {
  public:

@@ -176,8 +176,8 @@ int run_client(int argc, char** argv) {
     return 0;
   }
   if (!args.count("socket")) throw UsageError("--socket PATH is required", help);
-  const size_t modes =
-      args.count("prompt") + args.count("prompt-tokens") + args.count("health") + args.count("stats");
+  const size_t modes = args.count("prompt") + args.count("prompt-tokens") + args.count("health") +
+                       args.count("stats");
   if (modes != 1) {
     throw UsageError("give exactly one of --prompt, --prompt-tokens, --health, --stats", help);
   }

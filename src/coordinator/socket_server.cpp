@@ -188,6 +188,10 @@ void SocketServer::close_conn(uint64_t id) {
 
 void SocketServer::handle_frame(Conn& c, const std::string& payload) {
   if (!is_valid_utf8(payload)) return error(c, nullptr, "invalid_request", "frame is not valid UTF-8");
+  if (json_nesting_exceeds(payload, kMaxJsonDepth)) {
+    return error(c, nullptr, "invalid_request",
+                 "frame nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  }
   const json j = json::parse(payload, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return error(c, nullptr, "invalid_request", "frame is not valid JSON");
   if (!j.is_object()) return error(c, nullptr, "invalid_request", "frame must be a JSON object");

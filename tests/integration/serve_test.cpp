@@ -333,6 +333,10 @@ void test_malformed(const Server& s) {
         "unknown op -> invalid_request naming it");
   auto [r7, c7] = raw(frame_of("[1,2,3]"), false);
   check(r7.value("code", "") == "invalid_request", "non-object JSON -> invalid_request");
+  // 300k nested brackets: parsed iteratively, but copies would recurse; refused before parsing.
+  auto [r8, c8] = raw(frame_of("{\"op\":\"cancel\",\"id\":" + std::string(300000, '[') +
+                               std::string(300000, ']') + "}"), false);
+  check(r8.value("code", "") == "invalid_request", "deeply nested JSON -> invalid_request: " + r8.value("message", ""));
   for (int i = 0; i < 500 && served < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   stop = true;
   good.join();

@@ -109,7 +109,10 @@ class FakeServer {
   }
 
   static json token(const std::string& id, int index) {
-    return {{"event", "token"}, {"id", id}, {"index", index}, {"token_id", 100 + index},
+    return {{"event", "token"},
+            {"id", id},
+            {"index", index},
+            {"token_id", 100 + index},
             {"text", "t" + std::to_string(index)}};
   }
   static json done(const std::string& id, const std::string& reason) {
@@ -266,7 +269,8 @@ TEST_SUITE("client") {
       client->generate_async({{"op", "generate"}, {"id", id}, {"prompt", "x"}}, ev);
     }
     std::unique_lock<std::mutex> lock(mu);
-    REQUIRE(cv.wait_for(lock, std::chrono::milliseconds(kHangLimitMs), [&] { return finished == 2; }));
+    REQUIRE(
+        cv.wait_for(lock, std::chrono::milliseconds(kHangLimitMs), [&] { return finished == 2; }));
     for (const std::string id : {"a", "b"}) {
       const std::vector<std::string> want = {"token:" + id, "token:" + id, "done:" + id};
       CHECK(seen[id] == want);
@@ -313,8 +317,8 @@ TEST_SUITE("client") {
     FakeServer server(f.path, FakeServer::Mode::kCloseMidStream);
     auto client = Client::connect(f.path, kHangLimitMs);
     int tokens = 0;
-    const json r = client->generate({{"prompt", "x"}}, kHangLimitMs,
-                                    [&](const json&) { ++tokens; });
+    const json r =
+        client->generate({{"prompt", "x"}}, kHangLimitMs, [&](const json&) { ++tokens; });
     CAPTURE(r.dump());
     // server_unavailable, not timeout: the drop was noticed, not waited out.
     CHECK(r["event"] == "error");
@@ -371,11 +375,12 @@ TEST_SUITE("client") {
 
   TEST_CASE("json_nesting_exceeds counts brackets outside strings only") {
     using llama2::json_nesting_exceeds;
-    CHECK_FALSE(json_nesting_exceeds(R"({"a":[1,{"b":[]}]})", 3));
-    CHECK(json_nesting_exceeds(R"({"a":[1,{"b":[]}]})", 2));
+    CHECK_FALSE(json_nesting_exceeds(R"({"a":[1,{"b":[]}]})", 4));
+    CHECK(json_nesting_exceeds(R"({"a":[1,{"b":[]}]})", 3));
     CHECK_FALSE(json_nesting_exceeds(R"({"s":"[[[[{{{{"})", 1));
-    CHECK_FALSE(json_nesting_exceeds(R"({"s":"\"[[[[\\"})", 1));  // escaped quote, then \\
-    CHECK(json_nesting_exceeds(R"({"s":"\\",[[]]})", 2));      // the string ended at \\"
+    // An escaped quote does not end the string; an escaped backslash before a quote does.
+    CHECK_FALSE(json_nesting_exceeds(R"({"s":"\"[[[[\\"})", 1));
+    CHECK(json_nesting_exceeds(R"({"s":"\\",[[]]})", 2));
     CHECK(json_nesting_exceeds(std::string(100000, '[') + std::string(100000, ']'), 64));
     CHECK_FALSE(json_nesting_exceeds("", 0));
   }
