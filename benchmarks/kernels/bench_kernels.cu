@@ -1,0 +1,440 @@
+// Kernel benchmarks at Llama-2-7B shapes (hidden 4096, 32 heads, head_dim 128, ffn 11008, vocab
+// 32000, fp16), each family checked against the fp32 CPU reference before it is timed.
+//
+// Build: cd build && cmake .. && ninja llama2_bench_kernels      (CUDA builds only)
+// Run:   ./llama2_bench_kernels            on a GPU node (one H200; ~1 minute)
+//
+// Timing: CUDA events around each launch, 5 warm-up launches, median of 30. Bytes are the minimum
+// traffic (each input read once, each output written once); FLOPs for attention count the
+// multiply-adds of QK^T and PV (prefill: the causal half). Rooflines measured on the H200 nodes
+// (docs: /work/shared/HARDWARE.md): HBM 4315 GB/s device-to-device copy (read + write), fp16 dense
+// 872 TFLOP/s. Shapes whose data fits in the 50 MB L2 (batch-1 decode, small T) can exceed the HBM
+// figure; they measure launch latency and L2 more than HBM.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/step_plan.h"
+#include "kernels/attention_decode.cuh"
+#include "kernels/attention_prefill.cuh"
+#include "kernels/dtype.cuh"
+#include "kernels/embedding.cuh"
+#include "kernels/rmsnorm.cuh"
+#include "kernels/rope_kv.cuh"
+#include "kernels/sampling.cuh"
+#include "kernels/swiglu.cuh"
+#include "rank/cpu_ops.h"
+
+namespace k = llama2::kernels;
+namespace cpu = llama2::cpu;
+using T = __half;
+
+namespace {
+
+constexpr double kHbmGBs = 4315.0;
+constexpr double kTensorTFs = 872.0;
+int g_failures = 0;
+
+void check_cuda(cudaError_t rc, const char* what) {
+  if (rc != cudaSuccess) {
+    std::fprintf(stderr, "CUDA error in %s: %s\n", what, cudaGetErrorString(rc));
+    std::exit(2);
+  }
+}
+#define CK(call) check_cuda((call), #call)
+
+template <typename E>
+struct Dev {
+  E* p = nullptr;
+  size_t n = 0;
+  explicit Dev(size_t count) : n(count) {
+    CK(cudaMalloc(&p, std::max<size_t>(count, 1) * sizeof(E)));
+  }
+  explicit Dev(const std::vector<E>& h) : Dev(h.size()) { put(h); }
+  ~Dev() { cudaFree(p); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+  void put(const std::vector<E>& h) {
+    CK(cudaMemcpy(p, h.data(), h.size() * sizeof(E), cudaMemcpyHostToDevice));
+  }
+  std::vector<E> get() const {
+    std::vector<E> h(n);
+    CK(cudaMemcpy(h.data(), p, n * sizeof(E), cudaMemcpyDeviceToHost));
+    return h;
+  }
+};
+
+// Values exactly representable in fp16/bf16 (see tests/gpu/gpu_test_util.h).
+std::vector<float> rnd(size_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = __bfloat162float(__float2bfloat16_rn(d(rng)));
+  return v;
+}
+std::vector<T> half(const std::vector<float>& x) {
+  std::vector<T> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = __float2half_rn(x[i]);
+  return y;
+}
+std::vector<float> f32(const std::vector<T>& x) {
+  std::vector<float> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = __half2float(x[i]);
+  return y;
+}
+
+// |got - want| <= atol + rtol |want| everywhere (NaN only where both are NaN).
+void verify(const std::string& what, const std::vector<float>& got, const std::vector<float>& want,
+            double rtol, double atol) {
+  size_t bad = 0;
+  double worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double g = got[i], w = want[i];
+    if (g == w) continue;
+    if (std::isnan(g) || std::isnan(w)) {
+      bad += !(std::isnan(g) && std::isnan(w));
+      continue;
+    }
+    const double e = std::fabs(g - w);
+    worst = std::max(worst, e);
+    bad += e > atol + rtol * std::fabs(w);
+  }
+  std::printf("  check %-44s %s (max abs err %.3g, %zu/%zu outside tolerance)\n", what.c_str(),
+              bad ? "FAIL" : "ok", worst, bad, want.size());
+  g_failures += bad != 0;
+}
+
+double median_us(const std::function<void()>& launch) {
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  for (int i = 0; i < 5; ++i) launch();
+  CK(cudaDeviceSynchronize());
+  std::vector<float> ms(30);
+  for (auto& m : ms) {
+    CK(cudaEventRecord(a));
+    launch();
+    CK(cudaEventRecord(b));
+    CK(cudaEventSynchronize(b));
+    CK(cudaEventElapsedTime(&m, a, b));
+  }
+  CK(cudaGetLastError());
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b));
+  std::sort(ms.begin(), ms.end());
+  return 1000.0 * ms[ms.size() / 2];
+}
+
+void report(const std::string& name, const std::string& shape, double us, double bytes,
+            double flops = 0) {
+  const double gbs = bytes / us * 1e-3;
+  std::printf("  %-14s %-34s %9.2f us %8.1f GB/s (%5.1f%% HBM)", name.c_str(), shape.c_str(), us,
+              gbs, 100.0 * gbs / kHbmGBs);
+  if (flops > 0) {
+    const double tf = flops / us * 1e-6;
+    std::printf(" %7.1f TFLOP/s (%4.1f%% fp16 TC)", tf, 100.0 * tf / kTensorTFs);
+  }
+  std::printf("\n");
+}
+
+std::string fmt(const char* f, long a, long b = 0, long c = 0) {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, f, a, b, c);
+  return buf;
+}
+
+constexpr int kHidden = 4096, kHeads = 32, kDim = 128, kFfn = 11008, kVocab = 32000;
+
+void bench_embedding() {
+  std::printf("embedding (vocab %d, hidden %d)\n", kVocab, kHidden);
+  const auto table = rnd(static_cast<size_t>(kVocab) * kHidden, 1);
+  Dev<T> d_table(half(table));
+  for (int n : {1, 64, 2048}) {
+    std::vector<int32_t> tok(n);
+    for (int i = 0; i < n; ++i) tok[i] = (i * 7919) % kVocab;
+    Dev<int32_t> d_tok(tok);
+    Dev<T> d_out(static_cast<size_t>(n) * kHidden);
+    CK(k::launch_embedding<T>(d_tok.p, n, d_table.p, 0, kVocab, kHidden, d_out.p, 0));
+    std::vector<float> want(d_out.n);
+    cpu::embedding(tok.data(), n, table.data(), 0, kVocab, kHidden, want.data());
+    verify(fmt("embedding T=%ld", n), f32(d_out.get()), want, 0, 0);
+    const double us = median_us(
+        [&] { k::launch_embedding<T>(d_tok.p, n, d_table.p, 0, kVocab, kHidden, d_out.p, 0); });
+    report("embedding", fmt("T=%ld", n), us, 2.0 * n * kHidden * sizeof(T));
+  }
+}
+
+void bench_rmsnorm() {
+  std::printf("rmsnorm / add_rmsnorm (hidden %d)\n", kHidden);
+  const auto w = rnd(kHidden, 2, 0.5f, 1.5f);
+  Dev<T> d_w(half(w));
+  for (int n : {1, 64, 2048}) {
+    const size_t e = static_cast<size_t>(n) * kHidden;
+    const auto x = rnd(e, 3, -2, 2), res = rnd(e, 4, -2, 2);
+    Dev<T> d_x(half(x)), d_res(half(res)), d_out(e);
+    CK(k::launch_rmsnorm<T>(d_x.p, d_w.p, n, kHidden, 1e-5f, d_out.p, 0));
+    std::vector<float> want(e);
+    cpu::rmsnorm(x.data(), w.data(), n, kHidden, 1e-5, want.data());
+    verify(fmt("rmsnorm T=%ld", n), f32(d_out.get()), want, 1.3e-3, 1e-6);
+    double us =
+        median_us([&] { k::launch_rmsnorm<T>(d_x.p, d_w.p, n, kHidden, 1e-5f, d_out.p, 0); });
+    report("rmsnorm", fmt("T=%ld", n), us, 2.0 * e * sizeof(T));
+    // The fused kernel updates the residual in place; timing re-adds x each launch, harmless.
+    us = median_us(
+        [&] { k::launch_add_rmsnorm<T>(d_res.p, d_x.p, d_w.p, n, kHidden, 1e-5f, d_out.p, 0); });
+    report("add_rmsnorm", fmt("T=%ld", n), us, 4.0 * e * sizeof(T));
+  }
+}
+
+void bench_swiglu() {
+  std::printf("swiglu (ffn %d)\n", kFfn);
+  for (int n : {1, 64, 2048}) {
+    const auto gu = rnd(static_cast<size_t>(n) * 2 * kFfn, 5, -6, 6);
+    Dev<T> d_gu(half(gu)), d_out(static_cast<size_t>(n) * kFfn);
+    CK(k::launch_swiglu<T>(d_gu.p, n, kFfn, d_out.p, 0));
+    std::vector<float> g(d_out.n), u(d_out.n), want(d_out.n);
+    for (int t = 0; t < n; ++t) {
+      std::copy_n(gu.begin() + static_cast<size_t>(t) * 2 * kFfn, kFfn,
+                  g.begin() + static_cast<size_t>(t) * kFfn);
+      std::copy_n(gu.begin() + static_cast<size_t>(t) * 2 * kFfn + kFfn, kFfn,
+                  u.begin() + static_cast<size_t>(t) * kFfn);
+    }
+    cpu::swiglu(g.data(), u.data(), static_cast<int64_t>(want.size()), want.data());
+    verify(fmt("swiglu T=%ld", n), f32(d_out.get()), want, 1.3e-3, 1e-6);
+    const double us = median_us([&] { k::launch_swiglu<T>(d_gu.p, n, kFfn, d_out.p, 0); });
+    report("swiglu", fmt("T=%ld", n), us, 3.0 * n * kFfn * sizeof(T));
+  }
+}
+
+// One sequence per entry of `lens`, blocks shuffled; returns the plan of `news` new tokens per seq.
+struct Paged {
+  llama2::StepPlan plan;
+  int num_blocks = 0, max_blocks = 0;
+  std::vector<int32_t> tables;
+};
+Paged make_paged(const std::vector<int>& lens, const std::vector<int>& news, int bs) {
+  Paged p;
+  for (int len : lens) p.num_blocks += (len + bs - 1) / bs;
+  std::vector<int32_t> ids(p.num_blocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937(9));
+  int next = 0;
+  for (size_t s = 0; s < lens.size(); ++s) {
+    llama2::SeqStep st;
+    st.pos_begin = lens[s] - news[s];
+    st.n_tokens = news[s];
+    st.table_begin = static_cast<int32_t>(p.plan.block_ids.size());
+    st.table_len = (lens[s] + bs - 1) / bs;
+    p.max_blocks = std::max(p.max_blocks, static_cast<int>(st.table_len));
+    for (int b = 0; b < st.table_len; ++b) p.plan.block_ids.push_back(ids[next++]);
+    p.plan.seqs.push_back(st);
+    p.plan.tokens.resize(p.plan.tokens.size() + news[s], 0);
+  }
+  p.tables.assign(lens.size() * p.max_blocks, 0);
+  for (size_t s = 0; s < lens.size(); ++s) {
+    const auto& st = p.plan.seqs[s];
+    std::copy_n(p.plan.block_ids.begin() + st.table_begin, st.table_len,
+                p.tables.begin() + s * p.max_blocks);
+  }
+  return p;
+}
+
+void bench_rope_kv() {
+  std::printf("rope_kv (heads %d, kv_heads %d, head_dim %d, block 16)\n", kHeads, kHeads, kDim);
+  const int bs = 16;
+  const k::RopeFreqs freqs = k::make_rope_freqs(kDim, 10000.0);
+  for (int n : {1, 64, 2048}) {
+    const Paged pg = make_paged({n + 100}, {n}, bs);
+    const auto pos = cpu::plan_positions(pg.plan);
+    std::vector<int32_t> slot(n);
+    for (int t = 0; t < n; ++t) slot[t] = pg.plan.block_ids[pos[t] / bs] * bs + pos[t] % bs;
+    const size_t act = static_cast<size_t>(n) * kHidden;
+    const auto q = rnd(act, 6, -2, 2), kk = rnd(act, 7, -2, 2), v = rnd(act, 8, -2, 2);
+    const size_t cache = static_cast<size_t>(pg.num_blocks) * kHeads * bs * kDim;
+    Dev<T> d_q(half(q)), d_k(half(kk)), d_v(half(v)), d_kc(cache), d_vc(cache);
+    Dev<int32_t> d_pos(pos), d_slot(slot);
+    const k::PagedKvCache<T> c{d_kc.p, d_vc.p, pg.num_blocks, kHeads, bs, kDim};
+    const k::RopeKvTokens toks{d_pos.p, d_slot.p, n};
+    CK(k::launch_rope_kv<T>(d_q.p, kHidden, d_k.p, kHidden, d_v.p, kHidden, kHeads, toks, freqs, c,
+                            0));
+    std::vector<float> q_ref = q, k_ref = kk, kc(cache, 0.f), vc(cache, 0.f);
+    cpu::rope(q_ref.data(), pos.data(), n, kHeads, kDim, 10000.0);
+    cpu::rope(k_ref.data(), pos.data(), n, kHeads, kDim, 10000.0);
+    CK(cudaMemset(d_kc.p, 0, cache * sizeof(T)));
+    CK(cudaMemset(d_vc.p, 0, cache * sizeof(T)));
+    d_q.put(half(q));
+    CK(k::launch_rope_kv<T>(d_q.p, kHidden, d_k.p, kHidden, d_v.p, kHidden, kHeads, toks, freqs, c,
+                            0));
+    cpu::kv_write(cpu::KvLayerView{kc.data(), vc.data(), kHeads, bs, kDim, pg.num_blocks}, pg.plan,
+                  k_ref.data(), v.data());
+    verify(fmt("rope_kv q T=%ld", n), f32(d_q.get()), q_ref, 8e-4, 2e-3);
+    verify(fmt("rope_kv k cache T=%ld", n), f32(d_kc.get()), kc, 8e-4, 2e-3);
+    verify(fmt("rope_kv v cache T=%ld", n), f32(d_vc.get()), vc, 0, 0);
+    const double us = median_us([&] {
+      k::launch_rope_kv<T>(d_q.p, kHidden, d_k.p, kHidden, d_v.p, kHidden, kHeads, toks, freqs, c,
+                           0);
+    });
+    report("rope_kv", fmt("T=%ld", n), us, 6.0 * act * sizeof(T));
+  }
+}
+
+std::vector<float> reference_attention(const Paged& pg, const std::vector<float>& kc,
+                                       const std::vector<float>& vc, int heads, int kv_heads,
+                                       int bs, const std::vector<float>& q) {
+  std::vector<int> kv_head_of(heads);
+  for (int h = 0; h < heads; ++h) kv_head_of[h] = h / (heads / kv_heads);
+  std::vector<float> kc2 = kc, vc2 = vc, out(q.size());
+  cpu::paged_attention(cpu::KvLayerView{kc2.data(), vc2.data(), kv_heads, bs, kDim, pg.num_blocks},
+                       pg.plan, q.data(), heads, kv_head_of, out.data());
+  return out;
+}
+
+void bench_decode(int heads, int kv_heads, const std::vector<int>& batches,
+                  const std::vector<int>& ctxs, bool check) {
+  std::printf("attention_decode (heads %d, kv_heads %d, head_dim %d, block 16)\n", heads, kv_heads,
+              kDim);
+  const int bs = 16;
+  for (int S : batches) {
+    for (int ctx : ctxs) {
+      // Correctness on a mix of context lengths (up to 4 sequences), timing on S equal contexts.
+      std::vector<int> lens(S, ctx);
+      if (check) {
+        for (int s = 1; s < S && s < 4; ++s) lens[s] = 1 + (ctx * s) / 4;
+      }
+      const Paged pg = make_paged(lens, std::vector<int>(S, 1), bs);
+      const size_t cache = static_cast<size_t>(pg.num_blocks) * kv_heads * bs * kDim;
+      const auto kc = rnd(cache, 10), vc = rnd(cache, 11);
+      const auto q = rnd(static_cast<size_t>(S) * heads * kDim, 12, -2, 2);
+      Dev<T> d_kc(half(kc)), d_vc(half(vc)), d_q(half(q)), d_out(q.size());
+      Dev<int32_t> d_tab(pg.tables), d_len(lens);
+      const size_t ws = k::attention_decode_workspace_bytes(S, heads, kv_heads, kDim, ctx);
+      Dev<char> d_ws(ws);
+      k::DecodeAttentionArgs<T> a;
+      a.q = d_q.p;
+      a.q_stride = heads * kDim;
+      a.cache = {d_kc.p, d_vc.p, pg.num_blocks, kv_heads, bs, kDim};
+      a.block_tables = d_tab.p;
+      a.max_blocks = pg.max_blocks;
+      a.context_lens = d_len.p;
+      a.num_seqs = S;
+      a.heads = heads;
+      a.max_context = ctx;
+      a.out = d_out.p;
+      a.workspace = d_ws.p;
+      a.workspace_bytes = ws;
+      CK(k::launch_attention_decode<T>(a, 0));
+      if (check && S <= 4) {
+        verify(fmt("decode S=%ld ctx=%ld", S, ctx), f32(d_out.get()),
+               reference_attention(pg, kc, vc, heads, kv_heads, bs, q), 8e-4, 4e-5);
+      }
+      const double us = median_us([&] { k::launch_attention_decode<T>(a, 0); });
+      const double kv_bytes = 2.0 * S * ctx * kv_heads * kDim * sizeof(T);
+      report("decode", fmt("S=%ld ctx=%ld", S, ctx) + (ws ? " split" : ""), us,
+             kv_bytes + 2.0 * q.size() * sizeof(T), 4.0 * S * heads * ctx * kDim);
+    }
+  }
+}
+
+void bench_prefill(int heads, int kv_heads, int n_new, int ctx, bool check) {
+  const int bs = 16;
+  const Paged pg = make_paged({ctx}, {n_new}, bs);
+  const size_t cache = static_cast<size_t>(pg.num_blocks) * kv_heads * bs * kDim;
+  const auto kc = rnd(cache, 13), vc = rnd(cache, 14);
+  const auto q = rnd(static_cast<size_t>(n_new) * heads * kDim, 15, -2, 2);
+  Dev<T> d_kc(half(kc)), d_vc(half(vc)), d_q(half(q)), d_out(q.size());
+  const std::vector<int32_t> cu = {0, n_new}, pb = {ctx - n_new};
+  Dev<int32_t> d_tab(pg.tables), d_cu(cu), d_pb(pb);
+  k::PrefillAttentionArgs<T> a;
+  a.q = d_q.p;
+  a.q_stride = heads * kDim;
+  a.cache = {d_kc.p, d_vc.p, pg.num_blocks, kv_heads, bs, kDim};
+  a.block_tables = d_tab.p;
+  a.max_blocks = pg.max_blocks;
+  a.cu_tokens = d_cu.p;
+  a.pos_begin = d_pb.p;
+  a.num_seqs = 1;
+  a.heads = heads;
+  a.max_new_tokens = n_new;
+  a.out = d_out.p;
+  CK(k::launch_attention_prefill<T>(a, 0));
+  if (check) {
+    verify(fmt("prefill heads=%ld new=%ld ctx=%ld", heads, n_new, ctx), f32(d_out.get()),
+           reference_attention(pg, kc, vc, heads, kv_heads, bs, q), 8e-4, 8e-4);
+    return;
+  }
+  const double us = median_us([&] { k::launch_attention_prefill<T>(a, 0); });
+  // Causal FLOPs: every new token attends to (ctx - n_new) cached keys plus its own prefix.
+  const double pairs = static_cast<double>(n_new) * (ctx - n_new) + 0.5 * n_new * (n_new + 1.0);
+  report("prefill", fmt("new=%ld ctx=%ld heads=%ld", n_new, ctx, heads), us,
+         2.0 * ctx * kv_heads * kDim * sizeof(T) + 2.0 * q.size() * sizeof(T),
+         4.0 * pairs * heads * kDim);
+}
+
+void bench_sampling() {
+  std::printf("argmax / top-k (vocab %d, fp32 logits)\n", kVocab);
+  for (int rows : {1, 64}) {
+    const auto x = rnd(static_cast<size_t>(rows) * kVocab, 16, -10, 10);
+    Dev<float> d_x(x), d_val(static_cast<size_t>(rows) * 64);
+    Dev<int32_t> d_idx(static_cast<size_t>(rows) * 64);
+    CK(k::launch_topk<float>(d_x.p, kVocab, rows, kVocab, 0, 50, d_val.p, d_idx.p, 0));
+    const auto got = d_idx.get();
+    size_t bad = 0;
+    for (int r = 0; r < rows; ++r) {
+      std::vector<int> order(kVocab);
+      std::iota(order.begin(), order.end(), 0);
+      const float* row = x.data() + static_cast<size_t>(r) * kVocab;
+      std::partial_sort(order.begin(), order.begin() + 50, order.end(),
+                        [&](int a, int b) { return row[a] != row[b] ? row[a] > row[b] : a < b; });
+      for (int j = 0; j < 50; ++j) bad += got[static_cast<size_t>(r) * 50 + j] != order[j];
+    }
+    std::printf("  check %-44s %s (%zu wrong indices)\n", fmt("topk k=50 rows=%ld", rows).c_str(),
+                bad ? "FAIL" : "ok", bad);
+    g_failures += bad != 0;
+    double us = median_us(
+        [&] { k::launch_argmax<float>(d_x.p, kVocab, rows, kVocab, 0, d_val.p, d_idx.p, 0); });
+    report("argmax", fmt("rows=%ld", rows), us, 4.0 * rows * kVocab);
+    us = median_us(
+        [&] { k::launch_topk<float>(d_x.p, kVocab, rows, kVocab, 0, 50, d_val.p, d_idx.p, 0); });
+    report("topk k=50", fmt("rows=%ld", rows), us, 4.0 * rows * kVocab);
+  }
+}
+
+}  // namespace
+
+int main() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    std::printf("no CUDA device: nothing to benchmark\n");
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("%s, %d SMs; fp16; rooflines: HBM %.0f GB/s, tensor cores %.0f TFLOP/s\n", prop.name,
+              prop.multiProcessorCount, kHbmGBs, kTensorTFs);
+  bench_embedding();
+  bench_rmsnorm();
+  bench_swiglu();
+  bench_rope_kv();
+  bench_decode(kHeads, kHeads, {1, 4}, {128, 2048}, true);  // correctness on mixed contexts
+  bench_decode(kHeads, kHeads, {1, 32, 64}, {128, 2048}, false);
+  std::printf("  (70B shapes on 2 ranks: 32 query heads, 4 KV heads, group 8)\n");
+  bench_decode(32, 4, {1, 64}, {2048}, false);
+  std::printf("attention_prefill (heads %d, head_dim %d, block 16)\n", kHeads, kDim);
+  bench_prefill(4, 4, 300, 400, true);  // correctness on a reduced problem (CPU reference cost)
+  bench_prefill(4, 1, 200, 200, true);
+  bench_prefill(kHeads, kHeads, 2048, 2048, false);
+  bench_prefill(kHeads, kHeads, 512, 2048, false);
+  bench_sampling();
+  std::printf("%s\n", g_failures ? "CORRECTNESS FAILURES: timings above are not meaningful"
+                                 : "all checks passed");
+  return g_failures ? 1 : 0;
+}

@@ -1,0 +1,411 @@
+#include <climits>
+#include <cmath>
+
+#include "kernels/attention_decode.cuh"
+#include "kernels/dtype.cuh"
+#include "kernels/reduce.cuh"
+
+namespace llama2::kernels {
+
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kMaxGroup = 8;        // query heads per KV head (Llama-2-70B: 8)
+constexpr int kMaxPartition = 512;  // positions per block; its scores live in shared memory
+constexpr int kMinPartition = 64;
+// K/V rows per lane per step; the next step's rows are loaded while this step's are used, so up
+// to twice this many rows per lane are in flight. Group 1 (7B, 13B) has registers to spare for 8;
+// groups up to 8 hold 8 queries and 8 accumulators per lane and keep 4 (~140 registers).
+template <int kG>
+constexpr int kUnroll = kG == 1 ? 8 : 4;
+
+template <typename T>
+struct DecodeParams {
+  const T* q;
+  int64_t q_stride;
+  const T* k_cache;  // [num_blocks, kv_heads, block_size, D]
+  const T* v_cache;
+  int kv_heads;
+  int block_size;
+  const int32_t* block_tables;  // [num_seqs, max_blocks]
+  int max_blocks;
+  const int32_t* context_lens;
+  int heads;
+  int group;
+  int partition;
+  int num_parts;  // == gridDim.x of the partition kernel
+  float scale;
+  T* out;           // [num_seqs, heads, D]
+  float* part_acc;  // [num_seqs, heads, num_parts, D], unnormalized sum of p * v
+  float* part_max;  // [num_seqs, heads, num_parts]
+  float* part_sum;  // [num_seqs, heads, num_parts]
+};
+
+// How a K/V row of D elements of T is spread over a warp.
+template <typename T, int D>
+struct RowSplit {
+  static constexpr int kVec = kVec16<T>;            // elements per lane (16 bytes)
+  static constexpr int kLanes = D / kVec;           // lanes per row
+  static constexpr int kRowsPerWarp = 32 / kLanes;  // rows a warp reads per access
+  static_assert(kLanes >= 1 && kLanes <= 32 && 32 % kLanes == 0, "unsupported head_dim");
+};
+
+int sm_count() {
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+      sms <= 0) {
+    (void)cudaGetLastError();
+    return 132;  // H200
+  }
+  return sms;
+}
+
+// Halve the partition while the grid has fewer than kBlocksPerSm blocks per multiprocessor (about
+// the occupancy the kernel's ~140 registers/thread allow: 3 resident blocks): a block streams its
+// rows with at most 8 rows per lane in flight, so HBM bandwidth needs many resident blocks.
+// (Capping registers at 128 for a 4th resident block made ptxas spill.) Batch-1 decode of a
+// 2048-token context over 32 KV heads gets 1024 blocks of 64 positions instead of 128 blocks of
+// 512.
+constexpr int kBlocksPerSm = 4;
+int choose_partition(int num_seqs, int kv_heads, int max_context) {
+  const int64_t target = static_cast<int64_t>(kBlocksPerSm) * sm_count();
+  int part = kMaxPartition;
+  while (part > kMinPartition &&
+         static_cast<int64_t>(num_seqs) * kv_heads * ceil_div(max_context, part) < target) {
+    part /= 2;
+  }
+  return part;
+}
+
+}  // namespace
+
+// kG: the largest group this instantiation handles (1, 4 or 8); register arrays are sized by it.
+template <typename T, int D, int kG>
+static __global__ void __launch_bounds__(kThreads)
+    decode_partition_kernel(const DecodeParams<T> p) {
+  constexpr int kU = kUnroll<kG>;
+  using Split = RowSplit<T, D>;
+  constexpr int V = Split::kVec;
+  constexpr int L = Split::kLanes;
+  constexpr int R = Split::kRowsPerWarp;
+  constexpr int kWarpStep = R * kU;               // rows per warp per iteration
+  constexpr int kBlockStep = kWarps * kWarpStep;  // rows per block per iteration
+  // Scores [kG][kMaxPartition] first; after the P.V loop the same memory holds the per-warp
+  // partial outputs [kWarps][kG][D].
+  constexpr int kBuf = kG * kMaxPartition > kWarps * kG * D ? kG * kMaxPartition : kWarps * kG * D;
+  __shared__ float s_buf[kBuf];
+  __shared__ float s_max[kG];
+  __shared__ float s_sum[kG];
+  // Cache row of each partition row for this KV head, in units of D elements:
+  // (block * kv_heads + kvh) * block_size + offset (int32: the launcher checks the cache size).
+  __shared__ int32_t s_rows[kMaxPartition];
+
+  const int part = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int lane_in_row = lane % L;  // which 16-byte piece of the row
+  const int row_in_warp = lane / L;  // which of the warp's R rows
+  const int group = p.group;
+  const int h0 = kvh * group;
+  const bool split = p.num_parts > 1;
+  const int ctx = p.context_lens[seq];
+  T* out = p.out + (static_cast<int64_t>(seq) * p.heads + h0) * D;
+
+  if (ctx <= 0 || ctx > p.num_parts * p.partition) {
+    // Empty sequence (zeros) or a context beyond the host bound (NaN, never silently truncated).
+    // With a split, the merge kernel writes these rows.
+    if (!split && part == 0) {
+      for (int idx = tid; idx < group * D; idx += kThreads)
+        out[idx] = from_float<T>(ctx <= 0 ? 0.f : NAN);
+    }
+    return;
+  }
+  const int t0 = part * p.partition;
+  if (t0 >= ctx) return;  // this sequence is shorter than the longest one
+  const int n = min(ctx - t0, p.partition);
+
+  // Each row's cache offset is computed once, by one thread, into shared memory: computing it per
+  // lane (runtime div/mod, a dependent block-table load, 64-bit arithmetic, 16 lanes per row) made
+  // the streaming loops instruction- and latency-bound at ~30% of HBM bandwidth.
+  {
+    const int32_t* table = p.block_tables + static_cast<int64_t>(seq) * p.max_blocks;
+    constexpr int kPerThread = kMaxPartition / kThreads;
+    int32_t block[kPerThread];
+#pragma unroll
+    for (int r = 0; r < kPerThread; ++r) {  // all table loads in flight before the first use
+      const int i = tid + r * kThreads;
+      block[r] = i < n ? table[(t0 + i) / p.block_size] : 0;
+    }
+#pragma unroll
+    for (int r = 0; r < kPerThread; ++r) {
+      const int i = tid + r * kThreads;
+      if (i < n) s_rows[i] = (block[r] * p.kv_heads + kvh) * p.block_size + (t0 + i) % p.block_size;
+    }
+  }
+  // Element offset of this lane's piece of partition row i.
+  auto row_offset = [&](int i) -> int64_t {
+    return static_cast<int64_t>(s_rows[i]) * D + lane_in_row * V;
+  };
+  // This lane's rows of the warp step starting at `base`; rows past n are zeros, not loaded.
+  auto load_step = [&](const T* cache, int base, Pack<T, V>(&dst)[kU]) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int i = base + u * R + row_in_warp;
+      dst[u] = i < n ? *reinterpret_cast<const Pack<T, V>*>(cache + row_offset(i)) : Pack<T, V>{};
+    }
+  };
+
+  // The lane's piece of each query of the group, pre-scaled by 1/sqrt(d).
+  float qr[kG][V];
+#pragma unroll
+  for (int g = 0; g < kG; ++g) {
+    if (g < group) {
+      load_float<T, V>(p.q + seq * p.q_stride + (h0 + g) * D + lane_in_row * V, qr[g]);
+#pragma unroll
+      for (int e = 0; e < V; ++e) qr[g][e] *= p.scale;
+    } else {
+#pragma unroll
+      for (int e = 0; e < V; ++e) qr[g][e] = 0.f;
+    }
+  }
+
+  __syncthreads();  // s_rows
+
+  // ---- scores: s_buf[g][i] = q_g . k_{t0+i}. The loop bound depends on the warp only, so whole
+  // warps stay together for the shuffles; rows past n are loaded as zeros and not stored.
+  // Software pipelined: the next step's rows are requested before this step's are used.
+  Pack<T, V> next[kU];
+  load_step(p.k_cache, warp * kWarpStep, next);
+  for (int base = warp * kWarpStep; base < n; base += kBlockStep) {
+    Pack<T, V> kp[kU];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) kp[u] = next[u];
+    load_step(p.k_cache, base + kBlockStep, next);
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int i = base + u * R + row_in_warp;
+      float kf[V];
+#pragma unroll
+      for (int e = 0; e < V; ++e) kf[e] = to_float(kp[u].v[e]);
+#pragma unroll
+      for (int g = 0; g < kG; ++g) {
+        if (g < group) {  // uniform over the block
+          float dot = 0.f;
+#pragma unroll
+          for (int e = 0; e < V; ++e) dot += qr[g][e] * kf[e];
+#pragma unroll
+          for (int o = L / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(kFullMask, dot, o);
+          if (lane_in_row == 0 && i < n) s_buf[g * kMaxPartition + i] = dot;
+        }
+      }
+    }
+  }
+  // The first V rows do not depend on the softmax: request them before it.
+  load_step(p.v_cache, warp * kWarpStep, next);
+  __syncthreads();
+
+  // ---- softmax within the partition: one warp per query head; scores become exp(s - max).
+  for (int g = warp; g < group; g += kWarps) {
+    float* sg = s_buf + g * kMaxPartition;
+    float m = -INFINITY;
+    for (int i = lane; i < n; i += 32) m = fmaxf(m, sg[i]);
+    m = warp_max(m);
+    float sum = 0.f;
+    for (int i = lane; i < n; i += 32) {
+      const float e = expf(sg[i] - m);
+      sg[i] = e;
+      sum += e;
+    }
+    sum = warp_sum(sum);
+    if (lane == 0) {
+      s_max[g] = m;
+      s_sum[g] = sum;
+    }
+  }
+  __syncthreads();
+
+  // ---- acc[g] = sum_i p[g][i] * v_{t0+i} over this lane's rows, for its piece of the row.
+  float acc[kG][V];
+#pragma unroll
+  for (int g = 0; g < kG; ++g) {
+#pragma unroll
+    for (int e = 0; e < V; ++e) acc[g][e] = 0.f;
+  }
+  for (int base = warp * kWarpStep; base < n; base += kBlockStep) {
+    Pack<T, V> vp[kU];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) vp[u] = next[u];
+    load_step(p.v_cache, base + kBlockStep, next);
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int i = base + u * R + row_in_warp;
+      float vf[V];
+#pragma unroll
+      for (int e = 0; e < V; ++e) vf[e] = to_float(vp[u].v[e]);
+#pragma unroll
+      for (int g = 0; g < kG; ++g) {
+        if (g < group) {
+          const float w = i < n ? s_buf[g * kMaxPartition + i] : 0.f;
+#pragma unroll
+          for (int e = 0; e < V; ++e) acc[g][e] += w * vf[e];
+        }
+      }
+    }
+  }
+  // Sum over the warp's R rows: lanes with the same lane_in_row differ in the bits >= L.
+#pragma unroll
+  for (int o = L; o < 32; o <<= 1) {
+#pragma unroll
+    for (int g = 0; g < kG; ++g) {
+      if (g < group) {
+#pragma unroll
+        for (int e = 0; e < V; ++e) acc[g][e] += __shfl_xor_sync(kFullMask, acc[g][e], o);
+      }
+    }
+  }
+  __syncthreads();  // every warp has finished reading the scores: s_buf is reused below
+  if (row_in_warp == 0) {
+#pragma unroll
+    for (int g = 0; g < kG; ++g) {
+      if (g < group) {
+#pragma unroll
+        for (int e = 0; e < V; ++e) s_buf[(warp * kG + g) * D + lane_in_row * V + e] = acc[g][e];
+      }
+    }
+  }
+  __syncthreads();
+  for (int idx = tid; idx < group * D; idx += kThreads) {
+    const int g = idx / D, j = idx % D;
+    float sum = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) sum += s_buf[(w * kG + g) * D + j];
+    if (!split) {
+      out[idx] = from_float<T>(sum / s_sum[g]);
+    } else {
+      const int64_t slot = (static_cast<int64_t>(seq) * p.heads + h0 + g) * p.num_parts + part;
+      p.part_acc[slot * D + j] = sum;
+    }
+  }
+  if (split && tid < group) {
+    const int64_t slot = (static_cast<int64_t>(seq) * p.heads + h0 + tid) * p.num_parts + part;
+    p.part_max[slot] = s_max[tid];
+    p.part_sum[slot] = s_sum[tid];
+  }
+}
+
+// Merge of the partitions of one (sequence, query head): thread j owns output element j.
+template <typename T, int D>
+static __global__ void __launch_bounds__(D) decode_merge_kernel(const DecodeParams<T> p) {
+  const int h = blockIdx.x, seq = blockIdx.y, j = threadIdx.x;
+  const int ctx = p.context_lens[seq];
+  T* out = p.out + (static_cast<int64_t>(seq) * p.heads + h) * D;
+  if (ctx <= 0 || ctx > p.num_parts * p.partition) {
+    out[j] = from_float<T>(ctx <= 0 ? 0.f : NAN);
+    return;
+  }
+  const int parts = static_cast<int>(ceil_div(ctx, p.partition));
+  const int64_t base = (static_cast<int64_t>(seq) * p.heads + h) * p.num_parts;
+  float m = -INFINITY;
+  for (int i = 0; i < parts; ++i) m = fmaxf(m, p.part_max[base + i]);
+  float sum = 0.f, acc = 0.f;
+  for (int i = 0; i < parts; ++i) {
+    const float w = expf(p.part_max[base + i] - m);
+    sum += p.part_sum[base + i] * w;
+    acc += p.part_acc[(base + i) * D + j] * w;
+  }
+  out[j] = from_float<T>(acc / sum);
+}
+
+size_t attention_decode_workspace_bytes(int num_seqs, int heads, int kv_heads, int head_dim,
+                                        int max_context) {
+  if (num_seqs <= 0 || heads <= 0 || kv_heads <= 0 || head_dim <= 0 || max_context <= 0) return 0;
+  const int64_t parts = ceil_div(max_context, choose_partition(num_seqs, kv_heads, max_context));
+  if (parts <= 1) return 0;
+  return sizeof(float) * static_cast<size_t>(num_seqs) * heads * parts * (head_dim + 2);
+}
+
+template <typename T, int D>
+static cudaError_t run_decode(const DecodeParams<T>& p, int num_seqs, int kv_heads,
+                              cudaStream_t stream) {
+  const dim3 grid(p.num_parts, kv_heads, num_seqs);
+  if (p.group == 1) {
+    decode_partition_kernel<T, D, 1><<<grid, kThreads, 0, stream>>>(p);
+  } else if (p.group <= 4) {
+    decode_partition_kernel<T, D, 4><<<grid, kThreads, 0, stream>>>(p);
+  } else {
+    decode_partition_kernel<T, D, kMaxGroup><<<grid, kThreads, 0, stream>>>(p);
+  }
+  if (p.num_parts > 1) {
+    decode_merge_kernel<T, D><<<dim3(p.heads, num_seqs), D, 0, stream>>>(p);
+  }
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launch_attention_decode(const DecodeAttentionArgs<T>& a, cudaStream_t stream) {
+  const auto& c = a.cache;
+  const int d = c.head_dim;
+  if (a.num_seqs < 0 || a.heads <= 0 || c.kv_heads <= 0 || a.heads % c.kv_heads != 0 ||
+      a.heads / c.kv_heads > kMaxGroup || c.block_size <= 0 || c.num_blocks <= 0 ||
+      a.max_context <= 0 || a.num_seqs > 65535) {
+    return cudaErrorInvalidValue;
+  }
+  if (ceil_div(a.max_context, c.block_size) > a.max_blocks) return cudaErrorInvalidValue;
+  // Cache rows are indexed in int32 (units of head_dim elements).
+  if (static_cast<int64_t>(c.num_blocks) * c.kv_heads * c.block_size > INT32_MAX) {
+    return cudaErrorInvalidValue;
+  }
+  if (a.q_stride < static_cast<int64_t>(a.heads) * d || a.q_stride % kVec16<T> != 0) {
+    return cudaErrorInvalidValue;
+  }
+  if (a.num_seqs == 0) return cudaSuccess;
+  if (a.q == nullptr || c.k == nullptr || c.v == nullptr || a.block_tables == nullptr ||
+      a.context_lens == nullptr || a.out == nullptr || !is_aligned(a.q, 16) ||
+      !is_aligned(c.k, 16) || !is_aligned(c.v, 16)) {
+    return cudaErrorInvalidValue;
+  }
+  DecodeParams<T> p{};
+  p.q = a.q;
+  p.q_stride = a.q_stride;
+  p.k_cache = c.k;
+  p.v_cache = c.v;
+  p.kv_heads = c.kv_heads;
+  p.block_size = c.block_size;
+  p.block_tables = a.block_tables;
+  p.max_blocks = a.max_blocks;
+  p.context_lens = a.context_lens;
+  p.heads = a.heads;
+  p.group = a.heads / c.kv_heads;
+  p.partition = choose_partition(a.num_seqs, c.kv_heads, a.max_context);
+  p.num_parts = static_cast<int>(ceil_div(a.max_context, p.partition));
+  p.scale = 1.0f / std::sqrt(static_cast<float>(d));  // as llama2::cpu::paged_attention
+  p.out = a.out;
+  if (p.num_parts > 1) {
+    const size_t entries = static_cast<size_t>(a.num_seqs) * a.heads * p.num_parts;
+    if (a.workspace == nullptr || !is_aligned(a.workspace, 16) ||
+        a.workspace_bytes < sizeof(float) * entries * (d + 2)) {
+      return cudaErrorInvalidValue;
+    }
+    p.part_acc = static_cast<float*>(a.workspace);
+    p.part_max = p.part_acc + entries * d;
+    p.part_sum = p.part_max + entries;
+  }
+  switch (d) {
+    case 64:
+      return run_decode<T, 64>(p, a.num_seqs, c.kv_heads, stream);
+    case 128:
+      return run_decode<T, 128>(p, a.num_seqs, c.kv_heads, stream);
+    default:
+      return cudaErrorInvalidValue;  // head_dim not instantiated
+  }
+}
+
+template cudaError_t launch_attention_decode<float>(const DecodeAttentionArgs<float>&,
+                                                    cudaStream_t);
+template cudaError_t launch_attention_decode<__half>(const DecodeAttentionArgs<__half>&,
+                                                     cudaStream_t);
+template cudaError_t launch_attention_decode<__nv_bfloat16>(
+    const DecodeAttentionArgs<__nv_bfloat16>&, cudaStream_t);
+
+}  // namespace llama2::kernels

@@ -1,0 +1,55 @@
+// Paged decode attention: one new query token per sequence against that sequence's cached keys and
+// values, split along the context ("flash-decoding") when the grid would otherwise be too small or
+// the context too long for one block.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/paged_kv.cuh"
+
+namespace llama2::kernels {
+
+template <typename T>
+struct DecodeAttentionArgs {
+  const T* q = nullptr;  // [num_seqs, q_stride], heads * head_dim used: the query of position
+                         // context_lens[s] - 1, already rotated
+  int64_t q_stride = 0;
+  PagedKvCache<T> cache;                  // read only; the current token's K/V are already written
+  const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks], cache block ids
+  int max_blocks = 0;
+  const int32_t* context_lens = nullptr;  // [num_seqs], tokens to attend over (>= 1)
+  int num_seqs = 0;
+  int heads = 0;              // query heads on this rank; heads % cache.kv_heads == 0, group <= 8
+  int max_context = 0;        // host-side bound >= every context_lens[s]; sizes the split
+  T* out = nullptr;           // [num_seqs, heads, head_dim]
+  void* workspace = nullptr;  // attention_decode_workspace_bytes(...) bytes, only when split
+  size_t workspace_bytes = 0;
+};
+
+// Workspace the launch needs for these sizes (0 when it does not split). Depends on the current
+// device's multiprocessor count, like the launch.
+size_t attention_decode_workspace_bytes(int num_seqs, int heads, int kv_heads, int head_dim,
+                                        int max_context);
+
+// out[s, h, :] = softmax(q[s, h] . K[s, g(h), 0:ctx]^T / sqrt(d)) V[s, g(h), 0:ctx], g(h) = h /
+// group, fp32 scores, softmax and accumulation, one rounding to T at the end. Matches
+// llama2::cpu::paged_attention for one token per sequence.
+//
+// Launch: grid (partitions, kv_heads, num_seqs), 128 threads. A block takes one (sequence, KV head,
+// partition of <= 512 positions) and the whole query group of that KV head, so each K/V row is read
+// once per group. Each row's cache offset is computed once into shared memory; lanes split a
+// K/V row in 16-byte pieces (d = 128 fp16: 16 lanes per row, 2 rows per warp) and stream 4 rows per
+// lane per step (8 when group = 1) with the next step's rows already requested. Register arrays are
+// sized by the group (instantiated for groups 1, <= 4 and <= 8). The partition size halves (down to
+// 64) while the grid has fewer than 4 blocks per multiprocessor. With one partition the block
+// writes `out` directly; otherwise it writes unnormalized fp32 partials plus (max, sum) and a
+// second kernel, grid (heads, num_seqs) x head_dim threads, merges them by log-sum-exp. A
+// context_lens[s] > max_context yields NaN rows (a loud failure), 0 yields zero rows. head_dim 64
+// and 128 are instantiated.
+template <typename T>
+cudaError_t launch_attention_decode(const DecodeAttentionArgs<T>& args, cudaStream_t stream);
+
+}  // namespace llama2::kernels

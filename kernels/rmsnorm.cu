@@ -1,0 +1,137 @@
+#include <algorithm>
+
+#include "kernels/dtype.cuh"
+#include "kernels/reduce.cuh"
+#include "kernels/rmsnorm.cuh"
+
+namespace llama2::kernels {
+
+// Both kernels make two passes over the row. Each thread revisits exactly the elements it touched
+// in pass 1, so the in-place cases (out == x; residual rewritten in pass 1, re-read in pass 2) need
+// no barrier beyond the reduction's. The second read of a row of <= 16 KB hits L1/L2.
+
+template <typename T, int N>
+static __global__ void rmsnorm_kernel(const T* x, const T* weight, int hidden, float eps, T* out) {
+  const int64_t row = blockIdx.x;
+  const T* xr = x + row * hidden;
+  T* orow = out + row * hidden;
+  const int n_vec = hidden / N;
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < n_vec; i += blockDim.x) {
+    float v[N];
+    load_float<T, N>(xr + i * N, v);
+#pragma unroll
+    for (int e = 0; e < N; ++e) ss += v[e] * v[e];
+  }
+  ss = block_sum(ss);
+  // sqrtf and the division are correctly rounded (no fast-math), so inv is within 1 ulp of HF's.
+  const float inv = 1.f / sqrtf(ss / static_cast<float>(hidden) + eps);
+  for (int i = threadIdx.x; i < n_vec; i += blockDim.x) {
+    float v[N], w[N];
+    load_float<T, N>(xr + i * N, v);
+    load_float<T, N>(weight + i * N, w);
+#pragma unroll
+    for (int e = 0; e < N; ++e) v[e] = w[e] * round_to<T>(v[e] * inv);
+    store_float<T, N>(orow + i * N, v);
+  }
+}
+
+template <typename T, int N>
+static __global__ void add_rmsnorm_kernel(T* residual, const T* x, const T* weight, int hidden,
+                                          float eps, T* out) {
+  const int64_t row = blockIdx.x;
+  T* rrow = residual + row * hidden;
+  const T* xr = x + row * hidden;
+  T* orow = out + row * hidden;
+  const int n_vec = hidden / N;
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < n_vec; i += blockDim.x) {
+    float r[N], v[N];
+    load_float<T, N>(rrow + i * N, r);
+    load_float<T, N>(xr + i * N, v);
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+      r[e] = round_to<T>(r[e] + v[e]);  // the value stored below, exactly
+      ss += r[e] * r[e];
+    }
+    store_float<T, N>(rrow + i * N, r);
+  }
+  ss = block_sum(ss);
+  const float inv = 1.f / sqrtf(ss / static_cast<float>(hidden) + eps);
+  for (int i = threadIdx.x; i < n_vec; i += blockDim.x) {
+    float r[N], w[N];
+    load_float<T, N>(rrow + i * N, r);  // this thread's own pass-1 store
+    load_float<T, N>(weight + i * N, w);
+#pragma unroll
+    for (int e = 0; e < N; ++e) r[e] = w[e] * round_to<T>(r[e] * inv);
+    store_float<T, N>(orow + i * N, r);
+  }
+}
+
+namespace {
+
+// 16-byte accesses when the row and every pointer allow them.
+template <typename T>
+bool can_vectorize(int hidden, const void* a, const void* b, const void* c, const void* d) {
+  return hidden % kVec16<T> == 0 && is_aligned(a, 16) && is_aligned(b, 16) && is_aligned(c, 16) &&
+         is_aligned(d, 16);
+}
+
+// One thread per access, rounded up to whole warps, capped at 512: a 4096-wide fp16 row is 512
+// 16-byte accesses, so every thread does one load per pass; wider rows loop.
+int row_threads(int n_vec) {
+  return static_cast<int>(std::min<int64_t>(512, ceil_div(n_vec, 32) * 32));
+}
+
+bool bad_shape(int n_rows, int hidden, float eps) {
+  return n_rows < 0 || hidden <= 0 || !(eps >= 0.f);
+}
+
+}  // namespace
+
+template <typename T>
+cudaError_t launch_rmsnorm(const T* x, const T* weight, int n_rows, int hidden, float eps, T* out,
+                           cudaStream_t stream) {
+  if (bad_shape(n_rows, hidden, eps)) return cudaErrorInvalidValue;
+  if (n_rows == 0) return cudaSuccess;
+  if (x == nullptr || weight == nullptr || out == nullptr) return cudaErrorInvalidValue;
+  constexpr int V = kVec16<T>;
+  if (can_vectorize<T>(hidden, x, weight, out, out)) {
+    rmsnorm_kernel<T, V>
+        <<<n_rows, row_threads(hidden / V), 0, stream>>>(x, weight, hidden, eps, out);
+  } else {
+    rmsnorm_kernel<T, 1><<<n_rows, row_threads(hidden), 0, stream>>>(x, weight, hidden, eps, out);
+  }
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launch_add_rmsnorm(T* residual, const T* x, const T* weight, int n_rows, int hidden,
+                               float eps, T* out, cudaStream_t stream) {
+  if (bad_shape(n_rows, hidden, eps)) return cudaErrorInvalidValue;
+  if (n_rows == 0) return cudaSuccess;
+  if (residual == nullptr || x == nullptr || weight == nullptr || out == nullptr ||
+      out == residual) {
+    return cudaErrorInvalidValue;
+  }
+  constexpr int V = kVec16<T>;
+  if (can_vectorize<T>(hidden, residual, x, weight, out)) {
+    add_rmsnorm_kernel<T, V>
+        <<<n_rows, row_threads(hidden / V), 0, stream>>>(residual, x, weight, hidden, eps, out);
+  } else {
+    add_rmsnorm_kernel<T, 1>
+        <<<n_rows, row_threads(hidden), 0, stream>>>(residual, x, weight, hidden, eps, out);
+  }
+  return cudaGetLastError();
+}
+
+#define LLAMA2_INSTANTIATE(T)                                                                    \
+  template cudaError_t launch_rmsnorm<T>(const T*, const T*, int, int, float, T*, cudaStream_t); \
+  template cudaError_t launch_add_rmsnorm<T>(T*, const T*, const T*, int, int, float, T*,        \
+                                             cudaStream_t);
+LLAMA2_INSTANTIATE(float)
+LLAMA2_INSTANTIATE(__half)
+LLAMA2_INSTANTIATE(__nv_bfloat16)
+#undef LLAMA2_INSTANTIATE
+
+}  // namespace llama2::kernels

@@ -1,0 +1,38 @@
+// RMSNorm as HF LlamaRMSNorm, and the fused residual-add + RMSNorm that precedes every attention
+// and MLP block after the first.
+//
+// Numerics (match HF in the model dtype T): the sum of squares and 1/rms are fp32; the normalized
+// value is rounded to T before the weight multiply, and the product is rounded to T again, exactly
+// as `weight * hidden_states.to(input_dtype)` does. For T = float this is llama2::cpu::rmsnorm.
+//
+// Residual stream dtype: kept in T (not fp32). HF adds the residual in the model dtype
+// (`hidden_states = residual + hidden_states` on fp16/bf16 tensors), so rounding the sum to T is
+// what the reference fixtures contain; it also halves the residual traffic of the two fused kernels
+// per layer. The norm is computed from the rounded (stored) residual, again as HF does.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace llama2::kernels {
+
+// out[t, :] = round_T(round_T(x[t, :] * rsqrt(mean(x[t, :]^2) + eps)) * weight).
+// Launch: one block per row, 32..512 threads, 16-byte accesses when hidden % (16/sizeof(T)) == 0
+// and the pointers are 16-byte aligned (else scalar), warp-shuffle + shared-memory reduction.
+template <typename T>
+cudaError_t launch_rmsnorm(const T* x,       // [n_rows, hidden]
+                           const T* weight,  // [hidden]
+                           int n_rows, int hidden, float eps,
+                           T* out,  // [n_rows, hidden]; may alias x
+                           cudaStream_t stream);
+
+// residual[t, :] = round_T(residual[t, :] + x[t, :]); out[t, :] = rmsnorm(residual[t, :]) * weight.
+// Same launch shape as launch_rmsnorm.
+template <typename T>
+cudaError_t launch_add_rmsnorm(T* residual,      // [n_rows, hidden], updated in place
+                               const T* x,       // [n_rows, hidden], the block's output
+                               const T* weight,  // [hidden]
+                               int n_rows, int hidden, float eps,
+                               T* out,  // [n_rows, hidden]; may alias x, not residual
+                               cudaStream_t stream);
+
+}  // namespace llama2::kernels

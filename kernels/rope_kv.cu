@@ -1,0 +1,162 @@
+#include <cmath>
+
+#include "kernels/dtype.cuh"
+#include "kernels/rope_kv.cuh"
+
+namespace llama2::kernels {
+
+RopeFreqs make_rope_freqs(int head_dim, double theta) {
+  RopeFreqs f;
+  if (head_dim <= 0 || head_dim % 2 != 0 || head_dim / 2 > RopeFreqs::kMaxHalf || !(theta > 0)) {
+    return f;
+  }
+  f.head_dim = head_dim;
+  // Keep this expression identical to llama2::cpu::rope (src/rank/cpu_ops.cpp).
+  for (int i = 0; i < head_dim / 2; ++i) {
+    f.inv_freq[i] = 1.0f / std::pow(static_cast<float>(theta),
+                                    static_cast<float>(2 * i) / static_cast<float>(head_dim));
+  }
+  return f;
+}
+
+namespace {
+template <typename T>
+struct RopeKvParams {
+  int64_t q_stride;
+  int64_t k_stride;
+  int64_t v_stride;
+  int heads;
+  int kv_heads;
+  int block_size;
+  const int32_t* pos;
+  const int32_t* slot;
+};
+}  // namespace
+
+// One block per token. Work items are 16-byte pieces: a rotation item is the piece at i and its
+// partner at i + D/2 (D/2 is a multiple of the piece), a V item one piece. Every item is
+// independent and the pointers are __restrict__, so a thread's loads can all be in flight at once
+// (with scalar accesses through possibly-aliasing pointers, batch-1 calls spent ~20 us in serial
+// load-store round trips). __grid_constant__ keeps the frequency table in the parameter bank (a
+// runtime-indexed by-value struct would otherwise be copied to local memory).
+template <typename T, int D>
+static __global__ void __launch_bounds__(128)
+    rope_kv_kernel(T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                   T* __restrict__ k_cache, T* __restrict__ v_cache, const RopeKvParams<T> p,
+                   const __grid_constant__ RopeFreqs f) {
+  constexpr int H = D / 2;
+  constexpr int V = kVec16<T>;
+  constexpr int kHalfPieces = H / V;
+  static_assert(H % V == 0, "a rotation half must be whole 16-byte pieces");
+  __shared__ float s_cos[H];
+  __shared__ float s_sin[H];
+  const int t = blockIdx.x;
+  const float fpos = static_cast<float>(p.pos[t]);
+  for (int i = threadIdx.x; i < H; i += blockDim.x) {
+    // The angle is one fp32 product, as in HF and the reference; cos/sin of it are evaluated in
+    // double and rounded, as the reference does, so long positions stay bit-close.
+    const float angle = fpos * f.inv_freq[i];
+    double s, c;
+    sincos(static_cast<double>(angle), &s, &c);
+    s_cos[i] = static_cast<float>(c);
+    s_sin[i] = static_cast<float>(s);
+  }
+  __syncthreads();
+
+  // (x[i], x[i + H]) -> (x[i] c - x[i+H] s, x[i+H] c + x[i] s) for the V lanes of one piece.
+  auto rotate = [&](const T* src, T* dst, int i0) {
+    float a[V], b[V];
+    load_float<T, V>(src + i0, a);
+    load_float<T, V>(src + i0 + H, b);
+    float x[V], y[V];
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const float c = s_cos[i0 + e], s = s_sin[i0 + e];
+      x[e] = a[e] * c - b[e] * s;
+      y[e] = b[e] * c + a[e] * s;
+    }
+    store_float<T, V>(dst + i0, x);
+    store_float<T, V>(dst + i0 + H, y);
+  };
+
+  T* qt = q + t * p.q_stride;
+  for (int idx = threadIdx.x; idx < p.heads * kHalfPieces; idx += blockDim.x) {
+    T* qh = qt + (idx / kHalfPieces) * D;
+    rotate(qh, qh, (idx % kHalfPieces) * V);
+  }
+
+  const int slot = p.slot[t];
+  if (slot < 0) return;  // padding token: nothing to cache
+  const int64_t block = slot / p.block_size;
+  const int offset = slot % p.block_size;
+  // Head g's row of this token in the cache: [block, g, offset, :].
+  auto cache_row = [&](T* cache, int g) {
+    return cache + ((block * p.kv_heads + g) * p.block_size + offset) * D;
+  };
+  const T* kt = k + t * p.k_stride;
+  for (int idx = threadIdx.x; idx < p.kv_heads * kHalfPieces; idx += blockDim.x) {
+    const int g = idx / kHalfPieces;
+    rotate(kt + g * D, cache_row(k_cache, g), (idx % kHalfPieces) * V);
+  }
+  const T* vt = v + t * p.v_stride;
+  for (int idx = threadIdx.x; idx < p.kv_heads * (D / V); idx += blockDim.x) {
+    const int g = idx / (D / V), j = (idx % (D / V)) * V;
+    *reinterpret_cast<Pack<T, V>*>(cache_row(v_cache, g) + j) =
+        *reinterpret_cast<const Pack<T, V>*>(vt + g * D + j);
+  }
+}
+
+template <typename T>
+cudaError_t launch_rope_kv(T* q, int64_t q_stride, const T* k, int64_t k_stride, const T* v,
+                           int64_t v_stride, int heads, const RopeKvTokens& tokens,
+                           const RopeFreqs& freqs, const PagedKvCache<T>& cache,
+                           cudaStream_t stream) {
+  const int d = cache.head_dim;
+  if (tokens.n_tokens < 0 || heads <= 0 || cache.kv_heads <= 0 || cache.block_size <= 0 ||
+      cache.num_blocks <= 0 || freqs.head_dim != d) {
+    return cudaErrorInvalidValue;
+  }
+  if (q_stride < static_cast<int64_t>(heads) * d ||
+      k_stride < static_cast<int64_t>(cache.kv_heads) * d ||
+      v_stride < static_cast<int64_t>(cache.kv_heads) * d) {
+    return cudaErrorInvalidValue;
+  }
+  if (tokens.n_tokens == 0) return cudaSuccess;
+  if (q == nullptr || k == nullptr || v == nullptr || tokens.pos == nullptr ||
+      tokens.slot == nullptr || cache.k == nullptr || cache.v == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  // 16-byte pieces throughout: every row start must be 16-byte aligned.
+  constexpr int V = kVec16<T>;
+  if (!is_aligned(q, 16) || !is_aligned(k, 16) || !is_aligned(v, 16) || !is_aligned(cache.k, 16) ||
+      !is_aligned(cache.v, 16) || q_stride % V != 0 || k_stride % V != 0 || v_stride % V != 0) {
+    return cudaErrorInvalidValue;
+  }
+  const RopeKvParams<T> p{q_stride,       k_stride,         v_stride,   heads,
+                          cache.kv_heads, cache.block_size, tokens.pos, tokens.slot};
+  constexpr int kThreads = 128;
+  switch (d) {
+    case 64:
+      rope_kv_kernel<T, 64>
+          <<<tokens.n_tokens, kThreads, 0, stream>>>(q, k, v, cache.k, cache.v, p, freqs);
+      break;
+    case 128:
+      rope_kv_kernel<T, 128>
+          <<<tokens.n_tokens, kThreads, 0, stream>>>(q, k, v, cache.k, cache.v, p, freqs);
+      break;
+    default:
+      return cudaErrorInvalidValue;  // head_dim not instantiated
+  }
+  return cudaGetLastError();
+}
+
+#define LLAMA2_INSTANTIATE(T)                                                                    \
+  template cudaError_t launch_rope_kv<T>(T*, int64_t, const T*, int64_t, const T*, int64_t, int, \
+                                         const RopeKvTokens&, const RopeFreqs&,                  \
+                                         const PagedKvCache<T>&, cudaStream_t);
+LLAMA2_INSTANTIATE(float)
+LLAMA2_INSTANTIATE(__half)
+LLAMA2_INSTANTIATE(__nv_bfloat16)
+#undef LLAMA2_INSTANTIATE
+
+}  // namespace llama2::kernels

@@ -1,0 +1,52 @@
+// Rotary embedding of q and k (HF rotate-half convention) fused with writing k and v into the paged
+// KV cache.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/paged_kv.cuh"
+
+namespace llama2::kernels {
+
+// The fp32 inverse frequencies inv_freq[i] = 1 / theta^(2i / head_dim), i < head_dim / 2, computed
+// on the host with the very expression llama2::cpu::rope uses (fp32 pow, as HF builds inv_freq in
+// fp32), so that device angles pos * inv_freq[i] are bit-identical to the reference's. Build it
+// once per model, not per launch.
+struct RopeFreqs {
+  static constexpr int kMaxHalf = 64;  // head_dim <= 128
+  int head_dim = 0;
+  float inv_freq[kMaxHalf] = {};
+};
+// Throws nothing; head_dim outside (0, 128] or odd gives head_dim = 0, which every launch rejects.
+RopeFreqs make_rope_freqs(int head_dim, double theta);
+
+// Which tokens to rotate and where their K/V go.
+struct RopeKvTokens {
+  const int32_t* pos = nullptr;   // [n_tokens], the position of each token (the rotation angle)
+  const int32_t* slot = nullptr;  // [n_tokens], block_id * block_size + offset in the cache;
+                                  // < 0: rotate q but write no K/V (a padding token)
+  int n_tokens = 0;
+};
+
+// For every token t (h < heads, g < cache.kv_heads, i < head_dim / 2, angle = pos[t] * inv_freq[i],
+// c = cos(angle), s = sin(angle), both evaluated in double and rounded to fp32 as the reference):
+//   q[t, h, i]       <- q_i * c - q_{i+d/2} * s          (in place)
+//   q[t, h, i + d/2] <- q_{i+d/2} * c + q_i * s
+//   cache.k[slot: g, :] <- the same rotation of k[t, g, :]   (k itself is not modified)
+//   cache.v[slot: g, :] <- v[t, g, :]
+// Rows are addressed with strides, so q/k/v may be views into one fused [T, (H + 2G) * d] QKV GEMM
+// output. All math fp32, one rounding to T per output element.
+// Launch: one block of 128 threads per token; the token's cos/sin table (d/2 entries) is built once
+// in shared memory and shared by all q and k heads; 16-byte accesses, so q, k, v, the cache and the
+// strides must be 16-byte aligned (cudaErrorInvalidValue otherwise). head_dim 64 and 128.
+template <typename T>
+cudaError_t launch_rope_kv(T* q, int64_t q_stride,        // [n_tokens, q_stride], heads * d used
+                           const T* k, int64_t k_stride,  // [n_tokens, k_stride], kv_heads * d used
+                           const T* v, int64_t v_stride,  // [n_tokens, v_stride], kv_heads * d used
+                           int heads, const RopeKvTokens& tokens, const RopeFreqs& freqs,
+                           const PagedKvCache<T>& cache,  // written at the tokens' slots
+                           cudaStream_t stream);
+
+}  // namespace llama2::kernels

@@ -1,0 +1,274 @@
+// Paged decode attention and causal prefill attention against llama2::cpu::paged_attention, with
+// shuffled block tables, block sizes 1/16/32, GQA groups 1/4/8, head_dim 64/128, contexts 1..3000.
+//
+// The cache starts as NaN everywhere and only the positions each sequence owns are written; block
+// tables are padded with an unowned (NaN) block. A kernel that reads a slot outside a sequence's
+// context therefore produces NaN and fails. q, K and V are exactly representable in every dtype.
+// Tolerances (elementwise |got - want| <= atol + rtol |want|; outputs are convex combinations of V
+// rows with |v| <= 1):
+//   fp32: rtol 1e-5, atol 1e-6 (fp32 scores and accumulation against the reference's fp32 scores
+//     and double accumulation).
+//   decode fp16/bf16: scores, softmax and P.V stay fp32; one rounding of the output: rtol 1.5u,
+//     atol 0.05 * rtol (u = 2^-11 fp16, 2^-8 bf16).
+//   prefill fp16/bf16: P is rounded to T for the tensor-core P.V product, an error of up to u of
+//     each weight, i.e. up to u * max|v| absolute, plus the output rounding: rtol 1.5u, atol 1.5u.
+#include <algorithm>
+#include <random>
+#include <set>
+
+#include "gpu_test_util.h"
+#include "kernels/attention_decode.cuh"
+#include "kernels/attention_prefill.cuh"
+#include "rank/cpu_ops.h"
+
+namespace cpu = llama2::cpu;
+namespace k = llama2::kernels;
+using namespace llama2::gputest;
+
+namespace {
+
+struct Geometry {
+  int heads, kv_heads, head_dim, block_size;
+};
+
+std::string describe(const char* kernel, const Geometry& g,
+                     const std::vector<std::pair<int, int>>& seqs) {
+  std::ostringstream s;
+  s << kernel << " [heads=" << g.heads << " kv_heads=" << g.kv_heads << " head_dim=" << g.head_dim
+    << " block_size=" << g.block_size << " seqs(pos_begin,new)=";
+  for (size_t i = 0; i < seqs.size() && i < 8; ++i)
+    s << "(" << seqs[i].first << "," << seqs[i].second << ")";
+  if (seqs.size() > 8) s << "... (" << seqs.size() << " seqs)";
+  s << "]";
+  return s.str();
+}
+
+// A paged cache holding positions [0, pos_begin + n_new) of every sequence, the plan of the new
+// tokens, and the padded block tables.
+struct Setup {
+  llama2::StepPlan plan;  // the new tokens: what the kernels compute
+  int num_blocks = 0;
+  std::vector<float> kc, vc;    // [num_blocks, kv_heads, block_size, head_dim], NaN where unwritten
+  std::vector<int32_t> tables;  // [num_seqs, max_blocks]
+  int max_blocks = 0;
+};
+
+Setup make_setup(const Geometry& g, const std::vector<std::pair<int, int>>& seqs, uint32_t seed) {
+  Setup s;
+  s.plan = make_plan(seqs, g.block_size, seed, &s.num_blocks);
+  llama2::StepPlan fill = s.plan;  // same tables, every position from 0
+  fill.tokens.clear();
+  for (auto& st : fill.seqs) {
+    st.n_tokens += st.pos_begin;
+    st.pos_begin = 0;
+    fill.tokens.resize(fill.tokens.size() + st.n_tokens, 0);
+  }
+  const size_t n_fill = fill.tokens.size();
+  const auto k_new = exact_random(n_fill * g.kv_heads * g.head_dim, seed + 1);
+  const auto v_new = exact_random(n_fill * g.kv_heads * g.head_dim, seed + 2);
+  const size_t cache = static_cast<size_t>(s.num_blocks) * g.kv_heads * g.block_size * g.head_dim;
+  s.kc.assign(cache, NAN);
+  s.vc.assign(cache, NAN);
+  cpu::KvLayerView view{s.kc.data(),  s.vc.data(), g.kv_heads,
+                        g.block_size, g.head_dim,  s.num_blocks};
+  cpu::kv_write(view, fill, k_new.data(), v_new.data());
+
+  std::set<int32_t> owned(s.plan.block_ids.begin(), s.plan.block_ids.end());
+  int32_t unowned = 0;
+  while (owned.count(unowned)) ++unowned;
+  for (const auto& st : s.plan.seqs)
+    s.max_blocks = std::max(s.max_blocks, static_cast<int>(st.table_len));
+  s.tables.assign(s.plan.seqs.size() * s.max_blocks, unowned);
+  for (size_t i = 0; i < s.plan.seqs.size(); ++i) {
+    const auto& st = s.plan.seqs[i];
+    std::copy_n(s.plan.block_ids.begin() + st.table_begin, st.table_len,
+                s.tables.begin() + i * s.max_blocks);
+  }
+  return s;
+}
+
+// q: [n, q_stride] with heads * head_dim used -> the reference's dense [n, heads, head_dim].
+std::vector<float> reference(const Setup& s, const Geometry& g, const std::vector<float>& q,
+                             int q_stride) {
+  const int n = s.plan.total_tokens(), width = g.heads * g.head_dim;
+  std::vector<float> q_dense(static_cast<size_t>(n) * width);
+  for (int t = 0; t < n; ++t) {
+    std::copy_n(q.begin() + static_cast<size_t>(t) * q_stride, width,
+                q_dense.begin() + static_cast<size_t>(t) * width);
+  }
+  std::vector<int> kv_head_of(g.heads);
+  for (int h = 0; h < g.heads; ++h) kv_head_of[h] = h / (g.heads / g.kv_heads);
+  std::vector<float> kc = s.kc, vc = s.vc;
+  cpu::KvLayerView view{kc.data(), vc.data(), g.kv_heads, g.block_size, g.head_dim, s.num_blocks};
+  std::vector<float> out(q_dense.size());
+  cpu::paged_attention(view, s.plan, q_dense.data(), g.heads, kv_head_of, out.data());
+  return out;
+}
+
+template <typename T>
+Tol attention_tol(bool prefill) {
+  if (sizeof(T) == 4) return Tol{1e-5, 1e-6};
+  const double r = rel_tol<T>(1);
+  return prefill ? Tol{r, r} : Tol{r, 0.05 * r};
+}
+
+struct DecodeCase {
+  Geometry g;
+  std::vector<int> ctx;
+  int q_stride_extra;  // > 0: q is a view into a wider (fused QKV) row
+};
+
+std::vector<int> random_contexts(int n, int lo, int hi, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> dist(lo, hi);
+  std::vector<int> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("attention_decode: paged, grouped, split-K against the CPU reference") {
+  LLAMA2_GPU_TEST_OR_SKIP();
+  std::vector<DecodeCase> cases = {
+      {{32, 32, 128, 16}, {1, 3000, 77, 512, 513}, 0},
+      {{32, 8, 128, 32}, random_contexts(19, 1, 1100, 7), 2 * 8 * 128},
+      {{16, 2, 64, 1}, {1, 3000, 1000}, 0},
+      {{8, 8, 64, 16}, {1}, 0},
+      {{16, 2, 128, 16}, {3000, 2, 1025}, 0},
+      {{32, 8, 64, 16}, random_contexts(19, 1, 400, 8), 0},  // one partition: no merge kernel
+  };
+  cases[1].ctx[5] = 3000;
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const DecodeCase& c = cases[ci];
+    const Geometry& g = c.g;
+    std::vector<std::pair<int, int>> seqs;
+    for (int len : c.ctx) seqs.push_back({len - 1, 1});
+    const Setup s = make_setup(g, seqs, 100 + ci);
+    const int S = static_cast<int>(seqs.size());
+    const int q_stride = g.heads * g.head_dim + c.q_stride_extra;
+    const auto q = exact_random(static_cast<size_t>(S) * q_stride, 200 + ci, -2.f, 2.f);
+    const auto want = reference(s, g, q, q_stride);
+    const int max_context = *std::max_element(c.ctx.begin(), c.ctx.end());
+    const std::string what_base = describe("attention_decode", g, seqs);
+
+    DeviceBuffer<int32_t> d_tables(s.tables),
+        d_ctx(std::vector<int32_t>(c.ctx.begin(), c.ctx.end()));
+    const size_t ws_bytes =
+        k::attention_decode_workspace_bytes(S, g.heads, g.kv_heads, g.head_dim, max_context);
+    DeviceBuffer<float> d_ws((ws_bytes + sizeof(float) - 1) / sizeof(float));
+    for_each_dtype([&](auto tag) {
+      using T = decltype(tag);
+      const std::string what =
+          what_base + " " + dtype_name<T>() + (ws_bytes ? " split" : " single");
+      INFO(what);
+      DeviceBuffer<T> d_q(to_dtype<T>(q)), d_kc(to_dtype<T>(s.kc)), d_vc(to_dtype<T>(s.vc));
+      DeviceBuffer<T> d_out(static_cast<size_t>(S) * g.heads * g.head_dim);
+      d_out.poison();
+      d_ws.poison();
+      k::DecodeAttentionArgs<T> a;
+      a.q = d_q.get();
+      a.q_stride = q_stride;
+      a.cache = {d_kc.get(), d_vc.get(), s.num_blocks, g.kv_heads, g.block_size, g.head_dim};
+      a.block_tables = d_tables.get();
+      a.max_blocks = s.max_blocks;
+      a.context_lens = d_ctx.get();
+      a.num_seqs = S;
+      a.heads = g.heads;
+      a.max_context = max_context;
+      a.out = d_out.get();
+      a.workspace = d_ws.get();
+      a.workspace_bytes = ws_bytes;
+      LLAMA2_CUDA_REQUIRE(k::launch_attention_decode<T>(a, 0));
+      LLAMA2_CUDA_REQUIRE(cudaDeviceSynchronize());
+      expect_close(what, to_f32(d_out.download()), want, attention_tol<T>(false));
+    });
+  }
+}
+
+TEST_CASE("attention_decode: shape errors are refused") {
+  LLAMA2_GPU_TEST_OR_SKIP();
+  DeviceBuffer<__half> buf(4096);
+  DeviceBuffer<int32_t> ints(std::vector<int32_t>(8, 0));
+  k::DecodeAttentionArgs<__half> a;
+  a.q = buf.get();
+  a.cache = {buf.get(), buf.get(), 1, 1, 16, 96};
+  a.q_stride = 96;
+  a.block_tables = ints.get();
+  a.max_blocks = 1;
+  a.context_lens = ints.get();
+  a.num_seqs = 1;
+  a.heads = 1;
+  a.max_context = 1;
+  a.out = buf.get();
+  CHECK(k::launch_attention_decode(a, 0) == cudaErrorInvalidValue);  // head_dim 96
+  a.cache.head_dim = 64;
+  a.q_stride = 64;
+  a.heads = 16;  // group 16 > 8
+  a.q_stride = 16 * 64;
+  CHECK(k::launch_attention_decode(a, 0) == cudaErrorInvalidValue);
+  a.heads = 1;
+  a.q_stride = 64;
+  a.max_context = 17;  // needs 2 blocks, table has 1
+  CHECK(k::launch_attention_decode(a, 0) == cudaErrorInvalidValue);
+}
+
+namespace {
+struct PrefillCase {
+  Geometry g;
+  std::vector<std::pair<int, int>> seqs;  // (pos_begin, new tokens)
+  int q_stride_extra;
+};
+}  // namespace
+
+TEST_CASE("attention_prefill: causal chunks over the paged cache against the CPU reference") {
+  LLAMA2_GPU_TEST_OR_SKIP();
+  const std::vector<PrefillCase> cases = {
+      {{8, 8, 128, 16}, {{0, 1000}, {2000, 19}, {0, 1}}, 0},
+      {{8, 2, 128, 32}, {{37, 100}, {0, 64}, {5, 65}}, 2 * 2 * 128},
+      {{16, 2, 64, 1}, {{0, 200}, {2900, 100}}, 0},
+      {{4, 4, 64, 16}, {{0, 1}}, 0},
+      {{32, 8, 128, 16}, {{0, 19}, {130, 1}}, 0},
+  };
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const PrefillCase& c = cases[ci];
+    const Geometry& g = c.g;
+    const Setup s = make_setup(g, c.seqs, 300 + ci);
+    const int n = s.plan.total_tokens(), S = static_cast<int>(c.seqs.size());
+    const int q_stride = g.heads * g.head_dim + c.q_stride_extra;
+    const auto q = exact_random(static_cast<size_t>(n) * q_stride, 400 + ci, -2.f, 2.f);
+    const auto want = reference(s, g, q, q_stride);
+    std::vector<int32_t> cu(S + 1, 0), pos_begin(S);
+    int max_new = 0;
+    for (int i = 0; i < S; ++i) {
+      cu[i + 1] = cu[i] + c.seqs[i].second;
+      pos_begin[i] = c.seqs[i].first;
+      max_new = std::max(max_new, c.seqs[i].second);
+    }
+    const std::string what_base = describe("attention_prefill", g, c.seqs);
+    DeviceBuffer<int32_t> d_tables(s.tables), d_cu(cu), d_pos(pos_begin);
+    for_each_dtype([&](auto tag) {
+      using T = decltype(tag);
+      const std::string what = what_base + " " + dtype_name<T>();
+      INFO(what);
+      DeviceBuffer<T> d_q(to_dtype<T>(q)), d_kc(to_dtype<T>(s.kc)), d_vc(to_dtype<T>(s.vc));
+      DeviceBuffer<T> d_out(static_cast<size_t>(n) * g.heads * g.head_dim);
+      d_out.poison();
+      k::PrefillAttentionArgs<T> a;
+      a.q = d_q.get();
+      a.q_stride = q_stride;
+      a.cache = {d_kc.get(), d_vc.get(), s.num_blocks, g.kv_heads, g.block_size, g.head_dim};
+      a.block_tables = d_tables.get();
+      a.max_blocks = s.max_blocks;
+      a.cu_tokens = d_cu.get();
+      a.pos_begin = d_pos.get();
+      a.num_seqs = S;
+      a.heads = g.heads;
+      a.max_new_tokens = max_new;
+      a.out = d_out.get();
+      LLAMA2_CUDA_REQUIRE(k::launch_attention_prefill<T>(a, 0));
+      LLAMA2_CUDA_REQUIRE(cudaDeviceSynchronize());
+      expect_close(what, to_f32(d_out.download()), want, attention_tol<T>(true));
+    });
+  }
+}
