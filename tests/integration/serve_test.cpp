@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstring>
 #include <dirent.h>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -451,6 +452,7 @@ int main(int argc, char** argv) {
   test_queue_full();
   test_sigterm_under_load();
   std::printf("%d passed, %d failed\n", g_pass, g_fail);
-  std::system(("rm -rf " + g_tmp).c_str());
+  std::error_code ec;
+  std::filesystem::remove_all(g_tmp, ec);
   return g_fail == 0 ? 0 : 1;
 }
