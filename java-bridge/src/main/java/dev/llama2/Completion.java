@@ -1,0 +1,30 @@
+package dev.llama2;
+
+import java.util.List;
+
+/**
+ * A finished generation.
+ *
+ * @param requestId        the protocol id of the request
+ * @param text             the generated text (stop strings excluded), decoded from UTF-8
+ * @param tokenIds         the generated token ids
+ * @param finishReason     why it ended
+ * @param promptTokens     tokens in the prompt (BOS included)
+ * @param completionTokens tokens generated (the token count)
+ * @param seed             the sampling seed used, an unsigned 64-bit value: pass it back with
+ *                         {@link GenerationParams.Builder#seed} (or {@code llama2 generate --seed
+ *                         Long.toUnsignedString(seed)}) to reproduce the output
+ * @param timings          server-side queue, time-to-first-token and total time
+ */
+public record Completion(String requestId, String text, List<Integer> tokenIds,
+                         FinishReason finishReason, int promptTokens, int completionTokens,
+                         long seed, Timings timings) {
+  public Completion {
+    tokenIds = List.copyOf(tokenIds);
+  }
+
+  /** The seed as the CLI prints it (unsigned decimal). */
+  public String seedString() {
+    return Long.toUnsignedString(seed);
+  }
+}

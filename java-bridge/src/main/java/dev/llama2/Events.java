@@ -1,0 +1,46 @@
+package dev.llama2;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+
+/** Turns the engine's final events into a {@link Completion} or the typed exception. */
+final class Events {
+  private Events() {}
+
+  /**
+   * The completion of a {@code done} event, or the exception of an {@code error} event (or of a
+   * {@code done} with {@code finish_reason: "timeout"}). {@code text}/{@code tokenIds}: what the
+   * token events carried, used when the event has no {@code text} (streamed requests).
+   */
+  static Completion completion(Map<String, Object> ev, String text, List<Integer> tokenIds) {
+    String type = Json.str(ev, "event", "");
+    String id = Json.str(ev, "id", null);
+    if (type.equals("error")) {
+      throw Llama2Exception.fromCode(Json.str(ev, "code", "internal"), Json.str(ev, "message", ""), id);
+    }
+    if (!type.equals("done")) {
+      throw new Llama2Exception("internal", "unexpected final event: " + ev, id);
+    }
+    Object t = ev.get("text");
+    String fullText = t instanceof String ? (String) t : (text == null ? "" : text);
+    List<Integer> ids = tokenIds == null ? List.of() : tokenIds;
+    if (ev.get("token_ids") instanceof List) {
+      ids = new ArrayList<>();
+      for (Object o : (List<?>) ev.get("token_ids")) ids.add(((Number) o).intValue());
+    }
+    Map<String, Object> usage = Json.obj(ev, "usage");
+    Map<String, Object> timings = Json.obj(ev, "timings");
+    Completion c = new Completion(id, fullText, ids,
+        FinishReason.parse(Json.str(ev, "finish_reason", null)),
+        (int) Json.num(usage, "prompt_tokens", -1), (int) Json.num(usage, "completion_tokens", ids.size()),
+        Json.num(ev, "seed", 0),
+        new Timings(Json.dbl(timings, "queue_s", 0), Json.dbl(timings, "time_to_first_token_s", 0),
+            Json.dbl(timings, "total_s", 0)));
+    if (c.finishReason() == FinishReason.TIMEOUT) {
+      throw new GenerationTimeoutException("generation '" + id + "' timed out after "
+          + c.completionTokens() + " tokens (" + c.timings().totalSeconds() + " s)", id, c);
+    }
+    return c;
+  }
+}

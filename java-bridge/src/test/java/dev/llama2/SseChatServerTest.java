@@ -1,0 +1,180 @@
+package dev.llama2;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import dev.llama2.example.SseChatServer;
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.io.OutputStream;
+import java.net.InetSocketAddress;
+import java.net.Socket;
+import java.net.URI;
+import java.net.URLEncoder;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.List;
+import java.util.Map;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+/** The SSE example in front of the slow model: streaming to [DONE], 429, disconnect, health. */
+@Timeout(90)
+class SseChatServerTest {
+  static TestServer engine;
+  static Llama2Client client;
+  static SseChatServer sse;
+  static final HttpClient HTTP = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1)
+      .connectTimeout(Duration.ofSeconds(5)).build();
+
+  @BeforeAll
+  static void start() throws Exception {
+    engine = TestServer.slow();
+    client = Llama2Client.connect(engine.socket);
+    // One generation at a time, 300 ms for a permit, 60 s per generation.
+    sse = new SseChatServer(client, new InetSocketAddress("127.0.0.1", 0),
+        new SseChatServer.Config(1, Duration.ofMillis(300), Duration.ofSeconds(60), 128));
+    sse.start();
+  }
+
+  @AfterAll
+  static void stop() {
+    if (sse != null) sse.close();
+    if (client != null) client.close();
+  }
+
+  @AfterEach
+  void engineIsIdle() throws InterruptedException {
+    assertTrue(engine.awaitIdle(Duration.ofSeconds(20)), "engine idle: " + engine.health());
+  }
+
+  static URI uri(String pathAndQuery) {
+    return URI.create("http://127.0.0.1:" + sse.port() + pathAndQuery);
+  }
+
+  static String enc(String s) {
+    return URLEncoder.encode(s, StandardCharsets.UTF_8);
+  }
+
+  /** The text of an SSE body: JSON-decoded data lines up to [DONE]; fails on anything else. */
+  static String textOf(List<String> lines) {
+    StringBuilder text = new StringBuilder();
+    boolean done = false;
+    for (String line : lines) {
+      if (line.isEmpty()) continue;
+      assertTrue(!done, "nothing after [DONE]: " + line);
+      assertTrue(line.startsWith("data: "), "SSE data line: " + line);
+      String data = line.substring(6);
+      if (data.equals("[DONE]")) {
+        done = true;
+      } else {
+        text.append((String) Json.parse(data));
+      }
+    }
+    assertTrue(done, "stream ends with data: [DONE]");
+    return text.toString();
+  }
+
+  @Test
+  void getAndPostStreamToDone() throws Exception {
+    String prompt = "北京 café 🍂\nsecond line";
+    GenerationParams p = GenerationParams.builder().temperature(0).maxNewTokens(12).ignoreEos(true).build();
+    String expected = client.generate(prompt, p).text();
+
+    HttpResponse<java.util.stream.Stream<String>> r = HTTP.send(HttpRequest.newBuilder(
+        uri("/chat?prompt=" + enc(prompt) + "&temperature=0&max_new_tokens=12&ignore_eos=true")).build(),
+        HttpResponse.BodyHandlers.ofLines());
+    assertEquals(200, r.statusCode());
+    assertTrue(r.headers().firstValue("content-type").orElse("").startsWith("text/event-stream"));
+    assertEquals(expected, textOf(r.body().toList()));
+
+    String body = "{\"prompt\":" + Json.quote(prompt) + ",\"temperature\":0,\"max_new_tokens\":12,"
+        + "\"ignore_eos\":true}";
+    HttpResponse<java.util.stream.Stream<String>> post = HTTP.send(HttpRequest.newBuilder(uri("/chat"))
+        .POST(HttpRequest.BodyPublishers.ofString(body, StandardCharsets.UTF_8)).build(),
+        HttpResponse.BodyHandlers.ofLines());
+    assertEquals(200, post.statusCode());
+    assertEquals(expected, textOf(post.body().toList()));
+  }
+
+  @Test
+  void badParametersAre400NamingTheParameter() throws Exception {
+    HttpResponse<String> r = HTTP.send(HttpRequest.newBuilder(uri("/chat?prompt=x&temperature=-1")).build(),
+        HttpResponse.BodyHandlers.ofString());
+    assertEquals(400, r.statusCode());
+    assertTrue(r.body().contains("temperature"), r.body());
+    HttpResponse<String> tooLong = HTTP.send(HttpRequest.newBuilder(
+        uri("/chat?prompt=x&max_new_tokens=100000")).build(), HttpResponse.BodyHandlers.ofString());
+    assertEquals(400, tooLong.statusCode());
+    assertTrue(tooLong.body().contains("prompt_too_long"), tooLong.body());
+  }
+
+  /** A raw HTTP/1.1 connection reading /chat up to its first data line. */
+  static Socket openStream(String prompt) throws Exception {
+    Socket s = new Socket("127.0.0.1", sse.port());
+    s.setSoTimeout(30000);
+    OutputStream out = s.getOutputStream();
+    out.write(("GET /chat?prompt=" + enc(prompt) + "&max_new_tokens=4000&ignore_eos=true HTTP/1.1\r\n"
+        + "Host: localhost\r\nAccept: text/event-stream\r\n\r\n").getBytes(StandardCharsets.US_ASCII));
+    out.flush();
+    BufferedReader in = new BufferedReader(new InputStreamReader(s.getInputStream(), StandardCharsets.UTF_8));
+    String status = in.readLine();
+    assertTrue(status != null && status.contains(" 200 "), "status: " + status);
+    StringBuilder seen = new StringBuilder();
+    for (String line; (line = in.readLine()) != null; ) {
+      seen.append(line).append('\n');
+      if (line.startsWith("data: \"")) return s;
+      assertTrue(!line.startsWith("data: "), "first event is a piece: " + seen);
+    }
+    throw new AssertionError("stream ended before its first data line: " + seen);
+  }
+
+  @Test
+  void overloadIsAnswered429() throws Exception {
+    Socket busy = openStream("keep the only slot busy");
+    try {
+      long t0 = System.nanoTime();
+      HttpResponse<String> r = HTTP.send(HttpRequest.newBuilder(uri("/chat?prompt=more")).build(),
+          HttpResponse.BodyHandlers.ofString());
+      long ms = (System.nanoTime() - t0) / 1_000_000;
+      assertEquals(429, r.statusCode(), r.body());
+      assertEquals("1", r.headers().firstValue("retry-after").orElse(""));
+      assertTrue(ms >= 250 && ms < 5000, "429 after waiting ~300 ms for a permit: " + ms + " ms");
+    } finally {
+      busy.close();
+    }
+  }
+
+  @Test
+  void clientDisconnectCancelsTheGeneration() throws Exception {
+    Socket s = openStream("a long answer nobody will read");
+    try {
+      // The engine's gauges are refreshed after each step, so they may lag the first token a little.
+      assertTrue(TestServer.await(Duration.ofSeconds(10), () -> {
+        Map<String, Object> h = engine.health();
+        return Json.num(h, "running", 0) == 1 && Json.num(h, "kv_blocks_used", 0) > 0;
+      }), "generation running with KV blocks in use: " + engine.health());
+    } finally {
+      s.close();
+    }
+    // The next write fails, which closes the TokenStream, which cancels the generation.
+    assertTrue(engine.awaitIdle(Duration.ofSeconds(15)), "cancelled after disconnect: " + engine.health());
+  }
+
+  @Test
+  void healthPassesThroughTheEngineJson() throws Exception {
+    HttpResponse<String> r = HTTP.send(HttpRequest.newBuilder(uri("/health")).build(),
+        HttpResponse.BodyHandlers.ofString());
+    assertEquals(200, r.statusCode());
+    Map<String, Object> h = Json.parseObject(r.body());
+    assertEquals("health", h.get("event"));
+    assertEquals("ready", h.get("status"));
+    assertTrue(h.containsKey("kv_blocks_total") && h.containsKey("running"), r.body());
+  }
+}
