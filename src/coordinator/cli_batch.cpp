@@ -82,7 +82,7 @@ int run_batch(int argc, char** argv, int rank) {
   const std::string out_path = args["output"].as<std::string>();
   const bool resume = args.count("resume") > 0;
   SamplingParams defaults = sampling_from_options(args);
-  const uint64_t job_seed = defaults.seed.value_or(std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32));
+  const uint64_t job_seed = defaults.seed.value_or(random_seed());
   defaults.seed.reset();  // per line: the line's own seed, else one derived from the job seed
 
   std::vector<BatchLine> lines;

@@ -1,6 +1,7 @@
 #include "coordinator/cli_common.h"
 
 #include <cstdio>
+#include <random>
 
 namespace llama2 {
 namespace {
@@ -11,6 +12,11 @@ std::string shortest(float v) {
   return buf;
 }
 }  // namespace
+
+uint64_t random_seed() {
+  std::random_device rd;
+  return (uint64_t{rd()} << 32) ^ rd();
+}
 
 void add_engine_options(cxxopts::Options& opts) {
   opts.add_options("Engine")

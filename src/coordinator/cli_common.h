@@ -1,6 +1,7 @@
 // Pieces every MPI subcommand shares: sampling flags, usage errors, and rank-0-only printing.
 #pragma once
 
+#include <cstdint>
 #include <cxxopts.hpp>
 #include <string>
 
@@ -10,6 +11,9 @@ namespace llama2 {
 
 // Exit code for usage errors (unknown flag, missing value), as the CLI promises.
 constexpr int kExitUsage = 2;
+
+// A fresh 64-bit seed for requests that did not give one (reported back so runs can be repeated).
+uint64_t random_seed();
 
 // Adds the flags every engine subcommand shares: -m/--model, --backend, --block-size, -q/--quiet,
 // -h/--help (group "Engine").

@@ -102,7 +102,7 @@ int run_generate(int argc, char** argv, int rank) {
     const std::string bad = validate_sampling(params, static_cast<int>(prompt.size()),
                                               config.max_position_embeddings);
     if (!bad.empty()) throw Error(bad);
-    if (!params.seed) params.seed = std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
+    if (!params.seed) params.seed = random_seed();
     return BlockAllocator::blocks_for(static_cast<int>(prompt.size()) + params.max_new_tokens,
                                       sopts.block_size);
   });

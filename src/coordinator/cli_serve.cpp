@@ -200,7 +200,7 @@ int run_serve(int argc, char** argv, int rank) {
             << ", max queue " << max_queue << ", max seq len " << sopt.max_seq_len << ", KV "
             << session.num_blocks << " blocks x " << session.block_size << ")" << std::endl;
 
-  std::mt19937_64 seeder(std::random_device{}());
+  std::mt19937_64 seeder(random_seed());
   int64_t next_id = 0;
   Clock::time_point drain_deadline = Clock::time_point::max();
   for (;;) {

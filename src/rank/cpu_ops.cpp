@@ -179,6 +179,7 @@ void paged_attention(const KvLayerView& c, const StepPlan& plan, const float* q,
   const int d = c.head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   std::vector<float> scores;
+  std::vector<double> acc;  // [d], reused: no allocation per (token, head)
   int t = 0;
   for (const auto& s : plan.seqs) {
     for (int i = 0; i < s.n_tokens; ++i, ++t) {
@@ -201,7 +202,7 @@ void paged_attention(const KvLayerView& c, const StepPlan& plan, const float* q,
           denom += scores[p];
         }
         float* oh = out + (static_cast<int64_t>(t) * n_heads + h) * d;
-        std::vector<double> acc(d, 0.0);
+        acc.assign(d, 0.0);
         for (int p = 0; p <= pos; ++p) {
           const float* vp = c.v + slot_offset(c, plan, s, p, kvh);
           for (int j = 0; j < d; ++j) acc[j] += static_cast<double>(scores[p]) * vp[j];

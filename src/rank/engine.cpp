@@ -37,11 +37,10 @@ std::string gather_lines(MPI_Comm comm, const std::string& line) {
 }  // namespace
 
 std::string choose_backend(const std::string& requested, int visible_devices) {
-  if (requested == "cpu") return "cpu";
-  if (requested == "cuda" || requested == "auto") {
-    if (requested == "auto" && visible_devices == 0) return "cpu";
-    // The CUDA backend lands with its own issue; until then a GPU node runs the CPU oracle.
-    if (requested == "auto") return "cpu";
+  // The CUDA model runner lands with its own issue; until then `auto` runs the CPU oracle even
+  // where a GPU is visible, and an explicit `cuda` says why it cannot.
+  if (requested == "cpu" || requested == "auto") return "cpu";
+  if (requested == "cuda") {
     throw Error("--backend cuda: the CUDA backend is not available in this build yet"
                 " (visible CUDA devices: " + std::to_string(visible_devices) +
                 "); use --backend cpu or auto");
@@ -81,6 +80,7 @@ RankEngine::RankEngine(const EngineSpec& spec, const ModelConfig& config, MPI_Co
   agree_on_errors(comm_, error);
 
   tp_comm_ = make_mpi_comm(comm_);
+  for (int r = 0; r < size_; ++r) all_shards_.push_back(make_shard_plan(config_, size_, r));
   try {
     runner_ = make_cpu_runner(config_, shard_, *weights, spec.kv, *tp_comm_);
   } catch (const std::exception& e) {
@@ -118,12 +118,9 @@ void RankEngine::run_local(const StepPlan& plan, std::vector<float>* logits) {
   std::vector<float> local;  // [rows, vocab_local]
   runner_->forward(plan, &local);
   const int rows = plan.logit_rows();
+  const std::vector<ShardPlan>& shards = all_shards_;
   std::vector<int> counts(size_);
-  std::vector<ShardPlan> shards(size_);
-  for (int r = 0; r < size_; ++r) {
-    shards[r] = make_shard_plan(config_, size_, r);
-    counts[r] = rows * shards[r].vocab_size;
-  }
+  for (int r = 0; r < size_; ++r) counts[r] = rows * shards[r].vocab_size;
   std::vector<float> gathered(rank_ == 0 ? static_cast<size_t>(rows) * config_.vocab_size : 0);
   tp_comm_->gather_to_root(local.data(), counts, gathered.data());
   if (rank_ != 0 || logits == nullptr) return;

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/model_config.h"
 #include "common/shard_plan.h"
@@ -55,6 +56,7 @@ class RankEngine final : public StepExecutor {
   int rank_ = 0, size_ = 1;
   std::string backend_;
   std::string report_;
+  std::vector<ShardPlan> all_shards_;  // every rank's split, for gathering the vocab slices
   std::unique_ptr<Comm> tp_comm_;
   std::unique_ptr<ModelRunner> runner_;
 };
