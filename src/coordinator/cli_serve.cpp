@@ -149,11 +149,20 @@ int run_serve(int argc, char** argv, int rank) {
   server = std::make_unique<SocketServer>(sopt, *session.tokenizer, session.config, defaults, health,
                                           [&] { return metrics.render(); });
 
+  // Gauges change at admission and completion; refreshing them there (not only after a step) means
+  // `health` never shows fewer blocks or requests than the events a client has already received.
+  const Generator* gen_ptr = nullptr;
+  auto refresh_gauges = [&] {
+    if (gen_ptr == nullptr) return;
+    metrics.set_gauges(Gauges{static_cast<int>(gen_ptr->running()), static_cast<int>(gen_ptr->queued()),
+                              blocks.used_blocks(), blocks.num_blocks()});
+  };
   GeneratorCallbacks cb;
   cb.on_admit = [&](int64_t id) {
     Route& r = routes.at(id);
     r.admitted = true;
     server->left_queue();
+    refresh_gauges();
   };
   cb.on_token = [&](int64_t id, int index, int token, const std::string& piece) {
     Route& r = routes.at(id);
@@ -186,8 +195,10 @@ int run_serve(int argc, char** argv, int rank) {
     }
     server->send(r.conn, ev, r.id, true);
     routes.erase(it);
+    refresh_gauges();
   };
   Generator gen(engine, *session.tokenizer, session.config, blocks, GeneratorOptions{max_batch, prefill_chunk}, cb);
+  gen_ptr = &gen;
 
   try {
     server->start();
@@ -227,8 +238,7 @@ int run_serve(int argc, char** argv, int rank) {
     }
     if (server->draining() && Clock::now() >= drain_deadline) gen.cancel_all("shutting_down");
     if (!gen.idle()) gen.step();
-    metrics.set_gauges(Gauges{static_cast<int>(gen.running()), static_cast<int>(gen.queued()),
-                              blocks.used_blocks(), blocks.num_blocks()});
+    refresh_gauges();
     if (server->draining() && gen.idle()) break;
   }
   engine.shutdown(0);
