@@ -1,20 +1,33 @@
 // What the coordinator needs from the engine: run one step plan on every rank and return the
-// gathered logits. Implemented by the rank layer (RankEngine); kept abstract so the coordinator
+// logit rows. Implemented by the rank layer (RankEngine); kept abstract so the coordinator
 // includes no backend headers.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "common/step_plan.h"
 
 namespace llama2 {
 
+// The logits of a step's sequences that asked for them (want_logits), in plan order, on rank 0.
+//   plan.candidates == 0: values [rows, vocab] fp32 (full logits), ids empty;
+//   plan.candidates == k: values and ids [rows, k], each row's k best (logit, token id) over the
+//   whole vocabulary, best first (larger value first, equal values by lower id, NaN first).
+struct StepLogits {
+  int rows = 0;
+  int width = 0;  // vocab (full) or k (candidates)
+  std::vector<float> values;
+  std::vector<int32_t> ids;
+
+  bool full() const { return ids.empty(); }
+};
+
 class StepExecutor {
  public:
   virtual ~StepExecutor() = default;
-  // Broadcasts `plan` to every rank, runs it, and returns (on rank 0) the logits of the sequences
-  // that asked for them: logits [plan.logit_rows(), vocab_size] fp32, in plan order.
-  virtual void execute(const StepPlan& plan, std::vector<float>* logits) = 0;
+  // Broadcasts `plan` to every rank, runs it, and returns (on rank 0) the logit rows.
+  virtual void execute(const StepPlan& plan, StepLogits* logits) = 0;
   virtual int vocab_size() const = 0;
 };
 

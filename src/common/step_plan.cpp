@@ -18,10 +18,11 @@ int StepPlan::logit_rows() const {
 
 std::vector<int32_t> encode_step_plan(const StepPlan& p) {
   std::vector<int32_t> w;
-  w.reserve(6 + p.seqs.size() * kSeqFields + p.tokens.size() + p.block_ids.size());
+  w.reserve(7 + p.seqs.size() * kSeqFields + p.tokens.size() + p.block_ids.size());
   w.push_back(kMagic);
   w.push_back(static_cast<int32_t>(p.kind));
   w.push_back(p.exit_code);
+  w.push_back(p.candidates);
   w.push_back(static_cast<int32_t>(p.seqs.size()));
   w.push_back(static_cast<int32_t>(p.tokens.size()));
   w.push_back(static_cast<int32_t>(p.block_ids.size()));
@@ -35,17 +36,20 @@ std::vector<int32_t> encode_step_plan(const StepPlan& p) {
 
 StepPlan decode_step_plan(const std::vector<int32_t>& w) {
   auto bad = [](const std::string& why) { return Error("malformed step plan: " + why); };
-  if (w.size() < 6 || w[0] != kMagic) throw bad("missing header");
+  constexpr size_t kHeader = 7;
+  if (w.size() < kHeader || w[0] != kMagic) throw bad("missing header");
   StepPlan p;
   p.kind = static_cast<StepKind>(w[1]);
   if (p.kind != StepKind::kForward && p.kind != StepKind::kShutdown) throw bad("unknown kind");
   p.exit_code = w[2];
-  const int64_t n_seqs = w[3], n_tokens = w[4], n_blocks = w[5];
+  p.candidates = w[3];
+  if (p.candidates < 0 || p.candidates > kMaxCandidates) throw bad("candidates out of range");
+  const int64_t n_seqs = w[4], n_tokens = w[5], n_blocks = w[6];
   if (n_seqs < 0 || n_tokens < 0 || n_blocks < 0 ||
-      static_cast<int64_t>(w.size()) != 6 + n_seqs * kSeqFields + n_tokens + n_blocks) {
+      static_cast<int64_t>(w.size()) != static_cast<int64_t>(kHeader) + n_seqs * kSeqFields + n_tokens + n_blocks) {
     throw bad("length mismatch");
   }
-  size_t i = 6;
+  size_t i = kHeader;
   int64_t token_sum = 0;
   for (int64_t s = 0; s < n_seqs; ++s, i += kSeqFields) {
     SeqStep q{w[i], w[i + 1], w[i + 2], w[i + 3], w[i + 4], w[i + 5]};

@@ -23,9 +23,15 @@ struct SeqStep {
   int32_t table_len = 0;    // number of blocks in the table
 };
 
+constexpr int kMaxCandidates = 64;
+
 struct StepPlan {
   StepKind kind = StepKind::kForward;
   int32_t exit_code = 0;
+  // What the logit rows return to rank 0: 0 = full logits; k in [1, kMaxCandidates] = only the k
+  // best (value, token id) pairs of each row, when greedy or top-k sampling needs no more: each
+  // rank ranks its vocabulary slice on the device and rank 0 merges tp x k pairs per row.
+  int32_t candidates = 0;
   std::vector<SeqStep> seqs;
   std::vector<int32_t> tokens;     // [sum of n_tokens], sequence after sequence
   std::vector<int32_t> block_ids;  // [sum of table_len], the block tables back to back

@@ -87,8 +87,9 @@ int run_batch(int argc, char** argv, int rank) {
 
   std::vector<BatchLine> lines;
   std::set<std::string> done;
-  SessionOptions sopts{args["model"].as<std::string>(), args["backend"].as<std::string>(),
-                       args["block-size"].as<int>()};
+  SessionOptions sopts = session_options_from(args);
+  sopts.max_batch = std::max(1, max_batch);
+  sopts.prefill_chunk = std::max(1, prefill_chunk);
   Session session = open_session(sopts, rank, [&](const ModelConfig& config, const Tokenizer& tok) {
     if (max_batch < 1) throw Error("--max-batch-size must be >= 1 (got " + std::to_string(max_batch) + ")");
     if (prefill_chunk < 1) throw Error("--prefill-chunk must be >= 1 (got " + std::to_string(prefill_chunk) + ")");

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <random>
 
+#include "common/check.h"
+
 namespace llama2 {
 namespace {
 // "1" rather than std::to_string's "1.000000" in --help.
@@ -21,10 +23,31 @@ uint64_t random_seed() {
 void add_engine_options(cxxopts::Options& opts) {
   opts.add_options("Engine")
       ("m,model", "Model directory (Hugging Face Llama format)", cxxopts::value<std::string>())
-      ("backend", "cpu | cuda | auto", cxxopts::value<std::string>()->default_value("auto"))
+      ("backend", "cpu | cuda | auto (cuda when a GPU is visible)", cxxopts::value<std::string>()->default_value("auto"))
+      ("dtype", "auto | fp16 | bf16 | fp32 (cuda; auto: the checkpoint's torch_dtype; cpu is fp32)", cxxopts::value<std::string>()->default_value("auto"))
       ("block-size", "KV cache block size in tokens", cxxopts::value<int>()->default_value("16"))
+      ("gpu-memory-fraction", "cuda: share of each GPU's memory for weights, activations and the KV cache (the cache takes what is left)", cxxopts::value<double>()->default_value("0.9"))
+      ("synthetic", "7b | 13b | 70b: random weights of that official shape made on each GPU, for benchmarks (tokenizer.model still comes from --model)", cxxopts::value<std::string>())
+      ("no-cuda-graphs", "cuda: launch decode steps kernel by kernel instead of replaying CUDA graphs")
       ("q,quiet", "No start-up report on stderr")
       ("h,help", "Show this help");
+}
+
+SessionOptions session_options_from(const cxxopts::ParseResult& r) {
+  SessionOptions o;
+  o.model_dir = r["model"].as<std::string>();
+  if (r.count("synthetic")) o.synthetic = r["synthetic"].as<std::string>();
+  o.backend = r["backend"].as<std::string>();
+  o.dtype = r["dtype"].as<std::string>();
+  o.block_size = r["block-size"].as<int>();
+  o.gpu_memory_fraction = r["gpu-memory-fraction"].as<double>();
+  if (!(o.gpu_memory_fraction > 0.0 && o.gpu_memory_fraction <= 1.0)) {
+    throw Error("--gpu-memory-fraction must be in (0, 1] (got " +
+                std::to_string(o.gpu_memory_fraction) + ")");
+  }
+  o.cuda_graphs = r.count("no-cuda-graphs") == 0;
+  o.kv_blocks_given = r.count("kv-cache-blocks") > 0;
+  return o;
 }
 
 void add_sampling_options(cxxopts::Options& opts) {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/sampling_params.h"
+#include "coordinator/session.h"
 
 namespace llama2 {
 
@@ -15,9 +16,13 @@ constexpr int kExitUsage = 2;
 // A fresh 64-bit seed for requests that did not give one (reported back so runs can be repeated).
 uint64_t random_seed();
 
-// Adds the flags every engine subcommand shares: -m/--model, --backend, --block-size, -q/--quiet,
-// -h/--help (group "Engine").
+// Adds the flags every engine subcommand shares: -m/--model, --backend, --dtype, --block-size,
+// --gpu-memory-fraction, --synthetic, --no-cuda-graphs, -q/--quiet, -h/--help (group "Engine").
 void add_engine_options(cxxopts::Options& opts);
+
+// The engine flags as SessionOptions (max_batch and prefill_chunk are the command's to set).
+// Error for a --gpu-memory-fraction outside (0, 1].
+SessionOptions session_options_from(const cxxopts::ParseResult& r);
 
 // Adds --temperature, --top-p, --top-k, --repetition-penalty, --max-new-tokens, --seed, --stop,
 // --ignore-eos with SamplingParams' defaults.

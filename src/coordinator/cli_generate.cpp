@@ -90,7 +90,9 @@ int run_generate(int argc, char** argv, int rank) {
   const bool json_out = args.count("json") > 0;
 
   std::vector<int> prompt;
-  SessionOptions sopts{model_dir, args["backend"].as<std::string>(), args["block-size"].as<int>()};
+  SessionOptions sopts = session_options_from(args);
+  sopts.max_batch = 1;
+  sopts.prefill_chunk = 512;
   Session session = open_session(sopts, rank, [&](const ModelConfig& config, const Tokenizer& tok) {
     if (args.count("prompt-tokens")) {
       prompt = parse_token_list(args["prompt-tokens"].as<std::string>(), config.vocab_size);

@@ -4,7 +4,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <iostream>
 #include <map>
 #include <random>
@@ -65,8 +67,7 @@ cxxopts::Options serve_options() {
       ("max-batch-size", "Sequences decoded together per step", cxxopts::value<int>()->default_value("32"))
       ("max-queue", "Generations waiting for admission before queue_full", cxxopts::value<int>()->default_value("256"))
       ("max-seq-len", "Prompt + max_new_tokens limit (default: the model's max_position_embeddings)", cxxopts::value<int>())
-      ("kv-cache-blocks", "KV blocks (default: max-batch-size full-length sequences)", cxxopts::value<int>())
-      ("gpu-memory-fraction", "CUDA backend: share of free GPU memory for weights + KV cache", cxxopts::value<double>()->default_value("0.9"))
+      ("kv-cache-blocks", "KV blocks (default: cuda, what --gpu-memory-fraction leaves; cpu, max-batch-size full-length sequences)", cxxopts::value<int>())
       ("prefill-chunk", "Prompt tokens per step across sequences", cxxopts::value<int>()->default_value("256"))
       ("request-timeout-ms", "Default and maximum per-request timeout", cxxopts::value<int64_t>()->default_value("600000"))
       ("shutdown-timeout-ms", "How long in-flight requests may finish after SIGTERM", cxxopts::value<int64_t>()->default_value("30000"));
@@ -102,8 +103,9 @@ int run_serve(int argc, char** argv, int rank) {
   sopt.max_queue = max_queue;
   sopt.request_timeout_ms = request_timeout;
 
-  SessionOptions session_opts{args["model"].as<std::string>(), args["backend"].as<std::string>(),
-                              args["block-size"].as<int>()};
+  SessionOptions session_opts = session_options_from(args);
+  session_opts.max_batch = std::max(1, max_batch);
+  session_opts.prefill_chunk = std::max(1, prefill_chunk);
   Session session = open_session(session_opts, rank, [&](const ModelConfig& config, const Tokenizer&) {
     auto at_least = [](int64_t v, int64_t lo, const char* flag) {
       if (v < lo) throw Error(std::string(flag) + " must be >= " + std::to_string(lo) + " (got " + std::to_string(v) + ")");
@@ -113,8 +115,6 @@ int run_serve(int argc, char** argv, int rank) {
     at_least(prefill_chunk, 1, "--prefill-chunk");
     at_least(request_timeout, 1, "--request-timeout-ms");
     at_least(shutdown_timeout, 0, "--shutdown-timeout-ms");
-    const double fraction = args["gpu-memory-fraction"].as<double>();
-    if (!(fraction > 0.0 && fraction <= 1.0)) throw Error("--gpu-memory-fraction must be in (0, 1]");
     if (std::string bad = validate_sampling(defaults, 1, config.max_position_embeddings); !bad.empty()) throw Error(bad);
     sopt.max_seq_len = args.count("max-seq-len") ? args["max-seq-len"].as<int>() : config.max_position_embeddings;
     if (sopt.max_seq_len < 2 || sopt.max_seq_len > config.max_position_embeddings) {
@@ -135,13 +135,17 @@ int run_serve(int argc, char** argv, int rank) {
   if (!args.count("quiet")) std::cerr << engine.startup_report() << std::flush;
 
   ServeMetrics metrics;
+  // The engine may have sized the cache from GPU memory: admission checks use what it allocated.
+  sopt.kv_capacity_tokens = static_cast<int>(
+      std::min<int64_t>(int64_t{session.num_blocks} * session.block_size, INT32_MAX));
   BlockAllocator blocks(session.num_blocks, session.block_size);
   std::map<int64_t, Route> routes;
   std::unique_ptr<SocketServer> server;
   auto health = [&]() {
     const Gauges g = metrics.gauges();
     return json{{"event", "health"}, {"status", server && server->draining() ? "draining" : "ready"},
-                {"ranks", engine.shard().tp}, {"backend", engine.backend()}, {"model", session_opts.model_dir},
+                {"ranks", engine.shard().tp}, {"backend", engine.backend()}, {"dtype", engine.dtype()},
+                {"model", session_opts.synthetic.empty() ? session_opts.model_dir : "synthetic-" + session_opts.synthetic},
                 {"kv_blocks_total", g.kv_blocks_total}, {"kv_blocks_used", g.kv_blocks_used},
                 {"running", g.running}, {"queued", server ? server->waiting() : 0},
                 {"max_batch_size", max_batch}, {"max_queue", max_queue}, {"max_seq_len", sopt.max_seq_len}};

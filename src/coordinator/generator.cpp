@@ -1,6 +1,7 @@
 #include "coordinator/generator.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "common/check.h"
 #include "coordinator/sampler.h"
@@ -146,26 +147,48 @@ int Generator::step() {
     budget -= n;
   }
 
-  std::vector<float> logits;  // [logit_rows, V]
+  // Greedy and top-k rows only need each row's best few logits: the ranks then send k (value,
+  // id) pairs per row instead of the whole vocabulary (one step asks all rows the same way).
+  // LLAMA2_FULL_LOGITS=1 forces full rows (for comparing the two paths).
+  static const bool force_full = std::getenv("LLAMA2_FULL_LOGITS") != nullptr;
+  int most = 0;
+  bool full = force_full;
+  for (size_t i = 0; i < plan.seqs.size() && !full; ++i) {
+    if (!plan.seqs[i].want_logits) continue;
+    const int need = Sampler::candidates_needed(order[i]->req.params);
+    full = need == 0;
+    most = std::max(most, need);
+  }
+  plan.candidates = full ? 0 : most;
+  StepLogits logits;
   exec_.execute(plan, &logits);
 
   int generated = 0, row = 0;
-  const size_t V = static_cast<size_t>(exec_.vocab_size());
   std::vector<float> row_logits;
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     Sequence& s = *order[i];
     s.cached += plan.seqs[i].n_tokens;
     if (!plan.seqs[i].want_logits) continue;
-    row_logits.assign(logits.begin() + row * V, logits.begin() + (row + 1) * V);
+    const size_t W = static_cast<size_t>(logits.width);
+    int token = 0;
+    if (logits.full()) {
+      row_logits.assign(logits.values.begin() + row * W, logits.values.begin() + (row + 1) * W);
+      token = s.sampler.sample(row_logits, s.context);
+    } else {
+      token = s.sampler.sample_candidates(logits.values.data() + row * W,
+                                          logits.ids.data() + row * W, logits.width);
+    }
     ++row;
-    const int token = s.sampler.sample(row_logits, s.context);
     ++generated;
     if (s.result.tokens.empty()) s.result.ttft_s = seconds_since(s.added);
     s.result.tokens.push_back(token);
     s.context.push_back(token);
     const int index = static_cast<int>(s.result.tokens.size()) - 1;
     const bool eos = token == config_.eos_token_id && !s.req.params.ignore_eos;
-    std::string piece = eos ? std::string() : s.detok.push(token);
+    // A model vocabulary larger than its tokenizer's (synthetic weights with a test tokenizer)
+    // can produce ids with no piece: they read as <unk>, the ids themselves are still reported.
+    std::string piece =
+        eos ? std::string() : s.detok.push(token < tok_.vocab_size() ? token : tok_.unk_id());
     const bool last = eos || index + 1 >= s.req.params.max_new_tokens;
     if (last) piece += s.detok.finish();  // bytes of an unfinished character, as decode() shows them
     StopMatcher::Result m = s.stop.push(piece);

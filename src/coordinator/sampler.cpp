@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/check.h"
+#include "common/step_plan.h"
 
 namespace llama2 {
 namespace {
@@ -53,21 +54,31 @@ void Sampler::apply_repetition_penalty(std::vector<float>& logits,
   for (int id : context) seen_[id] = 0;  // O(context), not O(vocab), to reset
 }
 
-int Sampler::sample(std::vector<float>& logits, const std::vector<int>& context) {
-  LLAMA2_CHECK(!logits.empty());
-  apply_repetition_penalty(logits, context);
-
-  // After the penalty: a tiny penalty can push a large logit to +inf.
+void Sampler::check_finite(const float* logits, size_t n, const int32_t* ids) {
   bool any_finite = false;
-  for (size_t i = 0; i < logits.size(); ++i) {
+  for (size_t i = 0; i < n; ++i) {
     const float x = logits[i];
     if (std::isnan(x) || x == std::numeric_limits<float>::infinity()) {
-      throw Error("logit of token " + std::to_string(i) + " is " +
-                  (std::isnan(x) ? "NaN" : "+inf") + "; cannot sample");
+      throw Error("logit of token " + std::to_string(ids ? ids[i] : static_cast<int32_t>(i)) +
+                  " is " + (std::isnan(x) ? "NaN" : "+inf") + "; cannot sample");
     }
     any_finite = any_finite || std::isfinite(x);
   }
   if (!any_finite) throw Error("every logit is -inf; no token can be sampled");
+}
+
+int Sampler::candidates_needed(const SamplingParams& p) {
+  if (p.repetition_penalty != 1.0f) return 0;
+  if (p.temperature == 0.0f) return 1;
+  if (p.top_k >= 1 && p.top_k <= kMaxCandidates) return p.top_k;
+  return 0;
+}
+
+int Sampler::sample(std::vector<float>& logits, const std::vector<int>& context) {
+  LLAMA2_CHECK(!logits.empty());
+  apply_repetition_penalty(logits, context);
+  // After the penalty: a tiny penalty can push a large logit to +inf.
+  check_finite(logits.data(), logits.size(), nullptr);
 
   if (params_.temperature == 0.0f) {
     // Strict > keeps the first of equal maxima, as torch.argmax does.
@@ -77,11 +88,23 @@ int Sampler::sample(std::vector<float>& logits, const std::vector<int>& context)
     }
     return static_cast<int>(best);
   }
-  return draw(logits);
+  return draw(logits.data(), logits.size());
 }
 
-int Sampler::draw(const std::vector<float>& logits) {
-  const size_t vocab = logits.size();
+int Sampler::sample_candidates(const float* values, const int32_t* ids, int n) {
+  const int needed = candidates_needed(params_);
+  LLAMA2_CHECK(needed >= 1 && needed <= n);
+  // Padding (id -1, value -inf) sits at the end when a vocabulary slice had fewer than n tokens.
+  while (n > 0 && ids[n - 1] < 0) --n;
+  LLAMA2_CHECK(n >= 1);
+  check_finite(values, static_cast<size_t>(n), ids);
+  if (params_.temperature == 0.0f) return ids[0];  // best first, ties by lower id
+  // The candidates are ordered with equal values by increasing id, so draw()'s tie rule (lower
+  // index first) is the full-vocabulary rule (lower id first).
+  return ids[draw(values, static_cast<size_t>(n))];
+}
+
+int Sampler::draw(const float* logits, size_t vocab) {
   // Scaled in double: a tiny temperature would overflow float (HF would produce inf and fail).
   const double t = params_.temperature;
   work_.resize(vocab);

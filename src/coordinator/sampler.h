@@ -29,9 +29,22 @@ class Sampler {
   // around) or when every logit is -inf.
   int sample(std::vector<float>& logits, const std::vector<int>& context);
 
+  // The same choice from a row's best candidates (values/ids [n], best first, ties by lower id,
+  // as StepLogits gives them). Exact when candidates_needed(params) <= n: greedy needs the best
+  // one; top-k sampling never looks past the k best (HF also keeps every token tied with the
+  // k-th, which only differs when such ties run past the n-th candidate). Same errors as sample().
+  int sample_candidates(const float* values, const int32_t* ids, int n);
+
+  // How many candidates per row sample_candidates needs for `p`: 1 for greedy, top_k for top-k
+  // sampling (<= kMaxCandidates); 0 when it needs the full logits (a repetition penalty changes
+  // the ranking; plain temperature or top-p sampling reads the whole distribution).
+  static int candidates_needed(const SamplingParams& p);
+
  private:
   void apply_repetition_penalty(std::vector<float>& logits, const std::vector<int>& context);
-  int draw(const std::vector<float>& logits);
+  static void check_finite(const float* logits, size_t n, const int32_t* ids);
+  // Index into logits[0, n) drawn after temperature, top-k and top-p; equal values rank by index.
+  int draw(const float* logits, size_t n);
 
   SamplingParams params_;
   std::mt19937_64 rng_;

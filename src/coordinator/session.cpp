@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "common/capacity.h"
 #include "common/check.h"
 
 namespace llama2 {
@@ -13,7 +14,8 @@ Session open_session(const SessionOptions& opts, int rank,
   s.block_size = opts.block_size;
   std::string error;
   try {
-    s.config = load_model_config(opts.model_dir);
+    s.config = opts.synthetic.empty() ? load_model_config(opts.model_dir)
+                                      : preset_config(opts.synthetic);
     if (opts.block_size < 1 || opts.block_size > 1024) {
       throw Error("--block-size must be in [1, 1024] (got " + std::to_string(opts.block_size) + ")");
     }
@@ -34,9 +36,18 @@ Session open_session(const SessionOptions& opts, int rank,
 
   EngineSpec spec;
   spec.model_dir = opts.model_dir;
+  spec.synthetic = opts.synthetic;
   spec.backend = opts.backend;
-  spec.kv = KvCacheSpec{opts.block_size, s.num_blocks};
+  spec.dtype = opts.dtype;
+  spec.kv = KvCacheSpec{opts.block_size, opts.kv_blocks_given ? s.num_blocks : 0};
+  spec.cpu_default_blocks = s.num_blocks;
+  spec.gpu_memory_fraction = opts.gpu_memory_fraction;
+  spec.cuda_graphs = opts.cuda_graphs;
+  spec.max_batch = opts.max_batch;
+  spec.max_step_tokens = opts.max_batch + opts.prefill_chunk;
+  spec.max_seq_len = opts.max_seq_len;
   s.engine = std::make_unique<RankEngine>(spec, s.config, MPI_COMM_WORLD);
+  s.num_blocks = s.engine->kv().num_blocks;
   s.load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return s;
 }

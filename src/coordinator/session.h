@@ -23,14 +23,25 @@ struct Session {
 };
 
 struct SessionOptions {
-  std::string model_dir;
+  std::string model_dir;         // config.json, tokenizer.model and the weights
+  std::string synthetic;         // "7b" | "13b" | "70b": official shape, random weights on the
+                                 // GPUs; model_dir then only provides tokenizer.model
   std::string backend = "auto";
+  std::string dtype = "auto";
   int block_size = 16;
+  bool kv_blocks_given = false;  // prepare's block count is the user's --kv-cache-blocks; else
+                                 // the cuda backend sizes the cache from GPU memory
+  double gpu_memory_fraction = 0.9;
+  bool cuda_graphs = true;
+  int max_batch = 1;             // sequences per step
+  int prefill_chunk = 512;       // prompt tokens per step
+  int max_seq_len = 0;           // 0: the model's max_position_embeddings
 };
 
 // Collective. `prepare` runs on rank 0 after the tokenizer is loaded; it validates the command's
-// inputs (throwing Error) and returns the number of KV blocks to allocate. Errors anywhere
-// become ReportedError on every rank.
+// inputs (throwing Error) and returns the number of KV blocks the CPU backend allocates (and
+// any backend when opts.kv_blocks_given). Session::num_blocks is what the engine allocated.
+// Errors anywhere become ReportedError on every rank.
 Session open_session(const SessionOptions& opts, int rank,
                      const std::function<int(const ModelConfig&, const Tokenizer&)>& prepare);
 

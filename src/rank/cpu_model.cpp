@@ -4,6 +4,7 @@
 #include "common/check.h"
 #include "rank/comm.h"
 #include "rank/cpu_ops.h"
+#include "rank/logits_gather.h"
 #include "rank/model_runner.h"
 #include "rank/safetensors.h"
 #include "rank/weight_layout.h"
@@ -32,14 +33,12 @@ struct CpuLayer {
 
 class CpuModel final : public ModelRunner {
  public:
-  CpuModel(const ModelConfig& c, const ShardPlan& s, const WeightStore& w, const KvCacheSpec& kv,
-           Comm& comm)
-      : c_(c), s_(s), kv_(kv), comm_(comm) {
+  CpuModel(const ModelConfig& c, const ShardPlan& s, const WeightStore& w, Comm& comm)
+      : c_(c), s_(s), comm_(comm) {
+    for (int r = 0; r < s.tp; ++r) all_shards_.push_back(make_shard_plan(c, s.tp, r));
     embed_ = load(w, embedding_slice(c, s));
     final_norm_ = load(w, final_norm_slice(c));
     if (!c.tie_word_embeddings) lm_head_ = load(w, lm_head_slice(c, s));
-    const size_t cache_elems = static_cast<size_t>(kv.num_blocks) * s.num_kv_heads *
-                               kv.block_size * s.head_dim;
     layers_.resize(c.num_layers);
     for (int l = 0; l < c.num_layers; ++l) {
       CpuLayer& L = layers_[l];
@@ -53,13 +52,24 @@ class CpuModel final : public ModelRunner {
       L.w_gate = get(LayerTensor::kWgate);
       L.w_up = get(LayerTensor::kWup);
       L.w_down = get(LayerTensor::kWdown);
-      L.k_cache.assign(cache_elems, 0.f);
-      L.v_cache.assign(cache_elems, 0.f);
     }
     for (int h = 0; h < s.num_heads; ++h) kv_head_of_.push_back(s.kv_head_for(h));
   }
 
   std::string backend_name() const override { return "cpu"; }
+  std::string device_description() const override { return "host"; }
+  int dtype_bytes() const override { return sizeof(float); }
+  int64_t kv_blocks_that_fit(int) const override { return -1; }
+
+  void allocate_kv(const KvCacheSpec& kv) override {
+    kv_ = kv;
+    const size_t cache_elems = static_cast<size_t>(kv.num_blocks) * s_.num_kv_heads *
+                               kv.block_size * s_.head_dim;
+    for (CpuLayer& L : layers_) {
+      L.k_cache.assign(cache_elems, 0.f);
+      L.v_cache.assign(cache_elems, 0.f);
+    }
+  }
 
   uint64_t weight_bytes() const override {
     uint64_t n = embed_.size() + final_norm_.size() + lm_head_.size();
@@ -76,7 +86,40 @@ class CpuModel final : public ModelRunner {
     return n * sizeof(float);
   }
 
-  void forward(const StepPlan& plan, std::vector<float>* logits_local) override {
+  void forward(const StepPlan& plan, StepLogits* out) override {
+    std::vector<float> local;  // [rows, vocab_local]
+    local_logits(plan, &local);
+    const int rows = plan.logit_rows();
+    if (plan.candidates > 0) {
+      const int k = plan.candidates;
+      std::vector<float> values(static_cast<size_t>(rows) * k);
+      std::vector<int32_t> ids(values.size());
+      local_candidates(local.data(), rows, s_.vocab_size, s_.vocab_begin, k, values.data(),
+                       ids.data());
+      const bool root = comm_.rank() == 0;
+      std::vector<float> all_values(root ? values.size() * s_.tp : 0);
+      std::vector<float> all_ids(all_values.size());
+      // Token ids travel as floats: exact below 2^24, far above any vocabulary.
+      std::vector<float> ids_f(ids.begin(), ids.end());
+      const std::vector<int> counts(s_.tp, rows * k);
+      comm_.gather_to_root(values.data(), counts, all_values.data());
+      comm_.gather_to_root(ids_f.data(), counts, all_ids.data());
+      if (!root || out == nullptr) return;
+      const std::vector<int32_t> all_ids_i(all_ids.begin(), all_ids.end());
+      merge_candidates(all_values.data(), all_ids_i.data(), s_.tp, rows, k, out);
+      return;
+    }
+    std::vector<int> counts(s_.tp);
+    for (int r = 0; r < s_.tp; ++r) counts[r] = rows * all_shards_[r].vocab_size;
+    std::vector<float> gathered(comm_.rank() == 0 ? static_cast<size_t>(rows) * c_.vocab_size : 0);
+    comm_.gather_to_root(local.data(), counts, gathered.data());
+    if (comm_.rank() != 0 || out == nullptr) return;
+    stitch_vocab_slices(gathered.data(), all_shards_, rows, c_.vocab_size, out);
+  }
+
+ private:
+  // logits_local: [plan.logit_rows(), shard.vocab_size], this rank's vocabulary slice.
+  void local_logits(const StepPlan& plan, std::vector<float>* logits_local) {
     const int T = plan.total_tokens(), H = c_.hidden_size, d = s_.head_dim;
     const int nq = s_.num_heads * d, nkv = s_.num_kv_heads * d, F = s_.ffn_size;
     const std::vector<int32_t> positions = cpu::plan_positions(plan);
@@ -134,9 +177,9 @@ class CpuModel final : public ModelRunner {
     cpu::linear(last.data(), head.data(), rows, H, s_.vocab_size, logits_local->data());
   }
 
- private:
   ModelConfig c_;
   ShardPlan s_;
+  std::vector<ShardPlan> all_shards_;  // every rank's split, for stitching the vocab slices
   KvCacheSpec kv_;
   Comm& comm_;
   std::vector<float> embed_;       // [vocab_local, H]
@@ -149,9 +192,8 @@ class CpuModel final : public ModelRunner {
 }  // namespace
 
 std::unique_ptr<ModelRunner> make_cpu_runner(const ModelConfig& config, const ShardPlan& shard,
-                                             const WeightStore& weights, const KvCacheSpec& kv,
-                                             Comm& comm) {
-  return std::make_unique<CpuModel>(config, shard, weights, kv, comm);
+                                             const WeightStore& weights, Comm& comm) {
+  return std::make_unique<CpuModel>(config, shard, weights, comm);
 }
 
 }  // namespace llama2

@@ -37,15 +37,38 @@ std::string gather_lines(MPI_Comm comm, const std::string& line) {
 }  // namespace
 
 std::string choose_backend(const std::string& requested, int visible_devices) {
-  // The CUDA model runner lands with its own issue; until then `auto` runs the CPU oracle even
-  // where a GPU is visible, and an explicit `cuda` says why it cannot.
-  if (requested == "cpu" || requested == "auto") return "cpu";
+  if (requested == "cpu") return "cpu";
+  if (requested == "auto") return visible_devices > 0 && cuda_backend_built() ? "cuda" : "cpu";
   if (requested == "cuda") {
-    throw Error("--backend cuda: the CUDA backend is not available in this build yet"
-                " (visible CUDA devices: " + std::to_string(visible_devices) +
-                "); use --backend cpu or auto");
+    if (!cuda_backend_built()) {
+      throw Error("--backend cuda: this build has no CUDA backend (configured without nvcc or "
+                  "NCCL, or with -DLLAMA2_CUDA=OFF); use --backend cpu or auto");
+    }
+    if (visible_devices == 0) {
+      throw Error("--backend cuda: no CUDA device is visible (check nvidia-smi and "
+                  "CUDA_VISIBLE_DEVICES); use --backend cpu or auto");
+    }
+    return "cuda";
   }
   throw Error("--backend must be one of cpu, cuda, auto (got \"" + requested + "\")");
+}
+
+std::string choose_dtype(const std::string& requested, const std::string& backend,
+                         const std::string& torch_dtype) {
+  if (requested != "auto" && requested != "fp16" && requested != "bf16" && requested != "fp32") {
+    throw Error("--dtype must be one of auto, fp16, bf16, fp32 (got \"" + requested + "\")");
+  }
+  if (backend == "cpu") {
+    if (requested != "auto" && requested != "fp32") {
+      throw Error("--dtype " + requested + " needs the cuda backend; the cpu backend computes in "
+                  "fp32 (use --dtype auto or fp32)");
+    }
+    return "fp32";
+  }
+  if (requested != "auto") return requested;
+  if (torch_dtype == "bfloat16") return "bf16";
+  if (torch_dtype == "float32") return "fp32";
+  return "fp16";  // float16 and anything unstated: Llama-2 checkpoints are fp16
 }
 
 RankEngine::RankEngine(const EngineSpec& spec, const ModelConfig& config, MPI_Comm comm)
@@ -67,81 +90,119 @@ RankEngine::RankEngine(const EngineSpec& spec, const ModelConfig& config, MPI_Co
   std::unique_ptr<WeightStore> weights;
   try {
     backend_ = choose_backend(spec.backend, devices);
+    dtype_ = choose_dtype(spec.dtype, backend_, config_.torch_dtype);
     shard_ = make_shard_plan(config_, size_, rank_);
-    if (spec.kv.block_size <= 0 || spec.kv.num_blocks <= 0) {
-      throw Error("KV cache needs block_size > 0 and num_blocks > 0 (got " +
+    if (spec.kv.block_size <= 0 || spec.kv.num_blocks < 0) {
+      throw Error("KV cache needs block_size > 0 and num_blocks >= 0 (got " +
                   std::to_string(spec.kv.block_size) + ", " + std::to_string(spec.kv.num_blocks) + ")");
     }
-    weights = std::make_unique<WeightStore>(WeightStore::open(spec.model_dir));
-    validate_checkpoint(*weights, config_);
+    if (!spec.synthetic.empty() && backend_ != "cuda") {
+      throw Error("--synthetic weights are generated on the GPU: it needs the cuda backend");
+    }
+    if (spec.synthetic.empty()) {
+      weights = std::make_unique<WeightStore>(WeightStore::open(spec.model_dir));
+      validate_checkpoint(*weights, config_);
+    }
   } catch (const std::exception& e) {
     error = e.what();
   }
   agree_on_errors(comm_, error);
 
   tp_comm_ = make_mpi_comm(comm_);
-  for (int r = 0; r < size_; ++r) all_shards_.push_back(make_shard_plan(config_, size_, r));
+  const int device = device_for_local_rank(local.local_rank, devices);
   try {
-    runner_ = make_cpu_runner(config_, shard_, *weights, spec.kv, *tp_comm_);
+    if (backend_ == "cuda") {
+      CudaRunnerOptions o;
+      o.device = device;
+      o.dtype = dtype_;
+      o.weights = weights.get();
+      o.synthetic_seed = spec.synthetic_seed;
+      o.gpu_memory_fraction = spec.gpu_memory_fraction;
+      o.max_batch = spec.max_batch;
+      o.max_step_tokens = spec.max_step_tokens > 0 ? spec.max_step_tokens
+                                                   : std::max(2048, spec.max_batch);
+      o.max_seq_len = spec.max_seq_len > 0 ? spec.max_seq_len : config_.max_position_embeddings;
+      o.max_graph_batch = spec.cuda_graphs ? spec.max_batch : 0;
+      o.mpi_comm = MPI_Comm_c2f(comm_);
+      runner_ = make_cuda_runner(config_, shard_, o);
+    } else {
+      runner_ = make_cpu_runner(config_, shard_, *weights, *tp_comm_);
+    }
   } catch (const std::exception& e) {
     error = e.what();
   }
   agree_on_errors(comm_, error);
+  size_kv_cache(spec);
 
-  // The planner's arithmetic and the runner's allocation must agree byte for byte (fp32 on CPU):
-  // `llama2 plan` is only trustworthy if it describes what the engine really allocates.
-  const uint64_t planned_weights = shard_weight_bytes(config_, shard_, sizeof(float));
-  const uint64_t planned_kv = kv_bytes_per_token(config_, shard_, sizeof(float)) *
-                              static_cast<uint64_t>(spec.kv.block_size) * spec.kv.num_blocks;
-  LLAMA2_CHECK(planned_weights == runner_->weight_bytes());
-  LLAMA2_CHECK(planned_kv == runner_->kv_cache_bytes());
+  // The planner's arithmetic and the runner's allocation must agree byte for byte: `llama2 plan`
+  // is only trustworthy if it describes what the engine really allocates.
+  const int elem = runner_->dtype_bytes();
+  LLAMA2_CHECK(shard_weight_bytes(config_, shard_, elem) == runner_->weight_bytes());
+  LLAMA2_CHECK(kv_bytes_per_token(config_, shard_, elem) * static_cast<uint64_t>(kv_.block_size) *
+                   kv_.num_blocks == runner_->kv_cache_bytes());
 
   std::ostringstream line;
   line << "rank " << rank_ << "/" << size_ << ": local rank " << local.local_rank << "/"
-       << local.local_size << ", backend " << backend_ << ", device "
-       << (backend_ == "cuda" ? std::to_string(device_for_local_rank(local.local_rank, devices))
-                              : std::string("host"))
-       << ", heads [" << shard_.head_begin << "," << shard_.head_begin + shard_.num_heads
-       << "), kv heads [" << shard_.kv_head_begin << ","
+       << local.local_size << ", backend " << backend_ << " " << dtype_ << ", device "
+       << runner_->device_description() << ", heads [" << shard_.head_begin << ","
+       << shard_.head_begin + shard_.num_heads << "), kv heads [" << shard_.kv_head_begin << ","
        << shard_.kv_head_begin + shard_.num_kv_heads << "), vocab [" << shard_.vocab_begin << ","
-       << shard_.vocab_begin + shard_.vocab_size << "), shard " << runner_->weight_bytes()
-       << " B (copied " << weights->bytes_copied() << " B from files), KV " << spec.kv.num_blocks
-       << " blocks x " << spec.kv.block_size << " tokens = " << runner_->kv_cache_bytes() << " B";
+       << shard_.vocab_begin + shard_.vocab_size << "), shard " << runner_->weight_bytes() << " B ("
+       << (weights ? "copied " + std::to_string(weights->bytes_copied()) + " B from files"
+                   : std::string("synthetic ") + spec.synthetic)
+       << "), KV " << kv_.num_blocks << " blocks x " << kv_.block_size << " tokens = "
+       << runner_->kv_cache_bytes() << " B";
   if (!local.note.empty()) line << " [" << local.note << "]";
   line << "\n";
   report_ = gather_lines(comm_, line.str());
 }
 
-RankEngine::~RankEngine() = default;
-
-void RankEngine::run_local(const StepPlan& plan, std::vector<float>* logits) {
-  std::vector<float> local;  // [rows, vocab_local]
-  runner_->forward(plan, &local);
-  const int rows = plan.logit_rows();
-  const std::vector<ShardPlan>& shards = all_shards_;
-  std::vector<int> counts(size_);
-  for (int r = 0; r < size_; ++r) counts[r] = rows * shards[r].vocab_size;
-  std::vector<float> gathered(rank_ == 0 ? static_cast<size_t>(rows) * config_.vocab_size : 0);
-  tp_comm_->gather_to_root(local.data(), counts, gathered.data());
-  if (rank_ != 0 || logits == nullptr) return;
-  // gathered is [rank][rows, vocab_r]; the sampler wants [rows, V] with the vocab in order.
-  logits->assign(static_cast<size_t>(rows) * config_.vocab_size, 0.f);
-  size_t off = 0;
-  for (int r = 0; r < size_; ++r) {
-    for (int row = 0; row < rows; ++row) {
-      std::copy_n(gathered.data() + off + static_cast<size_t>(row) * shards[r].vocab_size,
-                  shards[r].vocab_size,
-                  logits->data() + static_cast<size_t>(row) * config_.vocab_size + shards[r].vocab_begin);
+void RankEngine::size_kv_cache(const EngineSpec& spec) {
+  kv_ = spec.kv;
+  std::string error;
+  try {
+    // Every rank measures its own GPU; the smallest answer is the one all ranks can honour.
+    long long fit = runner_->kv_blocks_that_fit(spec.kv.block_size);
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &fit, 1, MPI_LONG_LONG, MPI_MIN, comm_));
+    if (kv_.num_blocks == 0) {
+      kv_.num_blocks = fit < 0 ? spec.cpu_default_blocks
+                               : static_cast<int>(std::min<long long>(fit, 1 << 30));
+      if (kv_.num_blocks <= 0) {
+        throw Error("no GPU memory is left for the KV cache after the weights (" +
+                    format_bytes(static_cast<int64_t>(runner_->weight_bytes())) +
+                    " per GPU) at --gpu-memory-fraction " + std::to_string(spec.gpu_memory_fraction) +
+                    "; use more GPUs or see `llama2 plan`");
+      }
+    } else if (fit >= 0 && kv_.num_blocks > fit) {
+      throw Error("--kv-cache-blocks " + std::to_string(kv_.num_blocks) + " does not fit: " +
+                  std::to_string(fit) + " blocks of " + std::to_string(kv_.block_size) +
+                  " tokens fit in --gpu-memory-fraction " + std::to_string(spec.gpu_memory_fraction));
     }
-    off += static_cast<size_t>(rows) * shards[r].vocab_size;
+    runner_->allocate_kv(kv_);
+  } catch (const std::exception& e) {
+    error = e.what();
   }
+  agree_on_errors(comm_, error);
 }
 
-void RankEngine::execute(const StepPlan& plan, std::vector<float>* logits) {
+RankEngine::~RankEngine() = default;
+
+void RankEngine::run_local(const StepPlan& plan, StepLogits* logits) {
+  runner_->forward(plan, rank_ == 0 ? logits : nullptr);
+}
+
+void RankEngine::execute(const StepPlan& plan, StepLogits* logits) {
   LLAMA2_CHECK(rank_ == 0);
   std::vector<int32_t> wire = encode_step_plan(plan);
   broadcast_words(comm_, &wire);
   run_local(plan, logits);
+}
+
+void RankEngine::execute(const StepPlan& plan, std::vector<float>* logits) {
+  LLAMA2_CHECK(plan.candidates == 0);
+  StepLogits out;
+  execute(plan, &out);
+  *logits = std::move(out.values);
 }
 
 void RankEngine::shutdown(int exit_code) {

@@ -17,14 +17,29 @@
 namespace llama2 {
 
 struct EngineSpec {
-  std::string model_dir;
-  std::string backend = "auto";  // cpu | cuda | auto
+  std::string model_dir;         // checkpoint directory; ignored when `synthetic` is set
+  std::string synthetic;         // "7b" | "13b" | "70b": random weights made on each GPU
+  uint64_t synthetic_seed = 1;
+  std::string backend = "auto";  // cpu | cuda | auto (cuda when a GPU is visible)
+  std::string dtype = "auto";    // auto | fp16 | bf16 | fp32 (auto: the checkpoint's torch_dtype)
+  // num_blocks 0: the cuda backend sizes the cache from free memory (gpu_memory_fraction), the
+  // cpu backend allocates cpu_default_blocks.
   KvCacheSpec kv;
+  int cpu_default_blocks = 0;
+  double gpu_memory_fraction = 0.9;
+  int max_batch = 256;        // sequences per step
+  int max_step_tokens = 0;    // tokens per step; 0: max(2048, max_batch)
+  int max_seq_len = 0;        // 0: config.max_position_embeddings
+  bool cuda_graphs = true;    // capture decode steps
 };
 
 // "cpu" or "cuda" for a requested backend given the visible devices; Error for unknown names or a
-// cuda request this build cannot honour.
+// cuda request this build or machine cannot honour.
 std::string choose_backend(const std::string& requested, int visible_devices);
+// fp16 | bf16 | fp32 for a requested dtype on a backend ("auto": the config's torch_dtype on
+// cuda, fp32 on cpu); Error naming the allowed values otherwise.
+std::string choose_dtype(const std::string& requested, const std::string& backend,
+                         const std::string& torch_dtype);
 
 class RankEngine final : public StepExecutor {
  public:
@@ -33,8 +48,10 @@ class RankEngine final : public StepExecutor {
   RankEngine(const EngineSpec& spec, const ModelConfig& config, MPI_Comm comm);
   ~RankEngine() override;
 
-  // Rank 0: broadcast the plan, run it, gather logits [rows, vocab] (StepExecutor).
-  void execute(const StepPlan& plan, std::vector<float>* logits) override;
+  // Rank 0: broadcast the plan, run it, gather the logit rows (StepExecutor).
+  void execute(const StepPlan& plan, StepLogits* logits) override;
+  // The same with full logits [rows, vocab] (plan.candidates must be 0).
+  void execute(const StepPlan& plan, std::vector<float>* logits);
   int vocab_size() const override { return config_.vocab_size; }
   // Rank 0: tell the workers to leave their loop with `exit_code`.
   void shutdown(int exit_code);
@@ -44,19 +61,22 @@ class RankEngine final : public StepExecutor {
   const ModelConfig& config() const { return config_; }
   const ShardPlan& shard() const { return shard_; }
   const std::string& backend() const { return backend_; }
+  const std::string& dtype() const { return dtype_; }
+  const KvCacheSpec& kv() const { return kv_; }
   // One line per rank, gathered on rank 0: device, shard bytes, KV blocks and bytes.
   std::string startup_report() const { return report_; }
 
  private:
-  void run_local(const StepPlan& plan, std::vector<float>* logits);
+  void run_local(const StepPlan& plan, StepLogits* logits);
+  void size_kv_cache(const EngineSpec& spec);
 
   ModelConfig config_;
   ShardPlan shard_;
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
-  std::string backend_;
+  std::string backend_, dtype_;
   std::string report_;
-  std::vector<ShardPlan> all_shards_;  // every rank's split, for gathering the vocab slices
+  KvCacheSpec kv_;
   std::unique_ptr<Comm> tp_comm_;
   std::unique_ptr<ModelRunner> runner_;
 };

@@ -9,6 +9,7 @@
 
 #include "common/model_config.h"
 #include "common/shard_plan.h"
+#include "common/step_executor.h"
 #include "common/step_plan.h"
 
 namespace llama2 {
@@ -25,17 +26,44 @@ struct KvCacheSpec {
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
-  // Runs `plan` on this rank's shard. logits_local: [plan.logit_rows(), shard.vocab_size] fp32,
-  // this rank's vocabulary slice of the logits of every sequence that asked for them.
-  virtual void forward(const StepPlan& plan, std::vector<float>* logits_local) = 0;
+  // Collective: runs `plan` on this rank's shard and gathers the logit rows (plan.candidates
+  // decides full rows or candidates) to rank 0, which receives them in `out` (nullptr elsewhere).
+  virtual void forward(const StepPlan& plan, StepLogits* out) = 0;
+  // KV blocks (of `block_size` tokens) that the memory left after the weights and activation
+  // buffers holds, under this backend's memory policy; -1 when memory does not bound it (CPU).
+  virtual int64_t kv_blocks_that_fit(int block_size) const = 0;
+  // Allocates the KV cache; called once, with the same spec on every rank, before forward().
+  virtual void allocate_kv(const KvCacheSpec& kv) = 0;
   virtual std::string backend_name() const = 0;
+  virtual std::string device_description() const = 0;  // "host" or "GPU 0 (NVIDIA H200)"
+  virtual int dtype_bytes() const = 0;          // of weights and KV cache
   virtual uint64_t weight_bytes() const = 0;    // bytes of this rank's weight shard
   virtual uint64_t kv_cache_bytes() const = 0;  // bytes of this rank's KV cache
 };
 
 // The fp32 CPU backend. Loads only this rank's slices from `weights`.
 std::unique_ptr<ModelRunner> make_cpu_runner(const ModelConfig& config, const ShardPlan& shard,
-                                             const WeightStore& weights, const KvCacheSpec& kv,
-                                             Comm& comm);
+                                             const WeightStore& weights, Comm& comm);
+
+// What the CUDA backend needs beyond the model and the shard.
+struct CudaRunnerOptions {
+  int device = 0;
+  std::string dtype = "fp16";        // fp16 | bf16 | fp32 (weights, activations and KV cache)
+  const WeightStore* weights = nullptr;  // nullptr: synthetic weights
+  uint64_t synthetic_seed = 0;
+  double gpu_memory_fraction = 0.9;  // of the GPU's total memory this rank may hold in the end
+  int max_step_tokens = 4096;        // activation buffers are sized for this many tokens per step
+  int max_batch = 256;               // sequences per step (logit rows)
+  int max_seq_len = 4096;            // longest sequence (KV block tables, decode workspace)
+  int max_graph_batch = 256;         // decode steps up to this batch run as CUDA graphs; 0: none
+  int mpi_comm = 0;                  // MPI_Comm handle (MPI_Fint) of the TP group, for the NCCL id
+};
+
+// True when this binary was built with the CUDA backend.
+bool cuda_backend_built();
+// The CUDA backend (fp16/bf16/fp32 on one GPU per rank, NCCL between ranks). Error when the
+// backend is not built or the device cannot hold the shard.
+std::unique_ptr<ModelRunner> make_cuda_runner(const ModelConfig& config, const ShardPlan& shard,
+                                              const CudaRunnerOptions& options);
 
 }  // namespace llama2

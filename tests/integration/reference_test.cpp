@@ -74,13 +74,15 @@ void compare(const json& expected_rows, const std::vector<std::pair<int, std::ve
 }
 
 int run(int argc, char** argv, int rank, int size) {
-  std::string model_dir, fixture_path;
+  std::string model_dir, fixture_path, backend = "cpu", dtype = "auto";
   double tolerance = 1e-4;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--model") model_dir = argv[i + 1];
     else if (a == "--fixture") fixture_path = argv[i + 1];
     else if (a == "--tolerance") tolerance = std::stod(argv[i + 1]);
+    else if (a == "--backend") backend = argv[i + 1];
+    else if (a == "--dtype") dtype = argv[i + 1];
   }
   if (model_dir.empty() || fixture_path.empty()) {
     throw llama2::Error("usage: llama2_reference_test --model DIR --fixture FILE [--tolerance T]");
@@ -96,7 +98,9 @@ int run(int argc, char** argv, int rank, int size) {
   }
   llama2::EngineSpec spec;
   spec.model_dir = model_dir;
-  spec.backend = "cpu";
+  spec.backend = backend;
+  spec.dtype = dtype;
+  spec.max_batch = 4;
   spec.kv = {16, 4 * llama2::BlockAllocator::blocks_for(max_len, 16)};
   llama2::RankEngine engine(spec, config, MPI_COMM_WORLD);
   if (rank != 0) return engine.worker_loop();

@@ -1,5 +1,5 @@
 // Step plan wire format (src/common/step_plan.{h,cpp}). The expected wire of a small plan is
-// written out by hand from the documented layout (header, 6 ints per sequence, tokens, block ids);
+// written out by hand from the documented layout (header of 7 ints, 6 ints per sequence, tokens, block ids);
 // each malformed buffer is derived from a valid one by changing one field.
 #include <doctest/doctest.h>
 
@@ -31,6 +31,7 @@ StepPlan forward_plan() {
 void check_same(const StepPlan& a, const StepPlan& b) {
   CHECK(a.kind == b.kind);
   CHECK(a.exit_code == b.exit_code);
+  CHECK(a.candidates == b.candidates);
   REQUIRE(a.seqs.size() == b.seqs.size());
   for (size_t i = 0; i < a.seqs.size(); ++i) {
     CAPTURE(i);
@@ -58,8 +59,8 @@ bool contains(const std::string& s, const std::string& needle) {
   return s.find(needle) != std::string::npos;
 }
 
-// Wire offsets of the fields of sequence `s` (header is 6 ints).
-size_t seq_field(int s, int field) { return 6 + 6 * size_t(s) + field; }
+// Wire offsets of the fields of sequence `s` (header is 7 ints).
+size_t seq_field(int s, int field) { return 7 + 6 * size_t(s) + field; }
 enum Field { kSeqId, kPosBegin, kNTokens, kWantLogits, kTableBegin, kTableLen };
 
 }  // namespace
@@ -70,7 +71,9 @@ TEST_SUITE("step_plan") {
     p.seqs = {SeqStep{4, 5, 2, 1, 0, 2}};
     p.tokens = {9, 8};
     p.block_ids = {3, 1};
-    const std::vector<int32_t> expected = {kMagic, 1, 0, 1, 2, 2,  // magic kind exit seqs toks blocks
+    p.candidates = 5;
+    // magic kind exit candidates seqs toks blocks
+    const std::vector<int32_t> expected = {kMagic, 1, 0, 5, 1, 2, 2,
                                            4,      5, 2, 1, 0, 2,  // the sequence
                                            9,      8,              // tokens
                                            3,      1};             // block ids
@@ -80,7 +83,7 @@ TEST_SUITE("step_plan") {
   TEST_CASE("forward plan round trip") {
     const StepPlan p = forward_plan();
     const auto wire = llama2::encode_step_plan(p);
-    CHECK(wire.size() == 6 + 3 * 6 + 6 + 6);
+    CHECK(wire.size() == 7 + 3 * 6 + 6 + 6);
     check_same(llama2::decode_step_plan(wire), p);
   }
 
@@ -89,7 +92,7 @@ TEST_SUITE("step_plan") {
     p.kind = StepKind::kShutdown;
     p.exit_code = 3;
     const auto wire = llama2::encode_step_plan(p);
-    CHECK(wire.size() == 6);
+    CHECK(wire.size() == 7);
     const StepPlan d = llama2::decode_step_plan(wire);
     check_same(d, p);
     CHECK(d.kind == StepKind::kShutdown);
@@ -135,7 +138,7 @@ TEST_SUITE("step_plan") {
       CHECK(contains(bad([](auto& w) { w[0] ^= 1; }), "malformed step plan"));
       CHECK(contains(bad([](auto& w) { w[0] = 0; }), "header"));
       CHECK(contains(decode_error({}), "header"));
-      CHECK(contains(decode_error({kMagic, 2, 0, 0, 0}), "header"));
+      CHECK(contains(decode_error({kMagic, 2, 0, 0, 0, 0}), "header"));
     }
     SUBCASE("unknown kind") {
       CHECK(contains(bad([](auto& w) { w[1] = 0; }), "unknown kind"));
@@ -145,18 +148,23 @@ TEST_SUITE("step_plan") {
     SUBCASE("length mismatch") {
       CHECK(contains(bad([](auto& w) { w.push_back(0); }), "length mismatch"));
       CHECK(contains(bad([](auto& w) { w.pop_back(); }), "length mismatch"));
-      CHECK(contains(bad([](auto& w) { w[3] += 1; }), "length mismatch"));  // seq count
-      CHECK(contains(bad([](auto& w) { w[4] += 1; }), "length mismatch"));  // token count
-      CHECK(contains(bad([](auto& w) { w[5] -= 1; }), "length mismatch"));  // block count
-      CHECK(contains(bad([](auto& w) { w[3] = -1; }), "length mismatch"));
+      CHECK(contains(bad([](auto& w) { w[4] += 1; }), "length mismatch"));  // seq count
+      CHECK(contains(bad([](auto& w) { w[5] += 1; }), "length mismatch"));  // token count
+      CHECK(contains(bad([](auto& w) { w[6] -= 1; }), "length mismatch"));  // block count
+      CHECK(contains(bad([](auto& w) { w[4] = -1; }), "length mismatch"));
       CHECK(contains(bad([](auto& w) {
-                       // Counts that add up to the real length (6 - 6 + 30 + 6 = 36) but with
+                       // Counts that add up to the real length (7 - 6 + 30 + 6 = 37) but with
                        // a negative sequence count.
-                       w[3] = -1;
-                       w[4] = 30;
+                       w[4] = -1;
+                       w[5] = 30;
                      }),
                      "length mismatch"));
-      CHECK(contains(decode_error({kMagic, 1, 0, 0, 0, 0, 42}), "length mismatch"));
+      CHECK(contains(decode_error({kMagic, 1, 0, 0, 0, 0, 0, 42}), "length mismatch"));
+    }
+    SUBCASE("candidates outside [0, kMaxCandidates]") {
+      CHECK(contains(bad([](auto& w) { w[3] = -1; }), "candidates"));
+      CHECK(contains(bad([](auto& w) { w[3] = llama2::kMaxCandidates + 1; }), "candidates"));
+      CHECK(bad([](auto& w) { w[3] = llama2::kMaxCandidates; }).empty());
     }
     SUBCASE("n_tokens < 1") {
       CHECK(contains(bad([](auto& w) { w[seq_field(1, kNTokens)] = 0; }), "sequence 12"));

@@ -1,0 +1,420 @@
+// The CUDA backend: the tensor-parallel forward pass of cpu_model.cpp on one GPU per rank, in
+// fp16/bf16 (fp32 accumulation) or fp32, with cuBLAS GEMMs, the kernels of kernels/, NCCL between
+// ranks and CUDA graphs for decode steps.
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+
+#include "common/capacity.h"
+#include "common/check.h"
+#include "kernels/attention_decode.cuh"
+#include "kernels/attention_prefill.cuh"
+#include "kernels/convert.cuh"
+#include "kernels/dtype.cuh"
+#include "kernels/embedding.cuh"
+#include "kernels/rmsnorm.cuh"
+#include "kernels/rope_kv.cuh"
+#include "kernels/sampling.cuh"
+#include "kernels/swiglu.cuh"
+#include "rank/cuda/cuda_weights.h"
+#include "rank/cuda/nccl_comm.h"
+#include "rank/logits_gather.h"
+#include "rank/model_runner.h"
+#include "rank/step_metadata.h"
+
+namespace llama2 {
+namespace {
+
+template <typename T> struct TypeInfo;
+template <> struct TypeInfo<float> {
+  static constexpr cudaDataType_t kCuda = CUDA_R_32F;
+  static constexpr ncclDataType_t kNccl = ncclFloat32;
+  static constexpr kernels::SourceType kSource = kernels::SourceType::kF32;
+};
+template <> struct TypeInfo<__half> {
+  static constexpr cudaDataType_t kCuda = CUDA_R_16F;
+  static constexpr ncclDataType_t kNccl = ncclFloat16;
+  static constexpr kernels::SourceType kSource = kernels::SourceType::kF16;
+};
+template <> struct TypeInfo<__nv_bfloat16> {
+  static constexpr cudaDataType_t kCuda = CUDA_R_16BF;
+  static constexpr ncclDataType_t kNccl = ncclBfloat16;
+  static constexpr kernels::SourceType kSource = kernels::SourceType::kBF16;
+};
+
+// cuBLAS workspace, given explicitly so that GEMMs can be captured into CUDA graphs.
+constexpr size_t kCublasWorkspace = size_t{32} << 20;
+// Held back from the KV budget for CUDA graphs, NCCL's lazily created buffers and fragmentation.
+constexpr uint64_t kGraphSlack = uint64_t{512} << 20;
+
+template <typename T>
+class CudaModel final : public ModelRunner {
+ public:
+  CudaModel(const ModelConfig& c, const ShardPlan& s, const CudaRunnerOptions& o)
+      : c_(c), s_(s), opt_(o) {
+    CUDA_CHECK(cudaSetDevice(o.device));
+    for (int r = 0; r < s.tp; ++r) all_shards_.push_back(make_shard_plan(c, s.tp, r));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    nccl_ = std::make_unique<NcclComm>(MPI_Comm_f2c(o.mpi_comm));
+    weights_ = load_cuda_weights<T>(c, s, o.weights, o.synthetic_seed, stream_);
+    CUBLAS_CHECK(cublasCreate(&cublas_));
+    CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+    cublas_ws_ = DeviceBuffer(kCublasWorkspace, "cuBLAS workspace");
+    CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_ws_.as<void>(), kCublasWorkspace));
+    allocate_activations();
+    freqs_ = kernels::make_rope_freqs(s.head_dim, c.rope_theta);
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, o.device));
+    device_name_ = prop.name;
+  }
+
+  ~CudaModel() override {
+    for (auto& [bucket, exec] : graphs_) (void)cudaGraphExecDestroy(exec);
+    if (cublas_ != nullptr) (void)cublasDestroy(cublas_);
+    if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+  }
+
+  std::string backend_name() const override { return "cuda"; }
+  int dtype_bytes() const override { return sizeof(T); }
+  uint64_t weight_bytes() const override { return weights_.bytes; }
+  uint64_t kv_cache_bytes() const override { return kv_.bytes(); }
+
+  std::string device_description() const override {
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    std::ostringstream os;
+    os << "GPU " << opt_.device << " (" << device_name_ << ", " << kernels::dtype_name<T>()
+       << ", " << format_bytes(static_cast<int64_t>(free_b)) << " free of "
+       << format_bytes(static_cast<int64_t>(total_b)) << ")";
+    return os.str();
+  }
+
+  int64_t kv_blocks_that_fit(int block_size) const override {
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    // What this rank may still take: fraction x total, minus what the process (and any other
+    // tenant) already holds, minus the slack graphs and NCCL take later. The arithmetic after
+    // that is the planner's (capacity.h), so `llama2 plan` and the engine agree.
+    const int64_t allowed = static_cast<int64_t>(opt_.gpu_memory_fraction * total_b) -
+                            static_cast<int64_t>(total_b - free_b) -
+                            static_cast<int64_t>(kGraphSlack);
+    const uint64_t block_bytes = kv_bytes_per_token(c_, s_, sizeof(T)) * block_size;
+    return llama2::kv_blocks_that_fit(std::min<int64_t>(allowed, free_b), block_bytes);
+  }
+
+  void allocate_kv(const KvCacheSpec& kv) override {
+    kv_spec_ = kv;
+    LLAMA2_CHECK(kv.block_size > 0 && kv.num_blocks > 0);
+    layout_ = StepLayout(opt_.max_step_tokens, opt_.max_batch, opt_.max_seq_len, kv.block_size,
+                         kv.num_blocks);
+    meta_host_ = PinnedBuffer(layout_.words() * sizeof(int32_t));
+    meta_dev_ = DeviceBuffer(layout_.words() * sizeof(int32_t), "step metadata");
+    const int32_t* m = meta_dev_.as<int32_t>();
+    dm_ = DeviceMeta{m + layout_.tokens_at(),     m + layout_.pos_at(),
+                     m + layout_.slot_at(),       m + layout_.logit_rows_at(),
+                     m + layout_.cu_tokens_at(),  m + layout_.pos_begin_at(),
+                     m + layout_.context_lens_at(), m + layout_.block_tables_at()};
+    layer_elems_ = static_cast<size_t>(kv.num_blocks) * s_.num_kv_heads * kv.block_size * s_.head_dim;
+    kv_ = DeviceBuffer(2 * c_.num_layers * layer_elems_ * sizeof(T), "KV cache");
+    CUDA_CHECK(cudaMemsetAsync(kv_.as<void>(), 0, kv_.bytes(), stream_));
+    // Decode attention workspace for the largest batch at the longest context (graphs are
+    // captured with max_context = max_seq_len).
+    size_t ws = 0;
+    for (int b = 1; b <= opt_.max_batch; ++b) {
+      ws = std::max(ws, kernels::attention_decode_workspace_bytes(b, s_.num_heads, s_.num_kv_heads,
+                                                                   s_.head_dim,
+                                                                   layout_.max_blocks * kv.block_size));
+    }
+    decode_ws_ = DeviceBuffer(ws, "decode attention workspace");
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  void forward(const StepPlan& plan, StepLogits* out) override {
+    LLAMA2_CHECK(kv_.bytes() > 0);
+    const int S = static_cast<int>(plan.seqs.size());
+    const int rows = plan.logit_rows();
+    if (S == 0) return;
+    const bool decode = std::all_of(plan.seqs.begin(), plan.seqs.end(), [](const SeqStep& q) {
+      return q.n_tokens == 1 && q.want_logits;
+    });
+    const int bucket = decode ? graph_bucket(S) : 0;
+    const StepShape shape = fill_step_metadata(plan, layout_, bucket, meta_host_.as<int32_t>());
+    // The previous step's copy has completed (forward ends with a stream wait), so the pinned
+    // array may be rewritten; the graph reads meta_dev_ at fixed addresses.
+    CUDA_CHECK(cudaMemcpyAsync(meta_dev_.as<void>(), meta_host_.as<void>(),
+                               shape.words_used * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    if (bucket > 0) {
+      run_graph(shape);
+    } else {
+      body(shape);
+    }
+    select_and_gather(plan, rows, out);
+  }
+
+ private:
+  // Device addresses of the StepLayout regions.
+  struct DeviceMeta {
+    const int32_t *tokens, *pos, *slot, *logit_rows, *cu_tokens, *pos_begin, *context_lens,
+        *block_tables;
+  };
+
+  void allocate_activations() {
+    const int64_t Tm = opt_.max_step_tokens, H = c_.hidden_size, d = s_.head_dim;
+    const int64_t nq = s_.num_heads * d, nkv = s_.num_kv_heads * d, F = s_.ffn_size;
+    const int64_t Rm = opt_.max_batch, Vl = s_.vocab_size;
+    auto buf = [](int64_t elems, size_t elem_bytes, const char* what) {
+      return DeviceBuffer(static_cast<size_t>(elems) * elem_bytes, what);
+    };
+    x_ = buf(Tm * H, sizeof(T), "residual stream");
+    h_ = buf(Tm * H, sizeof(T), "normed activations");
+    qkv_ = buf(Tm * (nq + 2 * nkv), sizeof(T), "qkv activations");
+    attn_ = buf(Tm * nq, sizeof(T), "attention output");
+    partial_ = buf(Tm * H, sizeof(T), "row-parallel partial sums");
+    gate_up_ = buf(Tm * 2 * F, sizeof(T), "gate|up activations");
+    act_ = buf(Tm * F, sizeof(T), "SwiGLU output");
+    last_ = buf(Rm * H, sizeof(T), "last-token rows");
+    logits_ = buf(Rm * Vl, sizeof(T), "logits shard");
+    logits_f32_ = buf(Rm * Vl, sizeof(float), "fp32 logits shard");
+    cand_values_ = buf(Rm * kMaxCandidates, sizeof(float), "candidate values");
+    cand_ids_ = buf(Rm * kMaxCandidates, sizeof(int32_t), "candidate ids");
+    const int64_t gathered_full = nccl_->rank() == 0 ? Rm * c_.vocab_size : 0;
+    const int64_t gathered_cand = nccl_->rank() == 0 ? Rm * kMaxCandidates * s_.tp : 0;
+    gathered_f32_ = buf(std::max(gathered_full, gathered_cand), sizeof(float), "gathered logits");
+    gathered_ids_ = buf(gathered_cand, sizeof(int32_t), "gathered candidate ids");
+    host_f32_ = PinnedBuffer(static_cast<size_t>(std::max(gathered_full, gathered_cand)) * sizeof(float));
+    host_ids_ = PinnedBuffer(static_cast<size_t>(gathered_cand) * sizeof(int32_t));
+  }
+
+  // Decode batches are padded up to these sizes, one CUDA graph each.
+  // 1 2 4 8 16 24 ... 64 96 128 ... : at most 12.5% padding above 64, 50% below 8.
+  int graph_bucket(int S) const {
+    const int cap = std::min({opt_.max_graph_batch, opt_.max_batch, opt_.max_step_tokens});
+    if (S > cap) return 0;
+    int b = 1;
+    while (b < S) b = b < 8 ? b * 2 : (b < 64 ? b + 8 : b + 32);
+    return std::min(b, cap);
+  }
+
+  kernels::PagedKvCache<T> cache(int layer) const {
+    kernels::PagedKvCache<T> kc;
+    kc.k = kv_.as<T>() + (2 * static_cast<size_t>(layer)) * layer_elems_;
+    kc.v = kc.k + layer_elems_;
+    kc.num_blocks = kv_spec_.num_blocks;
+    kc.kv_heads = s_.num_kv_heads;
+    kc.block_size = kv_spec_.block_size;
+    kc.head_dim = s_.head_dim;
+    return kc;
+  }
+
+  void gemm(const DeviceBuffer& x, const DeviceBuffer& w, const DeviceBuffer& y, int M, int N, int K) {
+    gemm_xwt(cublas_, TypeInfo<T>::kCuda, x.as<T>(), w.as<T>(), y.as<T>(), M, N, K);
+  }
+
+  void all_reduce(const DeviceBuffer& b, int64_t elems) {
+    nccl_->all_reduce_sum(b.as<void>(), static_cast<size_t>(elems), TypeInfo<T>::kNccl, stream_);
+  }
+
+  // The forward pass up to the logit rows' LM-head output logits_[rows, vocab_local]. Every
+  // pointer and size comes from `shape` and fixed buffers, so the same launches can be captured.
+  void body(const StepShape& sh) {
+    const int T_ = sh.tokens, H = c_.hidden_size, d = s_.head_dim;
+    const int nq = s_.num_heads * d, nkv = s_.num_kv_heads * d, F = s_.ffn_size;
+    const int qkv_ld = nq + 2 * nkv;
+    const float eps = static_cast<float>(c_.rms_norm_eps);
+    const DeviceMeta& m = dm_;
+
+    CUDA_CHECK(kernels::launch_embedding<T>(m.tokens, T_, weights_.embed.as<T>(), s_.vocab_begin,
+                                            s_.vocab_size, H, x_.as<T>(), stream_));
+    all_reduce(x_, static_cast<int64_t>(T_) * H);  // vocab-parallel: one rank owns each row
+    for (int l = 0; l < c_.num_layers; ++l) {
+      const CudaLayerWeights& L = weights_.layers[l];
+      if (l == 0) {
+        CUDA_CHECK(kernels::launch_rmsnorm<T>(x_.as<T>(), L.attn_norm.as<T>(), T_, H, eps,
+                                              h_.as<T>(), stream_));
+      } else {  // x += previous MLP output, then norm
+        CUDA_CHECK(kernels::launch_add_rmsnorm<T>(x_.as<T>(), partial_.as<T>(), L.attn_norm.as<T>(),
+                                                  T_, H, eps, h_.as<T>(), stream_));
+      }
+      gemm(h_, L.qkv, qkv_, T_, qkv_ld, H);  // [T, q | k | v]
+      T* q = qkv_.as<T>();
+      const kernels::RopeKvTokens tok{m.pos, m.slot, T_};
+      CUDA_CHECK(kernels::launch_rope_kv<T>(q, qkv_ld, q + nq, qkv_ld, q + nq + nkv, qkv_ld,
+                                            s_.num_heads, tok, freqs_, cache(l), stream_));
+      if (sh.decode) {
+        kernels::DecodeAttentionArgs<T> a;
+        a.q = q;
+        a.q_stride = qkv_ld;
+        a.cache = cache(l);
+        a.block_tables = m.block_tables;
+        a.max_blocks = layout_.max_blocks;
+        a.context_lens = m.context_lens;
+        a.num_seqs = sh.seqs;
+        a.heads = s_.num_heads;
+        a.max_context = sh.max_context;
+        a.out = attn_.as<T>();
+        a.workspace = decode_ws_.as<void>();
+        a.workspace_bytes = decode_ws_.bytes();
+        CUDA_CHECK(kernels::launch_attention_decode<T>(a, stream_));
+      } else {
+        kernels::PrefillAttentionArgs<T> a;
+        a.q = q;
+        a.q_stride = qkv_ld;
+        a.cache = cache(l);
+        a.block_tables = m.block_tables;
+        a.max_blocks = layout_.max_blocks;
+        a.cu_tokens = m.cu_tokens;
+        a.pos_begin = m.pos_begin;
+        a.num_seqs = sh.seqs;
+        a.heads = s_.num_heads;
+        a.max_new_tokens = sh.max_new_tokens;
+        a.out = attn_.as<T>();
+        CUDA_CHECK(kernels::launch_attention_prefill<T>(a, stream_));
+      }
+      gemm(attn_, L.o, partial_, T_, H, nq);
+      all_reduce(partial_, static_cast<int64_t>(T_) * H);  // row-parallel O projection
+      CUDA_CHECK(kernels::launch_add_rmsnorm<T>(x_.as<T>(), partial_.as<T>(), L.mlp_norm.as<T>(),
+                                                T_, H, eps, h_.as<T>(), stream_));
+      gemm(h_, L.gate_up, gate_up_, T_, 2 * F, H);
+      CUDA_CHECK(kernels::launch_swiglu<T>(gate_up_.as<T>(), T_, F, act_.as<T>(), stream_));
+      gemm(act_, L.down, partial_, T_, H, F);
+      all_reduce(partial_, static_cast<int64_t>(T_) * H);  // row-parallel down projection
+    }
+    // x += last MLP output and the final norm, then only the logit rows go through the LM head.
+    CUDA_CHECK(kernels::launch_add_rmsnorm<T>(x_.as<T>(), partial_.as<T>(),
+                                              weights_.final_norm.as<T>(), T_, H, eps, h_.as<T>(),
+                                              stream_));
+    // Gathering rows of h by index is an embedding lookup into h ([T, H] as the "table").
+    CUDA_CHECK(kernels::launch_embedding<T>(m.logit_rows, sh.logit_rows, h_.as<T>(), 0, T_, H,
+                                            last_.as<T>(), stream_));
+    const DeviceBuffer& head = c_.tie_word_embeddings ? weights_.embed : weights_.lm_head;
+    gemm(last_, head, logits_, sh.logit_rows, s_.vocab_size, H);
+  }
+
+  void run_graph(const StepShape& sh) {
+    auto it = graphs_.find(sh.seqs);
+    if (it == graphs_.end()) {
+      cudaGraph_t graph = nullptr;
+      CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      try {
+        body(sh);
+      } catch (...) {
+        (void)cudaStreamEndCapture(stream_, &graph);
+        if (graph != nullptr) (void)cudaGraphDestroy(graph);
+        throw;
+      }
+      CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+      cudaGraphExec_t exec = nullptr;
+      const cudaError_t rc = cudaGraphInstantiate(&exec, graph, 0);
+      (void)cudaGraphDestroy(graph);
+      CUDA_CHECK(rc);
+      it = graphs_.emplace(sh.seqs, exec).first;
+    }
+    CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+  }
+
+  // Candidates or full fp32 rows of this rank's vocabulary slice, gathered to rank 0 over NCCL.
+  void select_and_gather(const StepPlan& plan, int rows, StepLogits* out) {
+    const int Vl = s_.vocab_size, tp = s_.tp;
+    const bool root = nccl_->rank() == 0;
+    if (rows == 0) {
+      nccl_->synchronize(stream_);
+      if (root && out != nullptr) *out = StepLogits{};
+      return;
+    }
+    if (plan.candidates > 0) {
+      const int k = plan.candidates;
+      if (k == 1) {
+        CUDA_CHECK(kernels::launch_argmax<T>(logits_.as<T>(), Vl, rows, Vl, s_.vocab_begin,
+                                             cand_values_.as<float>(), cand_ids_.as<int32_t>(),
+                                             stream_));
+      } else {
+        CUDA_CHECK(kernels::launch_topk<T>(logits_.as<T>(), Vl, rows, Vl, s_.vocab_begin, k,
+                                           cand_values_.as<float>(), cand_ids_.as<int32_t>(),
+                                           stream_));
+      }
+      const std::vector<size_t> counts(tp, static_cast<size_t>(rows) * k);
+      nccl_->gather_to_root(cand_values_.as<void>(), counts, ncclFloat32, gathered_f32_.as<void>(), stream_);
+      nccl_->gather_to_root(cand_ids_.as<void>(), counts, ncclInt32, gathered_ids_.as<void>(), stream_);
+      const size_t n = static_cast<size_t>(rows) * k * tp;
+      if (root) {
+        CUDA_CHECK(cudaMemcpyAsync(host_f32_.as<void>(), gathered_f32_.as<void>(), n * sizeof(float),
+                                   cudaMemcpyDeviceToHost, stream_));
+        CUDA_CHECK(cudaMemcpyAsync(host_ids_.as<void>(), gathered_ids_.as<void>(), n * sizeof(int32_t),
+                                   cudaMemcpyDeviceToHost, stream_));
+      }
+      nccl_->synchronize(stream_);
+      if (root && out != nullptr) {
+        merge_candidates(host_f32_.as<float>(), host_ids_.as<int32_t>(), tp, rows, k, out);
+      }
+      return;
+    }
+    CUDA_CHECK(kernels::launch_convert<float>(logits_.as<void>(), TypeInfo<T>::kSource,
+                                              static_cast<int64_t>(rows) * Vl,
+                                              logits_f32_.as<float>(), stream_));
+    std::vector<size_t> counts(tp);
+    size_t total = 0;
+    for (int r = 0; r < tp; ++r) total += counts[r] = static_cast<size_t>(rows) * all_shards_[r].vocab_size;
+    nccl_->gather_to_root(logits_f32_.as<void>(), counts, ncclFloat32, gathered_f32_.as<void>(), stream_);
+    if (root) {
+      CUDA_CHECK(cudaMemcpyAsync(host_f32_.as<void>(), gathered_f32_.as<void>(), total * sizeof(float),
+                                 cudaMemcpyDeviceToHost, stream_));
+    }
+    nccl_->synchronize(stream_);
+    if (root && out != nullptr) {
+      stitch_vocab_slices(host_f32_.as<float>(), all_shards_, rows, c_.vocab_size, out);
+    }
+  }
+
+  ModelConfig c_;
+  ShardPlan s_;
+  CudaRunnerOptions opt_;
+  std::vector<ShardPlan> all_shards_;
+  std::string device_name_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  std::unique_ptr<NcclComm> nccl_;
+  CudaWeights weights_;
+  StepLayout layout_;
+  PinnedBuffer meta_host_;  // [layout_.words()] int32, filled per step
+  DeviceBuffer meta_dev_;   // the same on the device
+  DeviceMeta dm_{};
+  kernels::RopeFreqs freqs_;
+  KvCacheSpec kv_spec_;
+  size_t layer_elems_ = 0;  // elements of one layer's K (or V) cache
+  DeviceBuffer kv_;         // [layers][K, V][num_blocks, kv_local, block_size, head_dim]
+  DeviceBuffer decode_ws_, cublas_ws_;
+  // Activations, sized for max_step_tokens (T) and max_batch logit rows (R).
+  DeviceBuffer x_, h_, partial_;   // [T, H]
+  DeviceBuffer qkv_;               // [T, q_local + 2 kv_local]
+  DeviceBuffer attn_;              // [T, q_local]
+  DeviceBuffer gate_up_;           // [T, 2 F_local]
+  DeviceBuffer act_;               // [T, F_local]
+  DeviceBuffer last_;              // [R, H]
+  DeviceBuffer logits_;            // [R, vocab_local] in T
+  DeviceBuffer logits_f32_;        // [R, vocab_local] fp32
+  DeviceBuffer cand_values_, cand_ids_;      // [R, kMaxCandidates]
+  DeviceBuffer gathered_f32_, gathered_ids_;  // rank 0: [tp][R, k] or [R, vocab] (rank blocks)
+  PinnedBuffer host_f32_, host_ids_;          // rank 0: the same on the host
+  std::map<int, cudaGraphExec_t> graphs_;     // decode bucket -> graph
+};
+
+}  // namespace
+
+bool cuda_backend_built() { return true; }
+
+std::unique_ptr<ModelRunner> make_cuda_runner(const ModelConfig& config, const ShardPlan& shard,
+                                              const CudaRunnerOptions& options) {
+  if (options.dtype == "fp16") return std::make_unique<CudaModel<__half>>(config, shard, options);
+  if (options.dtype == "bf16") return std::make_unique<CudaModel<__nv_bfloat16>>(config, shard, options);
+  if (options.dtype == "fp32") return std::make_unique<CudaModel<float>>(config, shard, options);
+  throw Error("--dtype must be one of fp16, bf16, fp32 for the cuda backend (got \"" +
+              options.dtype + "\")");
+}
+
+}  // namespace llama2

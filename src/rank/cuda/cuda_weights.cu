@@ -1,0 +1,133 @@
+#include "rank/cuda/cuda_weights.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "kernels/convert.cuh"
+#include "rank/safetensors.h"
+#include "rank/weight_layout.h"
+
+namespace llama2 {
+namespace {
+
+kernels::SourceType source_type(DType d) {
+  switch (d) {
+    case DType::F32: return kernels::SourceType::kF32;
+    case DType::F16: return kernels::SourceType::kF16;
+    case DType::BF16: return kernels::SourceType::kBF16;
+    default: break;
+  }
+  throw Error("unsupported checkpoint dtype (allowed: F32, F16, BF16)");
+}
+
+template <typename T>
+class Filler {
+ public:
+  Filler(const WeightStore* store, uint64_t seed, cudaStream_t stream)
+      : store_(store), seed_(seed), stream_(stream) {}
+
+  // Allocates [elems] T for `what` and returns it.
+  DeviceBuffer alloc(int64_t elems, const std::string& what) {
+    bytes_ += static_cast<uint64_t>(elems) * sizeof(T);
+    return DeviceBuffer(static_cast<size_t>(elems) * sizeof(T), what);
+  }
+
+  // Writes `slice` at element offset `offset` of dst; `mean`/`scale` are the synthetic values.
+  void fill(const TensorSlice& slice, const DeviceBuffer& dst, int64_t offset, float mean,
+            float scale) {
+    T* out = dst.as<T>() + offset;
+    const int64_t n = slice.numel();
+    if (store_ == nullptr) {
+      CUDA_CHECK(kernels::launch_fill_uniform<T>(out, n, seed_ * 1000003u + counter_++, mean, scale,
+                                                 stream_));
+      return;
+    }
+    const TensorInfo& info = store_->get(slice.name);
+    const size_t bytes = static_cast<size_t>(n) * dtype_size(info.dtype);
+    if (bytes > pinned_.bytes()) {
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+      pinned_ = PinnedBuffer(bytes);
+      staging_ = DeviceBuffer(bytes, "weight upload staging");
+    }
+    // The previous slice's conversion reads staging_: wait before overwriting the pinned copy.
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    store_->read_block_raw(slice.name, slice.row_begin, slice.row_end, slice.col_begin,
+                           slice.col_end, pinned_.as<void>());
+    file_bytes_ += bytes;
+    CUDA_CHECK(cudaMemcpyAsync(staging_.as<void>(), pinned_.as<void>(), bytes,
+                               cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(kernels::launch_convert<T>(staging_.as<void>(), source_type(info.dtype), n, out,
+                                          stream_));
+  }
+
+  uint64_t bytes() const { return bytes_; }
+  uint64_t file_bytes() const { return file_bytes_; }
+
+ private:
+  const WeightStore* store_;
+  uint64_t seed_;
+  cudaStream_t stream_;
+  uint64_t counter_ = 0;  // synthetic: one seed per tensor slice
+  uint64_t bytes_ = 0, file_bytes_ = 0;
+  PinnedBuffer pinned_;
+  DeviceBuffer staging_;
+};
+
+}  // namespace
+
+template <typename T>
+CudaWeights load_cuda_weights(const ModelConfig& c, const ShardPlan& s, const WeightStore* store,
+                              uint64_t seed, cudaStream_t stream) {
+  // Uniform in [-a, a] has std a / sqrt(3): a = 0.0346 gives the std 0.02 of Llama's init.
+  constexpr float kMat = 0.0346f, kNormMean = 1.f, kNormScale = 0.05f;
+  Filler<T> f(store, seed, stream);
+  const int64_t H = c.hidden_size, d = s.head_dim;
+  const int64_t q = s.num_heads * d, kv = s.num_kv_heads * d, F = s.ffn_size;
+  CudaWeights w;
+  const TensorSlice emb = embedding_slice(c, s);
+  w.embed = f.alloc(emb.numel(), "embedding shard");
+  f.fill(emb, w.embed, 0, 0.f, kMat);
+  w.final_norm = f.alloc(H, "final norm");
+  f.fill(final_norm_slice(c), w.final_norm, 0, kNormMean, kNormScale);
+  if (!c.tie_word_embeddings) {
+    const TensorSlice head = lm_head_slice(c, s);
+    w.lm_head = f.alloc(head.numel(), "LM head shard");
+    f.fill(head, w.lm_head, 0, 0.f, kMat);
+  }
+  w.layers.resize(c.num_layers);
+  for (int l = 0; l < c.num_layers; ++l) {
+    CudaLayerWeights& L = w.layers[l];
+    auto slice = [&](LayerTensor t) { return layer_slice(c, s, l, t); };
+    const std::string name = "layer " + std::to_string(l) + " ";
+    L.attn_norm = f.alloc(H, name + "attention norm");
+    f.fill(slice(LayerTensor::kAttnNorm), L.attn_norm, 0, kNormMean, kNormScale);
+    L.qkv = f.alloc((q + 2 * kv) * H, name + "qkv");
+    f.fill(slice(LayerTensor::kWq), L.qkv, 0, 0.f, kMat);
+    f.fill(slice(LayerTensor::kWk), L.qkv, q * H, 0.f, kMat);
+    f.fill(slice(LayerTensor::kWv), L.qkv, (q + kv) * H, 0.f, kMat);
+    L.o = f.alloc(H * q, name + "o_proj");
+    f.fill(slice(LayerTensor::kWo), L.o, 0, 0.f, kMat);
+    L.mlp_norm = f.alloc(H, name + "MLP norm");
+    f.fill(slice(LayerTensor::kMlpNorm), L.mlp_norm, 0, kNormMean, kNormScale);
+    L.gate_up = f.alloc(2 * F * H, name + "gate|up");
+    f.fill(slice(LayerTensor::kWgate), L.gate_up, 0, 0.f, kMat);
+    f.fill(slice(LayerTensor::kWup), L.gate_up, F * H, 0.f, kMat);
+    L.down = f.alloc(H * F, name + "down_proj");
+    f.fill(slice(LayerTensor::kWdown), L.down, 0, 0.f, kMat);
+  }
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  w.bytes = f.bytes();
+  w.file_bytes = f.file_bytes();
+  return w;
+}
+
+template CudaWeights load_cuda_weights<float>(const ModelConfig&, const ShardPlan&,
+                                              const WeightStore*, uint64_t, cudaStream_t);
+template CudaWeights load_cuda_weights<__half>(const ModelConfig&, const ShardPlan&,
+                                               const WeightStore*, uint64_t, cudaStream_t);
+template CudaWeights load_cuda_weights<__nv_bfloat16>(const ModelConfig&, const ShardPlan&,
+                                                      const WeightStore*, uint64_t, cudaStream_t);
+
+}  // namespace llama2

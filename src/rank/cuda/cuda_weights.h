@@ -1,0 +1,45 @@
+// One rank's weight shard in GPU memory, in the layout the CUDA runner's GEMMs read: q|k|v fused
+// into one [q + 2 kv, H] matrix and gate|up into one [2 F, H] matrix, so each layer runs four
+// GEMMs instead of seven (one pass over the activations per fused group, larger N per launch).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <vector>
+
+#include "common/model_config.h"
+#include "common/shard_plan.h"
+#include "rank/cuda/device_buffer.h"
+
+namespace llama2 {
+
+class WeightStore;
+
+struct CudaLayerWeights {
+  DeviceBuffer attn_norm;  // [H]
+  DeviceBuffer qkv;        // [q_local + 2 kv_local, H]: q rows, then k rows, then v rows
+  DeviceBuffer o;          // [H, q_local]  (the input columns of o_proj this rank owns)
+  DeviceBuffer mlp_norm;   // [H]
+  DeviceBuffer gate_up;    // [2 F_local, H]: gate rows, then up rows
+  DeviceBuffer down;       // [H, F_local]  (the input columns of down_proj)
+};
+
+struct CudaWeights {
+  DeviceBuffer embed;       // [vocab_local, H]
+  DeviceBuffer final_norm;  // [H]
+  DeviceBuffer lm_head;     // [vocab_local, H]; empty when tied to embed
+  std::vector<CudaLayerWeights> layers;
+  uint64_t bytes = 0;         // device bytes of all of the above
+  uint64_t file_bytes = 0;    // bytes read from the checkpoint (0 for synthetic weights)
+};
+
+// Fills the shard in element type T (float, __half, __nv_bfloat16). From `store`: each slice is
+// copied from the memory-mapped file into a pinned staging buffer, uploaded, and converted to T on
+// the device (the host never holds more than the largest slice). Without a store (nullptr):
+// deterministic synthetic weights from `seed`, generated on the device (uniform, std 0.02 for
+// matrices, 1 +- 0.05 for norms: finite activations through 80 layers in fp16).
+template <typename T>
+CudaWeights load_cuda_weights(const ModelConfig& c, const ShardPlan& s, const WeightStore* store,
+                              uint64_t seed, cudaStream_t stream);
+
+}  // namespace llama2

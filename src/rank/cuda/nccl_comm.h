@@ -1,0 +1,46 @@
+// The GPU side of the tensor-parallel group: one NCCL communicator per TP group, its unique id sent
+// from rank 0 over MPI, and a stream wait that turns an asynchronous NCCL failure into an Error
+// instead of a hang. With one rank there is no communicator and every collective is a no-op.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <cstddef>
+#include <vector>
+
+namespace llama2 {
+
+class NcclComm {
+ public:
+  // Collective over `mpi` (every rank calls it with its own device already current).
+  explicit NcclComm(MPI_Comm mpi);
+  ~NcclComm();
+  NcclComm(const NcclComm&) = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // buf: [count] elements of `type` on this GPU, summed over the group in place.
+  void all_reduce_sum(void* buf, size_t count, ncclDataType_t type, cudaStream_t stream);
+  // Every rank's send ([counts[rank]] elements) lands on rank 0 in rank order, back to back
+  // (recv is only written on rank 0). Several calls may share one ncclGroupStart/End.
+  void gather_to_root(const void* send, const std::vector<size_t>& counts, ncclDataType_t type,
+                      void* recv, cudaStream_t stream);
+  // Waits for `stream`; while waiting polls ncclCommGetAsyncError, and on a failure aborts the
+  // communicator (so no rank stays blocked in a collective) and throws Error naming it.
+  void synchronize(cudaStream_t stream);
+
+ private:
+  void check_async();
+
+  int rank_ = 0, size_ = 1;
+  ncclComm_t comm_ = nullptr;  // nullptr when size_ == 1
+  bool aborted_ = false;
+};
+
+size_t nccl_type_bytes(ncclDataType_t type);
+
+}  // namespace llama2

@@ -1,0 +1,77 @@
+#include "rank/logits_gather.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "common/check.h"
+
+namespace llama2 {
+
+bool candidate_before(float va, int32_t ia, float vb, int32_t ib) {
+  const bool na = std::isnan(va), nb = std::isnan(vb);
+  if (na != nb) return na;
+  if (!na && va != vb) return va > vb;
+  if (ia < 0 || ib < 0) return ib < 0 && ia >= 0;  // padding last
+  return ia < ib;
+}
+
+void local_candidates(const float* logits, int rows, int vocab_local, int vocab_begin, int k,
+                      float* values, int32_t* ids) {
+  LLAMA2_CHECK(k >= 1 && rows >= 0 && vocab_local >= 0);
+  std::vector<int32_t> order(static_cast<size_t>(vocab_local));
+  for (int r = 0; r < rows; ++r) {
+    const float* row = logits + static_cast<int64_t>(r) * vocab_local;
+    std::iota(order.begin(), order.end(), 0);
+    const int n = std::min(k, vocab_local);
+    std::partial_sort(order.begin(), order.begin() + n, order.end(), [&](int32_t a, int32_t b) {
+      return candidate_before(row[a], a, row[b], b);
+    });
+    for (int j = 0; j < k; ++j) {
+      const int64_t o = static_cast<int64_t>(r) * k + j;
+      values[o] = j < n ? row[order[j]] : -std::numeric_limits<float>::infinity();
+      ids[o] = j < n ? vocab_begin + order[j] : -1;
+    }
+  }
+}
+
+void merge_candidates(const float* values, const int32_t* ids, int ranks, int rows, int k,
+                      StepLogits* out) {
+  out->rows = rows;
+  out->width = k;
+  out->values.assign(static_cast<size_t>(rows) * k, 0.f);
+  out->ids.assign(static_cast<size_t>(rows) * k, -1);
+  std::vector<int> pick;  // flat indices into values/ids of this row's tp * k pairs
+  for (int r = 0; r < rows; ++r) {
+    pick.clear();
+    for (int rank = 0; rank < ranks; ++rank) {
+      for (int j = 0; j < k; ++j) pick.push_back((rank * rows + r) * k + j);
+    }
+    std::partial_sort(pick.begin(), pick.begin() + k, pick.end(), [&](int a, int b) {
+      return candidate_before(values[a], ids[a], values[b], ids[b]);
+    });
+    for (int j = 0; j < k; ++j) {
+      out->values[static_cast<size_t>(r) * k + j] = values[pick[j]];
+      out->ids[static_cast<size_t>(r) * k + j] = ids[pick[j]];
+    }
+  }
+}
+
+void stitch_vocab_slices(const float* gathered, const std::vector<ShardPlan>& shards, int rows,
+                         int vocab, StepLogits* out) {
+  out->rows = rows;
+  out->width = vocab;
+  out->ids.clear();
+  out->values.assign(static_cast<size_t>(rows) * vocab, 0.f);
+  const float* base = gathered;
+  for (const ShardPlan& s : shards) {
+    for (int row = 0; row < rows; ++row) {
+      std::copy_n(base + static_cast<int64_t>(row) * s.vocab_size, s.vocab_size,
+                  out->values.data() + static_cast<int64_t>(row) * vocab + s.vocab_begin);
+    }
+    base += static_cast<int64_t>(rows) * s.vocab_size;
+  }
+}
+
+}  // namespace llama2

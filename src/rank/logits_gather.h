@@ -1,0 +1,33 @@
+// Turning each rank's part of the logit rows into what rank 0's sampler reads (StepLogits): the
+// vocabulary slices stitched back in order, or the per-rank candidates merged. Backend-neutral:
+// the CPU runner gathers over MPI, the CUDA runner over NCCL, both finish here.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/shard_plan.h"
+#include "common/step_executor.h"
+
+namespace llama2 {
+
+// The k best (value, vocab_begin + j) of each row of logits [rows, vocab_local], best first in
+// StepLogits' order; rows shorter than k are padded with (-inf, -1). values/ids: [rows, k].
+void local_candidates(const float* logits, int rows, int vocab_local, int vocab_begin, int k,
+                      float* values, int32_t* ids);
+
+// gathered: [rank][rows, k] for every rank of the TP group, in rank order (values and ids).
+// Writes the global best k per row into out.
+void merge_candidates(const float* values, const int32_t* ids, int ranks, int rows, int k,
+                      StepLogits* out);
+
+// gathered: the blocks [rows, shards[rank].vocab_size] fp32 of every rank, back to back in rank
+// order. Writes full logits [rows, vocab] into out.
+void stitch_vocab_slices(const float* gathered, const std::vector<ShardPlan>& shards, int rows,
+                         int vocab, StepLogits* out);
+
+// True when a is ranked before b: larger value first, NaN before everything, equal values (and
+// -0 == +0) by lower id. The order of kernels::launch_topk.
+bool candidate_before(float va, int32_t ia, float vb, int32_t ib);
+
+}  // namespace llama2

@@ -1,0 +1,99 @@
+#include "rank/step_metadata.h"
+
+#include <algorithm>
+#include <string>
+
+#include "common/check.h"
+
+namespace llama2 {
+
+StepLayout::StepLayout(int tokens, int seqs, int max_seq_len, int block_size_, int num_blocks_)
+    : max_tokens(tokens),
+      max_seqs(seqs),
+      max_blocks((max_seq_len + block_size_ - 1) / block_size_),
+      block_size(block_size_),
+      num_blocks(num_blocks_) {
+  LLAMA2_CHECK(tokens > 0 && seqs > 0 && max_seq_len > 0 && block_size_ > 0 && num_blocks_ > 0);
+}
+
+StepShape fill_step_metadata(const StepPlan& plan, const StepLayout& L, int bucket, int32_t* host) {
+  const int S = static_cast<int>(plan.seqs.size());
+  const int T = plan.total_tokens();
+  if (T > L.max_tokens) {
+    throw Error("step has " + std::to_string(T) + " tokens; this engine was sized for " +
+                std::to_string(L.max_tokens) + " per step (lower --prefill-chunk or raise "
+                "--max-step-tokens)");
+  }
+  if (S > L.max_seqs) {
+    throw Error("step has " + std::to_string(S) + " sequences; this engine was sized for " +
+                std::to_string(L.max_seqs) + " (--max-batch-size)");
+  }
+  StepShape sh;
+  sh.decode = S > 0 && std::all_of(plan.seqs.begin(), plan.seqs.end(), [](const SeqStep& q) {
+    return q.n_tokens == 1 && q.want_logits;
+  });
+  LLAMA2_CHECK(bucket == 0 || (sh.decode && bucket >= S && bucket <= L.max_seqs));
+  int32_t* tokens = host + L.tokens_at();
+  int32_t* pos = host + L.pos_at();
+  int32_t* slot = host + L.slot_at();
+  int32_t* logit_rows = host + L.logit_rows_at();
+  int32_t* cu = host + L.cu_tokens_at();
+  int32_t* pos_begin = host + L.pos_begin_at();
+  int32_t* ctx = host + L.context_lens_at();
+  int32_t* tables = host + L.block_tables_at();
+
+  int t = 0, rows = 0;
+  cu[0] = 0;
+  for (int i = 0; i < S; ++i) {
+    const SeqStep& q = plan.seqs[i];
+    const int len = q.pos_begin + q.n_tokens;
+    const int need = (len + L.block_size - 1) / L.block_size;
+    if (need > L.max_blocks || q.table_len < need) {
+      throw Error("sequence " + std::to_string(q.seq_id) + " reaches position " +
+                  std::to_string(len) + ", beyond the engine's maximum sequence length " +
+                  std::to_string(L.max_blocks * L.block_size) + " or its block table");
+    }
+    const int32_t* table = plan.block_ids.data() + q.table_begin;
+    for (int b = 0; b < need; ++b) {
+      if (table[b] < 0 || table[b] >= L.num_blocks) {
+        throw Error("sequence " + std::to_string(q.seq_id) + " names KV block " +
+                    std::to_string(table[b]) + "; the cache has blocks [0, " +
+                    std::to_string(L.num_blocks) + ")");
+      }
+      tables[static_cast<size_t>(i) * L.max_blocks + b] = table[b];
+    }
+    for (int j = 0; j < q.n_tokens; ++j, ++t) {
+      const int p = q.pos_begin + j;
+      tokens[t] = plan.tokens[t];
+      pos[t] = p;
+      slot[t] = table[p / L.block_size] * L.block_size + p % L.block_size;
+    }
+    if (q.want_logits) logit_rows[rows++] = t - 1;
+    cu[i + 1] = t;
+    pos_begin[i] = q.pos_begin;
+    ctx[i] = len;
+    sh.max_context = std::max(sh.max_context, len);
+    sh.max_new_tokens = std::max(sh.max_new_tokens, q.n_tokens);
+  }
+  sh.tokens = T;
+  sh.seqs = S;
+  sh.logit_rows = rows;
+  if (bucket > 0) {
+    for (int i = S; i < bucket; ++i) {  // padding sequences: one inert token each
+      tokens[i] = 0;
+      pos[i] = 0;
+      slot[i] = -1;
+      logit_rows[i] = i;
+      cu[i + 1] = i + 1;
+      pos_begin[i] = 0;
+      ctx[i] = 0;
+    }
+    sh.tokens = sh.seqs = sh.logit_rows = bucket;
+    sh.max_context = L.max_blocks * L.block_size;
+    sh.max_new_tokens = 1;
+  }
+  sh.words_used = L.block_tables_at() + static_cast<size_t>(sh.seqs) * L.max_blocks;
+  return sh;
+}
+
+}  // namespace llama2
