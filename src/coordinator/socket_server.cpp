@@ -84,7 +84,9 @@ void SocketServer::start() {
   if (rc != 0) {
     throw Error("--socket " + opts_.socket_path + ": bind failed: " + std::strerror(bind_errno));
   }
-  if (::listen(listen_fd_, 128) != 0) throw Error(std::string("listen(): ") + std::strerror(errno));
+  // SOMAXCONN (the kernel caps it at net.core.somaxconn): a burst of clients connecting at once
+  // queues in the backlog instead of being refused.
+  if (::listen(listen_fd_, SOMAXCONN) != 0) throw Error(std::string("listen(): ") + std::strerror(errno));
   set_nonblocking(listen_fd_);
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) throw Error(std::string("eventfd(): ") + std::strerror(errno));
