@@ -8,6 +8,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <sstream>
 
@@ -18,6 +19,7 @@
 #include "kernels/convert.cuh"
 #include "kernels/dtype.cuh"
 #include "kernels/embedding.cuh"
+#include "kernels/gemv.cuh"
 #include "kernels/rmsnorm.cuh"
 #include "kernels/rope_kv.cuh"
 #include "kernels/sampling.cuh"
@@ -72,6 +74,9 @@ class CudaModel final : public ModelRunner {
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, o.device));
     device_name_ = prop.name;
+    // LLAMA2_GEMV=0 sends every product to cuBLAS (for comparing the two in a benchmark).
+    const char* gemv = std::getenv("LLAMA2_GEMV");
+    use_gemv_ = gemv == nullptr || std::string(gemv) != "0";
   }
 
   ~CudaModel() override {
@@ -212,7 +217,13 @@ class CudaModel final : public ModelRunner {
     return kc;
   }
 
+  // Decode-sized products (M <= kGemvMaxRows) stream the weights with our GEMV kernel; larger M
+  // (prefill, big batches) are compute-bound tensor-core GEMMs for cuBLAS.
   void gemm(const DeviceBuffer& x, const DeviceBuffer& w, const DeviceBuffer& y, int M, int N, int K) {
+    if (use_gemv_ && M <= kernels::kGemvMaxRows &&
+        kernels::launch_gemv<T>(x.as<T>(), w.as<T>(), y.as<T>(), M, N, K, stream_) == cudaSuccess) {
+      return;
+    }
     gemm_xwt(cublas_, TypeInfo<T>::kCuda, x.as<T>(), w.as<T>(), y.as<T>(), M, N, K);
   }
 
@@ -376,6 +387,7 @@ class CudaModel final : public ModelRunner {
   CudaRunnerOptions opt_;
   std::vector<ShardPlan> all_shards_;
   std::string device_name_;
+  bool use_gemv_ = true;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   std::unique_ptr<NcclComm> nccl_;

@@ -1,0 +1,25 @@
+// Skinny matrix products for decode: y = x . W^T with few rows in x (batch <= kGemvMaxRows), where
+// the whole cost is streaming W once from HBM. cuBLAS picks general GEMM tiles for these shapes
+// and leaves bandwidth unused; this kernel keeps many 16-byte loads of W in flight per SM.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace llama2::kernels {
+
+constexpr int kGemvMaxRows = 8;
+
+// y[m, n] = round_T(sum_k x[m, k] * w[n, k]) for m < M, n < N, fp32 accumulation.
+// Needs 1 <= M <= kGemvMaxRows, K % (16 / sizeof(T)) == 0 and 16-byte aligned x and w
+// (cudaErrorInvalidValue otherwise: the caller falls back to cuBLAS).
+// Launch: 256 threads = 8 warps per block, each warp owns 2 consecutive rows of W and walks K in
+// 16-byte pieces (lane j reads piece j, j + 32, ...: one 512-byte coalesced segment per row and
+// step, 4 steps unrolled so ~8 loads per lane are in flight); x is read through the L1 cache (it
+// is tiny and read by every warp); per-row sums are reduced with warp shuffles.
+template <typename T>
+cudaError_t launch_gemv(const T* x,  // [M, K]
+                        const T* w,  // [N, K]
+                        T* y,        // [M, N]
+                        int M, int N, int K, cudaStream_t stream);
+
+}  // namespace llama2::kernels
