@@ -1,20 +1,30 @@
 #!/usr/bin/env python3
 """Reference fixtures from the official implementation (Hugging Face transformers).
 
-Run on a machine with torch + transformers + sentencepiece (the GPU nodes; no GPU is needed):
+Run on a machine with torch + transformers + sentencepiece (the GPU nodes; no GPU is needed for the
+default CPU fp32 fixtures):
 
     python3 tests/reference/make_fixtures.py --models tests/models --out tests/reference/fixtures
 
-For every model directory under --models it loads LlamaForCausalLM from the project's own files,
-tokenizes the prompts in prompts.json with the directory's tokenizer.model through the sentencepiece
-Python package, and writes <model>.json with, per prompt:
+For every model directory under --models (or only those named by --only) it loads LlamaForCausalLM
+from the project's own files, tokenizes the prompts in prompts.json with the directory's
+tokenizer.model through the sentencepiece Python package, and writes <model>.json with, per prompt:
   - prompt_ids: the token ids (BOS first). Fixtures are keyed by ids, so the C++ side does not depend
     on the SentencePiece version that made them;
-  - logits: fp32 logits at every prompt position (last position = the next-token distribution);
+  - logits: fp32 logits at every prompt position (last position = the next-token distribution).
+    For a vocabulary >= LARGE_VOCAB only the last position is stored and "logit_positions" lists the
+    stored positions (row i of "logits" is position logit_positions[i]): all positions of a
+    32000-word vocabulary would make a fixture of tens of MB;
   - greedy: 32 greedy continuation ids (argmax, EOS not treated specially), and the top-2 logit
     margin at each step so near-ties can be told apart from real mismatches.
-The computation is fp32 on the CPU with eager attention, whatever dtype the files hold (bf16/fp16
-weights are upcast exactly), because the C++ CPU backend is an fp32 oracle; TF32 is irrelevant.
+By default the computation is fp32 on the CPU with eager attention, whatever dtype the files hold
+(bf16/fp16 weights are upcast exactly), because the C++ CPU backend is an fp32 oracle.
+
+--dtype float16|bfloat16 --device cuda makes the fixtures the CUDA backend is compared with in that
+dtype (tests/reference/gpu_check.sh): HF itself then rounds weights and activations to the dtype, so
+the fixture carries the same kind of rounding as the engine, and its distance from the fp32 fixture
+measures the dtype's own noise. On cuda, TF32 and reduced-precision (fp16/bf16-accumulated) GEMM
+reductions are switched off: the reference should round only where the dtype forces it to.
 """
 import argparse
 import json
@@ -28,26 +38,43 @@ import transformers
 from transformers import LlamaForCausalLM
 
 GREEDY_STEPS = 32
+# From this vocabulary size on, only the last prompt position's logits are stored (see above).
+LARGE_VOCAB = 4096
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
-def load_model(model_dir):
+def configure_cuda():
+    # fp32 on cuda must be real fp32 (TF32 keeps 10 mantissa bits: ~1e-3 relative error), and the
+    # half-precision GEMMs must accumulate in fp32 like the engine's cuBLAS calls do.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    for flag in ("allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction"):
+        if hasattr(torch.backends.cuda.matmul, flag):
+            setattr(torch.backends.cuda.matmul, flag, False)
+
+
+def load_model(model_dir, dtype, device):
     model, info = LlamaForCausalLM.from_pretrained(
-        model_dir, dtype=torch.float32, attn_implementation="eager", output_loading_info=True)
+        model_dir, dtype=dtype, attn_implementation="eager", output_loading_info=True)
     missing = [k for k in info.get("missing_keys", []) if k != "lm_head.weight" or not model.config.tie_word_embeddings]
     if missing or info.get("unexpected_keys") or info.get("mismatched_keys"):
         sys.exit(f"{model_dir}: loading info not clean: {info}")
+    model.to(device)
     model.eval()
     return model
 
 
 @torch.no_grad()
-def run_prompt(model, ids):
-    x = torch.tensor([ids], dtype=torch.long)
-    logits = model(x).logits[0].float()  # [T, V]
+def run_prompt(model, ids, positions, device):
+    """Logits at `positions` (None: all), greedy ids and top-2 margins for one prompt."""
+    x = torch.tensor([ids], dtype=torch.long, device=device)
+    logits = model(x).logits[0].float().cpu()  # [T, V]
+    if positions is not None:
+        logits = logits[positions]
     seq = list(ids)
     greedy, margins = [], []
     for _ in range(GREEDY_STEPS):
-        last = model(torch.tensor([seq], dtype=torch.long)).logits[0, -1].float()
+        last = model(torch.tensor([seq], dtype=torch.long, device=device)).logits[0, -1].float()
         top2 = torch.topk(last, 2).values
         tok = int(torch.argmax(last))
         greedy.append(tok)
@@ -58,41 +85,71 @@ def run_prompt(model, ids):
     return rounded, greedy, margins
 
 
+def model_names(models_dir, only):
+    names = [n for n in sorted(os.listdir(models_dir))
+             if os.path.isfile(os.path.join(models_dir, n, "config.json"))]
+    if only is None:
+        return names
+    wanted = [n for n in only.split(",") if n]
+    unknown = [n for n in wanted if n not in names]
+    if unknown:
+        sys.exit(f"--only: no model directory {unknown} under {models_dir} (found {names})")
+    return [n for n in names if n in wanted]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", required=True, help="directory holding one model directory per fixture")
     ap.add_argument("--prompts", default=os.path.join(os.path.dirname(__file__), "prompts.json"))
     ap.add_argument("--out", required=True)
+    ap.add_argument("--dtype", choices=sorted(DTYPES), default="float32",
+                    help="dtype HF computes in (weights are converted to it on load)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--only", help="comma-separated model directory names to include (default: all)")
     args = ap.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(min(8, os.cpu_count() or 1))
+    if args.device == "cuda":
+        if not torch.cuda.is_available():
+            sys.exit("--device cuda: torch sees no CUDA device")
+        configure_cuda()
     prompts = json.load(open(args.prompts, encoding="utf-8"))
     os.makedirs(args.out, exist_ok=True)
-    for name in sorted(os.listdir(args.models)):
+    for name in model_names(args.models, args.only):
         model_dir = os.path.join(args.models, name)
-        if not os.path.isfile(os.path.join(model_dir, "config.json")):
-            continue
-        model = load_model(model_dir)
+        model = load_model(model_dir, DTYPES[args.dtype], args.device)
+        vocab = model.config.vocab_size
         sp = spm.SentencePieceProcessor(model_file=os.path.join(model_dir, "tokenizer.model"))
         entries = []
         for p in prompts:
             if "text" in p:
                 ids = [sp.bos_id()] + sp.encode(p["text"])
             else:
-                ids = [i % model.config.vocab_size for i in p["ids"]]
-            logits, greedy, margins = run_prompt(model, ids)
-            entries.append({"name": p["name"], "text": p.get("text"), "prompt_ids": ids,
-                            "logits": logits, "greedy": greedy, "greedy_top2_margin": margins})
+                ids = [i % vocab for i in p["ids"]]
+            positions = [len(ids) - 1] if vocab >= LARGE_VOCAB else None
+            logits, greedy, margins = run_prompt(model, ids, positions, args.device)
+            entry = {"name": p["name"], "text": p.get("text"), "prompt_ids": ids}
+            if positions is not None:
+                entry["logit_positions"] = positions
+            entry.update({"logits": logits, "greedy": greedy, "greedy_top2_margin": margins})
+            entries.append(entry)
             print(f"{name}/{p['name']}: {len(ids)} prompt ids, greedy {greedy[:8]}..., "
                   f"min top-2 margin {min(margins):.4g}", flush=True)
-        out = {"model": name, "generator": {
+        generator = {
             "script": "tests/reference/make_fixtures.py", "torch": torch.__version__,
             "transformers": transformers.__version__, "sentencepiece": spm.__version__,
-            "python": platform.python_version(), "dtype": "float32", "device": "cpu",
-            "attn_implementation": "eager"}, "prompts": entries}
+            "python": platform.python_version(), "dtype": args.dtype, "device": args.device,
+            "attn_implementation": "eager"}
+        if args.device == "cuda":
+            generator.update({"cuda_device": torch.cuda.get_device_name(), "tf32": False,
+                              "reduced_precision_reduction": False})
+        out = {"model": name, "generator": generator, "prompts": entries}
         with open(os.path.join(args.out, f"{name}.json"), "w", encoding="utf-8") as f:
             json.dump(out, f, ensure_ascii=False)
         print(f"wrote {name}.json", flush=True)
+        del model
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

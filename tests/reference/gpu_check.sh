@@ -1,0 +1,211 @@
+#!/usr/bin/env bash
+# GPU correctness checks, run by hand on the GPU node (2 GPUs, torch + transformers installed):
+#
+#   bash tests/reference/gpu_check.sh [OUTDIR]        (default ./gpu-check-out)
+#
+# a. builds build-gpu/ (SKIP_BUILD=1 skips it);            b. runs the kernel tests;
+# c. CUDA fp32 vs the CPU fp32 HF fixtures (small-*);
+# d. makes a random 32000-vocab model (fp16 and bf16 files) and HF fixtures computed on cuda in
+#    float16, bfloat16 and fp32 (OUTDIR/fixtures-{fp16,bf16,fp32}/);
+# e. CUDA fp16/bf16 vs HF in the same dtype, CUDA fp32 vs HF fp32 for the random model;
+# f. HF's own dtype noise (HF-fp16/bf16 vs HF-fp32), next to our deviation (OUTDIR/noise.txt).
+# Every reference run is at np 1 and 2 ($NPS). All RESULT/STEP/NOISE lines go to
+# OUTDIR/summary.txt, logs to OUTDIR/logs/; the exit code is non-zero if anything failed.
+# Tolerances are explained in tests/reference/README.md.
+set -uo pipefail  # no -e: every check runs and reports even after an earlier one failed
+
+# Tolerances, set from the measured HF-fp16/bf16-vs-HF-fp32 noise (step f, see README): our
+# deviation from HF-in-dtype should be of the order of HF-in-dtype's own deviation from fp32.
+# A greedy divergence where HF's top-2 margin is below the NEAR_TIE value is forgiven.
+FP16_TOL=${FP16_TOL:-0.05}
+FP16_NEAR_TIE=${FP16_NEAR_TIE:-0.05}
+BF16_TOL=${BF16_TOL:-0.25}
+BF16_NEAR_TIE=${BF16_NEAR_TIE:-0.25}
+# fp32 on cuda vs fp32 HF: only summation order differs (TF32 off on both sides).
+FP32_TOL=${FP32_TOL:-1e-3}
+FP32_NEAR_TIE=${FP32_NEAR_TIE:-1e-3}
+NPS=${NPS:-1 2}
+MPI_TIMEOUT=${MPI_TIMEOUT:-300}
+
+out_arg=${1:-./gpu-check-out}
+mkdir -p "$out_arg" || exit 1
+OUT=$(cd "$out_arg" && pwd)
+cd "$(dirname "$0")/../.." || exit 1
+ROOT=$(pwd)
+PY=${PYTHON:-python3}
+BIN=$ROOT/build-gpu/tests/llama2_reference_test
+LOGS=$OUT/logs
+SUMMARY=$OUT/summary.txt
+CPU_FIXTURES=$ROOT/tests/reference/fixtures
+SMALL="small-d64 small-d128-f16 small-d64-bf16"
+mkdir -p "$LOGS"
+: > "$SUMMARY"
+
+# NVLink multicast stays off (see README.md at the root); -x forwards these to every rank.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
+{
+  date -u
+  nvidia-smi -L
+  mpirun --version | head -n 1
+  "$PY" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
+} > "$OUT/env.txt" 2>&1
+
+# step NAME LOG CMD...: runs CMD with its output in LOG and records a STEP line.
+step() {
+  local name=$1 log=$2 rc status=PASS
+  shift 2
+  echo "== $name" >&2
+  "$@" > "$log" 2>&1
+  rc=$?
+  [ "$rc" -eq 0 ] || status=FAIL
+  echo "STEP $name rc=$rc status=$status" >> "$SUMMARY"
+  [ "$status" = PASS ] || echo "   FAILED (rc $rc): see $log" >&2
+  return "$rc"
+}
+
+# ref MODEL_DIR FIXTURE DTYPE TOLERANCE NEAR_TIE: llama2_reference_test on cuda at every np.
+ref() {
+  local model_dir=$1 fixture=$2 dtype=$3 tol=$4 near_tie=$5 label np log rc line
+  label=$(basename "$model_dir")
+  for np in $NPS; do
+    log=$LOGS/ref-$dtype-$label-np$np.log
+    echo "== reference $label $dtype np=$np" >&2
+    if [ ! -f "$fixture" ]; then
+      line="RESULT model=$label backend=cuda dtype=$dtype np=$np reason=no-fixture status=FAIL"
+    else
+      timeout --kill-after=10 "$MPI_TIMEOUT" mpirun --allow-run-as-root --oversubscribe \
+        -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS \
+        -np "$np" "$BIN" --model "$model_dir" --fixture "$fixture" --backend cuda \
+        --dtype "$dtype" --tolerance "$tol" --near-tie "$near_tie" > "$log" 2>&1
+      rc=$?
+      line=$(grep '^RESULT ' "$log" | tail -n 1)
+      # A crash, a hang (timeout: rc 124/137) or an exit code that contradicts the line fails.
+      if [ -z "$line" ]; then
+        line="RESULT model=$label backend=cuda dtype=$dtype np=$np reason=no-RESULT-line rc=$rc status=FAIL"
+      elif [ "$rc" -ne 0 ] && [[ $line == *status=PASS ]]; then
+        line="${line% status=PASS} reason=exit-code-$rc status=FAIL"
+      fi
+    fi
+    echo "$line" >> "$SUMMARY"
+    echo "   $line" >&2
+  done
+}
+
+# ---- a. build, b. kernel tests
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+  if ! step build "$LOGS/build.log" bash tests/gpu/node_build.sh llama2 llama2_reference_test llama2_gpu_tests; then
+    cat "$SUMMARY"
+    exit 1
+  fi
+fi
+step gpu-kernel-tests "$LOGS/gpu_tests.log" timeout 600 build-gpu/tests/llama2_gpu_tests --force-colors=0
+
+# ---- c. CUDA fp32 vs CPU fp32 HF fixtures. Fixtures not committed yet are made here the same way.
+missing=""
+for m in $SMALL; do
+  [ -f "$CPU_FIXTURES/$m.json" ] || missing+="${missing:+,}$m"
+done
+if [ -n "$missing" ]; then
+  step "fixtures-cpu-fp32($missing)" "$LOGS/fixtures-cpu-fp32.log" "$PY" tests/reference/make_fixtures.py \
+    --models tests/models --only "$missing" --out "$OUT/fixtures-cpu-fp32"
+fi
+cpu_fixture() {
+  if [ -f "$CPU_FIXTURES/$1.json" ]; then echo "$CPU_FIXTURES/$1.json"; else echo "$OUT/fixtures-cpu-fp32/$1.json"; fi
+}
+for m in $SMALL; do
+  ref "$ROOT/tests/models/$m" "$(cpu_fixture "$m")" fp32 "$FP32_TOL" "$FP32_NEAR_TIE"
+done
+
+# ---- d. random 32000-vocab models and HF fixtures on cuda
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/llama2-gpu-check.XXXXXX") || exit 1
+if [ "${KEEP_MODELS:-0}" = 1 ]; then echo "random models kept in $TMP" >&2; else trap 'rm -rf "$TMP"' EXIT; fi
+step random-fp16 "$LOGS/random-fp16.log" "$PY" tests/reference/make_random_model.py --dtype float16 --out "$TMP/random-fp16"
+step random-bf16 "$LOGS/random-bf16.log" "$PY" tests/reference/make_random_model.py --dtype bfloat16 --out "$TMP/random-bf16"
+small_csv=${SMALL// /,}
+# fixtures NAME MODELS_DIR ONLY DTYPE OUTSUB
+fixtures() {
+  step "fixtures-$1" "$LOGS/fixtures-$1.log" "$PY" tests/reference/make_fixtures.py --models "$2" \
+    --only "$3" --dtype "$4" --device cuda --out "$OUT/$5"
+}
+fixtures fp16-small tests/models "$small_csv" float16 fixtures-fp16
+fixtures fp16-random "$TMP" random-fp16 float16 fixtures-fp16
+fixtures bf16-small tests/models "$small_csv" bfloat16 fixtures-bf16
+fixtures bf16-random "$TMP" random-bf16 bfloat16 fixtures-bf16
+# fp32 for both random models: each dtype's noise is measured against its own files upcast.
+fixtures fp32-random "$TMP" random-fp16,random-bf16 float32 fixtures-fp32
+
+# ---- e. CUDA in dtype vs HF in dtype; CUDA fp32 vs HF fp32 on the random model
+for m in $SMALL; do
+  ref "$ROOT/tests/models/$m" "$OUT/fixtures-fp16/$m.json" fp16 "$FP16_TOL" "$FP16_NEAR_TIE"
+done
+ref "$TMP/random-fp16" "$OUT/fixtures-fp16/random-fp16.json" fp16 "$FP16_TOL" "$FP16_NEAR_TIE"
+for m in $SMALL; do
+  ref "$ROOT/tests/models/$m" "$OUT/fixtures-bf16/$m.json" bf16 "$BF16_TOL" "$BF16_NEAR_TIE"
+done
+ref "$TMP/random-bf16" "$OUT/fixtures-bf16/random-bf16.json" bf16 "$BF16_TOL" "$BF16_NEAR_TIE"
+ref "$TMP/random-fp16" "$OUT/fixtures-fp32/random-fp16.json" fp32 "$FP32_TOL" "$FP32_NEAR_TIE"
+
+# ---- f. HF's own dtype noise: HF-in-dtype vs HF-fp32 on the same files, next to ours vs HF.
+pairs=$OUT/noise-pairs.txt  # MODEL DTYPE HF_IN_DTYPE_FIXTURE HF_FP32_FIXTURE
+{
+  for m in $SMALL; do
+    echo "$m fp16 $OUT/fixtures-fp16/$m.json $(cpu_fixture "$m")"
+    echo "$m bf16 $OUT/fixtures-bf16/$m.json $(cpu_fixture "$m")"
+  done
+  echo "random-fp16 fp16 $OUT/fixtures-fp16/random-fp16.json $OUT/fixtures-fp32/random-fp16.json"
+  echo "random-bf16 bf16 $OUT/fixtures-bf16/random-bf16.json $OUT/fixtures-fp32/random-bf16.json"
+} > "$pairs"
+"$PY" - "$SUMMARY" "$pairs" > "$OUT/noise.txt" 2> "$LOGS/noise.log" <<'PYEOF'
+import json
+import sys
+
+# Our max |diff| vs HF-in-dtype per (model, dtype), over the rank counts, from the RESULT lines.
+ours = {}
+for line in open(sys.argv[1]):
+    if line.startswith("RESULT "):
+        kv = dict(f.split("=", 1) for f in line.split()[1:] if "=" in f)
+        if "max_abs_diff" in kv:
+            key = (kv["model"], kv["dtype"])
+            ours[key] = max(ours.get(key, 0.0), float(kv["max_abs_diff"]))
+
+
+def rows(prompt):
+    positions = prompt.get("logit_positions", range(len(prompt["logits"])))
+    return dict(zip(positions, prompt["logits"]))
+
+
+for model, dtype, low_path, ref_path in (line.split() for line in open(sys.argv[2]) if line.strip()):
+    try:
+        low, ref = json.load(open(low_path)), json.load(open(ref_path))
+    except (OSError, ValueError) as e:
+        print(f"NOISE model={model} dtype={dtype} error=fixture-unreadable ({e.__class__.__name__})")
+        continue
+    ref_prompts = {p["name"]: p for p in ref["prompts"]}
+    diff = mag = 0.0
+    n = same = total = 0
+    for p in low["prompts"]:
+        q = ref_prompts.get(p["name"])
+        if q is None or q["prompt_ids"] != p["prompt_ids"]:
+            continue
+        a, b = rows(p), rows(q)
+        for pos in a.keys() & b.keys():
+            for x, y in zip(a[pos], b[pos]):
+                diff, mag, n = max(diff, abs(x - y)), max(mag, abs(y)), n + 1
+        total += 1
+        same += p["greedy"] == q["greedy"]
+    o = ours.get((model, dtype))
+    o_text = f"ours_vs_hf={o:.3g} ratio={o / diff:.2f}" if o is not None and diff > 0 else "ours_vs_hf=n/a"
+    print(f"NOISE model={model} dtype={dtype} hf_vs_fp32={diff:.3g} max_abs_logit={mag:.3g} "
+          f"compared={n} hf_greedy_same_as_fp32={same}/{total} {o_text}")
+PYEOF
+cat "$OUT/noise.txt" >> "$SUMMARY"
+
+# ---- g. summary
+echo
+cat "$SUMMARY"
+if grep -q 'status=FAIL' "$SUMMARY" || ! grep -q '^RESULT ' "$SUMMARY"; then
+  echo "gpu_check: FAIL (details in $LOGS)"
+  exit 1
+fi
+echo "gpu_check: PASS"
