@@ -19,6 +19,18 @@ RopeFreqs make_rope_freqs(int head_dim, double theta) {
   return f;
 }
 
+void make_rope_table(const RopeFreqs& freqs, int positions, float2* out) {
+  const int half = freqs.head_dim / 2;
+  for (int pos = 0; pos < positions; ++pos) {
+    for (int i = 0; i < half; ++i) {
+      const float angle = static_cast<float>(pos) * freqs.inv_freq[i];
+      out[static_cast<int64_t>(pos) * half + i] =
+          make_float2(static_cast<float>(std::cos(static_cast<double>(angle))),
+                      static_cast<float>(std::sin(static_cast<double>(angle))));
+    }
+  }
+}
+
 namespace {
 template <typename T>
 struct RopeKvParams {
@@ -51,15 +63,24 @@ static __global__ void __launch_bounds__(128)
   __shared__ float s_cos[H];
   __shared__ float s_sin[H];
   const int t = blockIdx.x;
-  const float fpos = static_cast<float>(p.pos[t]);
-  for (int i = threadIdx.x; i < H; i += blockDim.x) {
-    // The angle is one fp32 product, as in HF and the reference; cos/sin of it are evaluated in
-    // double and rounded, as the reference does, so long positions stay bit-close.
-    const float angle = fpos * f.inv_freq[i];
-    double s, c;
-    sincos(static_cast<double>(angle), &s, &c);
-    s_cos[i] = static_cast<float>(c);
-    s_sin[i] = static_cast<float>(s);
+  const int ipos = p.pos[t];
+  const float fpos = static_cast<float>(ipos);
+  if (f.table != nullptr && ipos >= 0 && ipos < f.table_positions) {
+    for (int i = threadIdx.x; i < H; i += blockDim.x) {
+      const float2 cs = f.table[static_cast<int64_t>(ipos) * H + i];
+      s_cos[i] = cs.x;
+      s_sin[i] = cs.y;
+    }
+  } else {
+    for (int i = threadIdx.x; i < H; i += blockDim.x) {
+      // The angle is one fp32 product, as in HF and the reference; cos/sin of it are evaluated
+      // in double and rounded, as the reference does, so long positions stay bit-close.
+      const float angle = fpos * f.inv_freq[i];
+      double s, c;
+      sincos(static_cast<double>(angle), &s, &c);
+      s_cos[i] = static_cast<float>(c);
+      s_sin[i] = static_cast<float>(s);
+    }
   }
   __syncthreads();
 

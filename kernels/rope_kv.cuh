@@ -18,9 +18,19 @@ struct RopeFreqs {
   static constexpr int kMaxHalf = 64;  // head_dim <= 128
   int head_dim = 0;
   float inv_freq[kMaxHalf] = {};
+  // Optional device table [table_positions, head_dim / 2] of (cos, sin) from make_rope_table:
+  // positions below table_positions read it instead of evaluating sincos in double on the
+  // device (a double sincos per element made a batch-1 launch ~4x slower than its memory work).
+  const float2* table = nullptr;
+  int table_positions = 0;
 };
 // Throws nothing; head_dim outside (0, 128] or odd gives head_dim = 0, which every launch rejects.
 RopeFreqs make_rope_freqs(int head_dim, double theta);
+
+// (cos, sin) of pos * inv_freq[i] for pos < positions, i < head_dim / 2, row-major, computed on
+// the host exactly as the kernel's fallback and llama2::cpu::rope do (fp32 angle, double cos/sin,
+// rounded to fp32). `out` holds positions * head_dim / 2 entries.
+void make_rope_table(const RopeFreqs& freqs, int positions, float2* out);
 
 // Which tokens to rotate and where their K/V go.
 struct RopeKvTokens {

@@ -284,6 +284,26 @@ TEST_CASE("rope_kv: rotate-half RoPE on q in place and k, K/V written to the pag
                    q_ref, Tol{rtol, rtol * max_q});
       expect_close(what + " padding: k cache untouched", to_f32(d_kc.download()),
                    std::vector<float>(cache_elems, NAN), Tol{0, 0});
+
+      // The host (cos, sin) table, covering only the lower half of the positions so that both
+      // the table and the device sincos path run in one launch: the same results.
+      const int max_pos = *std::max_element(pos.begin(), pos.end());
+      const int table_positions = max_pos / 2 + 1;
+      std::vector<float2> table(static_cast<size_t>(table_positions) * d / 2);
+      k::make_rope_table(freqs, table_positions, table.data());
+      DeviceBuffer<float2> d_table(table);
+      k::RopeFreqs with_table = freqs;
+      with_table.table = d_table.get();
+      with_table.table_positions = table_positions;
+      d_kc.poison();
+      d_qkv.upload(to_dtype<T>(qkv));
+      LLAMA2_CUDA_REQUIRE(k::launch_rope_kv<T>(q, stride, q + H * d, stride, q + (H + G) * d,
+                                               stride, H, toks, with_table, cache, 0));
+      LLAMA2_CUDA_REQUIRE(cudaDeviceSynchronize());
+      expect_close(what + " table: q", columns(to_f32(d_qkv.download()), n, stride, 0, H * d),
+                   q_ref, Tol{rtol, rtol * max_q});
+      expect_close(what + " table: k cache", to_f32(d_kc.download()), kc_ref,
+                   Tol{rtol, rtol * max_q});
     });
   }
 }

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <map>
 #include <sstream>
+#include <vector>
 
 #include "common/capacity.h"
 #include "common/check.h"
@@ -71,6 +72,14 @@ class CudaModel final : public ModelRunner {
     CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_ws_.as<void>(), kCublasWorkspace));
     allocate_activations();
     freqs_ = kernels::make_rope_freqs(s.head_dim, c.rope_theta);
+    // (cos, sin) for every position a sequence can reach, computed once on the host.
+    std::vector<float2> table(static_cast<size_t>(o.max_seq_len) * s.head_dim / 2);
+    kernels::make_rope_table(freqs_, o.max_seq_len, table.data());
+    rope_table_ = DeviceBuffer(table.size() * sizeof(float2), "RoPE table");
+    CUDA_CHECK(cudaMemcpy(rope_table_.as<void>(), table.data(), rope_table_.bytes(),
+                          cudaMemcpyHostToDevice));
+    freqs_.table = rope_table_.as<float2>();
+    freqs_.table_positions = o.max_seq_len;
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, o.device));
     device_name_ = prop.name;
@@ -292,8 +301,15 @@ class CudaModel final : public ModelRunner {
       CUDA_CHECK(kernels::launch_add_rmsnorm<T>(x_.as<T>(), partial_.as<T>(), L.mlp_norm.as<T>(),
                                                 T_, H, eps, h_.as<T>(), stream_));
       gemm(h_, L.gate_up, gate_up_, T_, 2 * F, H);
-      CUDA_CHECK(kernels::launch_swiglu<T>(gate_up_.as<T>(), T_, F, act_.as<T>(), stream_));
-      gemm(act_, L.down, partial_, T_, H, F);
+      // Decode-sized steps read SwiGLU on the fly inside the down-projection GEMV.
+      const bool fused = use_gemv_ && T_ <= kernels::kGemvMaxRows &&
+                         kernels::launch_gemv_swiglu<T>(gate_up_.as<T>(), L.down.as<T>(),
+                                                        partial_.as<T>(), T_, H, F,
+                                                        stream_) == cudaSuccess;
+      if (!fused) {
+        CUDA_CHECK(kernels::launch_swiglu<T>(gate_up_.as<T>(), T_, F, act_.as<T>(), stream_));
+        gemm(act_, L.down, partial_, T_, H, F);
+      }
       all_reduce(partial_, static_cast<int64_t>(T_) * H);  // row-parallel down projection
     }
     // x += last MLP output and the final norm, then only the logit rows go through the LM head.
@@ -401,6 +417,7 @@ class CudaModel final : public ModelRunner {
   size_t layer_elems_ = 0;  // elements of one layer's K (or V) cache
   DeviceBuffer kv_;         // [layers][K, V][num_blocks, kv_local, block_size, head_dim]
   DeviceBuffer decode_ws_, cublas_ws_;
+  DeviceBuffer rope_table_;  // [max_seq_len, head_dim / 2] (cos, sin)
   // Activations, sized for max_step_tokens (T) and max_batch logit rows (R).
   DeviceBuffer x_, h_, partial_;   // [T, H]
   DeviceBuffer qkv_;               // [T, q_local + 2 kv_local]
