@@ -53,6 +53,8 @@ template <> struct TypeInfo<__nv_bfloat16> {
 
 // cuBLAS workspace, given explicitly so that GEMMs can be captured into CUDA graphs.
 constexpr size_t kCublasWorkspace = size_t{32} << 20;
+// Measured on an H200 (benchmarks/RESULTS.md): the GEMV kernel beats cuBLAS up to this many rows.
+constexpr int kDefaultGemvRows = 2;
 // Held back from the KV budget for CUDA graphs, NCCL's lazily created buffers and fragmentation.
 constexpr uint64_t kGraphSlack = uint64_t{512} << 20;
 
@@ -83,9 +85,11 @@ class CudaModel final : public ModelRunner {
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, o.device));
     device_name_ = prop.name;
-    // LLAMA2_GEMV=0 sends every product to cuBLAS (for comparing the two in a benchmark).
+    // LLAMA2_GEMV=N: products of up to N rows (<= kGemvMaxRows) use the GEMV kernel, 0 sends
+    // every product to cuBLAS (for comparing the two in a benchmark).
     const char* gemv = std::getenv("LLAMA2_GEMV");
-    use_gemv_ = gemv == nullptr || std::string(gemv) != "0";
+    gemv_rows_ = gemv == nullptr ? kDefaultGemvRows
+                                 : std::clamp(std::atoi(gemv), 0, kernels::kGemvMaxRows);
   }
 
   ~CudaModel() override {
@@ -229,7 +233,7 @@ class CudaModel final : public ModelRunner {
   // Decode-sized products (M <= kGemvMaxRows) stream the weights with our GEMV kernel; larger M
   // (prefill, big batches) are compute-bound tensor-core GEMMs for cuBLAS.
   void gemm(const DeviceBuffer& x, const DeviceBuffer& w, const DeviceBuffer& y, int M, int N, int K) {
-    if (use_gemv_ && M <= kernels::kGemvMaxRows &&
+    if (M <= gemv_rows_ &&
         kernels::launch_gemv<T>(x.as<T>(), w.as<T>(), y.as<T>(), M, N, K, stream_) == cudaSuccess) {
       return;
     }
@@ -302,7 +306,7 @@ class CudaModel final : public ModelRunner {
                                                 T_, H, eps, h_.as<T>(), stream_));
       gemm(h_, L.gate_up, gate_up_, T_, 2 * F, H);
       // Decode-sized steps read SwiGLU on the fly inside the down-projection GEMV.
-      const bool fused = use_gemv_ && T_ <= kernels::kGemvMaxRows &&
+      const bool fused = T_ <= gemv_rows_ &&
                          kernels::launch_gemv_swiglu<T>(gate_up_.as<T>(), L.down.as<T>(),
                                                         partial_.as<T>(), T_, H, F,
                                                         stream_) == cudaSuccess;
@@ -403,7 +407,7 @@ class CudaModel final : public ModelRunner {
   CudaRunnerOptions opt_;
   std::vector<ShardPlan> all_shards_;
   std::string device_name_;
-  bool use_gemv_ = true;
+  int gemv_rows_ = 0;  // products with at most this many rows use the GEMV kernel
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   std::unique_ptr<NcclComm> nccl_;
