@@ -1,4 +1,3 @@
-#include "kernels/activation.cuh"
 #include "kernels/dtype.cuh"
 #include "kernels/gemv.cuh"
 #include "kernels/reduce.cuh"
@@ -9,12 +8,9 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kRowsPerWarp = 2;
 
-// kSwiglu: x is the fused gate|up output [M, 2K] and the product reads silu_mul(gate, up) in
-// its place, so the SwiGLU output never goes to memory.
-template <typename T, int M, bool kSwiglu>
+template <typename T, int M>
 __global__ void __launch_bounds__(kWarps * 32)
     gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, int N, int K) {
-  const int64_t ldx = kSwiglu ? 2 * static_cast<int64_t>(K) : K;
   constexpr int V = kVec16<T>;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -33,13 +29,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int m = 0; m < M; ++m) {
       float xv[V];
-      load_float<T, V>(x + m * ldx + k, xv);
-      if constexpr (kSwiglu) {
-        float up[V];
-        load_float<T, V>(x + m * ldx + K + k, up);
-#pragma unroll
-        for (int i = 0; i < V; ++i) xv[i] = round_to<T>(silu_mul<T>(xv[i], up[i]));
-      }
+      load_float<T, V>(x + static_cast<int64_t>(m) * K + k, xv);
 #pragma unroll
       for (int i = 0; i < V; ++i) {
         acc[0][m] = fmaf(a[i], xv[i], acc[0][m]);
@@ -60,48 +50,36 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-template <typename T, int M, bool kSwiglu>
+template <typename T, int M>
 void launch_m(const T* x, const T* w, T* y, int N, int K, cudaStream_t stream) {
   const int rows_per_block = kWarps * kRowsPerWarp;
   const int blocks = static_cast<int>(ceil_div(N, rows_per_block));
-  gemv_kernel<T, M, kSwiglu><<<blocks, kWarps * 32, 0, stream>>>(x, w, y, N, K);
-}
-
-template <typename T, bool kSwiglu>
-cudaError_t launch(const T* x, const T* w, T* y, int M, int N, int K, cudaStream_t stream) {
-  if (M < 1 || M > kGemvMaxRows || N < 1 || K < 1 || K % kVec16<T> != 0) return cudaErrorInvalidValue;
-  if (x == nullptr || w == nullptr || y == nullptr || !is_aligned(x, 16) || !is_aligned(w, 16)) {
-    return cudaErrorInvalidValue;
-  }
-  switch (M) {
-    case 1: launch_m<T, 1, kSwiglu>(x, w, y, N, K, stream); break;
-    case 2: launch_m<T, 2, kSwiglu>(x, w, y, N, K, stream); break;
-    case 3: launch_m<T, 3, kSwiglu>(x, w, y, N, K, stream); break;
-    case 4: launch_m<T, 4, kSwiglu>(x, w, y, N, K, stream); break;
-    case 5: launch_m<T, 5, kSwiglu>(x, w, y, N, K, stream); break;
-    case 6: launch_m<T, 6, kSwiglu>(x, w, y, N, K, stream); break;
-    case 7: launch_m<T, 7, kSwiglu>(x, w, y, N, K, stream); break;
-    default: launch_m<T, 8, kSwiglu>(x, w, y, N, K, stream); break;
-  }
-  return cudaGetLastError();
+  gemv_kernel<T, M><<<blocks, kWarps * 32, 0, stream>>>(x, w, y, N, K);
 }
 
 }  // namespace
 
 template <typename T>
 cudaError_t launch_gemv(const T* x, const T* w, T* y, int M, int N, int K, cudaStream_t stream) {
-  return launch<T, false>(x, w, y, M, N, K, stream);
+  if (M < 1 || M > kGemvMaxRows || N < 1 || K < 1 || K % kVec16<T> != 0) return cudaErrorInvalidValue;
+  if (x == nullptr || w == nullptr || y == nullptr || !is_aligned(x, 16) || !is_aligned(w, 16)) {
+    return cudaErrorInvalidValue;
+  }
+  switch (M) {
+    case 1: launch_m<T, 1>(x, w, y, N, K, stream); break;
+    case 2: launch_m<T, 2>(x, w, y, N, K, stream); break;
+    case 3: launch_m<T, 3>(x, w, y, N, K, stream); break;
+    case 4: launch_m<T, 4>(x, w, y, N, K, stream); break;
+    case 5: launch_m<T, 5>(x, w, y, N, K, stream); break;
+    case 6: launch_m<T, 6>(x, w, y, N, K, stream); break;
+    case 7: launch_m<T, 7>(x, w, y, N, K, stream); break;
+    default: launch_m<T, 8>(x, w, y, N, K, stream); break;
+  }
+  return cudaGetLastError();
 }
 
-template <typename T>
-cudaError_t launch_gemv_swiglu(const T* gate_up, const T* w, T* y, int M, int N, int K,
-                               cudaStream_t stream) {
-  return launch<T, true>(gate_up, w, y, M, N, K, stream);
-}
-
-#define LLAMA2_INSTANTIATE(T)                                                                 \
-  template cudaError_t launch_gemv<T>(const T*, const T*, T*, int, int, int, cudaStream_t);  \
-  template cudaError_t launch_gemv_swiglu<T>(const T*, const T*, T*, int, int, int, cudaStream_t);
+#define LLAMA2_INSTANTIATE(T) \
+  template cudaError_t launch_gemv<T>(const T*, const T*, T*, int, int, int, cudaStream_t);
 LLAMA2_INSTANTIATE(float)
 LLAMA2_INSTANTIATE(__half)
 LLAMA2_INSTANTIATE(__nv_bfloat16)

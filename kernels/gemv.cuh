@@ -22,13 +22,4 @@ cudaError_t launch_gemv(const T* x,  // [M, K]
                         T* y,        // [M, N]
                         int M, int N, int K, cudaStream_t stream);
 
-// The down projection fused with SwiGLU: y[m, n] = sum_k a[m, k] * w[n, k] with
-// a[m, k] = round_T(silu_mul(gate_up[m, k], gate_up[m, K + k])) (exactly launch_swiglu's output),
-// read from the gate|up GEMM output [M, 2K] (gate columns first). Same limits and launch.
-template <typename T>
-cudaError_t launch_gemv_swiglu(const T* gate_up,  // [M, 2K]
-                               const T* w,        // [N, K]
-                               T* y,              // [M, N]
-                               int M, int N, int K, cudaStream_t stream);
-
 }  // namespace llama2::kernels

@@ -1,6 +1,5 @@
 #include <algorithm>
 
-#include "kernels/activation.cuh"
 #include "kernels/dtype.cuh"
 #include "kernels/swiglu.cuh"
 
@@ -20,7 +19,7 @@ static __global__ void swiglu_kernel(const T* __restrict__ gate_up, int64_t n_to
     load_float<T, N>(g_ptr, g);
     load_float<T, N>(g_ptr + ffn, u);
 #pragma unroll
-    for (int e = 0; e < N; ++e) g[e] = silu_mul<T>(g[e], u[e]);
+    for (int e = 0; e < N; ++e) g[e] = round_to<T>(g[e] / (1.f + expf(-g[e]))) * u[e];
     store_float<T, N>(out + t * ffn + j, g);
   }
 }

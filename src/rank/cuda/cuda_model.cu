@@ -53,8 +53,9 @@ template <> struct TypeInfo<__nv_bfloat16> {
 
 // cuBLAS workspace, given explicitly so that GEMMs can be captured into CUDA graphs.
 constexpr size_t kCublasWorkspace = size_t{32} << 20;
-// Measured on an H200 (benchmarks/RESULTS.md): the GEMV kernel beats cuBLAS up to this many rows.
-constexpr int kDefaultGemvRows = 2;
+// Measured on an H200 (benchmarks/RESULTS.md, 7B decode): the GEMV kernel matches or slightly
+// beats cuBLAS for one row and loses from two rows on.
+constexpr int kDefaultGemvRows = 1;
 // Held back from the KV budget for CUDA graphs, NCCL's lazily created buffers and fragmentation.
 constexpr uint64_t kGraphSlack = uint64_t{512} << 20;
 
@@ -305,15 +306,8 @@ class CudaModel final : public ModelRunner {
       CUDA_CHECK(kernels::launch_add_rmsnorm<T>(x_.as<T>(), partial_.as<T>(), L.mlp_norm.as<T>(),
                                                 T_, H, eps, h_.as<T>(), stream_));
       gemm(h_, L.gate_up, gate_up_, T_, 2 * F, H);
-      // Decode-sized steps read SwiGLU on the fly inside the down-projection GEMV.
-      const bool fused = T_ <= gemv_rows_ &&
-                         kernels::launch_gemv_swiglu<T>(gate_up_.as<T>(), L.down.as<T>(),
-                                                        partial_.as<T>(), T_, H, F,
-                                                        stream_) == cudaSuccess;
-      if (!fused) {
-        CUDA_CHECK(kernels::launch_swiglu<T>(gate_up_.as<T>(), T_, F, act_.as<T>(), stream_));
-        gemm(act_, L.down, partial_, T_, H, F);
-      }
+      CUDA_CHECK(kernels::launch_swiglu<T>(gate_up_.as<T>(), T_, F, act_.as<T>(), stream_));
+      gemm(act_, L.down, partial_, T_, H, F);
       all_reduce(partial_, static_cast<int64_t>(T_) * H);  // row-parallel down projection
     }
     // x += last MLP output and the final norm, then only the logit rows go through the LM head.
