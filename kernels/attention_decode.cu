@@ -85,6 +85,7 @@ int choose_partition(int num_seqs, int kv_heads, int max_context) {
 template <typename T, int D, int kG>
 static __global__ void __launch_bounds__(kThreads)
     decode_partition_kernel(const DecodeParams<T> p) {
+  wait_for_previous_grid();
   constexpr int kU = kUnroll<kG>;
   using Split = RowSplit<T, D>;
   constexpr int V = Split::kVec;
@@ -297,6 +298,7 @@ static __global__ void __launch_bounds__(kThreads)
 // Merge of the partitions of one (sequence, query head): thread j owns output element j.
 template <typename T, int D>
 static __global__ void __launch_bounds__(D) decode_merge_kernel(const DecodeParams<T> p) {
+  wait_for_previous_grid();
   const int h = blockIdx.x, seq = blockIdx.y, j = threadIdx.x;
   const int ctx = p.context_lens[seq];
   T* out = p.out + (static_cast<int64_t>(seq) * p.heads + h) * D;
@@ -330,14 +332,14 @@ static cudaError_t run_decode(const DecodeParams<T>& p, int num_seqs, int kv_hea
                               cudaStream_t stream) {
   const dim3 grid(p.num_parts, kv_heads, num_seqs);
   if (p.group == 1) {
-    decode_partition_kernel<T, D, 1><<<grid, kThreads, 0, stream>>>(p);
+    launch_kernel(decode_partition_kernel<T, D, 1>, grid, kThreads, 0, stream, p);
   } else if (p.group <= 4) {
-    decode_partition_kernel<T, D, 4><<<grid, kThreads, 0, stream>>>(p);
+    launch_kernel(decode_partition_kernel<T, D, 4>, grid, kThreads, 0, stream, p);
   } else {
-    decode_partition_kernel<T, D, kMaxGroup><<<grid, kThreads, 0, stream>>>(p);
+    launch_kernel(decode_partition_kernel<T, D, kMaxGroup>, grid, kThreads, 0, stream, p);
   }
   if (p.num_parts > 1) {
-    decode_merge_kernel<T, D><<<dim3(p.heads, num_seqs), D, 0, stream>>>(p);
+    launch_kernel(decode_merge_kernel<T, D>, dim3(p.heads, num_seqs), D, 0, stream, p);
   }
   return cudaGetLastError();
 }

@@ -237,6 +237,7 @@ __device__ __forceinline__ void cp_async_wait() {
 
 template <typename T, int D>
 static __global__ void __launch_bounds__(kThreads, 3) prefill_kernel(const PrefillParams<T> p) {
+  wait_for_previous_grid();
   using L = Smem<T, D>;
   constexpr int V = kVec16<T>;
   constexpr int kChunks = D / V;  // 16-byte pieces per row
@@ -404,7 +405,7 @@ static cudaError_t run_prefill(const PrefillParams<T>& p, const PrefillAttention
       prefill_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   if (err != cudaSuccess) return err;
   const dim3 grid(a.heads, static_cast<unsigned>(ceil_div(a.max_new_tokens, kBQ)), a.num_seqs);
-  prefill_kernel<T, D><<<grid, kThreads, bytes, stream>>>(p);
+  launch_kernel(prefill_kernel<T, D>, grid, kThreads, bytes, stream, p);
   return cudaGetLastError();
 }
 

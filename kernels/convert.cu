@@ -18,6 +18,7 @@ __device__ __forceinline__ float load_source(const void* src, SourceType type, i
 
 template <typename T>
 __global__ void convert_kernel(const void* src, SourceType type, int64_t n, T* dst) {
+  wait_for_previous_grid();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     dst[i] = from_float<T>(load_source(src, type, i));
@@ -33,6 +34,7 @@ __device__ __forceinline__ uint64_t mix64(uint64_t z) {
 
 template <typename T>
 __global__ void fill_uniform_kernel(T* dst, int64_t n, uint64_t seed, float mean, float scale) {
+  wait_for_previous_grid();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const uint64_t h = mix64(seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(i));
@@ -54,7 +56,7 @@ cudaError_t launch_convert(const void* src, SourceType type, int64_t n, T* dst,
   if (n < 0 || static_cast<int>(type) < 0 || static_cast<int>(type) > 2) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   if (src == nullptr || dst == nullptr) return cudaErrorInvalidValue;
-  convert_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(src, type, n, dst);
+  launch_kernel(convert_kernel<T>, grid_for(n), kThreads, 0, stream, src, type, n, dst);
   return cudaGetLastError();
 }
 
@@ -64,7 +66,8 @@ cudaError_t launch_fill_uniform(T* dst, int64_t n, uint64_t seed, float mean, fl
   if (n < 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   if (dst == nullptr) return cudaErrorInvalidValue;
-  fill_uniform_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(dst, n, seed, mean, scale);
+  launch_kernel(fill_uniform_kernel<T>, grid_for(n), kThreads, 0, stream, dst, n, seed, mean,
+                scale);
   return cudaGetLastError();
 }
 

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 namespace llama2::kernels {
 
@@ -77,6 +78,39 @@ inline bool is_aligned(const void* p, size_t bytes) {
 
 __host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
+}
+
+// ---- Programmatic dependent launch (PDL, sm_90): every kernel is launched with programmatic
+// stream serialization, so the GPU may schedule a kernel's blocks while the previous kernel's last
+// blocks finish, and every kernel's first statement waits for the previous grid to complete and
+// its memory to be visible. Only the launch latency overlaps (nothing is read or written before
+// the wait), which is what a decode step of ~300 short kernels is made of. Off: plain launches.
+inline bool g_programmatic_launch = true;
+inline void set_programmatic_launch(bool on) {
+  g_programmatic_launch = on;
+}
+
+__device__ __forceinline__ void wait_for_previous_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), with the PDL attribute when enabled.
+template <typename... Params, typename... Args>
+cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                          cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = attr;
+  config.numAttrs = g_programmatic_launch ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
 template <typename T>

@@ -9,6 +9,7 @@ namespace llama2::kernels {
 template <typename T, int N>
 static __global__ void embedding_kernel(const int32_t* tokens, const T* table, int vocab_begin,
                                         int vocab_local, int hidden, T* out) {
+  wait_for_previous_grid();
   const int t = blockIdx.x;
   const int local = tokens[t] - vocab_begin;
   const int n_vec = hidden / N;
@@ -37,11 +38,11 @@ cudaError_t launch_embedding(const int32_t* tokens, int n_tokens, const T* table
   // One thread per access up to 256: a row of 4096 fp16 is 512 accesses, two per thread.
   const int threads = static_cast<int>(std::min<int64_t>(256, ceil_div(n_vec, 32) * 32));
   if (vec) {
-    embedding_kernel<T, V>
-        <<<n_tokens, threads, 0, stream>>>(tokens, table, vocab_begin, vocab_local, hidden, out);
+    launch_kernel(embedding_kernel<T, V>, n_tokens, threads, 0, stream, tokens, table, vocab_begin,
+                  vocab_local, hidden, out);
   } else {
-    embedding_kernel<T, 1>
-        <<<n_tokens, threads, 0, stream>>>(tokens, table, vocab_begin, vocab_local, hidden, out);
+    launch_kernel(embedding_kernel<T, 1>, n_tokens, threads, 0, stream, tokens, table, vocab_begin,
+                  vocab_local, hidden, out);
   }
   return cudaGetLastError();
 }

@@ -1,3 +1,4 @@
+#include "kernels/activation.cuh"
 #include "kernels/dtype.cuh"
 #include "kernels/gemv.cuh"
 #include "kernels/reduce.cuh"
@@ -8,17 +9,23 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kRowsPerWarp = 2;
 
-template <typename T, int M>
+// Plain: a warp owns rows n0, n0 + 1 of W and writes y[:, n0], y[:, n0 + 1].
+// kGateUp: W is the fused [gate; up] matrix [2N, K]; a warp owns output j = its index, reads rows
+// j (gate) and N + j (up) and writes y[:, j] = round_T(silu_mul(round_T(gate), round_T(up))): the
+// GEMM output rounding and launch_swiglu, without the [M, 2N] intermediate or a second launch.
+template <typename T, int M, bool kGateUp>
 __global__ void __launch_bounds__(kWarps * 32)
     gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, int N, int K) {
+  wait_for_previous_grid();
   constexpr int V = kVec16<T>;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  const int n0 = (blockIdx.x * kWarps + warp) * kRowsPerWarp;
+  const int n0 = kGateUp ? blockIdx.x * kWarps + warp : (blockIdx.x * kWarps + warp) * kRowsPerWarp;
   if (n0 >= N) return;
-  const bool two = n0 + 1 < N;
+  const bool two = kGateUp || n0 + 1 < N;
   const T* w0 = w + static_cast<int64_t>(n0) * K;
-  const T* w1 = two ? w0 + K : w0;  // a lone last row reads itself twice and writes once
+  // Plain: a lone last row reads itself twice and writes once.
+  const T* w1 = kGateUp ? w + (static_cast<int64_t>(N) + n0) * K : (two ? w0 + K : w0);
 
   float acc[kRowsPerWarp][M] = {};
 #pragma unroll 4
@@ -37,49 +44,87 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     }
   }
-#pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) {
+  if constexpr (kGateUp) {
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-      const float s = warp_sum(acc[r][m]);
-      // Lane (r * M + m) writes one output: the stores of a warp go out together.
-      if (lane == r * M + m && (r == 0 || two)) {
-        y[static_cast<int64_t>(m) * N + n0 + r] = from_float<T>(s);
+      const float g = round_to<T>(warp_sum(acc[0][m]));
+      const float u = round_to<T>(warp_sum(acc[1][m]));
+      if (lane == m) y[static_cast<int64_t>(m) * N + n0] = from_float<T>(silu_mul<T>(g, u));
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        const float s = warp_sum(acc[r][m]);
+        // Lane (r * M + m) writes one output: the stores of a warp go out together.
+        if (lane == r * M + m && (r == 0 || two)) {
+          y[static_cast<int64_t>(m) * N + n0 + r] = from_float<T>(s);
+        }
       }
     }
   }
 }
 
-template <typename T, int M>
+template <typename T, int M, bool kGateUp>
 void launch_m(const T* x, const T* w, T* y, int N, int K, cudaStream_t stream) {
-  const int rows_per_block = kWarps * kRowsPerWarp;
-  const int blocks = static_cast<int>(ceil_div(N, rows_per_block));
-  gemv_kernel<T, M><<<blocks, kWarps * 32, 0, stream>>>(x, w, y, N, K);
+  const int outputs_per_block = kGateUp ? kWarps : kWarps * kRowsPerWarp;
+  const int blocks = static_cast<int>(ceil_div(N, outputs_per_block));
+  launch_kernel(gemv_kernel<T, M, kGateUp>, blocks, kWarps * 32, 0, stream, x, w, y, N, K);
+}
+
+template <typename T, bool kGateUp>
+cudaError_t launch(const T* x, const T* w, T* y, int M, int N, int K, cudaStream_t stream) {
+  if (M < 1 || M > kGemvMaxRows || N < 1 || K < 1 || K % kVec16<T> != 0) return cudaErrorInvalidValue;
+  if (x == nullptr || w == nullptr || y == nullptr || !is_aligned(x, 16) || !is_aligned(w, 16)) {
+    return cudaErrorInvalidValue;
+  }
+  switch (M) {
+    case 1:
+      launch_m<T, 1, kGateUp>(x, w, y, N, K, stream);
+      break;
+    case 2:
+      launch_m<T, 2, kGateUp>(x, w, y, N, K, stream);
+      break;
+    case 3:
+      launch_m<T, 3, kGateUp>(x, w, y, N, K, stream);
+      break;
+    case 4:
+      launch_m<T, 4, kGateUp>(x, w, y, N, K, stream);
+      break;
+    case 5:
+      launch_m<T, 5, kGateUp>(x, w, y, N, K, stream);
+      break;
+    case 6:
+      launch_m<T, 6, kGateUp>(x, w, y, N, K, stream);
+      break;
+    case 7:
+      launch_m<T, 7, kGateUp>(x, w, y, N, K, stream);
+      break;
+    default:
+      launch_m<T, 8, kGateUp>(x, w, y, N, K, stream);
+      break;
+  }
+  return cudaGetLastError();
 }
 
 }  // namespace
 
 template <typename T>
 cudaError_t launch_gemv(const T* x, const T* w, T* y, int M, int N, int K, cudaStream_t stream) {
-  if (M < 1 || M > kGemvMaxRows || N < 1 || K < 1 || K % kVec16<T> != 0) return cudaErrorInvalidValue;
-  if (x == nullptr || w == nullptr || y == nullptr || !is_aligned(x, 16) || !is_aligned(w, 16)) {
-    return cudaErrorInvalidValue;
-  }
-  switch (M) {
-    case 1: launch_m<T, 1>(x, w, y, N, K, stream); break;
-    case 2: launch_m<T, 2>(x, w, y, N, K, stream); break;
-    case 3: launch_m<T, 3>(x, w, y, N, K, stream); break;
-    case 4: launch_m<T, 4>(x, w, y, N, K, stream); break;
-    case 5: launch_m<T, 5>(x, w, y, N, K, stream); break;
-    case 6: launch_m<T, 6>(x, w, y, N, K, stream); break;
-    case 7: launch_m<T, 7>(x, w, y, N, K, stream); break;
-    default: launch_m<T, 8>(x, w, y, N, K, stream); break;
-  }
-  return cudaGetLastError();
+  return launch<T, false>(x, w, y, M, N, K, stream);
 }
 
-#define LLAMA2_INSTANTIATE(T) \
-  template cudaError_t launch_gemv<T>(const T*, const T*, T*, int, int, int, cudaStream_t);
+template <typename T>
+cudaError_t launch_gemv_gate_up_swiglu(const T* x, const T* w_gate_up, T* act, int M, int F, int K,
+                                       cudaStream_t stream) {
+  return launch<T, true>(x, w_gate_up, act, M, F, K, stream);
+}
+
+#define LLAMA2_INSTANTIATE(T)                                                               \
+  template cudaError_t launch_gemv<T>(const T*, const T*, T*, int, int, int, cudaStream_t); \
+  template cudaError_t launch_gemv_gate_up_swiglu<T>(const T*, const T*, T*, int, int, int, \
+                                                     cudaStream_t);
 LLAMA2_INSTANTIATE(float)
 LLAMA2_INSTANTIATE(__half)
 LLAMA2_INSTANTIATE(__nv_bfloat16)

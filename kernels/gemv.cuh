@@ -22,4 +22,14 @@ cudaError_t launch_gemv(const T* x,  // [M, K]
                         T* y,        // [M, N]
                         int M, int N, int K, cudaStream_t stream);
 
+// The gate|up projection with SwiGLU in its epilogue: act[m, j] = round_T(silu_mul(
+// round_T(x[m] . gate[j]), round_T(x[m] . up[j]))) for j < F, where w_gate_up is the fused
+// [gate; up] weight [2F, K]: the same numbers as launch_gemv into [M, 2F] then launch_swiglu,
+// with one launch and no [M, 2F] intermediate. One warp per output j (rows j and F + j of W).
+template <typename T>
+cudaError_t launch_gemv_gate_up_swiglu(const T* x,          // [M, K]
+                                       const T* w_gate_up,  // [2F, K]
+                                       T* act,              // [M, F]
+                                       int M, int F, int K, cudaStream_t stream);
+
 }  // namespace llama2::kernels

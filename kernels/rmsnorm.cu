@@ -12,6 +12,7 @@ namespace llama2::kernels {
 
 template <typename T, int N>
 static __global__ void rmsnorm_kernel(const T* x, const T* weight, int hidden, float eps, T* out) {
+  wait_for_previous_grid();
   const int64_t row = blockIdx.x;
   const T* xr = x + row * hidden;
   T* orow = out + row * hidden;
@@ -39,6 +40,7 @@ static __global__ void rmsnorm_kernel(const T* x, const T* weight, int hidden, f
 template <typename T, int N>
 static __global__ void add_rmsnorm_kernel(T* residual, const T* x, const T* weight, int hidden,
                                           float eps, T* out) {
+  wait_for_previous_grid();
   const int64_t row = blockIdx.x;
   T* rrow = residual + row * hidden;
   const T* xr = x + row * hidden;
@@ -97,10 +99,11 @@ cudaError_t launch_rmsnorm(const T* x, const T* weight, int n_rows, int hidden, 
   if (x == nullptr || weight == nullptr || out == nullptr) return cudaErrorInvalidValue;
   constexpr int V = kVec16<T>;
   if (can_vectorize<T>(hidden, x, weight, out, out)) {
-    rmsnorm_kernel<T, V>
-        <<<n_rows, row_threads(hidden / V), 0, stream>>>(x, weight, hidden, eps, out);
+    launch_kernel(rmsnorm_kernel<T, V>, n_rows, row_threads(hidden / V), 0, stream, x, weight,
+                  hidden, eps, out);
   } else {
-    rmsnorm_kernel<T, 1><<<n_rows, row_threads(hidden), 0, stream>>>(x, weight, hidden, eps, out);
+    launch_kernel(rmsnorm_kernel<T, 1>, n_rows, row_threads(hidden), 0, stream, x, weight, hidden,
+                  eps, out);
   }
   return cudaGetLastError();
 }
@@ -116,11 +119,11 @@ cudaError_t launch_add_rmsnorm(T* residual, const T* x, const T* weight, int n_r
   }
   constexpr int V = kVec16<T>;
   if (can_vectorize<T>(hidden, residual, x, weight, out)) {
-    add_rmsnorm_kernel<T, V>
-        <<<n_rows, row_threads(hidden / V), 0, stream>>>(residual, x, weight, hidden, eps, out);
+    launch_kernel(add_rmsnorm_kernel<T, V>, n_rows, row_threads(hidden / V), 0, stream, residual, x,
+                  weight, hidden, eps, out);
   } else {
-    add_rmsnorm_kernel<T, 1>
-        <<<n_rows, row_threads(hidden), 0, stream>>>(residual, x, weight, hidden, eps, out);
+    launch_kernel(add_rmsnorm_kernel<T, 1>, n_rows, row_threads(hidden), 0, stream, residual, x,
+                  weight, hidden, eps, out);
   }
   return cudaGetLastError();
 }

@@ -56,6 +56,7 @@ static __global__ void __launch_bounds__(128)
     rope_kv_kernel(T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                    T* __restrict__ k_cache, T* __restrict__ v_cache, const RopeKvParams<T> p,
                    const __grid_constant__ RopeFreqs f) {
+  wait_for_previous_grid();
   constexpr int H = D / 2;
   constexpr int V = kVec16<T>;
   constexpr int kHalfPieces = H / V;
@@ -158,12 +159,12 @@ cudaError_t launch_rope_kv(T* q, int64_t q_stride, const T* k, int64_t k_stride,
   constexpr int kThreads = 128;
   switch (d) {
     case 64:
-      rope_kv_kernel<T, 64>
-          <<<tokens.n_tokens, kThreads, 0, stream>>>(q, k, v, cache.k, cache.v, p, freqs);
+      launch_kernel(rope_kv_kernel<T, 64>, tokens.n_tokens, kThreads, 0, stream, q, k, v, cache.k,
+                    cache.v, p, freqs);
       break;
     case 128:
-      rope_kv_kernel<T, 128>
-          <<<tokens.n_tokens, kThreads, 0, stream>>>(q, k, v, cache.k, cache.v, p, freqs);
+      launch_kernel(rope_kv_kernel<T, 128>, tokens.n_tokens, kThreads, 0, stream, q, k, v, cache.k,
+                    cache.v, p, freqs);
       break;
     default:
       return cudaErrorInvalidValue;  // head_dim not instantiated

@@ -33,6 +33,7 @@ template <typename T>
 static __global__ void __launch_bounds__(kThreads)
     argmax_kernel(const T* logits, int64_t ld, int n, int vocab_begin, float* out_value,
                   int32_t* out_index) {
+  wait_for_previous_grid();
   __shared__ float s_val[kWarps];
   __shared__ int s_idx[kWarps];
   const int row = blockIdx.x;
@@ -77,6 +78,7 @@ template <typename T>
 static __global__ void __launch_bounds__(kThreads)
     topk_kernel(const T* logits, int64_t ld, int n, int vocab_begin, int k, float* out_values,
                 int32_t* out_indices) {
+  wait_for_previous_grid();
   __shared__ uint32_t s_hist[256];
   __shared__ int s_bin, s_need;
   __shared__ int s_warp_gt[kWarps], s_warp_eq[kWarps];
@@ -193,8 +195,8 @@ cudaError_t launch_argmax(const T* logits, int64_t ld, int rows, int vocab_local
   if (rows == 0) return cudaSuccess;
   if (logits == nullptr || out_value == nullptr || out_index == nullptr)
     return cudaErrorInvalidValue;
-  argmax_kernel<T>
-      <<<rows, kThreads, 0, stream>>>(logits, ld, vocab_local, vocab_begin, out_value, out_index);
+  launch_kernel(argmax_kernel<T>, rows, kThreads, 0, stream, logits, ld, vocab_local, vocab_begin,
+                out_value, out_index);
   return cudaGetLastError();
 }
 
@@ -208,8 +210,8 @@ cudaError_t launch_topk(const T* logits, int64_t ld, int rows, int vocab_local, 
   if (rows == 0) return cudaSuccess;
   if (logits == nullptr || out_values == nullptr || out_indices == nullptr)
     return cudaErrorInvalidValue;
-  topk_kernel<T><<<rows, kThreads, 0, stream>>>(logits, ld, vocab_local, vocab_begin, k, out_values,
-                                                out_indices);
+  launch_kernel(topk_kernel<T>, rows, kThreads, 0, stream, logits, ld, vocab_local, vocab_begin, k,
+                out_values, out_indices);
   return cudaGetLastError();
 }
 

@@ -1,5 +1,6 @@
 #include <algorithm>
 
+#include "kernels/activation.cuh"
 #include "kernels/dtype.cuh"
 #include "kernels/swiglu.cuh"
 
@@ -8,6 +9,7 @@ namespace llama2::kernels {
 template <typename T, int N>
 static __global__ void swiglu_kernel(const T* __restrict__ gate_up, int64_t n_tokens, int ffn,
                                      T* __restrict__ out) {
+  wait_for_previous_grid();
   const int64_t per_row = ffn / N;
   const int64_t total = n_tokens * per_row;
   for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
@@ -19,7 +21,7 @@ static __global__ void swiglu_kernel(const T* __restrict__ gate_up, int64_t n_to
     load_float<T, N>(g_ptr, g);
     load_float<T, N>(g_ptr + ffn, u);
 #pragma unroll
-    for (int e = 0; e < N; ++e) g[e] = round_to<T>(g[e] / (1.f + expf(-g[e]))) * u[e];
+    for (int e = 0; e < N; ++e) g[e] = silu_mul<T>(g[e], u[e]);
     store_float<T, N>(out + t * ffn + j, g);
   }
 }
@@ -36,9 +38,9 @@ cudaError_t launch_swiglu(const T* gate_up, int n_tokens, int ffn, T* out, cudaS
   // Enough blocks to fill the GPU several times over; the grid-stride loop covers the rest.
   const int blocks = static_cast<int>(std::min<int64_t>(ceil_div(work, kThreads), 4096));
   if (vec) {
-    swiglu_kernel<T, V><<<blocks, kThreads, 0, stream>>>(gate_up, n_tokens, ffn, out);
+    launch_kernel(swiglu_kernel<T, V>, blocks, kThreads, 0, stream, gate_up, n_tokens, ffn, out);
   } else {
-    swiglu_kernel<T, 1><<<blocks, kThreads, 0, stream>>>(gate_up, n_tokens, ffn, out);
+    launch_kernel(swiglu_kernel<T, 1>, blocks, kThreads, 0, stream, gate_up, n_tokens, ffn, out);
   }
   return cudaGetLastError();
 }

@@ -16,7 +16,8 @@ StepLayout::StepLayout(int tokens, int seqs, int max_seq_len, int block_size_, i
   LLAMA2_CHECK(tokens > 0 && seqs > 0 && max_seq_len > 0 && block_size_ > 0 && num_blocks_ > 0);
 }
 
-StepShape fill_step_metadata(const StepPlan& plan, const StepLayout& L, int bucket, int32_t* host) {
+StepShape fill_step_metadata(const StepPlan& plan, const StepLayout& L, int bucket, int32_t* host,
+                             int context_bound) {
   const int S = static_cast<int>(plan.seqs.size());
   const int T = plan.total_tokens();
   if (T > L.max_tokens) {
@@ -89,7 +90,9 @@ StepShape fill_step_metadata(const StepPlan& plan, const StepLayout& L, int buck
       ctx[i] = 0;
     }
     sh.tokens = sh.seqs = sh.logit_rows = bucket;
-    sh.max_context = L.max_blocks * L.block_size;
+    const int longest = L.max_blocks * L.block_size;
+    LLAMA2_CHECK(context_bound == 0 || (context_bound <= longest && context_bound >= sh.max_context));
+    sh.max_context = context_bound > 0 ? context_bound : longest;
     sh.max_new_tokens = 1;
   }
   sh.words_used = L.block_tables_at() + static_cast<size_t>(sh.seqs) * L.max_blocks;

@@ -46,10 +46,11 @@ struct StepShape {
 
 // Writes `plan` into host[0, layout.words()). bucket > 0 (decode steps only) pads the step to
 // `bucket` sequences of one token: token 0, KV slot -1 (nothing written), context length 0 (zero
-// attention rows), and sizes max_context to the layout's longest sequence, so every step of that
-// bucket has the same launch shapes. Error (naming the limit) when the plan exceeds the layout
-// or names a block id outside the cache.
+// attention rows), and sets max_context to `context_bound` (0: the layout's longest sequence;
+// it must cover every context of the plan), so every step of that (bucket, bound) pair has the
+// same launch shapes. Error (naming the limit) when the plan exceeds the layout or names a block
+// id outside the cache.
 StepShape fill_step_metadata(const StepPlan& plan, const StepLayout& layout, int bucket,
-                             int32_t* host);
+                             int32_t* host, int context_bound = 0);
 
 }  // namespace llama2

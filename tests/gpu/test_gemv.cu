@@ -9,6 +9,7 @@
 #include "gpu_test_util.h"
 #include "kernels/convert.cuh"
 #include "kernels/gemv.cuh"
+#include "kernels/swiglu.cuh"
 
 namespace k = llama2::kernels;
 using namespace llama2::gputest;
@@ -41,6 +42,33 @@ TEST_CASE("gemv: y = x . W^T for 1..8 rows") {
           expect_close(what, to_f32(dy.download()), want, Tol{rel_tol<T>(1), 2e-6 * K});
         });
       }
+    }
+  }
+}
+
+TEST_CASE("gemv_gate_up_swiglu: equals gemv into [M, 2F] followed by launch_swiglu, bit for bit") {
+  LLAMA2_GPU_TEST_OR_SKIP();
+  for (int M : {1, 4}) {
+    for (int F : {5, 1376}) {
+      const int K = 264;
+      const auto x = exact_random(static_cast<size_t>(M) * K, 21 + M);
+      const auto w = exact_random(static_cast<size_t>(2) * F * K, 23 + F, -0.5f, 0.5f);
+      for_each_dtype([&](auto tag) {
+        using T = decltype(tag);
+        const std::string what = std::string("gemv_gate_up_swiglu ") + dtype_name<T>() +
+                                 " M=" + std::to_string(M) + " F=" + std::to_string(F);
+        INFO(what);
+        DeviceBuffer<T> dx(to_dtype<T>(x)), dw(to_dtype<T>(w)), gu(size_t(M) * 2 * F),
+            two_step(size_t(M) * F), fused(size_t(M) * F);
+        fused.poison();
+        LLAMA2_CUDA_REQUIRE(k::launch_gemv<T>(dx.get(), dw.get(), gu.get(), M, 2 * F, K, 0));
+        LLAMA2_CUDA_REQUIRE(k::launch_swiglu<T>(gu.get(), M, F, two_step.get(), 0));
+        LLAMA2_CUDA_REQUIRE(
+            k::launch_gemv_gate_up_swiglu<T>(dx.get(), dw.get(), fused.get(), M, F, K, 0));
+        LLAMA2_CUDA_REQUIRE(cudaDeviceSynchronize());
+        // Same dot products in the same order (one warp, same lanes), same roundings: identical.
+        expect_close(what, to_f32(fused.download()), to_f32(two_step.download()), Tol{0, 0});
+      });
     }
   }
 }

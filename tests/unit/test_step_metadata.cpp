@@ -110,6 +110,10 @@ TEST_SUITE("step_metadata") {
     const int32_t* t = h.data();
     CHECK(t[L.slot_at()] == 1 * 4 + 0);  // position 4 = block table[1] = 1, offset 0
     CHECK(t[L.slot_at() + 1] == 6 * 4 + 0);  // position 0 of block 6
+    // A context bound shortens the attention grid for the whole bucket; it must cover the step.
+    CHECK(llama2::fill_step_metadata(p, L, 4, h.data(), 5).max_context == 5);
+    CHECK_THROWS(llama2::fill_step_metadata(p, L, 4, h.data(), 4));   // position 4 needs 5
+    CHECK_THROWS(llama2::fill_step_metadata(p, L, 4, h.data(), 9));   // beyond the layout
     for (int i = 2; i < 4; ++i) {
       CAPTURE(i);
       CHECK(t[L.tokens_at() + i] == 0);

@@ -91,10 +91,13 @@ class CudaModel final : public ModelRunner {
     const char* gemv = std::getenv("LLAMA2_GEMV");
     gemv_rows_ = gemv == nullptr ? kDefaultGemvRows
                                  : std::clamp(std::atoi(gemv), 0, kernels::kGemvMaxRows);
+    // LLAMA2_PDL=0 launches kernels without programmatic dependent launch (for comparison).
+    const char* pdl = std::getenv("LLAMA2_PDL");
+    kernels::set_programmatic_launch(pdl == nullptr || std::string(pdl) != "0");
   }
 
   ~CudaModel() override {
-    for (auto& [bucket, exec] : graphs_) (void)cudaGraphExecDestroy(exec);
+    for (auto& [key, exec] : graphs_) (void)cudaGraphExecDestroy(exec);
     if (cublas_ != nullptr) (void)cublasDestroy(cublas_);
     if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
   }
@@ -163,7 +166,8 @@ class CudaModel final : public ModelRunner {
       return q.n_tokens == 1 && q.want_logits;
     });
     const int bucket = decode ? graph_bucket(S) : 0;
-    const StepShape shape = fill_step_metadata(plan, layout_, bucket, meta_host_.as<int32_t>());
+    const StepShape shape = fill_step_metadata(plan, layout_, bucket, meta_host_.as<int32_t>(),
+                                               bucket > 0 ? context_bucket(plan) : 0);
     // The previous step's copy has completed (forward ends with a stream wait), so the pinned
     // array may be rewritten; the graph reads meta_dev_ at fixed addresses.
     CUDA_CHECK(cudaMemcpyAsync(meta_dev_.as<void>(), meta_host_.as<void>(),
@@ -218,6 +222,17 @@ class CudaModel final : public ModelRunner {
     int b = 1;
     while (b < S) b = b < 8 ? b * 2 : (b < 64 ? b + 8 : b + 32);
     return std::min(b, cap);
+  }
+
+  // A graph's decode attention is sized for a context bound: the longest context of the step
+  // rounded up to a power of two (>= 256, <= the longest sequence). Short contexts then get short
+  // grids (one partition, no merge pass at large batches) instead of the grid for max_seq_len.
+  int context_bucket(const StepPlan& plan) const {
+    int longest = 1;
+    for (const SeqStep& q : plan.seqs) longest = std::max(longest, q.pos_begin + q.n_tokens);
+    int b = 256;
+    while (b < longest) b *= 2;
+    return std::min(b, layout_.max_blocks * layout_.block_size);
   }
 
   kernels::PagedKvCache<T> cache(int layer) const {
@@ -305,8 +320,13 @@ class CudaModel final : public ModelRunner {
       all_reduce(partial_, static_cast<int64_t>(T_) * H);  // row-parallel O projection
       CUDA_CHECK(kernels::launch_add_rmsnorm<T>(x_.as<T>(), partial_.as<T>(), L.mlp_norm.as<T>(),
                                                 T_, H, eps, h_.as<T>(), stream_));
-      gemm(h_, L.gate_up, gate_up_, T_, 2 * F, H);
-      CUDA_CHECK(kernels::launch_swiglu<T>(gate_up_.as<T>(), T_, F, act_.as<T>(), stream_));
+      // One-row steps: gate|up GEMV with SwiGLU in its epilogue (one launch, no [T, 2F] buffer).
+      if (T_ > gemv_rows_ ||
+          kernels::launch_gemv_gate_up_swiglu<T>(h_.as<T>(), L.gate_up.as<T>(), act_.as<T>(), T_,
+                                                 F, H, stream_) != cudaSuccess) {
+        gemm(h_, L.gate_up, gate_up_, T_, 2 * F, H);
+        CUDA_CHECK(kernels::launch_swiglu<T>(gate_up_.as<T>(), T_, F, act_.as<T>(), stream_));
+      }
       gemm(act_, L.down, partial_, T_, H, F);
       all_reduce(partial_, static_cast<int64_t>(T_) * H);  // row-parallel down projection
     }
@@ -322,7 +342,8 @@ class CudaModel final : public ModelRunner {
   }
 
   void run_graph(const StepShape& sh) {
-    auto it = graphs_.find(sh.seqs);
+    const std::pair<int, int> key{sh.seqs, sh.max_context};
+    auto it = graphs_.find(key);
     if (it == graphs_.end()) {
       cudaGraph_t graph = nullptr;
       CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
@@ -338,7 +359,7 @@ class CudaModel final : public ModelRunner {
       const cudaError_t rc = cudaGraphInstantiate(&exec, graph, 0);
       (void)cudaGraphDestroy(graph);
       CUDA_CHECK(rc);
-      it = graphs_.emplace(sh.seqs, exec).first;
+      it = graphs_.emplace(key, exec).first;
     }
     CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
   }
@@ -428,7 +449,8 @@ class CudaModel final : public ModelRunner {
   DeviceBuffer cand_values_, cand_ids_;      // [R, kMaxCandidates]
   DeviceBuffer gathered_f32_, gathered_ids_;  // rank 0: [tp][R, k] or [R, vocab] (rank blocks)
   PinnedBuffer host_f32_, host_ids_;          // rank 0: the same on the host
-  std::map<int, cudaGraphExec_t> graphs_;     // decode bucket -> graph
+  // (decode batch bucket, context bucket) -> graph
+  std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
 };
 
 }  // namespace
