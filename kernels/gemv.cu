@@ -7,32 +7,37 @@ namespace llama2::kernels {
 namespace {
 
 constexpr int kWarps = 8;
-constexpr int kRowsPerWarp = 2;
+// Plain products with at most this many rows of W give each warp one row (R = 1) instead of two:
+// o_proj and down_proj of 7B (4096 rows) then fill 512 blocks instead of 256, and the loop is
+// unrolled twice as far, so each SM keeps as many bytes in flight as on the larger matrices.
+constexpr int kOneRowMaxN = 8192;
 
-// Plain: a warp owns rows n0, n0 + 1 of W and writes y[:, n0], y[:, n0 + 1].
+// Plain: a warp owns rows n0 .. n0 + R - 1 of W and writes those columns of y.
 // kGateUp: W is the fused [gate; up] matrix [2N, K]; a warp owns output j = its index, reads rows
 // j (gate) and N + j (up) and writes y[:, j] = round_T(silu_mul(round_T(gate), round_T(up))): the
 // GEMM output rounding and launch_swiglu, without the [M, 2N] intermediate or a second launch.
-template <typename T, int M, bool kGateUp>
+template <typename T, int M, bool kGateUp, int R>
 __global__ void __launch_bounds__(kWarps * 32)
     gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, int N, int K) {
+  static_assert(R == 2 || (R == 1 && !kGateUp), "gate|up reads two rows per output");
   wait_for_previous_grid();
   constexpr int V = kVec16<T>;
+  constexpr int kUnroll = R == 1 ? 8 : 4;  // ~8 16-byte loads of W in flight per lane
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  const int n0 = kGateUp ? blockIdx.x * kWarps + warp : (blockIdx.x * kWarps + warp) * kRowsPerWarp;
+  const int n0 = kGateUp ? blockIdx.x * kWarps + warp : (blockIdx.x * kWarps + warp) * R;
   if (n0 >= N) return;
-  const bool two = kGateUp || n0 + 1 < N;
+  const bool two = kGateUp || (R == 2 && n0 + 1 < N);
   const T* w0 = w + static_cast<int64_t>(n0) * K;
   // Plain: a lone last row reads itself twice and writes once.
   const T* w1 = kGateUp ? w + (static_cast<int64_t>(N) + n0) * K : (two ? w0 + K : w0);
 
-  float acc[kRowsPerWarp][M] = {};
-#pragma unroll 4
+  float acc[R][M] = {};
+#pragma unroll kUnroll
   for (int k = lane * V; k < K; k += 32 * V) {
     float a[V], b[V];
     load_float<T, V>(w0 + k, a);
-    load_float<T, V>(w1 + k, b);
+    if constexpr (R == 2) load_float<T, V>(w1 + k, b);
 #pragma unroll
     for (int m = 0; m < M; ++m) {
       float xv[V];
@@ -40,7 +45,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
       for (int i = 0; i < V; ++i) {
         acc[0][m] = fmaf(a[i], xv[i], acc[0][m]);
-        acc[1][m] = fmaf(b[i], xv[i], acc[1][m]);
+        if constexpr (R == 2) acc[R - 1][m] = fmaf(b[i], xv[i], acc[R - 1][m]);
       }
     }
   }
@@ -48,12 +53,12 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int m = 0; m < M; ++m) {
       const float g = round_to<T>(warp_sum(acc[0][m]));
-      const float u = round_to<T>(warp_sum(acc[1][m]));
+      const float u = round_to<T>(warp_sum(acc[R - 1][m]));
       if (lane == m) y[static_cast<int64_t>(m) * N + n0] = from_float<T>(silu_mul<T>(g, u));
     }
   } else {
 #pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
+    for (int r = 0; r < R; ++r) {
 #pragma unroll
       for (int m = 0; m < M; ++m) {
         const float s = warp_sum(acc[r][m]);
@@ -68,9 +73,13 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 template <typename T, int M, bool kGateUp>
 void launch_m(const T* x, const T* w, T* y, int N, int K, cudaStream_t stream) {
-  const int outputs_per_block = kGateUp ? kWarps : kWarps * kRowsPerWarp;
-  const int blocks = static_cast<int>(ceil_div(N, outputs_per_block));
-  launch_kernel(gemv_kernel<T, M, kGateUp>, blocks, kWarps * 32, 0, stream, x, w, y, N, K);
+  if (!kGateUp && N <= kOneRowMaxN) {
+    const int blocks = static_cast<int>(ceil_div(N, kWarps));
+    launch_kernel(gemv_kernel<T, M, false, 1>, blocks, kWarps * 32, 0, stream, x, w, y, N, K);
+  } else {
+    const int blocks = static_cast<int>(ceil_div(N, kGateUp ? kWarps : kWarps * 2));
+    launch_kernel(gemv_kernel<T, M, kGateUp, 2>, blocks, kWarps * 32, 0, stream, x, w, y, N, K);
+  }
 }
 
 template <typename T, bool kGateUp>

@@ -17,7 +17,7 @@ using namespace llama2::gputest;
 TEST_CASE("gemv: y = x . W^T for 1..8 rows") {
   LLAMA2_GPU_TEST_OR_SKIP();
   for (int M : {1, 3, 8}) {
-    for (int N : {1, 17, 4099}) {
+    for (int N : {1, 17, 4099, 8209}) {  // <= 8192: one row per warp; above: two
       for (int K : {8, 264, 4096}) {
         const auto x = exact_random(static_cast<size_t>(M) * K, 7 + M + K);
         const auto w = exact_random(static_cast<size_t>(N) * K, 9 + N + K);
