@@ -1,5 +1,9 @@
 #include "rank/cuda/nccl_comm.h"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdlib>
 #include <string>
 #include <thread>
 
@@ -23,9 +27,57 @@ NcclComm::NcclComm(MPI_Comm mpi) {
   if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
   MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi));
   NCCL_CHECK(ncclCommInitRank(&comm_, size_, id, rank_));
+  setup_one_shot(mpi);
+}
+
+void NcclComm::setup_one_shot(MPI_Comm mpi) {
+  const char* env = std::getenv("LLAMA2_CUSTOM_ALLREDUCE");
+  if ((env != nullptr && std::string(env) == "0") || size_ > kernels::kAllReduceMaxRanks) return;
+  // CUDA IPC needs every rank of the group in this node.
+  MPI_Comm node;
+  MPI_CHECK(MPI_Comm_split_type(mpi, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+  int node_size = 0;
+  MPI_CHECK(MPI_Comm_size(node, &node_size));
+  MPI_CHECK(MPI_Comm_free(&node));
+  if (node_size != size_) return;
+
+  shared_.rank = rank_;
+  shared_.ranks = size_;
+  shared_.max_bytes = kOneShotBytes;
+  const size_t bytes = kernels::allreduce_buffer_bytes(size_, kOneShotBytes);
+  int ok = 1;
+  cudaIpcMemHandle_t mine{};
+  if (cudaMalloc(&shared_.buffers[rank_], bytes) != cudaSuccess ||
+      cudaMemset(shared_.buffers[rank_], 0, bytes) != cudaSuccess ||
+      cudaDeviceSynchronize() != cudaSuccess ||
+      cudaIpcGetMemHandle(&mine, shared_.buffers[rank_]) != cudaSuccess) {
+    ok = 0;
+  }
+  std::vector<cudaIpcMemHandle_t> all(size_);
+  MPI_CHECK(MPI_Allgather(&mine, sizeof(mine), MPI_BYTE, all.data(), sizeof(mine), MPI_BYTE, mpi));
+  for (int r = 0; r < size_ && ok; ++r) {
+    if (r == rank_) continue;
+    if (cudaIpcOpenMemHandle(&shared_.buffers[r], all[r], cudaIpcMemLazyEnablePeerAccess) !=
+        cudaSuccess) {
+      shared_.buffers[r] = nullptr;
+      ok = 0;
+    }
+  }
+  (void)cudaGetLastError();  // a failed attempt leaves NCCL in charge, not a sticky error
+  int all_ok = 0;
+  MPI_CHECK(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, mpi));
+  one_shot_ = all_ok == 1;
 }
 
 NcclComm::~NcclComm() {
+  for (int r = 0; r < shared_.ranks; ++r) {
+    if (shared_.buffers[r] == nullptr) continue;
+    if (r == rank_) {
+      (void)cudaFree(shared_.buffers[r]);
+    } else {
+      (void)cudaIpcCloseMemHandle(shared_.buffers[r]);
+    }
+  }
   if (comm_ == nullptr) return;
   // After a failure the peers may never arrive: abort rather than a destroy that could block.
   if (aborted_) return;
@@ -34,6 +86,20 @@ NcclComm::~NcclComm() {
 
 void NcclComm::all_reduce_sum(void* buf, size_t count, ncclDataType_t type, cudaStream_t stream) {
   if (comm_ == nullptr || count == 0) return;
+  if (one_shot_ && count * nccl_type_bytes(type) <= kOneShotBytes) {
+    const auto n = static_cast<int64_t>(count);
+    cudaError_t rc = cudaErrorInvalidValue;
+    switch (type) {
+      case ncclFloat16: rc = kernels::launch_allreduce(shared_, static_cast<__half*>(buf), n, stream); break;
+      case ncclBfloat16: rc = kernels::launch_allreduce(shared_, static_cast<__nv_bfloat16*>(buf), n, stream); break;
+      case ncclFloat32: rc = kernels::launch_allreduce(shared_, static_cast<float*>(buf), n, stream); break;
+      default: break;
+    }
+    // Every rank makes the same choice (same count, type and alignment rules), so a refused
+    // launch (odd length, misaligned buffer) falls back to NCCL on all of them together.
+    if (rc == cudaSuccess) return;
+    (void)cudaGetLastError();
+  }
   NCCL_CHECK(ncclAllReduce(buf, buf, count, type, ncclSum, comm_, stream));
 }
 

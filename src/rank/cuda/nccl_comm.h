@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <vector>
 
+#include "kernels/allreduce.cuh"
+
 namespace llama2 {
 
 class NcclComm {
@@ -23,8 +25,12 @@ class NcclComm {
   int rank() const { return rank_; }
   int size() const { return size_; }
 
-  // buf: [count] elements of `type` on this GPU, summed over the group in place.
+  // buf: [count] elements of `type` on this GPU, summed over the group in place. Messages up to
+  // kOneShotBytes go through the one-shot NVLink kernel when every rank is on this node and the
+  // GPUs can map each other's memory (LLAMA2_CUSTOM_ALLREDUCE=0 turns it off); NCCL otherwise.
   void all_reduce_sum(void* buf, size_t count, ncclDataType_t type, cudaStream_t stream);
+  static constexpr size_t kOneShotBytes = 64 * 1024;
+  bool one_shot_enabled() const { return one_shot_; }
   // Every rank's send ([counts[rank]] elements) lands on rank 0 in rank order, back to back
   // (recv is only written on rank 0). Several calls may share one ncclGroupStart/End.
   void gather_to_root(const void* send, const std::vector<size_t>& counts, ncclDataType_t type,
@@ -35,10 +41,13 @@ class NcclComm {
 
  private:
   void check_async();
+  void setup_one_shot(MPI_Comm mpi);
 
   int rank_ = 0, size_ = 1;
   ncclComm_t comm_ = nullptr;  // nullptr when size_ == 1
   bool aborted_ = false;
+  bool one_shot_ = false;
+  kernels::AllReduceShared shared_;  // buffers[rank_] is ours (cudaMalloc), others IPC-mapped
 };
 
 size_t nccl_type_bytes(ncclDataType_t type);
