@@ -28,10 +28,12 @@
 #include "kernels/attention_prefill.cuh"
 #include "kernels/dtype.cuh"
 #include "kernels/embedding.cuh"
+#include "kernels/gemv.cuh"
 #include "kernels/rmsnorm.cuh"
 #include "kernels/rope_kv.cuh"
 #include "kernels/sampling.cuh"
 #include "kernels/swiglu.cuh"
+#include "rank/cuda/device_buffer.h"
 #include "rank/cpu_ops.h"
 
 namespace k = llama2::kernels;
@@ -213,6 +215,42 @@ void bench_swiglu() {
     const double us = median_us([&] { k::launch_swiglu<T>(d_gu.p, n, kFfn, d_out.p, 0); });
     report("swiglu", fmt("T=%ld", n), us, 3.0 * n * kFfn * sizeof(T));
   }
+}
+
+// Decode projections of 7B at batch 1 (the weights stream once: bytes = N x K x 2): the project's
+// GEMV against cuBLAS on the same data, after checking the GEMV against a double-precision product.
+void bench_gemv() {
+  cublasHandle_t handle;
+  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) {
+    std::fprintf(stderr, "cublasCreate failed\n");
+    std::exit(2);
+  }
+  struct Shape { const char* name; int n, k; };
+  const Shape shapes[] = {{"qkv", 3 * kHidden, kHidden}, {"o_proj", kHidden, kHidden},
+                          {"gate|up", 2 * kFfn, kHidden}, {"down", kHidden, kFfn},
+                          {"lm_head", kVocab, kHidden}};
+  std::printf("gemv, one row (7B decode projections)\n");
+  for (const Shape& sh : shapes) {
+    const auto x = rnd(sh.k, 11);
+    const auto w = rnd(static_cast<size_t>(sh.n) * sh.k, 12);
+    Dev<T> d_x(half(x)), d_w(half(w)), d_y(sh.n);
+    CK(k::launch_gemv<T>(d_x.p, d_w.p, d_y.p, 1, sh.n, sh.k, 0));
+    std::vector<float> want(sh.n);
+    for (int n = 0; n < sh.n; ++n) {
+      double acc = 0;
+      for (int i = 0; i < sh.k; ++i) acc += double(x[i]) * w[static_cast<size_t>(n) * sh.k + i];
+      want[n] = static_cast<float>(acc);
+    }
+    verify(std::string("gemv ") + sh.name, f32(d_y.get()), want, 1e-3, 2e-6 * sh.k);
+    const double bytes = 2.0 * sh.n * sh.k;
+    const double ours = median_us([&] { k::launch_gemv<T>(d_x.p, d_w.p, d_y.p, 1, sh.n, sh.k, 0); });
+    report("gemv", std::string(sh.name) + fmt(" N=%ld K=%ld", sh.n, sh.k), ours, bytes);
+    const double blas = median_us([&] {
+      llama2::gemm_xwt(handle, CUDA_R_16F, d_x.p, d_w.p, d_y.p, 1, sh.n, sh.k);
+    });
+    report("cublas", std::string(sh.name) + fmt(" N=%ld K=%ld", sh.n, sh.k), blas, bytes);
+  }
+  cublasDestroy(handle);
 }
 
 // One sequence per entry of `lens`, blocks shuffled; returns the plan of `news` new tokens per seq.
@@ -434,6 +472,7 @@ int main() {
   bench_prefill(kHeads, kHeads, 2048, 2048, false);
   bench_prefill(kHeads, kHeads, 512, 2048, false);
   bench_sampling();
+  bench_gemv();
   std::printf("%s\n", g_failures ? "CORRECTNESS FAILURES: timings above are not meaningful"
                                  : "all checks passed");
   return g_failures ? 1 : 0;
