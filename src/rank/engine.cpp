@@ -36,9 +36,19 @@ std::string gather_lines(MPI_Comm comm, const std::string& line) {
 
 }  // namespace
 
-std::string choose_backend(const std::string& requested, int visible_devices) {
+std::string choose_backend(const std::string& requested, int visible_devices, int head_dim,
+                           std::string* note) {
+  const std::string head_reason = "the CUDA kernels support head_dim 64 and 128, this model has " +
+                                  std::to_string(head_dim);
   if (requested == "cpu") return "cpu";
-  if (requested == "auto") return visible_devices > 0 && cuda_backend_built() ? "cuda" : "cpu";
+  if (requested == "auto") {
+    if (visible_devices == 0 || !cuda_backend_built()) return "cpu";
+    if (!cuda_supports_head_dim(head_dim)) {
+      if (note != nullptr) *note = "auto chose cpu: " + head_reason;
+      return "cpu";
+    }
+    return "cuda";
+  }
   if (requested == "cuda") {
     if (!cuda_backend_built()) {
       throw Error("--backend cuda: this build has no CUDA backend (configured without nvcc or "
@@ -47,6 +57,9 @@ std::string choose_backend(const std::string& requested, int visible_devices) {
     if (visible_devices == 0) {
       throw Error("--backend cuda: no CUDA device is visible (check nvidia-smi and "
                   "CUDA_VISIBLE_DEVICES); use --backend cpu or auto");
+    }
+    if (!cuda_supports_head_dim(head_dim)) {
+      throw Error("--backend cuda: " + head_reason + "; use --backend cpu or auto");
     }
     return "cuda";
   }
@@ -89,7 +102,7 @@ RankEngine::RankEngine(const EngineSpec& spec, const ModelConfig& config, MPI_Co
   std::string error;
   std::unique_ptr<WeightStore> weights;
   try {
-    backend_ = choose_backend(spec.backend, devices);
+    backend_ = choose_backend(spec.backend, devices, config_.head_dim(), &backend_note_);
     dtype_ = choose_dtype(spec.dtype, backend_, config_.torch_dtype);
     shard_ = make_shard_plan(config_, size_, rank_);
     if (spec.kv.block_size <= 0 || spec.kv.num_blocks < 0) {
@@ -153,6 +166,7 @@ RankEngine::RankEngine(const EngineSpec& spec, const ModelConfig& config, MPI_Co
        << "), KV " << kv_.num_blocks << " blocks x " << kv_.block_size << " tokens = "
        << runner_->kv_cache_bytes() << " B";
   if (!local.note.empty()) line << " [" << local.note << "]";
+  if (!backend_note_.empty()) line << " [" << backend_note_ << "]";
   line << "\n";
   report_ = gather_lines(comm_, line.str());
 }

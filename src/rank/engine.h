@@ -33,9 +33,11 @@ struct EngineSpec {
   bool cuda_graphs = true;    // capture decode steps
 };
 
-// "cpu" or "cuda" for a requested backend given the visible devices; Error for unknown names or a
-// cuda request this build or machine cannot honour.
-std::string choose_backend(const std::string& requested, int visible_devices);
+// "cpu" or "cuda" for a requested backend given the visible devices and the model's head size;
+// Error for unknown names or a cuda request this build, machine or model cannot honour. When
+// `auto` falls back to cpu although a GPU is visible, *note says why.
+std::string choose_backend(const std::string& requested, int visible_devices, int head_dim,
+                           std::string* note = nullptr);
 // fp16 | bf16 | fp32 for a requested dtype on a backend ("auto": the config's torch_dtype on
 // cuda, fp32 on cpu); Error naming the allowed values otherwise.
 std::string choose_dtype(const std::string& requested, const std::string& backend,
@@ -74,7 +76,7 @@ class RankEngine final : public StepExecutor {
   ShardPlan shard_;
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
-  std::string backend_, dtype_;
+  std::string backend_, dtype_, backend_note_;
   std::string report_;
   KvCacheSpec kv_;
   std::unique_ptr<Comm> tp_comm_;

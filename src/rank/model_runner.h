@@ -61,6 +61,8 @@ struct CudaRunnerOptions {
 
 // True when this binary was built with the CUDA backend.
 bool cuda_backend_built();
+// The attention and RoPE kernels are instantiated for these head sizes (all Llama-2 models use 128).
+inline bool cuda_supports_head_dim(int head_dim) { return head_dim == 64 || head_dim == 128; }
 // The CUDA backend (fp16/bf16/fp32 on one GPU per rank, NCCL between ranks). Error when the
 // backend is not built or the device cannot hold the shard.
 std::unique_ptr<ModelRunner> make_cuda_runner(const ModelConfig& config, const ShardPlan& shard,

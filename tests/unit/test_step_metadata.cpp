@@ -264,13 +264,17 @@ TEST_SUITE("logits_gather") {
 }
 
 TEST_SUITE("backend_choice") {
-  TEST_CASE("auto picks cuda only when built and a device is visible") {
-    CHECK(llama2::choose_backend("auto", 0) == "cpu");
-    CHECK(llama2::choose_backend("cpu", 2) == "cpu");
-    CHECK(llama2::choose_backend("auto", 1) == (llama2::cuda_backend_built() ? "cuda" : "cpu"));
-    CHECK_THROWS_WITH_AS(llama2::choose_backend("gpu", 1),
+  TEST_CASE("auto picks cuda only when built, a device is visible and the head size is supported") {
+    CHECK(llama2::choose_backend("auto", 0, 128) == "cpu");
+    CHECK(llama2::choose_backend("cpu", 2, 128) == "cpu");
+    CHECK(llama2::choose_backend("auto", 1, 128) == (llama2::cuda_backend_built() ? "cuda" : "cpu"));
+    std::string note;
+    CHECK(llama2::choose_backend("auto", 1, 16, &note) == "cpu");
+    if (llama2::cuda_backend_built()) CHECK(note.find("head_dim 64 and 128") != std::string::npos);
+    CHECK_THROWS_WITH_AS(llama2::choose_backend("gpu", 1, 128),
                          doctest::Contains("cpu, cuda, auto"), llama2::Error);
-    CHECK_THROWS_AS(llama2::choose_backend("cuda", 0), llama2::Error);
+    CHECK_THROWS_AS(llama2::choose_backend("cuda", 0, 128), llama2::Error);
+    CHECK_THROWS_AS(llama2::choose_backend("cuda", 1, 16), llama2::Error);  // no build or head
   }
 
   TEST_CASE("dtype: auto follows the checkpoint on cuda, cpu is fp32 only") {

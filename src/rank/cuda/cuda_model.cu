@@ -459,6 +459,10 @@ bool cuda_backend_built() { return true; }
 
 std::unique_ptr<ModelRunner> make_cuda_runner(const ModelConfig& config, const ShardPlan& shard,
                                               const CudaRunnerOptions& options) {
+  if (!cuda_supports_head_dim(shard.head_dim)) {
+    throw Error("the CUDA kernels support head_dim 64 and 128 (this model: " +
+                std::to_string(shard.head_dim) + "); use --backend cpu");
+  }
   if (options.dtype == "fp16") return std::make_unique<CudaModel<__half>>(config, shard, options);
   if (options.dtype == "bf16") return std::make_unique<CudaModel<__nv_bfloat16>>(config, shard, options);
   if (options.dtype == "fp32") return std::make_unique<CudaModel<float>>(config, shard, options);
