@@ -3,8 +3,14 @@
 source "$(dirname "$0")/lib.sh" "$@"
 
 for model in tiny-gqa tiny-mha; do
-  for mode in greedy sampled; do
-    if [[ $mode == greedy ]]; then flags=(--temperature 0); else flags=(--temperature 0.8 --top-k 40 --top-p 0.95 --repetition-penalty 1.1 --seed 7); fi
+  # greedy and topk gather per-rank candidates (StepPlan::candidates); sampled needs full logits
+  # (repetition penalty, top-p over the vocabulary).
+  for mode in greedy topk sampled; do
+    case $mode in
+      greedy) flags=(--temperature 0) ;;
+      topk) flags=(--temperature 0.9 --top-k 20 --seed 11) ;;
+      *) flags=(--temperature 0.8 --top-k 40 --top-p 0.95 --repetition-penalty 1.1 --seed 7) ;;
+    esac
     for np in 1 2 4; do
       run_capture "$model.$mode.np$np" $np generate --model "$MODELS/$model" --quiet --json \
         --prompt "Café au lait, 北京, and a 🦊." -n 24 --ignore-eos "${flags[@]}"
@@ -17,6 +23,18 @@ for model in tiny-gqa tiny-mha; do
       else fail "$model $mode np=1 $ids1 != np=$np $idsn"; fi
     done
   done
+done
+
+# The candidate gather gives the tokens the full-logit gather gives (LLAMA2_FULL_LOGITS=1 forces
+# full rows), greedy and top-k, at 2 ranks.
+for mode in greedy topk; do
+  if [[ $mode == greedy ]]; then flags=(--temperature 0); else flags=(--temperature 0.9 --top-k 20 --seed 11); fi
+  LLAMA2_FULL_LOGITS=1 run_capture "full.$mode" 2 generate --model "$MODELS/tiny-gqa" --quiet --json \
+    --prompt "Café au lait, 北京, and a 🦊." -n 24 --ignore-eos "${flags[@]}"
+  full=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["token_ids"])' "$TMP/full.$mode.out")
+  cand=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["token_ids"])' "$TMP/tiny-gqa.$mode.np2.out")
+  if [[ "$full" == "$cand" && -n "$full" ]]; then pass "$mode: candidates == full logits: $full"
+  else fail "$mode: candidates $cand != full logits $full"; fi
 done
 
 # Streaming text equals the --json text (same seed), byte for byte.
