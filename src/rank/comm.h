@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,6 +23,9 @@ class Comm {
   // Concatenates every rank's `send` ([counts[r]] floats from rank r) on rank 0 in rank order;
   // recv ([sum counts]) is only written on rank 0.
   virtual void gather_to_root(const float* send, const std::vector<int>& counts, float* recv) = 0;
+  // The same for int32 values (token ids of the sampling candidates).
+  virtual void gather_to_root(const int32_t* send, const std::vector<int>& counts,
+                              int32_t* recv) = 0;
 };
 
 // Comm over an MPI communicator (not owned).

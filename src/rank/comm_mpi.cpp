@@ -22,14 +22,21 @@ class MpiComm final : public Comm {
   }
 
   void gather_to_root(const float* send, const std::vector<int>& counts, float* recv) override {
-    LLAMA2_CHECK(static_cast<int>(counts.size()) == size_);
-    std::vector<int> displs(size_, 0);
-    for (int r = 1; r < size_; ++r) displs[r] = displs[r - 1] + counts[r - 1];
-    MPI_CHECK(MPI_Gatherv(send, counts[rank_], MPI_FLOAT, recv, counts.data(), displs.data(),
-                          MPI_FLOAT, 0, comm_));
+    gather(send, counts, recv, MPI_FLOAT);
+  }
+  void gather_to_root(const int32_t* send, const std::vector<int>& counts, int32_t* recv) override {
+    gather(send, counts, recv, MPI_INT32_T);
   }
 
  private:
+  void gather(const void* send, const std::vector<int>& counts, void* recv, MPI_Datatype type) {
+    LLAMA2_CHECK(static_cast<int>(counts.size()) == size_);
+    std::vector<int> displs(size_, 0);
+    for (int r = 1; r < size_; ++r) displs[r] = displs[r - 1] + counts[r - 1];
+    MPI_CHECK(
+        MPI_Gatherv(send, counts[rank_], type, recv, counts.data(), displs.data(), type, 0, comm_));
+  }
+
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
 };

@@ -98,15 +98,12 @@ class CpuModel final : public ModelRunner {
                        ids.data());
       const bool root = comm_.rank() == 0;
       std::vector<float> all_values(root ? values.size() * s_.tp : 0);
-      std::vector<float> all_ids(all_values.size());
-      // Token ids travel as floats: exact below 2^24, far above any vocabulary.
-      std::vector<float> ids_f(ids.begin(), ids.end());
+      std::vector<int32_t> all_ids(all_values.size());
       const std::vector<int> counts(s_.tp, rows * k);
       comm_.gather_to_root(values.data(), counts, all_values.data());
-      comm_.gather_to_root(ids_f.data(), counts, all_ids.data());
+      comm_.gather_to_root(ids.data(), counts, all_ids.data());
       if (!root || out == nullptr) return;
-      const std::vector<int32_t> all_ids_i(all_ids.begin(), all_ids.end());
-      merge_candidates(all_values.data(), all_ids_i.data(), s_.tp, rows, k, out);
+      merge_candidates(all_values.data(), all_ids.data(), s_.tp, rows, k, out);
       return;
     }
     std::vector<int> counts(s_.tp);

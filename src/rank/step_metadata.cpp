@@ -16,6 +16,12 @@ StepLayout::StepLayout(int tokens, int seqs, int max_seq_len, int block_size_, i
   LLAMA2_CHECK(tokens > 0 && seqs > 0 && max_seq_len > 0 && block_size_ > 0 && num_blocks_ > 0);
 }
 
+bool is_decode_step(const StepPlan& plan) {
+  return !plan.seqs.empty() &&
+         std::all_of(plan.seqs.begin(), plan.seqs.end(),
+                     [](const SeqStep& q) { return q.n_tokens == 1 && q.want_logits; });
+}
+
 StepShape fill_step_metadata(const StepPlan& plan, const StepLayout& L, int bucket, int32_t* host,
                              int context_bound) {
   const int S = static_cast<int>(plan.seqs.size());
@@ -30,9 +36,7 @@ StepShape fill_step_metadata(const StepPlan& plan, const StepLayout& L, int buck
                 std::to_string(L.max_seqs) + " (--max-batch-size)");
   }
   StepShape sh;
-  sh.decode = S > 0 && std::all_of(plan.seqs.begin(), plan.seqs.end(), [](const SeqStep& q) {
-    return q.n_tokens == 1 && q.want_logits;
-  });
+  sh.decode = is_decode_step(plan);
   LLAMA2_CHECK(bucket == 0 || (sh.decode && bucket >= S && bucket <= L.max_seqs));
   int32_t* tokens = host + L.tokens_at();
   int32_t* pos = host + L.pos_at();

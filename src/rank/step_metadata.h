@@ -44,6 +44,9 @@ struct StepShape {
   size_t words_used = 0;   // prefix of the array to upload
 };
 
+// True when every sequence adds one token and wants its logits: the steps that replay graphs.
+bool is_decode_step(const StepPlan& plan);
+
 // Writes `plan` into host[0, layout.words()). bucket > 0 (decode steps only) pads the step to
 // `bucket` sequences of one token: token 0, KV slot -1 (nothing written), context length 0 (zero
 // attention rows), and sets max_context to `context_bound` (0: the layout's longest sequence;

@@ -162,10 +162,7 @@ class CudaModel final : public ModelRunner {
     const int S = static_cast<int>(plan.seqs.size());
     const int rows = plan.logit_rows();
     if (S == 0) return;
-    const bool decode = std::all_of(plan.seqs.begin(), plan.seqs.end(), [](const SeqStep& q) {
-      return q.n_tokens == 1 && q.want_logits;
-    });
-    const int bucket = decode ? graph_bucket(S) : 0;
+    const int bucket = is_decode_step(plan) ? graph_bucket(S) : 0;
     const StepShape shape = fill_step_metadata(plan, layout_, bucket, meta_host_.as<int32_t>(),
                                                bucket > 0 ? context_bucket(plan) : 0);
     // The previous step's copy has completed (forward ends with a stream wait), so the pinned
