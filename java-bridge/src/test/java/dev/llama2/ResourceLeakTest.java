@@ -28,8 +28,19 @@ class ResourceLeakTest {
   }
 
   static long fds() throws IOException {
+    return fdTargets().size();
+  }
+
+  /** What each open descriptor points at, so that a failure names the descriptor that stayed. */
+  static java.util.List<String> fdTargets() throws IOException {
     try (Stream<Path> s = Files.list(Path.of("/proc/self/fd"))) {
-      return s.count();
+      return s.map(p -> {
+        try {
+          return p.getFileName() + " -> " + Files.readSymbolicLink(p);
+        } catch (IOException e) {
+          return p.getFileName() + " -> (closed while listing)";
+        }
+      }).sorted().collect(java.util.stream.Collectors.toList());
     }
   }
 
@@ -63,15 +74,19 @@ class ResourceLeakTest {
     String socket = TestServer.tiny().socket;
     for (int i = 0; i < 200; i++) cycle(socket, i);  // JIT, class loading, malloc arenas, JNA
     settle();
-    long rss0 = rssKb(), fd0 = fds();
+    long rss0 = rssKb();
+    java.util.List<String> before = fdTargets();
+    long fd0 = before.size();
     int th0 = threads();
     for (int i = 0; i < 1000; i++) cycle(socket, i);
     settle();
-    long rss1 = rssKb(), fd1 = fds();
+    long rss1 = rssKb();
+    java.util.List<String> after = fdTargets();
+    long fd1 = after.size();
     int th1 = threads();
     System.out.printf("RSS %d -> %d kB (%+d), fds %d -> %d, threads %d -> %d%n",
         rss0, rss1, rss1 - rss0, fd0, fd1, th0, th1);
-    assertEquals(fd0, fd1, "file descriptors");
+    assertEquals(fd0, fd1, () -> "file descriptors: before " + before + ", after " + after);
     assertTrue(th1 <= th0 + 1, "threads " + th0 + " -> " + th1);
     assertTrue(rss1 - rss0 < RSS_TOLERANCE_KB, "RSS grew by " + (rss1 - rss0) + " kB");
     assertEquals(0, Calls.live(), "no generation left registered");
