@@ -27,20 +27,36 @@ class ResourceLeakTest {
     throw new IllegalStateException("no VmRSS in /proc/self/status");
   }
 
-  static long fds() throws IOException {
-    return fdTargets().size();
+  /**
+   * The open descriptors, listed until two listings 50 ms apart agree. The JVM's own threads (JIT,
+   * GC, container support) open short-lived descriptors, so a single listing can catch one that is
+   * closed a moment later (CI saw "fds 31 -> 32" with the extra one gone before readlink); a leak
+   * is a descriptor that stays.
+   */
+  static java.util.List<String> stableFds() throws IOException, InterruptedException {
+    java.util.List<String> last = fdTargets();
+    for (int i = 0; i < 20; i++) {
+      Thread.sleep(50);
+      java.util.List<String> now = fdTargets();
+      if (now.equals(last)) return now;
+      last = now;
+    }
+    return last;
   }
 
-  /** What each open descriptor points at, so that a failure names the descriptor that stayed. */
+  /** What each open descriptor points at (those closed while listing left out), sorted. */
   static java.util.List<String> fdTargets() throws IOException {
     try (Stream<Path> s = Files.list(Path.of("/proc/self/fd"))) {
-      return s.map(p -> {
+      java.util.List<String> out = new java.util.ArrayList<>();
+      s.forEach(p -> {
         try {
-          return p.getFileName() + " -> " + Files.readSymbolicLink(p);
-        } catch (IOException e) {
-          return p.getFileName() + " -> (closed while listing)";
+          out.add(p.getFileName() + " -> " + Files.readSymbolicLink(p));
+        } catch (IOException closedWhileListing) {
+          // not open any more: not a leak
         }
-      }).sorted().collect(java.util.stream.Collectors.toList());
+      });
+      java.util.Collections.sort(out);
+      return out;
     }
   }
 
@@ -75,13 +91,13 @@ class ResourceLeakTest {
     for (int i = 0; i < 200; i++) cycle(socket, i);  // JIT, class loading, malloc arenas, JNA
     settle();
     long rss0 = rssKb();
-    java.util.List<String> before = fdTargets();
+    java.util.List<String> before = stableFds();
     long fd0 = before.size();
     int th0 = threads();
     for (int i = 0; i < 1000; i++) cycle(socket, i);
     settle();
     long rss1 = rssKb();
-    java.util.List<String> after = fdTargets();
+    java.util.List<String> after = stableFds();
     long fd1 = after.size();
     int th1 = threads();
     System.out.printf("RSS %d -> %d kB (%+d), fds %d -> %d, threads %d -> %d%n",
