@@ -5,6 +5,9 @@
 #   usage: benchmarks/cpu_batch_throughput.sh [build dir]        (prints a Markdown table)
 # Each cell is the median of 3 runs of 32 prompts x 64 new tokens (greedy, ignore_eos), in generated
 # tokens per second from the end of model loading to the last result (prefill included).
+# Ranks run unbound (--bind-to none, as launch/llama2-mpirun does), so --cpu-threads' automatic
+# choice gives each rank its share of the cores. A second table times the engine alone
+# (llama2_bench_cpu: decode steps without tokenizer, scheduler or output).
 set -euo pipefail
 source "$(dirname "$0")/../launch/env.sh"
 BUILD=${1:-$LLAMA2_BUILD}
@@ -17,7 +20,7 @@ for i in range(32): print(json.dumps({"custom_id": f"p{i}", "prompt": f"Prompt n
 
 run() {  # run MODEL NP B -> generated tok/s after load (the job's final progress line)
   rm -f "$TMP/out.jsonl"
-  mpirun --oversubscribe -np "$2" "$LLAMA2" batch --model "$1" --input "$TMP/in.jsonl" \
+  mpirun --oversubscribe --bind-to none -np "$2" "$LLAMA2" batch --model "$1" --input "$TMP/in.jsonl" \
     --output "$TMP/out.jsonl" --max-batch-size "$3" --quiet 2>&1 >/dev/null |
     sed -n 's/.*32\/32 prompts done.*tokens, \([0-9.]*\) tok\/s.*/\1/p' | tail -1
 }
@@ -32,4 +35,11 @@ for model in "$LLAMA2_ROOT/tests/models/tiny-gqa" "$TMP/bench-model"; do
     ratio=$(python3 -c "print(f'{${row[1]}/${row[0]}:.2f}x')")
     echo "| $(basename "$model") | $np | ${row[0]} | ${row[1]} | ${row[2]} | $ratio |"
   done
+done
+
+echo
+for model in "$LLAMA2_ROOT/tests/models/tiny-gqa" "$TMP/bench-model"; do
+  echo "engine only, $(basename "$model"):"
+  mpirun --oversubscribe --bind-to none -np 1 "$BUILD/llama2_bench_cpu" --model "$model" \
+    --batches 1,8,32 --context 64 --steps 64 --repeats 5 2>/dev/null
 done

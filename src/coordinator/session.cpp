@@ -43,6 +43,7 @@ Session open_session(const SessionOptions& opts, int rank,
   spec.cpu_default_blocks = s.num_blocks;
   spec.gpu_memory_fraction = opts.gpu_memory_fraction;
   spec.cuda_graphs = opts.cuda_graphs;
+  spec.cpu_threads = opts.cpu_threads;
   spec.max_batch = opts.max_batch;
   spec.max_step_tokens = opts.max_batch + opts.prefill_chunk;
   spec.max_seq_len = opts.max_seq_len;

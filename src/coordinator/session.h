@@ -33,6 +33,7 @@ struct SessionOptions {
                                  // the cuda backend sizes the cache from GPU memory
   double gpu_memory_fraction = 0.9;
   bool cuda_graphs = true;
+  int cpu_threads = 0;  // 0: automatic (see cpu_threads_for_rank)
   int max_batch = 1;             // sequences per step
   int prefill_chunk = 512;       // prompt tokens per step
   int max_seq_len = 0;           // 0: the model's max_position_embeddings

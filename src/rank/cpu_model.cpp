@@ -33,8 +33,8 @@ struct CpuLayer {
 
 class CpuModel final : public ModelRunner {
  public:
-  CpuModel(const ModelConfig& c, const ShardPlan& s, const WeightStore& w, Comm& comm)
-      : c_(c), s_(s), comm_(comm) {
+  CpuModel(const ModelConfig& c, const ShardPlan& s, const WeightStore& w, Comm& comm, int threads)
+      : c_(c), s_(s), comm_(comm), pool_(threads) {
     for (int r = 0; r < s.tp; ++r) all_shards_.push_back(make_shard_plan(c, s.tp, r));
     embed_ = load(w, embedding_slice(c, s));
     final_norm_ = load(w, final_norm_slice(c));
@@ -57,7 +57,9 @@ class CpuModel final : public ModelRunner {
   }
 
   std::string backend_name() const override { return "cpu"; }
-  std::string device_description() const override { return "host"; }
+  std::string device_description() const override {
+    return "host, " + std::to_string(pool_.size()) + (pool_.size() == 1 ? " thread" : " threads");
+  }
   int dtype_bytes() const override { return sizeof(float); }
   int64_t kv_blocks_that_fit(int) const override { return -1; }
 
@@ -87,7 +89,7 @@ class CpuModel final : public ModelRunner {
   }
 
   void forward(const StepPlan& plan, StepLogits* out) override {
-    std::vector<float> local;  // [rows, vocab_local]
+    std::vector<float>& local = ws_.logits;  // [rows, vocab_local]
     local_logits(plan, &local);
     const int rows = plan.logit_rows();
     if (plan.candidates > 0) {
@@ -108,60 +110,75 @@ class CpuModel final : public ModelRunner {
     }
     std::vector<int> counts(s_.tp);
     for (int r = 0; r < s_.tp; ++r) counts[r] = rows * all_shards_[r].vocab_size;
-    std::vector<float> gathered(comm_.rank() == 0 ? static_cast<size_t>(rows) * c_.vocab_size : 0);
+    std::vector<float>& gathered =
+        sized(&ws_.gathered, comm_.rank() == 0 ? int64_t{rows} * c_.vocab_size : 0);
     comm_.gather_to_root(local.data(), counts, gathered.data());
     if (comm_.rank() != 0 || out == nullptr) return;
     stitch_vocab_slices(gathered.data(), all_shards_, rows, c_.vocab_size, out);
   }
 
  private:
+  // Per-step activations, reused from step to step.
+  struct Workspace {
+    std::vector<float> x, h, q, k, v, attn, gate, up, partial, last, logits, gathered;
+  };
+  // `buf` resized to n elements: its contents are garbage, the operators overwrite them.
+  static std::vector<float>& sized(std::vector<float>* buf, int64_t n) {
+    buf->resize(static_cast<size_t>(n));
+    return *buf;
+  }
+
   // logits_local: [plan.logit_rows(), shard.vocab_size], this rank's vocabulary slice.
   void local_logits(const StepPlan& plan, std::vector<float>* logits_local) {
     const int T = plan.total_tokens(), H = c_.hidden_size, d = s_.head_dim;
     const int nq = s_.num_heads * d, nkv = s_.num_kv_heads * d, F = s_.ffn_size;
     const std::vector<int32_t> positions = cpu::plan_positions(plan);
+    const cpu::RopeTable rope = cpu::rope_table(positions.data(), T, d, c_.rope_theta);
 
-    std::vector<float> x(static_cast<size_t>(T) * H);  // [T, H] residual stream, replicated
+    // Activations live in a workspace that only grows: allocating them per step made glibc hand
+    // the pages back and fault them in again every step (a third of a batch-32 step).
+    Workspace& ws = ws_;
+    std::vector<float>& x = sized(&ws.x, T * H);  // [T, H] residual stream, replicated
     cpu::embedding(plan.tokens.data(), T, embed_.data(), s_.vocab_begin, s_.vocab_size, H, x.data());
     comm_.all_reduce_sum(x.data(), x.size());  // vocab-parallel embedding: one rank owns each row
 
-    std::vector<float> h(x.size());                           // [T, H]
-    std::vector<float> q(static_cast<size_t>(T) * nq);        // [T, heads_local, d]
-    std::vector<float> k(static_cast<size_t>(T) * nkv);       // [T, kv_local, d]
-    std::vector<float> v(static_cast<size_t>(T) * nkv);       // [T, kv_local, d]
-    std::vector<float> attn(static_cast<size_t>(T) * nq);     // [T, heads_local, d]
-    std::vector<float> gate(static_cast<size_t>(T) * F);      // [T, ffn_local]
-    std::vector<float> up(static_cast<size_t>(T) * F);        // [T, ffn_local]
-    std::vector<float> partial(x.size());                     // [T, H] this rank's row-split sum
+    std::vector<float>& h = sized(&ws.h, T * H);             // [T, H]
+    std::vector<float>& q = sized(&ws.q, T * nq);            // [T, heads_local, d]
+    std::vector<float>& k = sized(&ws.k, T * nkv);           // [T, kv_local, d]
+    std::vector<float>& v = sized(&ws.v, T * nkv);           // [T, kv_local, d]
+    std::vector<float>& attn = sized(&ws.attn, T * nq);      // [T, heads_local, d]
+    std::vector<float>& gate = sized(&ws.gate, T * F);       // [T, ffn_local]
+    std::vector<float>& up = sized(&ws.up, T * F);           // [T, ffn_local]
+    std::vector<float>& partial = sized(&ws.partial, T * H); // [T, H] this rank's row-split sum
 
     for (int l = 0; l < c_.num_layers; ++l) {
       CpuLayer& L = layers_[l];
       cpu::rmsnorm(x.data(), L.attn_norm.data(), T, H, c_.rms_norm_eps, h.data());
-      cpu::linear(h.data(), L.wq.data(), T, H, nq, q.data());
-      cpu::linear(h.data(), L.wk.data(), T, H, nkv, k.data());
-      cpu::linear(h.data(), L.wv.data(), T, H, nkv, v.data());
-      cpu::rope(q.data(), positions.data(), T, s_.num_heads, d, c_.rope_theta);
-      cpu::rope(k.data(), positions.data(), T, s_.num_kv_heads, d, c_.rope_theta);
+      cpu::linear(h.data(), L.wq.data(), T, H, nq, q.data(), &pool_);
+      cpu::linear(h.data(), L.wk.data(), T, H, nkv, k.data(), &pool_);
+      cpu::linear(h.data(), L.wv.data(), T, H, nkv, v.data(), &pool_);
+      cpu::rope(q.data(), rope, T, s_.num_heads, d);
+      cpu::rope(k.data(), rope, T, s_.num_kv_heads, d);
       const cpu::KvLayerView cache{L.k_cache.data(), L.v_cache.data(), s_.num_kv_heads,
                                    kv_.block_size, d, kv_.num_blocks};
       cpu::kv_write(cache, plan, k.data(), v.data());
-      cpu::paged_attention(cache, plan, q.data(), s_.num_heads, kv_head_of_, attn.data());
-      cpu::linear(attn.data(), L.wo.data(), T, nq, H, partial.data());
+      cpu::paged_attention(cache, plan, q.data(), s_.num_heads, kv_head_of_, attn.data(), &pool_);
+      cpu::linear(attn.data(), L.wo.data(), T, nq, H, partial.data(), &pool_);
       comm_.all_reduce_sum(partial.data(), partial.size());  // row-parallel O projection
       cpu::add_inplace(x.data(), partial.data(), static_cast<int64_t>(x.size()));
 
       cpu::rmsnorm(x.data(), L.mlp_norm.data(), T, H, c_.rms_norm_eps, h.data());
-      cpu::linear(h.data(), L.w_gate.data(), T, H, F, gate.data());
-      cpu::linear(h.data(), L.w_up.data(), T, H, F, up.data());
+      cpu::linear(h.data(), L.w_gate.data(), T, H, F, gate.data(), &pool_);
+      cpu::linear(h.data(), L.w_up.data(), T, H, F, up.data(), &pool_);
       cpu::swiglu(gate.data(), up.data(), static_cast<int64_t>(gate.size()), gate.data());
-      cpu::linear(gate.data(), L.w_down.data(), T, F, H, partial.data());
+      cpu::linear(gate.data(), L.w_down.data(), T, F, H, partial.data(), &pool_);
       comm_.all_reduce_sum(partial.data(), partial.size());  // row-parallel down projection
       cpu::add_inplace(x.data(), partial.data(), static_cast<int64_t>(x.size()));
     }
 
     // Only the last token of sequences that asked for logits goes through the norm and LM head.
     const int rows = plan.logit_rows();
-    std::vector<float> last(static_cast<size_t>(rows) * H);  // [rows, H]
+    std::vector<float>& last = sized(&ws.last, rows * H);  // [rows, H]
     int t_end = 0, r = 0;
     for (const auto& sq : plan.seqs) {
       t_end += sq.n_tokens;
@@ -171,7 +188,7 @@ class CpuModel final : public ModelRunner {
     cpu::rmsnorm(last.data(), final_norm_.data(), rows, H, c_.rms_norm_eps, last.data());
     const std::vector<float>& head = c_.tie_word_embeddings ? embed_ : lm_head_;
     logits_local->resize(static_cast<size_t>(rows) * s_.vocab_size);
-    cpu::linear(last.data(), head.data(), rows, H, s_.vocab_size, logits_local->data());
+    cpu::linear(last.data(), head.data(), rows, H, s_.vocab_size, logits_local->data(), &pool_);
   }
 
   ModelConfig c_;
@@ -184,13 +201,16 @@ class CpuModel final : public ModelRunner {
   std::vector<float> lm_head_;     // [vocab_local, H]; empty when tied to embed_
   std::vector<CpuLayer> layers_;
   std::vector<int> kv_head_of_;    // [heads_local] local KV head of each local query head
+  ThreadPool pool_;
+  Workspace ws_;
 };
 
 }  // namespace
 
 std::unique_ptr<ModelRunner> make_cpu_runner(const ModelConfig& config, const ShardPlan& shard,
-                                             const WeightStore& weights, Comm& comm) {
-  return std::make_unique<CpuModel>(config, shard, weights, comm);
+                                             const WeightStore& weights, Comm& comm,
+                                             int threads) {
+  return std::make_unique<CpuModel>(config, shard, weights, comm, threads);
 }
 
 }  // namespace llama2

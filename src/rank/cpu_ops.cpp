@@ -36,6 +36,7 @@ void rmsnorm(const float* x, const float* weight, int n, int hidden, double eps,
 namespace {
 // 8 float lanes; the compiler lowers this to SSE/AVX as the target allows.
 typedef float v8f __attribute__((vector_size(32)));
+typedef int v8i __attribute__((vector_size(32)));
 
 inline v8f load8(const float* p) {
   v8f v;
@@ -48,74 +49,143 @@ inline float hsum(v8f a) {
   return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
-// out[r, n + c] for R activation rows x C weight rows: each weight vector load serves R rows and
-// each activation load serves C weight rows, so an 8-row batch step reads every weight once per
-// 4 tokens and keeps the FMA units fed instead of waiting on loads.
+// hsum of 8 accumulators at once, lane j of the result = hsum(a[j]) bit for bit (same pairing, same
+// order), in 7 vector adds instead of 8 x 7 scalar ones: with in = 64 the scalar sums cost as much
+// as the multiply-adds.
+inline v8f hsum8(const v8f* a) {
+  const v8i even = {0, 8, 2, 10, 4, 12, 6, 14}, odd = {1, 9, 3, 11, 5, 13, 7, 15};
+  const v8i lo2 = {0, 1, 8, 9, 4, 5, 12, 13}, hi2 = {2, 3, 10, 11, 6, 7, 14, 15};
+  const v8i lo4 = {0, 1, 2, 3, 8, 9, 10, 11}, hi4 = {4, 5, 6, 7, 12, 13, 14, 15};
+  v8f p[4], q[2];
+  // p[i] = [a0 pairs, a1 pairs interleaved]: (x0+x1), (y0+y1), (x2+x3), (y2+y3), ...
+  for (int i = 0; i < 4; ++i) {
+    p[i] = __builtin_shuffle(a[2 * i], a[2 * i + 1], even) +
+           __builtin_shuffle(a[2 * i], a[2 * i + 1], odd);
+  }
+  // q[i]: ((x0+x1)+(x2+x3)) for four accumulators, then their ((x4+x5)+(x6+x7)).
+  for (int i = 0; i < 2; ++i) {
+    q[i] = __builtin_shuffle(p[2 * i], p[2 * i + 1], lo2) +
+           __builtin_shuffle(p[2 * i], p[2 * i + 1], hi2);
+  }
+  return __builtin_shuffle(q[0], q[1], lo4) + __builtin_shuffle(q[0], q[1], hi4);
+}
+
+// The scalar tail of a dot product (in % 8 trailing elements), in index order.
+inline float dot_tail(const float* x, const float* w, int k, int in) {
+  float tail = 0.f;
+  for (; k < in; ++k) tail += x[k] * w[k];
+  return tail;
+}
+
+// out[r, c] for R activation rows x C weight rows, R * C == 8: each weight vector load serves R
+// rows and each activation load serves C weight rows, so a batch step reads every weight once per
+// 4 tokens and keeps the FMA units fed instead of waiting on loads. Every (r, c) gets the same lane
+// split and summation order in every block shape: a row's result does not depend on its batch.
 template <int R, int C>
-__attribute__((target_clones("arch=x86-64-v3", "default"))) void dot_block(
+__attribute__((target_clones("arch=x86-64-v3", "default"))) void dot_block8(
     const float* x, int64_t x_stride, const float* w, int64_t w_stride, int in, float* out,
     int64_t out_stride) {
-  v8f acc[R][C] = {};
+  static_assert(R * C == 8, "hsum8 reduces 8 accumulators");
+  v8f acc[R * C] = {};
   int k = 0;
   for (; k + 8 <= in; k += 8) {
     v8f wv[C];
     for (int c = 0; c < C; ++c) wv[c] = load8(w + c * w_stride + k);
     for (int r = 0; r < R; ++r) {
       const v8f xv = load8(x + r * x_stride + k);
-      for (int c = 0; c < C; ++c) acc[r][c] += xv * wv[c];
+      for (int c = 0; c < C; ++c) acc[r * C + c] += xv * wv[c];
     }
   }
+  const v8f sums = hsum8(acc);
   for (int r = 0; r < R; ++r) {
     for (int c = 0; c < C; ++c) {
-      float tail = 0.f;
-      for (int kk = k; kk < in; ++kk) tail += x[r * x_stride + kk] * w[c * w_stride + kk];
-      out[r * out_stride + c] = hsum(acc[r][c]) + tail;
+      out[r * out_stride + c] =
+          sums[r * C + c] + dot_tail(x + r * x_stride, w + c * w_stride, k, in);
     }
   }
 }
 
-template <int C>
-void linear_cols(const float* x, const float* wn, int rows, int in, int out_features, float* out) {
+// One (row, column) pair: the leftovers of the 8-wide blocks, same arithmetic as dot_block8.
+__attribute__((target_clones("arch=x86-64-v3", "default"))) float dot1(const float* x,
+                                                                        const float* w, int in) {
+  v8f acc = {};
+  int k = 0;
+  for (; k + 8 <= in; k += 8) acc += load8(x + k) * load8(w + k);
+  return hsum(acc) + dot_tail(x, w, k, in);
+}
+
+// Output columns [n0, n1) of every row.
+void linear_range(const float* x, const float* w, int rows, int in, int out_features, int n0,
+                  int n1, float* out) {
+  const int64_t ld = out_features;
   int r = 0;
-  for (; r + 4 <= rows; r += 4) {
-    dot_block<4, C>(x + static_cast<int64_t>(r) * in, in, wn, in, in,
-                    out + static_cast<int64_t>(r) * out_features, out_features);
+  for (; r + 4 <= rows; r += 4) {  // 4 rows x 2 columns
+    const float* xr = x + static_cast<int64_t>(r) * in;
+    int n = n0;
+    for (; n + 2 <= n1; n += 2) {
+      dot_block8<4, 2>(xr, in, w + static_cast<int64_t>(n) * in, in, in, out + r * ld + n, ld);
+    }
+    for (; n < n1; ++n) {
+      for (int i = 0; i < 4; ++i) {
+        out[(r + i) * ld + n] = dot1(xr + static_cast<int64_t>(i) * in, w + static_cast<int64_t>(n) * in, in);
+      }
+    }
   }
-  for (; r < rows; ++r) {
-    dot_block<1, C>(x + static_cast<int64_t>(r) * in, in, wn, in, in,
-                    out + static_cast<int64_t>(r) * out_features, out_features);
+  for (; r < rows; ++r) {  // 1 row x 8 columns
+    const float* xr = x + static_cast<int64_t>(r) * in;
+    int n = n0;
+    for (; n + 8 <= n1; n += 8) {
+      dot_block8<1, 8>(xr, in, w + static_cast<int64_t>(n) * in, in, in, out + r * ld + n, ld);
+    }
+    for (; n < n1; ++n) out[r * ld + n] = dot1(xr, w + static_cast<int64_t>(n) * in, in);
   }
 }
 }  // namespace
 
-void linear(const float* x, const float* w, int rows, int in, int out_features, float* out) {
-  // Every (row, n) is computed with the same lane split and summation order whatever block it
-  // falls in, so a sequence's logits do not depend on what else is batched.
-  int n = 0;
-  for (; n + 2 <= out_features; n += 2) {
-    linear_cols<2>(x, w + static_cast<int64_t>(n) * in, rows, in, out_features, out + n);
+void linear(const float* x, const float* w, int rows, int in, int out_features, float* out,
+            ThreadPool* pool) {
+  // Threads split the output columns, in multiples of 8 so that no column changes block shape.
+  const int64_t macs = static_cast<int64_t>(rows) * in * out_features;
+  const int parts = parallel_parts(pool, macs, (out_features + 7) / 8);
+  if (parts <= 1) {
+    linear_range(x, w, rows, in, out_features, 0, out_features, out);
+    return;
   }
-  for (; n < out_features; ++n) {
-    linear_cols<1>(x, w + static_cast<int64_t>(n) * in, rows, in, out_features, out + n);
-  }
+  const int groups = (out_features + 7) / 8;
+  pool->run(parts, [&](int part) {
+    const int n0 = std::min(out_features, 8 * (groups * part / parts));
+    const int n1 = std::min(out_features, 8 * (groups * (part + 1) / parts));
+    linear_range(x, w, rows, in, out_features, n0, n1, out);
+  });
 }
 
-void rope(float* x, const int32_t* positions, int n_tokens, int n_heads, int head_dim,
-          double theta) {
-  const int half = head_dim / 2;
+RopeTable rope_table(const int32_t* positions, int n_tokens, int head_dim, double theta) {
+  RopeTable t;
+  t.half = head_dim / 2;
   // HF builds inv_freq and the angles in fp32; doing the same keeps long positions bit-close.
-  std::vector<float> inv_freq(half);
-  for (int i = 0; i < half; ++i) {
+  std::vector<float> inv_freq(t.half);
+  for (int i = 0; i < t.half; ++i) {
     inv_freq[i] = 1.0f / std::pow(static_cast<float>(theta),
                                   static_cast<float>(2 * i) / static_cast<float>(head_dim));
   }
-  std::vector<float> cos_t(half), sin_t(half);
-  for (int t = 0; t < n_tokens; ++t) {
-    for (int i = 0; i < half; ++i) {
-      const float angle = static_cast<float>(positions[t]) * inv_freq[i];
-      cos_t[i] = static_cast<float>(std::cos(static_cast<double>(angle)));
-      sin_t[i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+  t.cos.resize(static_cast<size_t>(n_tokens) * t.half);
+  t.sin.resize(t.cos.size());
+  for (int tok = 0; tok < n_tokens; ++tok) {
+    for (int i = 0; i < t.half; ++i) {
+      const float angle = static_cast<float>(positions[tok]) * inv_freq[i];
+      t.cos[static_cast<size_t>(tok) * t.half + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+      t.sin[static_cast<size_t>(tok) * t.half + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
     }
+  }
+  return t;
+}
+
+void rope(float* x, const RopeTable& table, int n_tokens, int n_heads, int head_dim) {
+  const int half = head_dim / 2;
+  LLAMA2_CHECK(half == table.half);
+  for (int t = 0; t < n_tokens; ++t) {
+    const float* cos_t = table.cos.data() + static_cast<size_t>(t) * half;
+    const float* sin_t = table.sin.data() + static_cast<size_t>(t) * half;
     for (int h = 0; h < n_heads; ++h) {
       float* v = x + (static_cast<int64_t>(t) * n_heads + h) * head_dim;
       for (int i = 0; i < half; ++i) {
@@ -125,6 +195,11 @@ void rope(float* x, const int32_t* positions, int n_tokens, int n_heads, int hea
       }
     }
   }
+}
+
+void rope(float* x, const int32_t* positions, int n_tokens, int n_heads, int head_dim,
+          double theta) {
+  rope(x, rope_table(positions, n_tokens, head_dim, theta), n_tokens, n_heads, head_dim);
 }
 
 void swiglu(const float* gate, const float* up, int64_t n, float* out) {
@@ -174,42 +249,186 @@ void kv_write(const KvLayerView& c, const StepPlan& plan, const float* k, const 
   }
 }
 
-void paged_attention(const KvLayerView& c, const StepPlan& plan, const float* q, int n_heads,
-                     const std::vector<int>& kv_head_of, float* out) {
-  const int d = c.head_dim;
+namespace {
+// e^x for x <= 0 (softmax after the max is subtracted), 8 lanes: x = n ln2 + r with |r| <= ln2/2,
+// e^r by its degree-7 Taylor polynomial (error below 1e-7 relative, under an fp32 ulp of
+// rounding), 2^n put in the exponent bits. libm's expf is a call per element and was 8% of a
+// decode step.
+inline v8f exp8(v8f x) {
+  x = x < -80.0f ? v8f{} - 80.0f : x;  // e^-80 ~ 2e-35 counts as 0 and keeps 2^n normal
+  const v8f t = x * 1.44269504088896341f;  // x / ln2
+  const v8i n = __builtin_convertvector(t - 0.5f, v8i);  // round to nearest for t <= 0
+  const v8f nf = __builtin_convertvector(n, v8f);
+  // r = x - n ln2, with ln2 split in two so the product is exact in its high part.
+  const v8f r = (x - nf * 0.693359375f) + nf * 2.12194440e-4f;
+  v8f p = v8f{} + 1.0f / 5040;
+  p = p * r + 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  v8i bits;
+  std::memcpy(&bits, &p, sizeof(bits));
+  bits += (n << 23);
+  v8f out;
+  std::memcpy(&out, &bits, sizeof(out));
+  return out;
+}
+
+inline float dot(const float* a, const float* b, int d) {
+  v8f acc = {};
+  int j = 0;
+  for (; j + 8 <= d; j += 8) acc += load8(a + j) * load8(b + j);
+  return hsum(acc) + dot_tail(a, b, j, d);
+}
+
+inline void store8(float* p, v8f v) { std::memcpy(p, &v, sizeof(v)); }
+
+// Attention of one token at position `pos` for the query heads that share KV head `kvh`: each K
+// and V row is read once for the whole group (GQA), block by block through the sequence's table.
+// q_tok, out_tok: [n_heads, d] of this token; heads: [n_group] query heads of the group;
+// scores: [n_group, pos + 1] scratch.
+__attribute__((target_clones("arch=x86-64-v3", "default"))) void attend_group(
+    const KvLayerView& c, const int32_t* table, int pos, int kvh,
+    const float* q_tok, const int* heads, int n_group, float* scores, float* out_tok) {
+  const int d = c.head_dim, bs = c.block_size, len = pos + 1;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  std::vector<float> scores;
-  std::vector<double> acc;  // [d], reused: no allocation per (token, head)
-  int t = 0;
-  for (const auto& s : plan.seqs) {
-    for (int i = 0; i < s.n_tokens; ++i, ++t) {
-      const int pos = s.pos_begin + i;
-      scores.resize(pos + 1);
-      for (int h = 0; h < n_heads; ++h) {
-        const float* qh = q + (static_cast<int64_t>(t) * n_heads + h) * d;
-        const int kvh = kv_head_of[h];
-        float max_score = -INFINITY;
-        for (int p = 0; p <= pos; ++p) {
-          const float* kp = c.k + slot_offset(c, plan, s, p, kvh);
-          float dot = 0.f;
-          for (int j = 0; j < d; ++j) dot += qh[j] * kp[j];
-          scores[p] = dot * scale;
-          max_score = std::max(max_score, scores[p]);
+  // [block_size, d] rows of (block bi, kvh); the table was validated by the caller (nothing may
+  // throw here: this runs on pool threads and in a target_clones function).
+  auto rows_of = [&](const float* cache, int bi) {
+    return cache + (static_cast<int64_t>(table[bi]) * c.kv_heads + kvh) * bs * d;
+  };
+  // scores[g, p] = (q_g . k_p) * scale.
+  for (int p0 = 0, bi = 0; p0 < len; p0 += bs, ++bi) {
+    const float* kb = rows_of(c.k, bi);
+    const int pe = std::min(len, p0 + bs);
+    int p = p0;
+    // 8 positions at a time: their 8 dot products share one transposed reduction (hsum8), as in
+    // linear(); the scores are bit-identical to dot()'s.
+    for (; p + 8 <= pe; p += 8) {
+      const float* kp = kb + static_cast<int64_t>(p - p0) * d;
+      for (int g = 0; g < n_group; ++g) {
+        const float* qh = q_tok + heads[g] * d;
+        v8f acc[8] = {};
+        int j = 0;
+        for (; j + 8 <= d; j += 8) {
+          const v8f qv = load8(qh + j);
+          for (int i = 0; i < 8; ++i) acc[i] += qv * load8(kp + i * d + j);
         }
-        double denom = 0.0;
-        for (int p = 0; p <= pos; ++p) {
-          scores[p] = std::exp(scores[p] - max_score);
-          denom += scores[p];
+        v8f dots = hsum8(acc);
+        if (j < d) {
+          for (int i = 0; i < 8; ++i) dots[i] += dot_tail(qh, kp + i * d, j, d);
         }
-        float* oh = out + (static_cast<int64_t>(t) * n_heads + h) * d;
-        acc.assign(d, 0.0);
-        for (int p = 0; p <= pos; ++p) {
-          const float* vp = c.v + slot_offset(c, plan, s, p, kvh);
-          for (int j = 0; j < d; ++j) acc[j] += static_cast<double>(scores[p]) * vp[j];
-        }
-        for (int j = 0; j < d; ++j) oh[j] = static_cast<float>(acc[j] / denom);
+        store8(scores + g * len + p, dots * scale);
       }
     }
+    for (; p < pe; ++p) {
+      const float* kp = kb + static_cast<int64_t>(p - p0) * d;
+      for (int g = 0; g < n_group; ++g) {
+        scores[g * len + p] = dot(q_tok + heads[g] * d, kp, d) * scale;
+      }
+    }
+  }
+  // Softmax in place, 8 lanes at a time; the last partial chunk goes through a padded copy.
+  const int full = len & ~7;
+  for (int g = 0; g < n_group; ++g) {
+    float* sg = scores + g * len;
+    const float max_score = *std::max_element(sg, sg + len);
+    v8f sum = {};
+    for (int p = 0; p < full; p += 8) {
+      const v8f e = exp8(load8(sg + p) - max_score);
+      store8(sg + p, e);
+      sum += e;
+    }
+    float denom = hsum(sum);
+    if (full < len) {
+      v8f x = {};
+      for (int i = 0; i < len - full; ++i) x[i] = sg[full + i] - max_score;
+      const v8f e = exp8(x);
+      for (int i = 0; i < len - full; ++i) {
+        sg[full + i] = e[i];
+        denom += e[i];
+      }
+    }
+    const float inv = 1.0f / denom;
+    for (int p = 0; p < len; ++p) sg[p] *= inv;
+  }
+  // out[g] = sum_p scores[g, p] v_p, with up to 4 heads' 8 output lanes held in registers while
+  // the V rows stream by (one read of each row per 4 heads).
+  for (int g0 = 0; g0 < n_group; g0 += 4) {
+    const int ng = std::min(4, n_group - g0);
+    int j = 0;
+    for (; j + 8 <= d; j += 8) {
+      v8f acc[4] = {};
+      for (int p0 = 0, bi = 0; p0 < len; p0 += bs, ++bi) {
+        const float* vb = rows_of(c.v, bi) + j;
+        for (int p = p0; p < std::min(len, p0 + bs); ++p) {
+          const v8f vv = load8(vb + static_cast<int64_t>(p - p0) * d);
+          for (int gi = 0; gi < ng; ++gi) acc[gi] += scores[(g0 + gi) * len + p] * vv;
+        }
+      }
+      for (int gi = 0; gi < ng; ++gi) store8(out_tok + heads[g0 + gi] * d + j, acc[gi]);
+    }
+    for (; j < d; ++j) {  // head sizes that are not a multiple of 8
+      for (int gi = 0; gi < ng; ++gi) {
+        float acc = 0.f;
+        for (int p = 0; p < len; ++p) {
+          acc += scores[(g0 + gi) * len + p] * rows_of(c.v, p / bs)[(p % bs) * d + j];
+        }
+        out_tok[heads[g0 + gi] * d + j] = acc;
+      }
+    }
+  }
+}
+}  // namespace
+
+void paged_attention(const KvLayerView& c, const StepPlan& plan, const float* q, int n_heads,
+                     const std::vector<int>& kv_head_of, float* out, ThreadPool* pool) {
+  const int d = c.head_dim;
+  // Query heads of each local KV head, in head order.
+  std::vector<std::vector<int>> group(c.kv_heads);
+  for (int h = 0; h < n_heads; ++h) group[kv_head_of[h]].push_back(h);
+  // Every new token's sequence and position, then one work item per (token, KV head).
+  std::vector<int> seq_of, pos_of;
+  int64_t work = 0;
+  for (size_t si = 0; si < plan.seqs.size(); ++si) {
+    const SeqStep& s = plan.seqs[si];
+    const int blocks = (s.pos_begin + s.n_tokens + c.block_size - 1) / c.block_size;
+    LLAMA2_CHECK(blocks <= s.table_len);
+    for (int b = 0; b < blocks; ++b) {
+      const int block = plan.block_ids[s.table_begin + b];
+      LLAMA2_CHECK(block >= 0 && block < c.num_blocks);
+    }
+    for (int i = 0; i < s.n_tokens; ++i) {
+      seq_of.push_back(static_cast<int>(si));
+      pos_of.push_back(s.pos_begin + i);
+      work += static_cast<int64_t>(s.pos_begin + i + 1) * n_heads * d * 2;
+    }
+  }
+  const int items = static_cast<int>(seq_of.size()) * c.kv_heads;
+  const int parts = parallel_parts(pool, work, items);
+  auto run_part = [&](int part) {
+    std::vector<float> scores;
+    for (int it = static_cast<int>(int64_t{items} * part / parts),
+             end = static_cast<int>(int64_t{items} * (part + 1) / parts);
+         it < end; ++it) {
+      const int t = it / c.kv_heads, kvh = it % c.kv_heads;
+      const std::vector<int>& heads = group[kvh];
+      if (heads.empty()) continue;
+      const SeqStep& s = plan.seqs[seq_of[t]];
+      scores.resize(heads.size() * static_cast<size_t>(pos_of[t] + 1));
+      attend_group(c, plan.block_ids.data() + s.table_begin, pos_of[t], kvh,
+                   q + static_cast<int64_t>(t) * n_heads * d, heads.data(),
+                   static_cast<int>(heads.size()), scores.data(),
+                   out + static_cast<int64_t>(t) * n_heads * d);
+    }
+  };
+  if (parts <= 1) {
+    run_part(0);
+  } else {
+    pool->run(parts, run_part);
   }
 }
 

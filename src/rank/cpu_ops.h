@@ -1,11 +1,14 @@
-// The fp32 CPU reference operators. Straightforward loops on row-major arrays: they are the oracle the
-// CUDA kernels are tested against, so clarity and HF-identical numerics beat speed here.
+// The fp32 CPU operators on row-major arrays: the oracle the CUDA kernels are tested against, and
+// the backend of machines without a GPU. Numerics follow HF in fp32; speed comes from 8-lane
+// vectors, register blocking and a thread pool, never from reordering a row's arithmetic by batch
+// (a sequence's logits do not depend on what else is in the step).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "common/step_plan.h"
+#include "rank/cpu_threads.h"
 
 namespace llama2::cpu {
 
@@ -19,11 +22,23 @@ void embedding(const int32_t* tokens, int n_tokens, const float* table, int voca
 void rmsnorm(const float* x, const float* weight, int n, int hidden, double eps, float* out);
 
 // out[t, n] = sum_k x[t, k] * w[n, k]: a linear layer with HF's [out_features, in_features] weight.
-// x: [rows, in], w: [out, in], out: [rows, out].
-void linear(const float* x, const float* w, int rows, int in, int out_features, float* out);
+// x: [rows, in], w: [out, in], out: [rows, out]. Every out[t, n] is bit-identical whatever `rows`
+// and whichever threads `pool` (optional) splits the columns over.
+void linear(const float* x, const float* w, int rows, int in, int out_features, float* out,
+            ThreadPool* pool = nullptr);
 
-// Rotary embedding, HF rotate-half convention: for i < d/2, (x_i, x_{i+d/2}) is rotated by
-// pos * theta^(-2i/d). x: [n_tokens, n_heads, head_dim] in place; positions: [n_tokens].
+// cos and sin of pos * theta^(-2i/d) for every token and i < d/2, computed as HF does (fp32 angles):
+// built once per step and shared by q and k of every layer.
+struct RopeTable {
+  int half = 0;
+  std::vector<float> cos, sin;  // [n_tokens, head_dim / 2]
+};
+RopeTable rope_table(const int32_t* positions, int n_tokens, int head_dim, double theta);
+
+// Rotary embedding, HF rotate-half convention: for i < d/2, (x_i, x_{i+d/2}) is rotated by the
+// table's angle. x: [n_tokens, n_heads, head_dim] in place.
+void rope(float* x, const RopeTable& table, int n_tokens, int n_heads, int head_dim);
+// The same with the table built on the spot; positions: [n_tokens].
 void rope(float* x, const int32_t* positions, int n_tokens, int n_heads, int head_dim,
           double theta);
 
@@ -49,9 +64,10 @@ void kv_write(const KvLayerView& cache, const StepPlan& plan, const float* k, co
 // Causal attention of every new token over its sequence's cached keys/values (positions
 // 0..pos inclusive), softmax in fp32 with max subtraction. Query head h reads KV head
 // kv_head_of[h] (grouped-query attention). q: [n_tokens, n_heads, head_dim],
-// out: [n_tokens, n_heads, head_dim].
+// out: [n_tokens, n_heads, head_dim]. A token's result does not depend on the other sequences of
+// the plan or on `pool` (optional), which splits the (token, KV head) pairs over its threads.
 void paged_attention(const KvLayerView& cache, const StepPlan& plan, const float* q, int n_heads,
-                     const std::vector<int>& kv_head_of, float* out);
+                     const std::vector<int>& kv_head_of, float* out, ThreadPool* pool = nullptr);
 
 // Positions of the plan's tokens, sequence after sequence: [total_tokens].
 std::vector<int32_t> plan_positions(const StepPlan& plan);

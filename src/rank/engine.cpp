@@ -6,6 +6,7 @@
 
 #include "common/capacity.h"
 #include "common/check.h"
+#include "rank/cpu_threads.h"
 #include "rank/local_rank.h"
 #include "rank/safetensors.h"
 #include "rank/weight_layout.h"
@@ -139,7 +140,8 @@ RankEngine::RankEngine(const EngineSpec& spec, const ModelConfig& config, MPI_Co
       o.mpi_comm = MPI_Comm_c2f(comm_);
       runner_ = make_cuda_runner(config_, shard_, o);
     } else {
-      runner_ = make_cpu_runner(config_, shard_, *weights, *tp_comm_);
+      runner_ = make_cpu_runner(config_, shard_, *weights, *tp_comm_,
+                                cpu_threads_for_rank(spec.cpu_threads, local.local_size));
     }
   } catch (const std::exception& e) {
     error = e.what();

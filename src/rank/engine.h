@@ -31,6 +31,7 @@ struct EngineSpec {
   int max_step_tokens = 0;    // tokens per step; 0: max(2048, max_batch)
   int max_seq_len = 0;        // 0: config.max_position_embeddings
   bool cuda_graphs = true;    // capture decode steps
+  int cpu_threads = 0;        // cpu backend threads per rank; 0: cpu_threads_for_rank's choice
 };
 
 // "cpu" or "cuda" for a requested backend given the visible devices and the model's head size;

@@ -35,15 +35,17 @@ class ModelRunner {
   // Allocates the KV cache; called once, with the same spec on every rank, before forward().
   virtual void allocate_kv(const KvCacheSpec& kv) = 0;
   virtual std::string backend_name() const = 0;
-  virtual std::string device_description() const = 0;  // "host" or "GPU 0 (NVIDIA H200)"
+  virtual std::string device_description() const = 0;  // "host, 2 threads" or "GPU 0 (NVIDIA H200)"
   virtual int dtype_bytes() const = 0;          // of weights and KV cache
   virtual uint64_t weight_bytes() const = 0;    // bytes of this rank's weight shard
   virtual uint64_t kv_cache_bytes() const = 0;  // bytes of this rank's KV cache
 };
 
-// The fp32 CPU backend. Loads only this rank's slices from `weights`.
+// The fp32 CPU backend. Loads only this rank's slices from `weights`; its operators split large
+// work over `threads` threads (the rank's own included).
 std::unique_ptr<ModelRunner> make_cpu_runner(const ModelConfig& config, const ShardPlan& shard,
-                                             const WeightStore& weights, Comm& comm);
+                                             const WeightStore& weights, Comm& comm,
+                                             int threads = 1);
 
 // What the CUDA backend needs beyond the model and the shard.
 struct CudaRunnerOptions {
