@@ -79,6 +79,10 @@ StepShape fill_step_metadata(const StepPlan& plan, const StepLayout& L, int buck
     ctx[i] = len;
     sh.max_context = std::max(sh.max_context, len);
     sh.max_new_tokens = std::max(sh.max_new_tokens, q.n_tokens);
+    if (q.n_tokens == 1 && sh.decode_seqs == i) {
+      sh.decode_seqs = i + 1;
+      sh.decode_context = std::max(sh.decode_context, len);
+    }
   }
   sh.tokens = T;
   sh.seqs = S;
@@ -98,6 +102,8 @@ StepShape fill_step_metadata(const StepPlan& plan, const StepLayout& L, int buck
     LLAMA2_CHECK(context_bound == 0 || (context_bound <= longest && context_bound >= sh.max_context));
     sh.max_context = context_bound > 0 ? context_bound : longest;
     sh.max_new_tokens = 1;
+    sh.decode_seqs = bucket;
+    sh.decode_context = sh.max_context;
   }
   sh.words_used = L.block_tables_at() + static_cast<size_t>(sh.seqs) * L.max_blocks;
   return sh;

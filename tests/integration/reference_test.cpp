@@ -5,10 +5,12 @@
 //       --fixture tests/reference/fixtures/tiny-gqa.json [--tolerance 1e-4] [--near-tie 0]
 //       [--backend cpu|cuda] [--dtype auto|fp16|bf16|fp32]
 //
-// Per prompt it runs three KV-cache paths and compares their logits with the fixture:
-//   token-by-token decode (logits at every position), one full prefill (last position) and a
-//   chunked prefill (chunks of 5, logits at each chunk end); only positions the fixture stores are
-//   compared (its "logit_positions", or every position when absent). Then a 32-step greedy
+// Per prompt it runs five KV-cache paths and compares their logits with the fixture:
+//   token-by-token decode (logits at every position), one full prefill (last position), a
+//   chunked prefill (chunks of 5, logits at each chunk end), and twice mixed steps that decode one
+//   sequence while another prefills in chunks of 3 (decoding row first, as the Generator orders
+//   them, and last); only positions the fixture stores are compared (its "logit_positions", or
+//   every position when absent). Then a 32-step greedy
 //   continuation through the Generator, which must equal HF's greedy ids. A divergence at a step
 //   where HF's own top-2 margin is below --near-tie is a near-tie (HF in another rounding could
 //   pick either token): it is reported, forgiven, and the rest of that continuation is not compared
@@ -150,6 +152,51 @@ std::vector<std::pair<int, std::vector<float>>> run_chunks(llama2::RankEngine& e
   return out;
 }
 
+// Mixed steps, as the Generator builds them while serving: sequence A decodes `ids` one token per
+// step while sequence B, on its own blocks, prefills the same ids in chunks of 3 in the same steps
+// (B first when `decode_first` is false, so A's one-token row is not in the leading decode part).
+// Returns A's logits at every position and B's at each chunk end.
+std::vector<std::pair<int, std::vector<float>>> run_mixed(llama2::RankEngine& engine,
+                                                          llama2::BlockAllocator& blocks,
+                                                          const std::vector<int>& ids,
+                                                          bool decode_first) {
+  const int n = static_cast<int>(ids.size()), V = engine.vocab_size();
+  std::vector<int> table_a, table_b;
+  LLAMA2_CHECK(blocks.ensure(&table_a, n) && blocks.ensure(&table_b, n));
+  std::vector<std::pair<int, std::vector<float>>> out;
+  for (int pos_a = 0, pos_b = 0; pos_a < n; ++pos_a) {
+    StepPlan plan;
+    std::vector<int> positions;  // of each logit row
+    auto add = [&](const std::vector<int>& table, int pos, int count) {
+      llama2::SeqStep s;
+      s.seq_id = static_cast<int>(plan.seqs.size());
+      s.pos_begin = pos;
+      s.n_tokens = count;
+      s.want_logits = 1;
+      s.table_begin = static_cast<int>(plan.block_ids.size());
+      s.table_len = llama2::BlockAllocator::blocks_for(pos + count, blocks.block_size());
+      plan.seqs.push_back(s);
+      plan.tokens.insert(plan.tokens.end(), ids.begin() + pos, ids.begin() + pos + count);
+      plan.block_ids.insert(plan.block_ids.end(), table.begin(), table.begin() + s.table_len);
+      positions.push_back(pos + count - 1);
+    };
+    const int chunk = std::min(3, n - pos_b);
+    if (decode_first) add(table_a, pos_a, 1);
+    if (chunk > 0) add(table_b, pos_b, chunk);
+    if (!decode_first) add(table_a, pos_a, 1);
+    pos_b += chunk;
+    std::vector<float> logits;
+    engine.execute(plan, &logits);
+    for (size_t r = 0; r < positions.size(); ++r) {
+      out.emplace_back(positions[r], std::vector<float>(logits.begin() + r * V,
+                                                        logits.begin() + (r + 1) * V));
+    }
+  }
+  blocks.release(&table_a);
+  blocks.release(&table_b);
+  return out;
+}
+
 // Compares the rows the fixture has; positions it does not store are skipped.
 void compare(const ExpectedLogits& expected,
              const std::vector<std::pair<int, std::vector<float>>>& got, Stats* stats) {
@@ -254,6 +301,8 @@ int run(int argc, char** argv, int rank, int size) {
     compare(expected, run_chunks(engine, blocks, ids, 1), &one);
     compare(expected, run_chunks(engine, blocks, ids, static_cast<int>(ids.size())), &one);
     compare(expected, run_chunks(engine, blocks, ids, 5), &one);
+    compare(expected, run_mixed(engine, blocks, ids, true), &one);
+    compare(expected, run_mixed(engine, blocks, ids, false), &one);
 
     llama2::SamplingParams params;
     params.temperature = 0.0f;

@@ -72,6 +72,7 @@ TEST_SUITE("step_metadata") {
     CHECK(sh.logit_rows == 2);
     CHECK(sh.max_context == 6);
     CHECK(sh.max_new_tokens == 3);
+    CHECK(sh.decode_seqs == 0);  // B's one token comes after A's chunk: both take prefill attention
     CHECK(sh.words_used == L.block_tables_at() + 2 * 3);
     const int32_t* t = h.data();
     CHECK(std::vector<int32_t>(t + L.tokens_at(), t + L.tokens_at() + 4) ==
@@ -93,6 +94,29 @@ TEST_SUITE("step_metadata") {
     CHECK(t[L.block_tables_at() + 4] == 7);
   }
 
+  TEST_CASE("one-token sequences at the front of a mixed step are its decode part") {
+    const StepLayout L(12, 4, 12, 4, 9);
+    std::vector<int32_t> h(L.words(), -99);
+    StepPlan p;
+    // decode at 5, decode at 9, a 3-token chunk from 0, one more token (a 1-token chunk) at 2.
+    p.seqs = {SeqStep{1, 5, 1, 1, 0, 2}, SeqStep{2, 9, 1, 1, 2, 3}, SeqStep{3, 0, 3, 0, 5, 1},
+              SeqStep{4, 2, 1, 1, 6, 1}};
+    p.tokens = {7, 8, 1, 2, 3, 4};
+    p.block_ids = {0, 1, 2, 3, 4, 5, 6};
+    const llama2::StepShape sh = llama2::fill_step_metadata(p, L, 0, h.data());
+    CHECK_FALSE(sh.decode);
+    CHECK(sh.decode_seqs == 2);      // the 1-token sequence after the chunk is not in the prefix
+    CHECK(sh.decode_context == 10);  // position 9 attends over 10 tokens
+    CHECK(sh.max_context == 10);
+    // A decode step: every sequence, eager (bucket 0).
+    p.seqs.resize(2);
+    p.tokens.resize(2);
+    const llama2::StepShape d = llama2::fill_step_metadata(p, L, 0, h.data());
+    CHECK(d.decode);
+    CHECK(d.decode_seqs == 2);
+    CHECK(d.decode_context == 10);
+  }
+
   TEST_CASE("a graph bucket pads decode steps with inert sequences") {
     StepPlan p;
     p.seqs = {SeqStep{1, 4, 1, 1, 0, 2}, SeqStep{2, 0, 1, 1, 2, 1}};
@@ -107,6 +131,8 @@ TEST_SUITE("step_metadata") {
     CHECK(sh.logit_rows == 4);
     CHECK(sh.max_context == 8);  // the layout's longest sequence, the same for every step
     CHECK(sh.max_new_tokens == 1);
+    CHECK(sh.decode_seqs == 4);  // padding included: the graph launches over the bucket
+    CHECK(sh.decode_context == 8);
     const int32_t* t = h.data();
     CHECK(t[L.slot_at()] == 1 * 4 + 0);  // position 4 = block table[1] = 1, offset 0
     CHECK(t[L.slot_at() + 1] == 6 * 4 + 0);  // position 0 of block 6

@@ -257,6 +257,50 @@ class CudaModel final : public ModelRunner {
     nccl_->all_reduce_sum(b.as<void>(), static_cast<size_t>(elems), TypeInfo<T>::kNccl, stream_);
   }
 
+  // attn_ = attention of every token over its sequence's cache. The leading one-token sequences
+  // (all of a decode step; the decoding rows of a mixed step) take the decode kernel, split along
+  // the context and reading each KV head once per group; the rest take the prefill kernel, whose
+  // 64-row query tiles would be 63/64 idle on a one-token sequence. LLAMA2_MIXED_DECODE=0 sends
+  // the decoding rows of mixed steps through the prefill kernel instead (for A/B runs).
+  void attention(const StepShape& sh, int layer, const T* q, int qkv_ld) {
+    static const bool mixed_decode = std::getenv("LLAMA2_MIXED_DECODE") == nullptr ||
+                                     std::string(std::getenv("LLAMA2_MIXED_DECODE")) != "0";
+    const DeviceMeta& m = dm_;
+    const int nd = sh.decode ? sh.seqs : (mixed_decode ? sh.decode_seqs : 0);
+    if (nd > 0) {
+      kernels::DecodeAttentionArgs<T> a;
+      a.q = q;  // row s is sequence s's one token: the decode part is the first nd rows
+      a.q_stride = qkv_ld;
+      a.cache = cache(layer);
+      a.block_tables = m.block_tables;
+      a.max_blocks = layout_.max_blocks;
+      a.context_lens = m.context_lens;
+      a.num_seqs = nd;
+      a.heads = s_.num_heads;
+      a.max_context = sh.decode ? sh.max_context : sh.decode_context;
+      a.out = attn_.as<T>();
+      a.workspace = decode_ws_.as<void>();
+      a.workspace_bytes = decode_ws_.bytes();
+      CUDA_CHECK(kernels::launch_attention_decode<T>(a, stream_));
+    }
+    if (nd < sh.seqs) {
+      // Sequences [nd, seqs): cu_tokens holds absolute rows, so q and out stay at row 0.
+      kernels::PrefillAttentionArgs<T> a;
+      a.q = q;
+      a.q_stride = qkv_ld;
+      a.cache = cache(layer);
+      a.block_tables = m.block_tables + static_cast<int64_t>(nd) * layout_.max_blocks;
+      a.max_blocks = layout_.max_blocks;
+      a.cu_tokens = m.cu_tokens + nd;
+      a.pos_begin = m.pos_begin + nd;
+      a.num_seqs = sh.seqs - nd;
+      a.heads = s_.num_heads;
+      a.max_new_tokens = sh.max_new_tokens;
+      a.out = attn_.as<T>();
+      CUDA_CHECK(kernels::launch_attention_prefill<T>(a, stream_));
+    }
+  }
+
   // The forward pass up to the logit rows' LM-head output logits_[rows, vocab_local]. Every
   // pointer and size comes from `shape` and fixed buffers, so the same launches can be captured.
   void body(const StepShape& sh) {
@@ -283,36 +327,7 @@ class CudaModel final : public ModelRunner {
       const kernels::RopeKvTokens tok{m.pos, m.slot, T_};
       CUDA_CHECK(kernels::launch_rope_kv<T>(q, qkv_ld, q + nq, qkv_ld, q + nq + nkv, qkv_ld,
                                             s_.num_heads, tok, freqs_, cache(l), stream_));
-      if (sh.decode) {
-        kernels::DecodeAttentionArgs<T> a;
-        a.q = q;
-        a.q_stride = qkv_ld;
-        a.cache = cache(l);
-        a.block_tables = m.block_tables;
-        a.max_blocks = layout_.max_blocks;
-        a.context_lens = m.context_lens;
-        a.num_seqs = sh.seqs;
-        a.heads = s_.num_heads;
-        a.max_context = sh.max_context;
-        a.out = attn_.as<T>();
-        a.workspace = decode_ws_.as<void>();
-        a.workspace_bytes = decode_ws_.bytes();
-        CUDA_CHECK(kernels::launch_attention_decode<T>(a, stream_));
-      } else {
-        kernels::PrefillAttentionArgs<T> a;
-        a.q = q;
-        a.q_stride = qkv_ld;
-        a.cache = cache(l);
-        a.block_tables = m.block_tables;
-        a.max_blocks = layout_.max_blocks;
-        a.cu_tokens = m.cu_tokens;
-        a.pos_begin = m.pos_begin;
-        a.num_seqs = sh.seqs;
-        a.heads = s_.num_heads;
-        a.max_new_tokens = sh.max_new_tokens;
-        a.out = attn_.as<T>();
-        CUDA_CHECK(kernels::launch_attention_prefill<T>(a, stream_));
-      }
+      attention(sh, l, q, qkv_ld);
       gemm(attn_, L.o, partial_, T_, H, nq);
       all_reduce(partial_, static_cast<int64_t>(T_) * H);  // row-parallel O projection
       CUDA_CHECK(kernels::launch_add_rmsnorm<T>(x_.as<T>(), partial_.as<T>(), L.mlp_norm.as<T>(),
