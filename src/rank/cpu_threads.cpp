@@ -22,7 +22,7 @@ constexpr auto kSpinFor = std::chrono::microseconds(200);
 }  // namespace
 
 ThreadPool::ThreadPool(int threads) {
-  for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -41,7 +41,8 @@ void ThreadPool::run(int parts, const std::function<void(int)>& fn) {
     return;
   }
   fn_ = &fn;
-  parts_ = std::min(parts, size());
+  parts_ = parts;
+  next_.store(0, std::memory_order_relaxed);
   finished_.store(0, std::memory_order_relaxed);
   {
     // Under the lock so that a worker between its last spin and cv_.wait cannot miss the bump.
@@ -49,13 +50,20 @@ void ThreadPool::run(int parts, const std::function<void(int)>& fn) {
     epoch_.fetch_add(1, std::memory_order_release);
   }
   cv_.notify_all();
-  fn(0);
+  take_parts();
   // Every worker reports, with or without a part: the next run() may then reuse fn_ and parts_.
   const int workers = static_cast<int>(workers_.size());
   while (finished_.load(std::memory_order_acquire) != workers) cpu_relax();
 }
 
-void ThreadPool::worker_loop(int index) {
+void ThreadPool::take_parts() {
+  for (int p = next_.fetch_add(1, std::memory_order_relaxed); p < parts_;
+       p = next_.fetch_add(1, std::memory_order_relaxed)) {
+    (*fn_)(p);
+  }
+}
+
+void ThreadPool::worker_loop() {
   uint64_t seen = 0;
   for (;;) {
     uint64_t e = epoch_.load(std::memory_order_acquire);
@@ -72,16 +80,19 @@ void ThreadPool::worker_loop(int index) {
     }
     if (stop_.load(std::memory_order_acquire)) return;
     seen = e;
-    if (index < parts_) (*fn_)(index);
+    take_parts();
     finished_.fetch_add(1, std::memory_order_release);
   }
 }
 
 int parallel_parts(const ThreadPool* pool, int64_t work, int max_parts) {
   if (pool == nullptr || pool->size() <= 1 || work < kMinParallelWork) return 1;
-  const int64_t by_work = work / (kMinParallelWork / 2);  // each part keeps a useful share
+  // Several parts per thread, taken first come first served: a thread on a busier or slower core
+  // takes fewer (the development VM's two vCPUs differ by 1.5x). Each part keeps >= half the
+  // threshold's work, so the per-part cost (an atomic increment) stays negligible.
+  const int64_t by_work = work / (kMinParallelWork / 2);
   return static_cast<int>(std::max<int64_t>(
-      1, std::min<int64_t>({static_cast<int64_t>(pool->size()), by_work,
+      1, std::min<int64_t>({4 * static_cast<int64_t>(pool->size()), by_work,
                             static_cast<int64_t>(max_parts)})));
 }
 

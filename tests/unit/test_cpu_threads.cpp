@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <ostream>
 #include <random>
 #include <set>
@@ -37,26 +38,28 @@ bool same_bits(const float* a, const float* b, size_t n) {
 }  // namespace
 
 TEST_SUITE("cpu_threads") {
-  TEST_CASE("run() calls every part exactly once, each on its own thread, thousands of times") {
+  TEST_CASE("run() calls every part exactly once, thousands of times, with any part count") {
     ThreadPool pool(3);
     REQUIRE(pool.size() == 3);
-    std::vector<std::atomic<int>> calls(3);
-    for (int round = 0; round < 5000; ++round) {
-      std::thread::id ids[3];
-      const int parts = 1 + round % 3;
+    std::vector<std::atomic<int>> calls(12);
+    std::set<std::thread::id> threads_seen;
+    std::mutex mu;
+    for (int round = 0; round < 6000; ++round) {
+      const int parts = 1 + round % 12;  // fewer, as many and more parts than threads
       pool.run(parts, [&](int p) {
         calls[p].fetch_add(1);
-        ids[p] = std::this_thread::get_id();
+        if (round % 100 == 0) {
+          std::lock_guard<std::mutex> lock(mu);
+          threads_seen.insert(std::this_thread::get_id());
+        }
       });
-      if (parts == 3) {
-        CHECK(std::set<std::thread::id>(ids, ids + 3).size() == 3);
-        REQUIRE(ids[0] == std::this_thread::get_id());  // the caller runs part 0
-      }
     }
-    // parts 1, 2, 3 in turn: part 0 in every round, part 1 in two of three, part 2 in one.
-    CHECK(calls[0].load() == 5000);
-    CHECK(calls[1].load() == 3333);
-    CHECK(calls[2].load() == 1666);
+    // Part p runs in the rounds whose part count exceeds p: 500 rounds per count.
+    for (int p = 0; p < 12; ++p) {
+      CAPTURE(p);
+      CHECK(calls[p].load() == 500 * (12 - p));
+    }
+    CHECK(threads_seen.size() <= 3);
   }
 
   TEST_CASE("workers that fell asleep wake up for the next run; a one-thread pool runs inline") {
@@ -83,8 +86,8 @@ TEST_SUITE("cpu_threads") {
     CHECK(llama2::parallel_parts(nullptr, int64_t{1} << 30, 100) == 1);
     CHECK(llama2::parallel_parts(&single, int64_t{1} << 30, 100) == 1);
     CHECK(llama2::parallel_parts(&pool, llama2::kMinParallelWork - 1, 100) == 1);
-    CHECK(llama2::parallel_parts(&pool, int64_t{1} << 30, 100) == 4);
-    CHECK(llama2::parallel_parts(&pool, int64_t{1} << 30, 3) == 3);       // fewer items
+    CHECK(llama2::parallel_parts(&pool, int64_t{1} << 30, 100) == 16);   // 4 per thread
+    CHECK(llama2::parallel_parts(&pool, int64_t{1} << 30, 3) == 3);      // fewer items
     CHECK(llama2::parallel_parts(&pool, llama2::kMinParallelWork, 100) == 2);
   }
 
