@@ -1,4 +1,5 @@
-// The fp32 CPU backend: the same tensor-parallel forward pass the CUDA backend runs, on plain loops.
+// The fp32 CPU backend: the same tensor-parallel forward pass the CUDA backend runs, on the vector
+// operators of cpu_ops.h and this rank's thread pool.
 #include <algorithm>
 
 #include "common/check.h"
