@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Serving at saturation on a GPU node, once per value of one environment variable (an A/B of an
+# engine switch), each against a fresh server: 7B synthetic fp16, 1024 requests sent at once,
+# 128-token prompts, 128 new tokens (the RESULTS.md saturation row).
+#
+#   bash benchmarks/serve/saturation_ab.sh OUT_DIR [VAR] [VALUES]
+#   e.g. bash benchmarks/serve/saturation_ab.sh /tmp/ab LLAMA2_MIXED_DECODE "0 1"
+#
+# Environment (optional): NP=1 (ranks = GPUs), MAX_BATCH=512, PREFILL_CHUNK=2048, REQUESTS=1024,
+# SKIP_BUILD=1 (use build-gpu/ as it is). Writes OUT_DIR/<VAR>=<value>.{json,log,server.log}.
+set -euo pipefail
+OUT_DIR=${1:?usage: saturation_ab.sh OUT_DIR [VAR] [VALUES]}
+VAR=${2:-LLAMA2_MIXED_DECODE}
+VALUES=${3:-"0 1"}
+mkdir -p "$OUT_DIR"
+OUT_DIR=$(cd "$OUT_DIR" && pwd)
+cd "$(dirname "$0")/../.."
+source launch/env.sh
+NP=${NP:-1}
+if [[ "${SKIP_BUILD:-0}" != 1 ]]; then bash tests/gpu/node_build.sh llama2; fi
+
+for value in $VALUES; do
+  tag="$VAR=$value"
+  sock=$(mktemp -u /tmp/llama2-ab.XXXXXX.sock)
+  # mpirun -x forwards the switch to every rank; the multicast policy variables always.
+  timeout 900 mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$NP" \
+    -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS \
+    -x "$VAR=$value" build-gpu/llama2 serve --model tests/models/small-d64 --synthetic 7b \
+    --socket "$sock" --max-batch-size "${MAX_BATCH:-512}" --max-queue 4096 \
+    --prefill-chunk "${PREFILL_CHUNK:-2048}" >"$OUT_DIR/$tag.server.log" 2>&1 &
+  server=$!
+  for _ in $(seq 600); do [[ -S "$sock" ]] && break; sleep 0.2; done
+  [[ -S "$sock" ]] || { echo "$tag: server did not start" >&2; cat "$OUT_DIR/$tag.server.log" >&2; exit 1; }
+  python3 benchmarks/serve/bench_serve.py --socket "$sock" --rates inf \
+    --requests "${REQUESTS:-1024}" --prompt-len 128 --max-new-tokens 128 \
+    --json "$OUT_DIR/$tag.json" 2>&1 | tee "$OUT_DIR/$tag.log"
+  kill -INT "$server" 2>/dev/null || true
+  wait "$server" || true
+done
