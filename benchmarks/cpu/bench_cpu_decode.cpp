@@ -23,17 +23,18 @@
 #include "common/model_config.h"
 #include "coordinator/block_allocator.h"
 #include "coordinator/cli_common.h"
+#include "coordinator/mpi_program.h"
+#include "rank/comm.h"
 #include "rank/engine.h"
 
 namespace {
 
 using llama2::BlockAllocator;
-using llama2::SeqStep;
 using llama2::StepLogits;
 using llama2::StepPlan;
 using Clock = std::chrono::steady_clock;
 
-std::vector<int> parse_batches(const std::string& text) {
+std::vector<int> parse_batches(const std::string& text, const std::string& help) {
   std::vector<int> out;
   size_t at = 0;
   while (at <= text.size()) {
@@ -42,7 +43,8 @@ std::vector<int> parse_batches(const std::string& text) {
     const bool digits = !item.empty() && item.size() <= 6 &&
                         std::all_of(item.begin(), item.end(), ::isdigit);
     if (!digits || std::stoi(item) <= 0) {
-      throw llama2::Error("--batches: '" + item + "' is not a positive integer (e.g. 1,8,32)");
+      throw llama2::UsageError("--batches: '" + item + "' is not a positive integer (e.g. 1,8,32)",
+                               help);
     }
     out.push_back(std::stoi(item));
     at = comma + 1;
@@ -52,16 +54,9 @@ std::vector<int> parse_batches(const std::string& text) {
 
 void add_seq(StepPlan* plan, int seq_id, int pos_begin, const std::vector<int32_t>& tokens,
              const std::vector<int>& table, int block_size) {
-  SeqStep s;
-  s.seq_id = seq_id;
-  s.pos_begin = pos_begin;
-  s.n_tokens = static_cast<int32_t>(tokens.size());
-  s.want_logits = 1;
-  s.table_begin = static_cast<int32_t>(plan->block_ids.size());
-  s.table_len = BlockAllocator::blocks_for(pos_begin + s.n_tokens, block_size);
-  plan->seqs.push_back(s);
-  plan->tokens.insert(plan->tokens.end(), tokens.begin(), tokens.end());
-  plan->block_ids.insert(plan->block_ids.end(), table.begin(), table.begin() + s.table_len);
+  const int n = static_cast<int>(tokens.size());
+  llama2::append_seq(plan, seq_id, pos_begin, tokens.data(), n, true, table.data(),
+                     BlockAllocator::blocks_for(pos_begin + n, block_size));
 }
 
 // Mean microseconds per decode step of one repeat at batch B.
@@ -116,7 +111,7 @@ int run(int argc, char** argv, int rank, int size) {
     return 0;
   }
   if (!r.count("model")) throw llama2::UsageError("--model is required", opts.help());
-  const std::vector<int> batches = parse_batches(r["batches"].as<std::string>());
+  const std::vector<int> batches = parse_batches(r["batches"].as<std::string>(), opts.help());
   const int context = r["context"].as<int>(), steps = r["steps"].as<int>();
   const int repeats = r["repeats"].as<int>();
   if (context < 1 || steps < 1 || repeats < 1) {
@@ -128,10 +123,16 @@ int run(int argc, char** argv, int rank, int size) {
   spec.model_dir = r["model"].as<std::string>();
   spec.backend = "cpu";
   spec.cpu_threads = r["cpu-threads"].as<int>();
-  const llama2::ModelConfig config = llama2::load_model_config(spec.model_dir);
+  // Every rank reads the same config and fails alike: reported once, no abort.
+  llama2::ModelConfig config;
+  try {
+    config = llama2::load_model_config(spec.model_dir);
+  } catch (const llama2::Error& e) {
+    throw llama2::ReportedError(e.what());
+  }
   if (context + steps + 2 > config.max_position_embeddings) {
-    throw llama2::Error("--context + --steps exceeds the model's " +
-                        std::to_string(config.max_position_embeddings) + " positions");
+    throw llama2::ReportedError("--context + --steps exceeds the model's " +
+                                std::to_string(config.max_position_embeddings) + " positions");
   }
   spec.kv = {16, max_batch * BlockAllocator::blocks_for(context + steps + 1, 16)};
   spec.max_batch = max_batch;
@@ -164,24 +165,5 @@ int run(int argc, char** argv, int rank, int size) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  llama2::set_error_rank(rank);
-  int code = 1;
-  try {
-    code = run(argc, argv, rank, size);
-  } catch (const llama2::UsageError& e) {
-    if (rank == 0) std::cerr << "llama2_bench_cpu: " << e.what() << "\n\n" << e.help() << std::endl;
-    code = llama2::kExitUsage;
-  } catch (const llama2::ReportedError& e) {
-    if (rank == 0) std::cerr << "llama2_bench_cpu: error: " << e.what() << std::endl;
-    code = 1;
-  } catch (const std::exception& e) {
-    std::cerr << "llama2_bench_cpu: rank " << rank << ": fatal: " << e.what() << std::endl;
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  MPI_Finalize();
-  return code;
+  return llama2::run_mpi_program("llama2_bench_cpu", argc, argv, run);
 }

@@ -33,6 +33,7 @@
 #include "common/shard_plan.h"
 #include "coordinator/block_allocator.h"
 #include "coordinator/cli_common.h"
+#include "coordinator/mpi_program.h"
 #include "rank/comm.h"
 #include "rank/engine.h"
 
@@ -40,7 +41,6 @@ namespace {
 
 using llama2::BlockAllocator;
 using llama2::Error;
-using llama2::SeqStep;
 using llama2::StepLogits;
 using llama2::StepPlan;
 using Clock = std::chrono::steady_clock;
@@ -225,17 +225,10 @@ double prefill_flops(const llama2::ModelConfig& c, const ParamCount& p, int P) {
 // positions [0, pos_begin + tokens.size()).
 void add_seq(StepPlan* plan, int seq_id, int pos_begin, const std::vector<int32_t>& tokens,
              const std::vector<int>& table, int block_size) {
-  SeqStep s;
-  s.seq_id = seq_id;
-  s.pos_begin = pos_begin;
-  s.n_tokens = static_cast<int32_t>(tokens.size());
-  s.want_logits = 1;
-  s.table_begin = static_cast<int32_t>(plan->block_ids.size());
-  s.table_len = BlockAllocator::blocks_for(pos_begin + s.n_tokens, block_size);
-  LLAMA2_CHECK(s.table_len <= static_cast<int>(table.size()));
-  plan->seqs.push_back(s);
-  plan->tokens.insert(plan->tokens.end(), tokens.begin(), tokens.end());
-  plan->block_ids.insert(plan->block_ids.end(), table.begin(), table.begin() + s.table_len);
+  const int n = static_cast<int>(tokens.size());
+  const int table_len = BlockAllocator::blocks_for(pos_begin + n, block_size);
+  LLAMA2_CHECK(table_len <= static_cast<int>(table.size()));
+  llama2::append_seq(plan, seq_id, pos_begin, tokens.data(), n, true, table.data(), table_len);
 }
 
 class Bench {
@@ -550,27 +543,5 @@ int run(int argc, char** argv, int rank, int size) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  llama2::set_error_rank(rank);
-  int code = 1;
-  try {
-    code = run(argc, argv, rank, size);
-  } catch (const llama2::UsageError& e) {
-    // Every rank parsed the same argv and got here: print once.
-    if (rank == 0) std::cerr << "llama2_bench_e2e: " << e.what() << "\n\n" << e.help() << std::endl;
-    code = llama2::kExitUsage;
-  } catch (const llama2::ReportedError& e) {
-    // Raised on every rank alike (engine setup, a cache too small): print once.
-    if (rank == 0) std::cerr << "llama2_bench_e2e: error: " << e.what() << std::endl;
-    code = 1;
-  } catch (const std::exception& e) {
-    // Only this rank knows: the others may wait in a collective, so end the whole job.
-    std::cerr << "llama2_bench_e2e: rank " << rank << ": fatal: " << e.what() << std::endl;
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  MPI_Finalize();
-  return code;
+  return llama2::run_mpi_program("llama2_bench_e2e", argc, argv, run);
 }

@@ -16,6 +16,20 @@ int StepPlan::logit_rows() const {
   return n;
 }
 
+void append_seq(StepPlan* plan, int32_t seq_id, int32_t pos_begin, const int32_t* tokens,
+                int32_t n_tokens, bool want_logits, const int32_t* table, int32_t table_len) {
+  SeqStep s;
+  s.seq_id = seq_id;
+  s.pos_begin = pos_begin;
+  s.n_tokens = n_tokens;
+  s.want_logits = want_logits ? 1 : 0;
+  s.table_begin = static_cast<int32_t>(plan->block_ids.size());
+  s.table_len = table_len;
+  plan->seqs.push_back(s);
+  plan->tokens.insert(plan->tokens.end(), tokens, tokens + n_tokens);
+  plan->block_ids.insert(plan->block_ids.end(), table, table + table_len);
+}
+
 std::vector<int32_t> encode_step_plan(const StepPlan& p) {
   std::vector<int32_t> w;
   w.reserve(7 + p.seqs.size() * kSeqFields + p.tokens.size() + p.block_ids.size());

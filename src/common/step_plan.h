@@ -40,6 +40,12 @@ struct StepPlan {
   int logit_rows() const;  // number of sequences with want_logits
 };
 
+// Appends one sequence's part of a step: `n_tokens` new tokens at positions [pos_begin,
+// pos_begin + n_tokens) and the first `table_len` ids of its block table (enough blocks to cover
+// those positions; the engine checks).
+void append_seq(StepPlan* plan, int32_t seq_id, int32_t pos_begin, const int32_t* tokens,
+                int32_t n_tokens, bool want_logits, const int32_t* table, int32_t table_len);
+
 std::vector<int32_t> encode_step_plan(const StepPlan& plan);
 // Throws Error when the buffer is not a well-formed plan (lengths, offsets, kinds).
 StepPlan decode_step_plan(const std::vector<int32_t>& wire);

@@ -124,16 +124,9 @@ int Generator::step() {
   StepPlan plan;
   std::vector<Sequence*> order;
   auto add_seq = [&](Sequence& s, int n_tokens, const int* tokens) {
-    SeqStep q;
-    q.seq_id = static_cast<int32_t>(s.req.id);
-    q.pos_begin = s.cached;
-    q.n_tokens = n_tokens;
-    q.want_logits = s.cached + n_tokens >= s.prompt_len() ? 1 : 0;
-    q.table_begin = static_cast<int32_t>(plan.block_ids.size());
-    q.table_len = BlockAllocator::blocks_for(s.cached + n_tokens, blocks_.block_size());
-    plan.block_ids.insert(plan.block_ids.end(), s.table.begin(), s.table.begin() + q.table_len);
-    plan.tokens.insert(plan.tokens.end(), tokens, tokens + n_tokens);
-    plan.seqs.push_back(q);
+    append_seq(&plan, static_cast<int32_t>(s.req.id), s.cached, tokens, n_tokens,
+               s.cached + n_tokens >= s.prompt_len(), s.table.data(),
+               BlockAllocator::blocks_for(s.cached + n_tokens, blocks_.block_size()));
     order.push_back(&s);
   };
   for (auto& s : running_) {

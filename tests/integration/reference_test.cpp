@@ -33,6 +33,7 @@
 #include "common/model_config.h"
 #include "coordinator/block_allocator.h"
 #include "coordinator/generator.h"
+#include "coordinator/mpi_program.h"
 #include "coordinator/tokenizer.h"
 #include "rank/engine.h"
 
@@ -136,14 +137,8 @@ std::vector<std::pair<int, std::vector<float>>> run_chunks(llama2::RankEngine& e
   for (int pos = 0; pos < static_cast<int>(ids.size()); pos += chunk) {
     const int n = std::min(chunk, static_cast<int>(ids.size()) - pos);
     StepPlan plan;
-    llama2::SeqStep s;
-    s.pos_begin = pos;
-    s.n_tokens = n;
-    s.want_logits = 1;
-    s.table_len = llama2::BlockAllocator::blocks_for(pos + n, blocks.block_size());
-    plan.seqs.push_back(s);
-    plan.tokens.assign(ids.begin() + pos, ids.begin() + pos + n);
-    plan.block_ids.assign(table.begin(), table.begin() + s.table_len);
+    llama2::append_seq(&plan, 0, pos, ids.data() + pos, n, true, table.data(),
+                       llama2::BlockAllocator::blocks_for(pos + n, blocks.block_size()));
     std::vector<float> logits;
     engine.execute(plan, &logits);
     out.emplace_back(pos + n - 1, std::move(logits));
@@ -168,16 +163,9 @@ std::vector<std::pair<int, std::vector<float>>> run_mixed(llama2::RankEngine& en
     StepPlan plan;
     std::vector<int> positions;  // of each logit row
     auto add = [&](const std::vector<int>& table, int pos, int count) {
-      llama2::SeqStep s;
-      s.seq_id = static_cast<int>(plan.seqs.size());
-      s.pos_begin = pos;
-      s.n_tokens = count;
-      s.want_logits = 1;
-      s.table_begin = static_cast<int>(plan.block_ids.size());
-      s.table_len = llama2::BlockAllocator::blocks_for(pos + count, blocks.block_size());
-      plan.seqs.push_back(s);
-      plan.tokens.insert(plan.tokens.end(), ids.begin() + pos, ids.begin() + pos + count);
-      plan.block_ids.insert(plan.block_ids.end(), table.begin(), table.begin() + s.table_len);
+      llama2::append_seq(&plan, static_cast<int>(plan.seqs.size()), pos, ids.data() + pos, count,
+                         true, table.data(),
+                         llama2::BlockAllocator::blocks_for(pos + count, blocks.block_size()));
       positions.push_back(pos + count - 1);
     };
     const int chunk = std::min(3, n - pos_b);
@@ -346,18 +334,5 @@ int run(int argc, char** argv, int rank, int size) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  llama2::set_error_rank(rank);
-  int code = 1;
-  try {
-    code = run(argc, argv, rank, size);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "llama2_reference_test: rank %d: %s\n", rank, e.what());
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  MPI_Finalize();
-  return code;
+  return llama2::run_mpi_program("llama2_reference_test", argc, argv, run);
 }
