@@ -252,29 +252,6 @@ void test_errors(const Server& s) {
   r = c->generate(json{{"prompt_tokens", json::array({1, 999999})}}, 5000);
   check(r.value("code", "") == "invalid_request", "token id outside the vocabulary refused");
 
-  r = c->generate(json{{"prompt", "slow"}, {"max_new_tokens", 400}, {"ignore_eos", true}, {"timeout_ms", 30}}, 10000);
-  check(r.value("finish_reason", "") == "timeout", "timeout_ms 30 -> finish_reason timeout");
-
-  // Cancel mid-stream.
-  std::atomic<int> tokens{0};
-  json done;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool finished = false;
-  llama2::GenerateEvents ev;
-  ev.on_token = [&](const json&) { ++tokens; };
-  ev.on_done = [&](const json& d) { std::lock_guard<std::mutex> l(mu); done = d; finished = true; cv.notify_all(); };
-  ev.on_error = ev.on_done;
-  c->generate_async(json{{"id", "to-cancel"}, {"prompt", "long"}, {"max_new_tokens", 450}, {"ignore_eos", true}}, ev);
-  while (tokens < 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  c->cancel("to-cancel");
-  {
-    std::unique_lock<std::mutex> l(mu);
-    cv.wait_for(l, std::chrono::seconds(10), [&] { return finished; });
-  }
-  check(done.value("finish_reason", "") == "cancelled" && tokens < 450,
-        "cancel mid-stream -> cancelled after " + std::to_string(tokens.load()) + " tokens");
-  check(wait_kv_zero(*c), "KV blocks back to 0 after cancel");
 
 }
 
@@ -388,6 +365,34 @@ void test_queue_full() {
     close(fd);
   }
   check(wait_kv_zero(*c), "client disconnect cancels its request: KV blocks back to 0");
+
+  // Timeout and cancel on the slow model: 450 of its tokens take a good fraction of a second on
+  // any machine (the tiny model, at 30k tokens/s, had finished 400 before a 30 ms timeout).
+  const json timed = c->generate(json{{"prompt", "slow"}, {"max_new_tokens", 450}, {"ignore_eos", true}, {"timeout_ms", 50}}, 10000);
+  check(timed.value("finish_reason", "") == "timeout",
+        "timeout_ms 50 -> finish_reason timeout (got '" + timed.value("finish_reason", "") + "' after " +
+            std::to_string(timed.value("usage", json::object()).value("completion_tokens", -1)) + " tokens)");
+
+  // Cancel mid-stream.
+  std::atomic<int> tokens{0};
+  json done;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool finished = false;
+  llama2::GenerateEvents cev;
+  cev.on_token = [&](const json&) { ++tokens; };
+  cev.on_done = [&](const json& d) { std::lock_guard<std::mutex> l(mu); done = d; finished = true; cv.notify_all(); };
+  cev.on_error = cev.on_done;
+  c->generate_async(json{{"id", "to-cancel"}, {"prompt", "long"}, {"max_new_tokens", 450}, {"ignore_eos", true}}, cev);
+  while (tokens < 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  c->cancel("to-cancel");
+  {
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait_for(l, std::chrono::seconds(10), [&] { return finished; });
+  }
+  check(done.value("finish_reason", "") == "cancelled" && tokens < 450,
+        "cancel mid-stream -> cancelled after " + std::to_string(tokens.load()) + " tokens");
+  check(wait_kv_zero(*c), "KV blocks back to 0 after cancel");
 
   const bool sent = s.signal_mpirun(SIGINT);  // mpirun forwards SIGINT to every rank
   const int st = s.wait_exit(30);
