@@ -89,10 +89,15 @@ set -m  # the background job gets its own process group: one kill reaches mpirun
 pid=$!
 set +m
 for _ in $(seq 400); do [[ -s "$TMP/kill.out.jsonl" ]] && break; sleep 0.02; done
+# A scheduler kills every process of the job at once. Open MPI starts the ranks in process groups
+# of their own, so the group kill reaches timeout and mpirun only; orphaned ranks would go on and
+# finish the job (they did, unnoticed, until the check below existed).
+pkill -KILL -f "kill.out.jsonl" 2>/dev/null
 kill -KILL -- -"$pid" 2>/dev/null; wait "$pid" 2>/dev/null
 for _ in $(seq 50); do pgrep -f "kill.out.jsonl" >/dev/null || break; sleep 0.1; done
-pkill -KILL -f "kill.out.jsonl" 2>/dev/null  # ranks that left the group (should be none)
 before=$(wc -l <"$TMP/kill.out.jsonl")
+# The kill must land mid-job for the resume below to mean anything (60 x 300 tokens at batch 1).
+if (( before >= 60 )); then fail "the job finished before SIGKILL ($before lines): make it longer"; fi
 run_capture killresume 2 batch --model "$M" --input "$TMP/kill.jsonl" --output "$TMP/kill.out.jsonl" --max-batch-size 8 --quiet --resume
 python3 - "$TMP/kill.out.jsonl" <<'PY' && pass "SIGKILL after $before lines, --resume: 60 ids exactly once, no partial line" || fail "resume after SIGKILL"
 import json, sys
