@@ -87,7 +87,7 @@ int run_batch(int argc, char** argv, int rank) {
 
   std::vector<BatchLine> lines;
   std::set<std::string> done;
-  SessionOptions sopts = session_options_from(args);
+  SessionOptions sopts = session_options_from(args, opts.help());
   sopts.max_batch = std::max(1, max_batch);
   sopts.prefill_chunk = std::max(1, prefill_chunk);
   Session session = open_session(sopts, rank, [&](const ModelConfig& config, const Tokenizer& tok) {

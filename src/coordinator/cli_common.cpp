@@ -28,13 +28,13 @@ void add_engine_options(cxxopts::Options& opts) {
       ("block-size", "KV cache block size in tokens", cxxopts::value<int>()->default_value("16"))
       ("gpu-memory-fraction", "cuda: share of each GPU's memory for weights, activations and the KV cache (the cache takes what is left)", cxxopts::value<double>()->default_value("0.9"))
       ("synthetic", "7b | 13b | 70b: random weights of that official shape made on each GPU, for benchmarks (tokenizer.model still comes from --model)", cxxopts::value<std::string>())
-      ("cpu-threads", "cpu: threads per rank; 0 = the CPUs this rank may run on, shared among the ranks on the node", cxxopts::value<int>()->default_value("0"))
+      ("cpu-threads", "cpu: threads per rank, at most the CPUs this rank may run on; 0 = those CPUs shared among the ranks on the node", cxxopts::value<int>()->default_value("0"))
       ("no-cuda-graphs", "cuda: launch decode steps kernel by kernel instead of replaying CUDA graphs")
       ("q,quiet", "No start-up report on stderr")
       ("h,help", "Show this help");
 }
 
-SessionOptions session_options_from(const cxxopts::ParseResult& r) {
+SessionOptions session_options_from(const cxxopts::ParseResult& r, const std::string& help) {
   SessionOptions o;
   o.model_dir = r["model"].as<std::string>();
   if (r.count("synthetic")) o.synthetic = r["synthetic"].as<std::string>();
@@ -43,13 +43,13 @@ SessionOptions session_options_from(const cxxopts::ParseResult& r) {
   o.block_size = r["block-size"].as<int>();
   o.gpu_memory_fraction = r["gpu-memory-fraction"].as<double>();
   if (!(o.gpu_memory_fraction > 0.0 && o.gpu_memory_fraction <= 1.0)) {
-    throw Error("--gpu-memory-fraction must be in (0, 1] (got " +
-                std::to_string(o.gpu_memory_fraction) + ")");
+    throw UsageError("--gpu-memory-fraction must be in (0, 1] (got " +
+                     shortest(static_cast<float>(o.gpu_memory_fraction)) + ")", help);
   }
   o.cpu_threads = r["cpu-threads"].as<int>();
   if (o.cpu_threads < 0 || o.cpu_threads > 1024) {
-    throw Error("--cpu-threads must be 0 (automatic) or 1..1024 (got " +
-                std::to_string(o.cpu_threads) + ")");
+    throw UsageError("--cpu-threads must be 0 (automatic) or 1..1024 (got " +
+                     std::to_string(o.cpu_threads) + ")", help);
   }
   o.cuda_graphs = r.count("no-cuda-graphs") == 0;
   o.kv_blocks_given = r.count("kv-cache-blocks") > 0;

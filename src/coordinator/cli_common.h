@@ -17,12 +17,13 @@ constexpr int kExitUsage = 2;
 uint64_t random_seed();
 
 // Adds the flags every engine subcommand shares: -m/--model, --backend, --dtype, --block-size,
-// --gpu-memory-fraction, --synthetic, --no-cuda-graphs, -q/--quiet, -h/--help (group "Engine").
+// --gpu-memory-fraction, --synthetic, --cpu-threads, --no-cuda-graphs, -q/--quiet, -h/--help
+// (group "Engine").
 void add_engine_options(cxxopts::Options& opts);
 
 // The engine flags as SessionOptions (max_batch and prefill_chunk are the command's to set).
-// Error for a --gpu-memory-fraction outside (0, 1].
-SessionOptions session_options_from(const cxxopts::ParseResult& r);
+// UsageError (with `help`) for a --gpu-memory-fraction outside (0, 1] or a negative --cpu-threads.
+SessionOptions session_options_from(const cxxopts::ParseResult& r, const std::string& help);
 
 // Adds --temperature, --top-p, --top-k, --repetition-penalty, --max-new-tokens, --seed, --stop,
 // --ignore-eos with SamplingParams' defaults.

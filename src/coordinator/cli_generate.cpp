@@ -90,7 +90,7 @@ int run_generate(int argc, char** argv, int rank) {
   const bool json_out = args.count("json") > 0;
 
   std::vector<int> prompt;
-  SessionOptions sopts = session_options_from(args);
+  SessionOptions sopts = session_options_from(args, opts.help());
   sopts.max_batch = 1;
   sopts.prefill_chunk = 512;
   Session session = open_session(sopts, rank, [&](const ModelConfig& config, const Tokenizer& tok) {

@@ -103,7 +103,7 @@ int run_serve(int argc, char** argv, int rank) {
   sopt.max_queue = max_queue;
   sopt.request_timeout_ms = request_timeout;
 
-  SessionOptions session_opts = session_options_from(args);
+  SessionOptions session_opts = session_options_from(args, opts.help());
   session_opts.max_batch = std::max(1, max_batch);
   session_opts.prefill_chunk = std::max(1, prefill_chunk);
   Session session = open_session(session_opts, rank, [&](const ModelConfig& config, const Tokenizer&) {

@@ -55,8 +55,9 @@ constexpr int64_t kMinParallelWork = 48 * 1024;
 // pool, a one-thread pool, or too little work) means run inline.
 int parallel_parts(const ThreadPool* pool, int64_t work, int max_parts);
 
-// Threads for one rank's CPU backend: `requested` when > 0, else the CPUs this process may run on
-// (its affinity mask, which mpirun's binding narrows) shared among the `local_ranks` on the node.
+// Threads for one rank's CPU backend from the CPUs this process may run on (its affinity mask,
+// which mpirun's binding narrows): `requested` when > 0, at most those CPUs; else the CPUs shared
+// among the `local_ranks` on the node.
 int cpu_threads_for_rank(int requested, int local_ranks);
 
 }  // namespace llama2

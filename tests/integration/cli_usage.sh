@@ -17,6 +17,10 @@ run_capture no_model 2 generate --prompt hi
 expect_rc no_model 2 "--model is required"
 run_capture two_prompts 1 generate --model "$MODELS/tiny-mha" --prompt hi --prompt-tokens 1,2
 expect_rc two_prompts 2 "exactly one of"
+run_capture fraction 1 generate --model "$MODELS/tiny-mha" --prompt hi --gpu-memory-fraction 3
+expect_rc fraction 2 "gpu-memory-fraction must be in (0, 1\] (got 3)"
+run_capture threads 2 batch --model "$MODELS/tiny-mha" --input /dev/null --output "$TMP/t.jsonl" --cpu-threads -3
+expect_rc threads 2 "cpu-threads must be 0 (automatic) or 1..1024 (got -3)"
 run_capture help 2 generate --help
 expect_rc help 0 "Usage:"
 [[ $(grep -c "Usage:" "$TMP/help.out") -eq 1 ]] && pass "help printed once" || fail "help printed $(grep -c Usage: "$TMP/help.out") times"

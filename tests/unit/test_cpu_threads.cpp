@@ -91,11 +91,13 @@ TEST_SUITE("cpu_threads") {
     CHECK(llama2::parallel_parts(&pool, llama2::kMinParallelWork, 100) == 2);
   }
 
-  TEST_CASE("cpu_threads_for_rank: an explicit count wins; automatic shares the affinity mask") {
-    CHECK(llama2::cpu_threads_for_rank(5, 2) == 5);
+  TEST_CASE("cpu_threads_for_rank: an explicit count up to the CPUs; automatic shares them") {
     cpu_set_t set;
     REQUIRE(sched_getaffinity(0, sizeof(set), &set) == 0);
     const int cpus = CPU_COUNT(&set);
+    CHECK(llama2::cpu_threads_for_rank(1, 2) == 1);
+    CHECK(llama2::cpu_threads_for_rank(cpus, 1) == cpus);
+    CHECK(llama2::cpu_threads_for_rank(cpus + 7, 1) == cpus);  // never more than the CPUs
     CHECK(llama2::cpu_threads_for_rank(0, 1) == cpus);
     CHECK(llama2::cpu_threads_for_rank(0, cpus) == 1);
     CHECK(llama2::cpu_threads_for_rank(0, 4 * cpus) == 1);  // oversubscribed: never 0
