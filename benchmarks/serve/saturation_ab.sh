@@ -7,7 +7,9 @@
 #   e.g. bash benchmarks/serve/saturation_ab.sh /tmp/ab LLAMA2_MIXED_DECODE "0 1"
 #
 # Environment (optional): NP=1 (ranks = GPUs), MAX_BATCH=512, PREFILL_CHUNK=2048, REQUESTS=1024,
-# SKIP_BUILD=1 (use build-gpu/ as it is). Writes OUT_DIR/<VAR>=<value>.{json,log,server.log}.
+# SKIP_BUILD=1 (use build-gpu/ as it is). Writes OUT_DIR/<VAR>=<value>.{json,log,server.log}, the
+# server's per-step log (LLAMA2_STEP_LOG) <VAR>=<value>.steps and its summary by step kind
+# <VAR>=<value>.steps.md (benchmarks/serve/step_log_summary.py).
 set -euo pipefail
 OUT_DIR=${1:?usage: saturation_ab.sh OUT_DIR [VAR] [VALUES]}
 VAR=${2:-LLAMA2_MIXED_DECODE}
@@ -22,10 +24,11 @@ if [[ "${SKIP_BUILD:-0}" != 1 ]]; then bash tests/gpu/node_build.sh llama2; fi
 for value in $VALUES; do
   tag="$VAR=$value"
   sock=$(mktemp -u /tmp/llama2-ab.XXXXXX.sock)
+  rm -f "$OUT_DIR/$tag.steps"
   # mpirun -x forwards the switch to every rank; the multicast policy variables always.
   timeout 900 mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$NP" \
     -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS \
-    -x "$VAR=$value" build-gpu/llama2 serve --model tests/models/small-d64 --synthetic 7b \
+    -x "$VAR=$value" -x "LLAMA2_STEP_LOG=$OUT_DIR/$tag.steps" build-gpu/llama2 serve --model tests/models/small-d64 --synthetic 7b \
     --socket "$sock" --max-batch-size "${MAX_BATCH:-512}" --max-queue 4096 \
     --prefill-chunk "${PREFILL_CHUNK:-2048}" >"$OUT_DIR/$tag.server.log" 2>&1 &
   server=$!
@@ -36,4 +39,5 @@ for value in $VALUES; do
     --json "$OUT_DIR/$tag.json" 2>&1 | tee "$OUT_DIR/$tag.log"
   kill -INT "$server" 2>/dev/null || true
   wait "$server" || true
+  python3 benchmarks/serve/step_log_summary.py "$OUT_DIR/$tag.steps" | tee "$OUT_DIR/$tag.steps.md"
 done

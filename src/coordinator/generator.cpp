@@ -1,6 +1,7 @@
 #include "coordinator/generator.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 
 #include "common/check.h"
@@ -15,6 +16,27 @@ using Clock = std::chrono::steady_clock;
 static double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
+
+namespace {
+// LLAMA2_STEP_LOG=PATH: one line per engine step, to see where serving time goes by step kind
+// (benchmarks/serve/step_log_summary.py): "decode_rows prefill_seqs prefill_tokens logit_rows ms",
+// ms = wall time of the engine step on rank 0 (plan broadcast to logits back on the host).
+// Appended by every generator of the process; closed (flushed) at exit.
+FILE* step_log() {
+  static FILE* const log = [] {
+    const char* path = std::getenv("LLAMA2_STEP_LOG");
+    if (path == nullptr || *path == '\0') return static_cast<FILE*>(nullptr);
+    FILE* f = std::fopen(path, "a");
+    if (f == nullptr) {
+      std::fprintf(stderr, "llama2: LLAMA2_STEP_LOG: cannot open %s; no step log\n", path);
+      return f;
+    }
+    std::fputs("# decode_rows prefill_seqs prefill_tokens logit_rows ms\n", f);
+    return f;
+  }();
+  return log;
+}
+}  // namespace
 
 struct Generator::Sequence {
   GenRequest req;
@@ -154,7 +176,21 @@ int Generator::step() {
   }
   plan.candidates = full ? 0 : most;
   StepLogits logits;
+  const auto t_exec = Clock::now();
   exec_.execute(plan, &logits);
+  if (FILE* log = step_log()) {
+    int decode_rows = 0, prefill_seqs = 0, prefill_tokens = 0;
+    for (size_t i = 0; i < plan.seqs.size(); ++i) {
+      if (order[i]->prefilling()) {
+        ++prefill_seqs;
+        prefill_tokens += plan.seqs[i].n_tokens;
+      } else {
+        ++decode_rows;
+      }
+    }
+    std::fprintf(log, "%d %d %d %d %.4f\n", decode_rows, prefill_seqs, prefill_tokens,
+                 plan.logit_rows(), seconds_since(t_exec) * 1e3);
+  }
 
   int generated = 0, row = 0;
   std::vector<float> row_logits;

@@ -107,6 +107,19 @@ ids = [json.loads(l)["custom_id"] for l in raw.decode().splitlines()]
 assert sorted(ids) == sorted(f"k{i}" for i in range(60)), (len(ids), len(set(ids)))
 PY
 
+# LLAMA2_STEP_LOG: one line per step; its logit rows add up to the tokens generated, and the
+# summary script reads it (decode, mixed and prefill steps all occur with a 4-token prefill chunk).
+python3 -c 'import json
+for i in range(5): print(json.dumps({"custom_id": f"s{i}", "prompt": f"Step log {i} with a longer prompt", "max_new_tokens": 7, "ignore_eos": True}))' >"$TMP/steps.jsonl"
+LLAMA2_STEP_LOG="$TMP/steps.log" run_capture steplog 2 batch --model "$M" --input "$TMP/steps.jsonl" \
+  --output "$TMP/steps.out.jsonl" --max-batch-size 3 --prefill-chunk 4 --quiet
+python3 - "$TMP/steps.log" <<'PY' && python3 "$(dirname "$0")/../../benchmarks/serve/step_log_summary.py" "$TMP/steps.log" >"$TMP/steps.summary" && grep -q "| mixed |" "$TMP/steps.summary" && pass "step log: 35 logit rows over $(grep -vc '^#' "$TMP/steps.log") steps, summary by kind" || fail "step log"
+import sys
+rows = [l.split() for l in open(sys.argv[1]) if not l.startswith("#")]
+assert all(len(r) == 5 and float(r[4]) > 0 for r in rows), rows[:3]
+assert sum(int(r[3]) for r in rows) == 35, sum(int(r[3]) for r in rows)
+PY
+
 # Progress goes to stderr as plain lines when stderr is a file: no carriage returns.
 run_capture progress 2 batch --model "$M" --input "$TMP/greedy.jsonl" --output "$TMP/progress.jsonl" --quiet --progress-interval 0.01
 if grep -q $'\r' "$TMP/progress.err"; then fail "carriage return in non-tty progress"

@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""Where an engine run's time went, by step kind, from a LLAMA2_STEP_LOG file.
+
+    LLAMA2_STEP_LOG=/tmp/steps.txt mpirun ... llama2 serve ...   (or batch)
+    python3 benchmarks/serve/step_log_summary.py /tmp/steps.txt
+
+Kinds: decode (every row decodes one token), prefill (only prompt chunks), mixed (both). Per
+kind: steps, total and mean step time, tokens the steps produced (logit rows) and their share of
+the run's wall time in steps. Standard library only.
+"""
+import sys
+
+
+def main(path):
+    kinds = {}
+    with open(path) as f:
+        for line in f:
+            if line.startswith("#") or not line.strip():
+                continue
+            decode, pseqs, ptoks, rows, ms = line.split()
+            decode, ptoks, rows, ms = int(decode), int(ptoks), int(rows), float(ms)
+            kind = "mixed" if decode and ptoks else ("decode" if decode else "prefill")
+            k = kinds.setdefault(kind, {"steps": 0, "ms": 0.0, "tokens": 0, "rows": 0, "ptoks": 0})
+            k["steps"] += 1
+            k["ms"] += ms
+            k["tokens"] += rows
+            k["rows"] += decode
+            k["ptoks"] += ptoks
+    total = sum(k["ms"] for k in kinds.values()) or 1.0
+    print("| kind | steps | total s | share | mean ms | decode rows / step | prompt tokens / step | "
+          "tokens out | tok/s in these steps |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for kind in ("decode", "mixed", "prefill"):
+        k = kinds.get(kind)
+        if not k:
+            continue
+        n = k["steps"]
+        print(f"| {kind} | {n} | {k['ms'] / 1e3:.3f} | {k['ms'] / total:.1%} | {k['ms'] / n:.3f} | "
+              f"{k['rows'] / n:.1f} | {k['ptoks'] / n:.1f} | {k['tokens']} | "
+              f"{k['tokens'] / (k['ms'] / 1e3) if k['ms'] else 0:.0f} |")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: step_log_summary.py STEP_LOG")
+    main(sys.argv[1])
