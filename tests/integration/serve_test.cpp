@@ -38,6 +38,7 @@ namespace {
 
 std::string g_llama2, g_model, g_mpirun, g_tmp;
 std::string g_slow_model;  // a larger random model: requests that last long enough to observe
+                           // (its servers run one thread per rank on any machine)
 int g_pass = 0, g_fail = 0;
 
 void check(bool ok, const std::string& what) {
@@ -322,7 +323,7 @@ void test_malformed(const Server& s) {
 }
 
 void test_queue_full() {
-  Server s("qfull", {"--max-batch-size", "1", "--max-queue", "2"}, g_slow_model);
+  Server s("qfull", {"--max-batch-size", "1", "--max-queue", "2", "--cpu-threads", "1"}, g_slow_model);
   auto c = llama2::Client::connect(s.socket, 2000);
   std::atomic<int> ended{0}, first_tokens{0};
   llama2::GenerateEvents ev;
@@ -403,7 +404,8 @@ void test_queue_full() {
 }
 
 void test_sigterm_under_load() {
-  Server s("drain", {"--max-batch-size", "4", "--shutdown-timeout-ms", "300"}, g_slow_model);
+  Server s("drain", {"--max-batch-size", "4", "--shutdown-timeout-ms", "300", "--cpu-threads", "1"},
+           g_slow_model);
   std::atomic<int> done_ok{0}, shutting{0}, other{0};
   std::vector<std::thread> th;
   for (int t = 0; t < 8; ++t) {

@@ -25,7 +25,7 @@ import org.junit.jupiter.api.Timeout;
  */
 @Timeout(90)
 class SlowServerTest {
-  static final int LONG = 4000;  // tokens: tens of seconds on the slow model
+  static final int LONG = 4000;  // tokens: about 4 s on the slow model (2 ranks, 1 thread each)
   static final long PROMPT_MS = 8000;
   static TestServer server;
 

@@ -84,7 +84,10 @@ final class TestServer implements AutoCloseable {
    */
   static synchronized TestServer slow() throws IOException, InterruptedException {
     if (slow == null) {
-      slow = new TestServer("slow", slowModel(), "--max-batch-size", "1", "--max-queue", "1");
+      // One thread per rank whatever the machine: the slow tests count on a generation lasting
+      // seconds (about 900 tokens/s here at 2 ranks).
+      slow = new TestServer("slow", slowModel(), "--max-batch-size", "1", "--max-queue", "1",
+          "--cpu-threads", "1");
     }
     return slow;
   }
