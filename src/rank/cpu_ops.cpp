@@ -391,8 +391,10 @@ void paged_attention(const KvLayerView& c, const StepPlan& plan, const float* q,
   std::vector<std::vector<int>> group(c.kv_heads);
   for (int h = 0; h < n_heads; ++h) group[kv_head_of[h]].push_back(h);
   // Every new token's sequence and position, then one work item per (token, KV head).
-  std::vector<int> seq_of, pos_of;
+  const std::vector<int32_t> pos_of = plan_positions(plan);  // [tokens]
+  std::vector<int> seq_of;                                   // [tokens] index into plan.seqs
   int64_t work = 0;
+  for (int32_t p : pos_of) work += static_cast<int64_t>(p + 1) * n_heads * d * 2;
   for (size_t si = 0; si < plan.seqs.size(); ++si) {
     const SeqStep& s = plan.seqs[si];
     const int blocks = (s.pos_begin + s.n_tokens + c.block_size - 1) / c.block_size;
@@ -401,11 +403,7 @@ void paged_attention(const KvLayerView& c, const StepPlan& plan, const float* q,
       const int block = plan.block_ids[s.table_begin + b];
       LLAMA2_CHECK(block >= 0 && block < c.num_blocks);
     }
-    for (int i = 0; i < s.n_tokens; ++i) {
-      seq_of.push_back(static_cast<int>(si));
-      pos_of.push_back(s.pos_begin + i);
-      work += static_cast<int64_t>(s.pos_begin + i + 1) * n_heads * d * 2;
-    }
+    seq_of.insert(seq_of.end(), s.n_tokens, static_cast<int>(si));
   }
   const int items = static_cast<int>(seq_of.size()) * c.kv_heads;
   const int parts = parallel_parts(pool, work, items);
