@@ -7,6 +7,7 @@
 #   e.g. bash benchmarks/serve/saturation_ab.sh /tmp/ab LLAMA2_MIXED_DECODE "0 1"
 #
 # Environment (optional): NP=1 (ranks = GPUs), MAX_BATCH=512, PREFILL_CHUNK=2048, REQUESTS=1024,
+# RATES=inf (bench_serve.py --rates: e.g. RATES=56 for Poisson arrivals at half of saturation),
 # SKIP_BUILD=1 (use build-gpu/ as it is). Writes OUT_DIR/<VAR>=<value>.{json,log,server.log}, the
 # server's per-step log (LLAMA2_STEP_LOG) <VAR>=<value>.steps and its summary by step kind
 # <VAR>=<value>.steps.md (benchmarks/serve/step_log_summary.py).
@@ -34,7 +35,7 @@ for value in $VALUES; do
   server=$!
   for _ in $(seq 600); do [[ -S "$sock" ]] && break; sleep 0.2; done
   [[ -S "$sock" ]] || { echo "$tag: server did not start" >&2; cat "$OUT_DIR/$tag.server.log" >&2; exit 1; }
-  python3 benchmarks/serve/bench_serve.py --socket "$sock" --rates inf \
+  python3 benchmarks/serve/bench_serve.py --socket "$sock" --rates "${RATES:-inf}" \
     --requests "${REQUESTS:-1024}" --prompt-len 128 --max-new-tokens 128 \
     --json "$OUT_DIR/$tag.json" 2>&1 | tee "$OUT_DIR/$tag.log"
   kill -INT "$server" 2>/dev/null || true

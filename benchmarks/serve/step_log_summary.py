@@ -6,7 +6,9 @@
 
 Kinds: decode (every row decodes one token), prefill (only prompt chunks), mixed (both). Per
 kind: steps, total and mean step time, tokens the steps produced (logit rows) and their share of
-the run's wall time in steps. Standard library only.
+the run's wall time in steps; then rank 0's host time between steps (the 6th column, host_ms,
+written since 2026-12-01; older logs have 5 columns), during which the GPUs wait. Standard
+library only.
 """
 import sys
 
@@ -17,10 +19,14 @@ def main(path):
         for line in f:
             if line.startswith("#") or not line.strip():
                 continue
-            decode, pseqs, ptoks, rows, ms = line.split()
-            decode, ptoks, rows, ms = int(decode), int(ptoks), int(rows), float(ms)
+            fields = line.split()
+            decode, ptoks, rows, ms = int(fields[0]), int(fields[2]), int(fields[3]), float(fields[4])
+            host_ms = float(fields[5]) if len(fields) > 5 else None
             kind = "mixed" if decode and ptoks else ("decode" if decode else "prefill")
-            k = kinds.setdefault(kind, {"steps": 0, "ms": 0.0, "tokens": 0, "rows": 0, "ptoks": 0})
+            k = kinds.setdefault(kind, {"steps": 0, "ms": 0.0, "tokens": 0, "rows": 0, "ptoks": 0,
+                                        "host_ms": None})
+            if host_ms is not None:
+                k["host_ms"] = (k["host_ms"] or 0.0) + host_ms
             k["steps"] += 1
             k["ms"] += ms
             k["tokens"] += rows
@@ -38,6 +44,12 @@ def main(path):
         print(f"| {kind} | {n} | {k['ms'] / 1e3:.3f} | {k['ms'] / total:.1%} | {k['ms'] / n:.3f} | "
               f"{k['rows'] / n:.1f} | {k['ptoks'] / n:.1f} | {k['tokens']} | "
               f"{k['tokens'] / (k['ms'] / 1e3) if k['ms'] else 0:.0f} |")
+    host = [k["host_ms"] for k in kinds.values() if k["host_ms"] is not None]
+    if host:
+        steps = sum(k["steps"] for k in kinds.values())
+        h = sum(host)
+        print(f"\nrank 0 host time before these steps: {h / 1e3:.3f} s ({h / steps:.3f} ms per step, "
+              f"{h / (h + total):.1%} of steps + host time)")
 
 
 if __name__ == "__main__":

@@ -52,6 +52,7 @@ void install_signal_handlers() {
 struct Route {
   uint64_t conn = 0;
   std::string id;
+  std::string id_json;  // id serialized once for the token events
   bool stream = true;
   bool admitted = false;
   Clock::time_point arrival, last_token;
@@ -173,10 +174,7 @@ int run_serve(int argc, char** argv, int rank) {
     const auto now = Clock::now();
     if (index > 0) metrics.inter_token(std::chrono::duration<double>(now - r.last_token).count());
     r.last_token = now;
-    if (r.stream) {
-      server->send(r.conn, json{{"event", "token"}, {"id", r.id}, {"index", index}, {"token_id", token}, {"text", piece}},
-                   r.id, false);
-    }
+    if (r.stream) server->send_quiet(r.conn, SocketServer::token_event(r.id_json, index, token, piece), r.id, false);
   };
   cb.on_done = [&](const GenResult& res) {
     auto it = routes.find(res.id);
@@ -223,7 +221,8 @@ int run_serve(int argc, char** argv, int rank) {
       if (cmd.kind == ServeCommand::Kind::kGenerate) {
         const int64_t id = next_id++;
         const uint64_t seed = cmd.request.params.seed.value_or(seeder());
-        routes[id] = Route{cmd.conn, cmd.id, cmd.stream, false, cmd.arrival, cmd.arrival, seed};
+        routes[id] = Route{cmd.conn, cmd.id, json(cmd.id).dump(-1, ' ', false, json::error_handler_t::replace),
+                           cmd.stream, false, cmd.arrival, cmd.arrival, seed};
         gen.add(GenRequest{id, cmd.request.prompt, cmd.request.params, seed, cmd.deadline});
       } else {
         // Cancel one id, or everything of a connection that went away.
@@ -241,7 +240,10 @@ int run_serve(int argc, char** argv, int rank) {
                 << shutdown_timeout << " ms)" << std::endl;
     }
     if (server->draining() && Clock::now() >= drain_deadline) gen.cancel_all("shutting_down");
-    if (!gen.idle()) gen.step();
+    if (!gen.idle()) {
+      gen.step();
+      server->wake();  // the step's token events went out quietly
+    }
     refresh_gauges();
     if (server->draining() && gen.idle()) break;
   }

@@ -19,9 +19,11 @@ static double seconds_since(Clock::time_point t0) {
 
 namespace {
 // LLAMA2_STEP_LOG=PATH: one line per engine step, to see where serving time goes by step kind
-// (benchmarks/serve/step_log_summary.py): "decode_rows prefill_seqs prefill_tokens logit_rows ms",
-// ms = wall time of the engine step on rank 0 (plan broadcast to logits back on the host).
-// Appended by every generator of the process; closed (flushed) at exit.
+// (benchmarks/serve/step_log_summary.py): "decode_rows prefill_seqs prefill_tokens logit_rows ms
+// host_ms", ms = wall time of the engine step on rank 0 (plan broadcast to logits back on the
+// host), host_ms = rank 0's time between the previous step's end and this one's start (sampling,
+// detokenizing, events, planning: the GPUs idle meanwhile; 0 after an idle pause). Appended by
+// every generator of the process; flushed per line, since a server that is killed never closes it.
 FILE* step_log() {
   static FILE* const log = [] {
     const char* path = std::getenv("LLAMA2_STEP_LOG");
@@ -31,7 +33,7 @@ FILE* step_log() {
       std::fprintf(stderr, "llama2: LLAMA2_STEP_LOG: cannot open %s; no step log\n", path);
       return f;
     }
-    std::fputs("# decode_rows prefill_seqs prefill_tokens logit_rows ms\n", f);
+    std::fputs("# decode_rows prefill_seqs prefill_tokens logit_rows ms host_ms\n", f);
     return f;
   }();
   return log;
@@ -178,6 +180,7 @@ int Generator::step() {
   StepLogits logits;
   const auto t_exec = Clock::now();
   exec_.execute(plan, &logits);
+  const auto t_exec_end = Clock::now();
   if (FILE* log = step_log()) {
     int decode_rows = 0, prefill_seqs = 0, prefill_tokens = 0;
     for (size_t i = 0; i < plan.seqs.size(); ++i) {
@@ -188,8 +191,12 @@ int Generator::step() {
         ++decode_rows;
       }
     }
-    std::fprintf(log, "%d %d %d %d %.4f\n", decode_rows, prefill_seqs, prefill_tokens,
-                 plan.logit_rows(), seconds_since(t_exec) * 1e3);
+    const double host_ms = last_exec_end_ == Clock::time_point{}
+        ? 0.0 : std::chrono::duration<double, std::milli>(t_exec - last_exec_end_).count();
+    std::fprintf(log, "%d %d %d %d %.4f %.4f\n", decode_rows, prefill_seqs, prefill_tokens,
+                 plan.logit_rows(), std::chrono::duration<double, std::milli>(t_exec_end - t_exec).count(),
+                 host_ms);
+    std::fflush(log);
   }
 
   int generated = 0, row = 0;
@@ -233,6 +240,7 @@ int Generator::step() {
   running_.erase(std::remove_if(running_.begin(), running_.end(),
                                 [](const std::unique_ptr<Sequence>& s) { return s->done; }),
                  running_.end());
+  last_exec_end_ = running_.empty() && queue_.empty() ? Clock::time_point{} : t_exec_end;
   return generated;
 }
 

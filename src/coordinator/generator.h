@@ -90,6 +90,9 @@ class Generator {
   GeneratorCallbacks cb_;
   std::deque<std::unique_ptr<Sequence>> queue_;
   std::vector<std::unique_ptr<Sequence>> running_;
+  // End of the previous engine step while requests kept running (for the step log's host gap);
+  // unset after a step that left the generator idle, so idle waits are not counted as host work.
+  std::chrono::steady_clock::time_point last_exec_end_{};
 };
 
 }  // namespace llama2

@@ -137,20 +137,36 @@ std::deque<ServeCommand> SocketServer::take_commands(std::chrono::milliseconds w
 }
 
 void SocketServer::send(uint64_t conn, const json& event, const std::string& id, bool final) {
-  const std::string frame = encode_frame(event.dump(-1, ' ', false, json::error_handler_t::replace));
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = conns_.find(conn);
-    if (it == conns_.end()) return;  // the client left; its generations are being cancelled
-    Conn& c = *it->second;
-    if (final) c.inflight.erase(id);
-    if (c.outbox.size() + frame.size() > kMaxOutboxBytes) {
-      c.close_after_flush = true;  // a client that does not read: stop feeding it
-      return;
-    }
-    c.outbox += frame;
-  }
+  send_quiet(conn, event.dump(-1, ' ', false, json::error_handler_t::replace), id, final);
   wake();
+}
+
+void SocketServer::send_quiet(uint64_t conn, std::string payload, const std::string& id, bool final) {
+  const std::string frame = encode_frame(payload);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = conns_.find(conn);
+  if (it == conns_.end()) return;  // the client left; its generations are being cancelled
+  Conn& c = *it->second;
+  if (final) c.inflight.erase(id);
+  if (c.outbox.size() + frame.size() > kMaxOutboxBytes) {
+    c.close_after_flush = true;  // a client that does not read: stop feeding it
+    return;
+  }
+  c.outbox += frame;
+}
+
+std::string SocketServer::token_event(const std::string& id_json, int index, int token, const std::string& piece) {
+  // Keys in the order nlohmann's (sorted) objects dump them; the piece escaped by the library.
+  std::string out = "{\"event\":\"token\",\"id\":";
+  out += id_json;
+  out += ",\"index\":";
+  out += std::to_string(index);
+  out += ",\"text\":";
+  out += json(piece).dump(-1, ' ', false, json::error_handler_t::replace);
+  out += ",\"token_id\":";
+  out += std::to_string(token);
+  out += '}';
+  return out;
 }
 
 void SocketServer::reply(Conn& c, const json& event) {

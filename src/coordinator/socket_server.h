@@ -61,6 +61,13 @@ class SocketServer {
   std::deque<ServeCommand> take_commands(std::chrono::milliseconds wait);
   // Engine thread: queue an event for a connection (dropped if it has gone). `final` ends `id`.
   void send(uint64_t conn, const nlohmann::json& event, const std::string& id, bool final);
+  // Engine thread: queue an already serialized event without waking the I/O thread; the engine
+  // calls wake() once after a step (one eventfd write per step instead of one per token).
+  void send_quiet(uint64_t conn, std::string payload, const std::string& id, bool final);
+  // The `token` event's JSON, the same bytes as dumping the object, built without one: at
+  // saturation rank 0 emits ~10k of them per second between engine steps (GPUs idle meanwhile).
+  // `id_json` is the request id already serialized as a JSON string.
+  static std::string token_event(const std::string& id_json, int index, int token, const std::string& piece);
   // Engine thread: a queued generation left the waiting queue (admitted or finished).
   void left_queue() { --waiting_; }
   int waiting() const { return waiting_; }

@@ -27,6 +27,7 @@
 #include "kernels/swiglu.cuh"
 #include "rank/cuda/cuda_weights.h"
 #include "rank/cuda/nccl_comm.h"
+#include "rank/cuda/op_profiler.h"
 #include "rank/logits_gather.h"
 #include "rank/model_runner.h"
 #include "rank/step_metadata.h"
@@ -68,6 +69,7 @@ class CudaModel final : public ModelRunner {
     for (int r = 0; r < s.tp; ++r) all_shards_.push_back(make_shard_plan(c, s.tp, r));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     nccl_ = std::make_unique<NcclComm>(MPI_Comm_f2c(o.mpi_comm));
+    if (OpProfiler::requested()) prof_ = std::make_unique<OpProfiler>(nccl_->rank());
     weights_ = load_cuda_weights<T>(c, s, o.weights, o.synthetic_seed, stream_);
     CUBLAS_CHECK(cublasCreate(&cublas_));
     CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
@@ -162,7 +164,7 @@ class CudaModel final : public ModelRunner {
     const int S = static_cast<int>(plan.seqs.size());
     const int rows = plan.logit_rows();
     if (S == 0) return;
-    const int bucket = is_decode_step(plan) ? graph_bucket(S) : 0;
+    const int bucket = is_decode_step(plan) && prof_ == nullptr ? graph_bucket(S) : 0;
     const StepShape shape = fill_step_metadata(plan, layout_, bucket, meta_host_.as<int32_t>(),
                                                bucket > 0 ? context_bucket(plan) : 0);
     // The previous step's copy has completed (forward ends with a stream wait), so the pinned
@@ -174,7 +176,14 @@ class CudaModel final : public ModelRunner {
     } else {
       body(shape);
     }
+    mark("select_gather");
     select_and_gather(plan, rows, out);
+    if (prof_) {
+      prof_->report("tokens " + std::to_string(shape.tokens) + " seqs " + std::to_string(S) +
+                        " decode_seqs " + std::to_string(shape.decode ? S : shape.decode_seqs) +
+                        " logit_rows " + std::to_string(rows),
+                    stream_);
+    }
   }
 
  private:
@@ -253,6 +262,11 @@ class CudaModel final : public ModelRunner {
     gemm_xwt(cublas_, TypeInfo<T>::kCuda, x.as<T>(), w.as<T>(), y.as<T>(), M, N, K);
   }
 
+  // LLAMA2_OP_PROFILE: the GPU time from here to the next mark is charged to `op`.
+  void mark(const char* op) {
+    if (prof_) prof_->mark(op, stream_);
+  }
+
   void all_reduce(const DeviceBuffer& b, int64_t elems) {
     nccl_->all_reduce_sum(b.as<void>(), static_cast<size_t>(elems), TypeInfo<T>::kNccl, stream_);
   }
@@ -310,11 +324,14 @@ class CudaModel final : public ModelRunner {
     const float eps = static_cast<float>(c_.rms_norm_eps);
     const DeviceMeta& m = dm_;
 
+    mark("embedding");
     CUDA_CHECK(kernels::launch_embedding<T>(m.tokens, T_, weights_.embed.as<T>(), s_.vocab_begin,
                                             s_.vocab_size, H, x_.as<T>(), stream_));
+    mark("all_reduce");
     all_reduce(x_, static_cast<int64_t>(T_) * H);  // vocab-parallel: one rank owns each row
     for (int l = 0; l < c_.num_layers; ++l) {
       const CudaLayerWeights& L = weights_.layers[l];
+      mark("add_rmsnorm");
       if (l == 0) {
         CUDA_CHECK(kernels::launch_rmsnorm<T>(x_.as<T>(), L.attn_norm.as<T>(), T_, H, eps,
                                               h_.as<T>(), stream_));
@@ -322,31 +339,43 @@ class CudaModel final : public ModelRunner {
         CUDA_CHECK(kernels::launch_add_rmsnorm<T>(x_.as<T>(), partial_.as<T>(), L.attn_norm.as<T>(),
                                                   T_, H, eps, h_.as<T>(), stream_));
       }
+      mark("qkv_gemm");
       gemm(h_, L.qkv, qkv_, T_, qkv_ld, H);  // [T, q | k | v]
       T* q = qkv_.as<T>();
       const kernels::RopeKvTokens tok{m.pos, m.slot, T_};
+      mark("rope_kv");
       CUDA_CHECK(kernels::launch_rope_kv<T>(q, qkv_ld, q + nq, qkv_ld, q + nq + nkv, qkv_ld,
                                             s_.num_heads, tok, freqs_, cache(l), stream_));
+      mark("attention");
       attention(sh, l, q, qkv_ld);
+      mark("o_gemm");
       gemm(attn_, L.o, partial_, T_, H, nq);
+      mark("all_reduce");
       all_reduce(partial_, static_cast<int64_t>(T_) * H);  // row-parallel O projection
+      mark("add_rmsnorm");
       CUDA_CHECK(kernels::launch_add_rmsnorm<T>(x_.as<T>(), partial_.as<T>(), L.mlp_norm.as<T>(),
                                                 T_, H, eps, h_.as<T>(), stream_));
       // One-row steps: gate|up GEMV with SwiGLU in its epilogue (one launch, no [T, 2F] buffer).
+      mark("gate_up_gemm");
       if (T_ > gemv_rows_ ||
           kernels::launch_gemv_gate_up_swiglu<T>(h_.as<T>(), L.gate_up.as<T>(), act_.as<T>(), T_,
                                                  F, H, stream_) != cudaSuccess) {
         gemm(h_, L.gate_up, gate_up_, T_, 2 * F, H);
+        mark("swiglu");
         CUDA_CHECK(kernels::launch_swiglu<T>(gate_up_.as<T>(), T_, F, act_.as<T>(), stream_));
       }
+      mark("down_gemm");
       gemm(act_, L.down, partial_, T_, H, F);
+      mark("all_reduce");
       all_reduce(partial_, static_cast<int64_t>(T_) * H);  // row-parallel down projection
     }
+    mark("add_rmsnorm");
     // x += last MLP output and the final norm, then only the logit rows go through the LM head.
     CUDA_CHECK(kernels::launch_add_rmsnorm<T>(x_.as<T>(), partial_.as<T>(),
                                               weights_.final_norm.as<T>(), T_, H, eps, h_.as<T>(),
                                               stream_));
     // Gathering rows of h by index is an embedding lookup into h ([T, H] as the "table").
+    mark("lm_head");
     CUDA_CHECK(kernels::launch_embedding<T>(m.logit_rows, sh.logit_rows, h_.as<T>(), 0, T_, H,
                                             last_.as<T>(), stream_));
     const DeviceBuffer& head = c_.tie_word_embeddings ? weights_.embed : weights_.lm_head;
@@ -438,6 +467,7 @@ class CudaModel final : public ModelRunner {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   std::unique_ptr<NcclComm> nccl_;
+  std::unique_ptr<OpProfiler> prof_;  // LLAMA2_OP_PROFILE only
   CudaWeights weights_;
   StepLayout layout_;
   PinnedBuffer meta_host_;  // [layout_.words()] int32, filled per step
