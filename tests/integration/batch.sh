@@ -116,7 +116,8 @@ LLAMA2_STEP_LOG="$TMP/steps.log" run_capture steplog 2 batch --model "$M" --inpu
 python3 - "$TMP/steps.log" <<'PY' && python3 "$(dirname "$0")/../../benchmarks/serve/step_log_summary.py" "$TMP/steps.log" >"$TMP/steps.summary" && grep -q "| mixed |" "$TMP/steps.summary" && pass "step log: 35 logit rows over $(grep -vc '^#' "$TMP/steps.log") steps, summary by kind" || fail "step log"
 import sys
 rows = [l.split() for l in open(sys.argv[1]) if not l.startswith("#")]
-assert all(len(r) == 5 and float(r[4]) > 0 for r in rows), rows[:3]
+# columns: decode_rows prefill_seqs prefill_tokens logit_rows ms host_ms (host_ms is 0 on the first step)
+assert all(len(r) == 6 and float(r[4]) > 0 and float(r[5]) >= 0 for r in rows), rows[:3]
 assert sum(int(r[3]) for r in rows) == 35, sum(int(r[3]) for r in rows)
 PY
 
