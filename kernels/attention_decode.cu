@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <climits>
 #include <cmath>
 
@@ -13,7 +14,6 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kMaxGroup = 8;        // query heads per KV head (Llama-2-70B: 8)
 constexpr int kMaxPartition = 512;  // positions per block; its scores live in shared memory
-constexpr int kMinPartition = 64;
 // K/V rows per lane per step; the next step's rows are loaded while this step's are used, so up
 // to twice this many rows per lane are in flight. Group 1 (7B, 13B) has registers to spare for 8;
 // groups up to 8 hold 8 queries and 8 accumulators per lane and keep 4 (~140 registers).
@@ -62,21 +62,70 @@ int sm_count() {
   return sms;
 }
 
-// Halve the partition while the grid has fewer than kBlocksPerSm blocks per multiprocessor (about
-// the occupancy the kernel's ~140 registers/thread allow: 3 resident blocks): a block streams its
-// rows with at most 8 rows per lane in flight, so HBM bandwidth needs many resident blocks.
-// (Capping registers at 128 for a 4th resident block made ptxas spill.) Batch-1 decode of a
-// 2048-token context over 32 KV heads gets 1024 blocks of 64 positions instead of 128 blocks of
-// 512.
-constexpr int kBlocksPerSm = 4;
-int choose_partition(int num_seqs, int kv_heads, int max_context) {
-  const int64_t target = static_cast<int64_t>(kBlocksPerSm) * sm_count();
+// A partition rule: start at kMaxPartition positions and halve (down to min_part) while the work
+// items (sequences x KV heads x partitions) number fewer than `target`.
+struct PartitionRule {
+  int64_t target;
+  int min_part;
+};
+
+int choose_partition(PartitionRule rule, int64_t items, int max_context) {
   int part = kMaxPartition;
-  while (part > kMinPartition &&
-         static_cast<int64_t>(num_seqs) * kv_heads * ceil_div(max_context, part) < target) {
-    part /= 2;
-  }
+  while (part > rule.min_part && items * ceil_div(max_context, part) < rule.target) part /= 2;
   return part;
+}
+
+// The most partitions choose_partition gives any context up to max_context (shorter contexts
+// can split into more: 1025 positions may take 17 x 64 where 2048 take 16 x 128). A partition
+// p < kMaxPartition is chosen only after 2p fell short, items * ceil(ctx / 2p) < target, so
+// ctx <= 2p * k with k the largest count for which items * k < target.
+int64_t most_partitions(PartitionRule rule, int64_t items, int max_context) {
+  int64_t most = ceil_div(max_context, kMaxPartition);
+  const int64_t k = (rule.target - 1) / items;
+  for (int p = kMaxPartition / 2; p >= rule.min_part; p /= 2) {
+    most = std::max(most, ceil_div(std::min<int64_t>(max_context, 2 * p * k), p));
+  }
+  return most;
+}
+
+// Block kernel: at least kBlocksPerSm blocks per multiprocessor (about the occupancy its
+// registers allow: group 8 ~140 per thread, 3 resident blocks; group 1 96, 5 blocks): a block
+// streams its rows with at most 8 rows per lane in flight, so HBM bandwidth needs many resident
+// blocks. (Capping registers at 128 for a 4th resident group-8 block made ptxas spill.) Batch-1
+// decode of a 2048-token context over 32 KV heads gets 1024 blocks of 64 positions instead of
+// 128 blocks of 512.
+constexpr int kBlocksPerSm = 4;
+constexpr int kMinPartition = 64;
+// Warp kernel (group 1): one (sequence, KV head, partition) per warp and its state in registers
+// (fp16 71 per thread: 7 blocks = 28 warps resident per multiprocessor; bf16 92: 5 blocks;
+// capping bf16 lower made ptxas spill), every warp streaming on its own; at least
+// kWarpItemsPerSm warps per multiprocessor.
+constexpr int kWarpItemsPerSm = 32;
+constexpr int kMinWarpPartition = 32;
+// Auto: the warp kernel once sequences x KV heads alone give 48 items per multiprocessor (7B,
+// 32 KV heads: batch >= 198 on 132 SMs). From llama2_bench_kernels on one H200 (2026-12-01,
+// contexts 16 / 192, bound 256, us block -> warp): batch 512 139 -> 51 / 413 -> 388, batch 256
+// 75 -> 32 / 216 -> 218, batch 128 41 -> 24 / 117 -> 137 (split in two), batch 64 at 2048
+// 525 -> 567. Below the threshold the block kernel's 128 threads per partition spread a
+// sequence's rows wider.
+constexpr int kWarpAutoItemsPerSm = 48;
+
+struct DecodePlan {
+  bool warp;  // decode_warp_kernel, else decode_partition_kernel
+  PartitionRule rule;
+  int64_t items;  // sequences x KV heads
+};
+
+DecodePlan plan_decode(int num_seqs, int group, int kv_heads, DecodeKernel kernel) {
+  DecodePlan plan{};
+  plan.items = static_cast<int64_t>(num_seqs) * kv_heads;
+  const int64_t sms = sm_count();
+  plan.warp =
+      group == 1 && (kernel == DecodeKernel::kWarp ||
+                     (kernel == DecodeKernel::kAuto && plan.items >= kWarpAutoItemsPerSm * sms));
+  plan.rule = plan.warp ? PartitionRule{kWarpItemsPerSm * sms, kMinWarpPartition}
+                        : PartitionRule{kBlocksPerSm * sms, kMinPartition};
+  return plan;
 }
 
 }  // namespace
@@ -295,6 +344,134 @@ static __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Group 1: one warp per (sequence, head, partition), items numbered with the partition fastest;
+// num_items = num_parts * heads * num_seqs. Lanes split a K/V row as in the block kernel (L lanes
+// per row, R rows per warp access); each of the R row groups keeps an online softmax (running
+// max m, sum l, unnormalized acc) over its rows, and the groups are merged by log-sum-exp at the
+// end. K and V rows of a step are requested together: no shared memory, no block barrier.
+template <typename T, int D>
+static __global__ void __launch_bounds__(kThreads)
+    decode_warp_kernel(const DecodeParams<T> p, int num_items) {
+  wait_for_previous_grid();
+  constexpr int kU = 4;  // rows per lane per step, K and V each: 8 x 16 bytes in flight per lane
+  using Split = RowSplit<T, D>;
+  constexpr int V = Split::kVec;
+  constexpr int L = Split::kLanes;
+  constexpr int R = Split::kRowsPerWarp;
+  constexpr int kStep = R * kU;  // rows per warp per step; divides 32
+  static_assert(32 % kStep == 0, "a 32-row chunk must hold whole steps");
+
+  const int lane = threadIdx.x & 31;
+  const int item = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  if (item >= num_items) return;
+  const int part = item % p.num_parts;
+  const int h = (item / p.num_parts) % p.heads;  // query head == KV head
+  const int seq = item / p.num_parts / p.heads;
+  const int lane_in_row = lane % L;
+  const int row_in_warp = lane / L;
+  const bool split = p.num_parts > 1;
+  const int ctx = p.context_lens[seq];
+  T* out = p.out + (static_cast<int64_t>(seq) * p.heads + h) * D;
+  if (ctx <= 0 || ctx > p.num_parts * p.partition) {  // as in the block kernel
+    if (!split && part == 0) {
+      for (int j = lane; j < D; j += 32) out[j] = from_float<T>(ctx <= 0 ? 0.f : NAN);
+    }
+    return;
+  }
+  const int t0 = part * p.partition;
+  if (t0 >= ctx) return;
+  const int n = min(ctx - t0, p.partition);
+  const int32_t* table = p.block_tables + static_cast<int64_t>(seq) * p.max_blocks;
+
+  float qr[V];
+  load_float<T, V>(p.q + seq * p.q_stride + h * D + lane_in_row * V, qr);
+#pragma unroll
+  for (int e = 0; e < V; ++e) qr[e] *= p.scale;
+
+  float m = -INFINITY, l = 0.f, acc[V];
+#pragma unroll
+  for (int e = 0; e < V; ++e) acc[e] = 0.f;
+
+  for (int c0 = 0; c0 < n; c0 += 32) {
+    // Lane j computes the cache row (units of D) of chunk row j once; the step loop below fetches
+    // it by shuffle instead of every lane doing the table load and div/mod for each of its rows.
+    const int cn = min(32, n - c0);
+    int32_t crow = 0;
+    if (lane < cn) {
+      const int t = t0 + c0 + lane;
+      crow = (table[t / p.block_size] * p.kv_heads + h) * p.block_size + t % p.block_size;
+    }
+    for (int s0 = 0; s0 < cn; s0 += kStep) {  // uniform over the warp
+      Pack<T, V> kp[kU], vp[kU];
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        const int r = s0 + u * R + row_in_warp;  // < 32
+        const int64_t off =
+            static_cast<int64_t>(__shfl_sync(kFullMask, crow, r)) * D + lane_in_row * V;
+        const bool valid = r < cn;
+        kp[u] = valid ? *reinterpret_cast<const Pack<T, V>*>(p.k_cache + off) : Pack<T, V>{};
+        vp[u] = valid ? *reinterpret_cast<const Pack<T, V>*>(p.v_cache + off) : Pack<T, V>{};
+      }
+      float sc[kU];
+      float smax = -INFINITY;
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        float dot = 0.f;
+#pragma unroll
+        for (int e = 0; e < V; ++e) dot += qr[e] * to_float(kp[u].v[e]);
+#pragma unroll
+        for (int o = L / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(kFullMask, dot, o);
+        sc[u] = s0 + u * R + row_in_warp < cn ? dot : -INFINITY;
+        smax = fmaxf(smax, sc[u]);
+      }
+      const float m_new = fmaxf(m, smax);
+      if (m_new != -INFINITY) {              // false only for a row group whose rows all lie past n
+        const float corr = expf(m - m_new);  // 0 on the first valid step (m = -inf)
+        l *= corr;
+#pragma unroll
+        for (int e = 0; e < V; ++e) acc[e] *= corr;
+#pragma unroll
+        for (int u = 0; u < kU; ++u) {
+          const float w = expf(sc[u] - m_new);
+          l += w;
+#pragma unroll
+          for (int e = 0; e < V; ++e) acc[e] += w * to_float(vp[u].v[e]);
+        }
+        m = m_new;
+      }
+    }
+  }
+  // Merge the R row groups (lanes with the same lane_in_row differ in the bits >= L); a group
+  // that saw no row has m = -inf and weight 0.
+#pragma unroll
+  for (int o = L; o < 32; o <<= 1) {
+    const float m_o = __shfl_xor_sync(kFullMask, m, o);
+    const float l_o = __shfl_xor_sync(kFullMask, l, o);
+    const float m_new = fmaxf(m, m_o);
+    const float a = m == -INFINITY ? 0.f : expf(m - m_new);
+    const float b = m_o == -INFINITY ? 0.f : expf(m_o - m_new);
+    l = l * a + l_o * b;
+#pragma unroll
+    for (int e = 0; e < V; ++e) acc[e] = acc[e] * a + __shfl_xor_sync(kFullMask, acc[e], o) * b;
+    m = m_new;
+  }
+  if (row_in_warp != 0) return;
+  if (!split) {
+    float o[V];
+#pragma unroll
+    for (int e = 0; e < V; ++e) o[e] = acc[e] / l;
+    store_float<T, V>(out + lane_in_row * V, o);
+  } else {
+    const int64_t slot = (static_cast<int64_t>(seq) * p.heads + h) * p.num_parts + part;
+#pragma unroll
+    for (int e = 0; e < V; ++e) p.part_acc[slot * D + lane_in_row * V + e] = acc[e];
+    if (lane == 0) {
+      p.part_max[slot] = m;
+      p.part_sum[slot] = l;
+    }
+  }
+}
+
 // Merge of the partitions of one (sequence, query head): thread j owns output element j.
 template <typename T, int D>
 static __global__ void __launch_bounds__(D) decode_merge_kernel(const DecodeParams<T> p) {
@@ -320,18 +497,28 @@ static __global__ void __launch_bounds__(D) decode_merge_kernel(const DecodePara
 }
 
 size_t attention_decode_workspace_bytes(int num_seqs, int heads, int kv_heads, int head_dim,
-                                        int max_context) {
-  if (num_seqs <= 0 || heads <= 0 || kv_heads <= 0 || head_dim <= 0 || max_context <= 0) return 0;
-  const int64_t parts = ceil_div(max_context, choose_partition(num_seqs, kv_heads, max_context));
+                                        int max_context, DecodeKernel kernel) {
+  if (num_seqs <= 0 || heads <= 0 || kv_heads <= 0 || head_dim <= 0 || max_context <= 0 ||
+      heads % kv_heads != 0) {
+    return 0;
+  }
+  // Every launch whose contexts fit max_context: graphs and mixed steps pass smaller bounds.
+  const DecodePlan plan = plan_decode(num_seqs, heads / kv_heads, kv_heads, kernel);
+  const int64_t parts = most_partitions(plan.rule, plan.items, max_context);
   if (parts <= 1) return 0;
   return sizeof(float) * static_cast<size_t>(num_seqs) * heads * parts * (head_dim + 2);
 }
 
 template <typename T, int D>
-static cudaError_t run_decode(const DecodeParams<T>& p, int num_seqs, int kv_heads,
+static cudaError_t run_decode(const DecodeParams<T>& p, bool warp, int num_seqs, int kv_heads,
                               cudaStream_t stream) {
   const dim3 grid(p.num_parts, kv_heads, num_seqs);
-  if (p.group == 1) {
+  if (warp) {
+    const int64_t items = static_cast<int64_t>(p.num_parts) * kv_heads * num_seqs;
+    if (items > INT_MAX) return cudaErrorInvalidValue;
+    launch_kernel(decode_warp_kernel<T, D>, dim3(static_cast<unsigned>(ceil_div(items, kWarps))),
+                  kThreads, 0, stream, p, static_cast<int>(items));
+  } else if (p.group == 1) {
     launch_kernel(decode_partition_kernel<T, D, 1>, grid, kThreads, 0, stream, p);
   } else if (p.group <= 4) {
     launch_kernel(decode_partition_kernel<T, D, 4>, grid, kThreads, 0, stream, p);
@@ -379,7 +566,8 @@ cudaError_t launch_attention_decode(const DecodeAttentionArgs<T>& a, cudaStream_
   p.context_lens = a.context_lens;
   p.heads = a.heads;
   p.group = a.heads / c.kv_heads;
-  p.partition = choose_partition(a.num_seqs, c.kv_heads, a.max_context);
+  const DecodePlan plan = plan_decode(a.num_seqs, p.group, c.kv_heads, a.kernel);
+  p.partition = choose_partition(plan.rule, plan.items, a.max_context);
   p.num_parts = static_cast<int>(ceil_div(a.max_context, p.partition));
   p.scale = 1.0f / std::sqrt(static_cast<float>(d));  // as llama2::cpu::paged_attention
   p.out = a.out;
@@ -395,9 +583,9 @@ cudaError_t launch_attention_decode(const DecodeAttentionArgs<T>& a, cudaStream_
   }
   switch (d) {
     case 64:
-      return run_decode<T, 64>(p, a.num_seqs, c.kv_heads, stream);
+      return run_decode<T, 64>(p, plan.warp, a.num_seqs, c.kv_heads, stream);
     case 128:
-      return run_decode<T, 128>(p, a.num_seqs, c.kv_heads, stream);
+      return run_decode<T, 128>(p, plan.warp, a.num_seqs, c.kv_heads, stream);
     default:
       return cudaErrorInvalidValue;  // head_dim not instantiated
   }

@@ -12,6 +12,12 @@
 
 namespace llama2::kernels {
 
+// Which kernel a launch uses. kAuto: the warp kernel for group 1 when sequences x KV heads are
+// at least 48 per multiprocessor (large decode batches), else the block kernel. kWarp applies to group 1 only (grouped
+// heads always take the block kernel, which reads each K/V row once per group); kBlock and kWarp
+// exist for benchmarks and A/B runs (LLAMA2_DECODE_KERNEL).
+enum class DecodeKernel { kAuto, kBlock, kWarp };
+
 template <typename T>
 struct DecodeAttentionArgs {
   const T* q = nullptr;  // [num_seqs, q_stride], heads * head_dim used: the query of position
@@ -27,28 +33,36 @@ struct DecodeAttentionArgs {
   T* out = nullptr;           // [num_seqs, heads, head_dim]
   void* workspace = nullptr;  // attention_decode_workspace_bytes(...) bytes, only when split
   size_t workspace_bytes = 0;
+  DecodeKernel kernel = DecodeKernel::kAuto;
 };
 
-// Workspace the launch needs for these sizes (0 when it does not split). Depends on the current
-// device's multiprocessor count, like the launch.
+// Workspace for every launch with these sizes and a max_context up to this one (0 when none
+// splits): a shorter bound can split into more partitions, so sizing for the longest alone is not
+// enough. Depends on the current device's multiprocessor count and the kernel choice, like the
+// launch.
 size_t attention_decode_workspace_bytes(int num_seqs, int heads, int kv_heads, int head_dim,
-                                        int max_context);
+                                        int max_context, DecodeKernel kernel = DecodeKernel::kAuto);
 
 // out[s, h, :] = softmax(q[s, h] . K[s, g(h), 0:ctx]^T / sqrt(d)) V[s, g(h), 0:ctx], g(h) = h /
 // group, fp32 scores, softmax and accumulation, one rounding to T at the end. Matches
 // llama2::cpu::paged_attention for one token per sequence.
 //
-// Launch: grid (partitions, kv_heads, num_seqs), 128 threads. A block takes one (sequence, KV head,
-// partition of <= 512 positions) and the whole query group of that KV head, so each K/V row is read
-// once per group. Each row's cache offset is computed once into shared memory; lanes split a
-// K/V row in 16-byte pieces (d = 128 fp16: 16 lanes per row, 2 rows per warp) and stream 4 rows per
-// lane per step (8 when group = 1) with the next step's rows already requested. Register arrays are
-// sized by the group (instantiated for groups 1, <= 4 and <= 8). The partition size halves (down to
-// 64) while the grid has fewer than 4 blocks per multiprocessor. With one partition the block
-// writes `out` directly; otherwise it writes unnormalized fp32 partials plus (max, sum) and a
+// Block kernel: grid (partitions, kv_heads, num_seqs), 128 threads. A block takes one (sequence, KV
+// head, partition of <= 512 positions) and the whole query group of that KV head, so each K/V row
+// is read once per group. Each row's cache offset is computed once into shared memory; lanes split
+// a K/V row in 16-byte pieces (d = 128 fp16: 16 lanes per row, 2 rows per warp) and stream 4 rows
+// per lane per step (8 when group = 1) with the next step's rows already requested. Register arrays
+// are sized by the group (instantiated for groups 1, <= 4 and <= 8). The partition size halves
+// (down to 64) while the grid has fewer than 4 blocks per multiprocessor. With one partition the
+// block writes `out` directly; otherwise it writes unnormalized fp32 partials plus (max, sum) and a
 // second kernel, grid (heads, num_seqs) x head_dim threads, merges them by log-sum-exp. A
 // context_lens[s] > max_context yields NaN rows (a loud failure), 0 yields zero rows. head_dim 64
 // and 128 are instantiated.
+//
+// Warp kernel (group 1): a warp per (sequence, head, partition of <= 512 positions), 4 warps per
+// block, an online softmax in registers over K and V rows requested together; its many small
+// independent work items keep more loads in flight than ~5 resident blocks per multiprocessor
+// when a large batch has short contexts. Same partials and merge kernel as the block kernel.
 template <typename T>
 cudaError_t launch_attention_decode(const DecodeAttentionArgs<T>& args, cudaStream_t stream);
 

@@ -2,7 +2,8 @@
 // 32000, fp16), each family checked against the fp32 CPU reference before it is timed.
 //
 // Build: cd build && cmake .. && ninja llama2_bench_kernels      (CUDA builds only)
-// Run:   ./llama2_bench_kernels            on a GPU node (one H200; ~1 minute)
+// Run:   ./llama2_bench_kernels [decode]   on a GPU node (one H200; ~1 minute; `decode`: only
+//        decode attention, block and warp kernels side by side)
 //
 // Timing: CUDA events around each launch, 5 warm-up launches, median of 30. Bytes are the minimum
 // traffic (each input read once, each output written once); FLOPs for attention count the
@@ -26,6 +27,7 @@
 #include "common/step_plan.h"
 #include "kernels/attention_decode.cuh"
 #include "kernels/attention_prefill.cuh"
+#include "kernels/convert.cuh"
 #include "kernels/dtype.cuh"
 #include "kernels/embedding.cuh"
 #include "kernels/gemv.cuh"
@@ -336,48 +338,70 @@ std::vector<float> reference_attention(const Paged& pg, const std::vector<float>
   return out;
 }
 
+// Timing-only shapes are filled on the device (a 512 x 192-token cache is ~800 M values); with
+// `check`, from host values against the CPU reference (up to 4 sequences of mixed lengths).
+// `bound` is the launch's max_context (0: ctx), as a decode graph sizes it for a context bucket.
 void bench_decode(int heads, int kv_heads, const std::vector<int>& batches,
-                  const std::vector<int>& ctxs, bool check) {
-  std::printf("attention_decode (heads %d, kv_heads %d, head_dim %d, block 16)\n", heads, kv_heads,
-              kDim);
+                  const std::vector<int>& ctxs, bool check, int bound = 0,
+                  const std::vector<k::DecodeKernel>& kernels = {k::DecodeKernel::kAuto}) {
+  std::printf("attention_decode (heads %d, kv_heads %d, head_dim %d, block 16%s)\n", heads,
+              kv_heads, kDim, bound ? fmt(", max_context %ld", bound).c_str() : "");
   const int bs = 16;
   for (int S : batches) {
     for (int ctx : ctxs) {
-      // Correctness on a mix of context lengths (up to 4 sequences), timing on S equal contexts.
       std::vector<int> lens(S, ctx);
       if (check) {
         for (int s = 1; s < S && s < 4; ++s) lens[s] = 1 + (ctx * s) / 4;
       }
-      const Paged pg = make_paged(lens, std::vector<int>(S, 1), bs);
+      // Block tables (and cache) cover the launch bound, as the engine's cover max_seq_len.
+      std::vector<int> table_lens = lens;
+      for (int& n : table_lens) n = std::max(n, bound);
+      const Paged pg = make_paged(table_lens, std::vector<int>(S, 1), bs);
       const size_t cache = static_cast<size_t>(pg.num_blocks) * kv_heads * bs * kDim;
-      const auto kc = rnd(cache, 10), vc = rnd(cache, 11);
-      const auto q = rnd(static_cast<size_t>(S) * heads * kDim, 12, -2, 2);
-      Dev<T> d_kc(half(kc)), d_vc(half(vc)), d_q(half(q)), d_out(q.size());
-      Dev<int32_t> d_tab(pg.tables), d_len(lens);
-      const size_t ws = k::attention_decode_workspace_bytes(S, heads, kv_heads, kDim, ctx);
-      Dev<char> d_ws(ws);
-      k::DecodeAttentionArgs<T> a;
-      a.q = d_q.p;
-      a.q_stride = heads * kDim;
-      a.cache = {d_kc.p, d_vc.p, pg.num_blocks, kv_heads, bs, kDim};
-      a.block_tables = d_tab.p;
-      a.max_blocks = pg.max_blocks;
-      a.context_lens = d_len.p;
-      a.num_seqs = S;
-      a.heads = heads;
-      a.max_context = ctx;
-      a.out = d_out.p;
-      a.workspace = d_ws.p;
-      a.workspace_bytes = ws;
-      CK(k::launch_attention_decode<T>(a, 0));
-      if (check && S <= 4) {
-        verify(fmt("decode S=%ld ctx=%ld", S, ctx), f32(d_out.get()),
-               reference_attention(pg, kc, vc, heads, kv_heads, bs, q), 8e-4, 4e-5);
+      const size_t nq = static_cast<size_t>(S) * heads * kDim;
+      Dev<T> d_kc(cache), d_vc(cache), d_q(nq), d_out(nq);
+      std::vector<float> kc, vc, q;
+      if (check) {
+        kc = rnd(cache, 10), vc = rnd(cache, 11), q = rnd(nq, 12, -2, 2);
+        d_kc.put(half(kc)), d_vc.put(half(vc)), d_q.put(half(q));
+      } else {
+        CK(k::launch_fill_uniform<T>(d_kc.p, cache, 10, 0.f, 1.f, 0));
+        CK(k::launch_fill_uniform<T>(d_vc.p, cache, 11, 0.f, 1.f, 0));
+        CK(k::launch_fill_uniform<T>(d_q.p, nq, 12, 0.f, 2.f, 0));
       }
-      const double us = median_us([&] { k::launch_attention_decode<T>(a, 0); });
-      const double kv_bytes = 2.0 * S * ctx * kv_heads * kDim * sizeof(T);
-      report("decode", fmt("S=%ld ctx=%ld", S, ctx) + (ws ? " split" : ""), us,
-             kv_bytes + 2.0 * q.size() * sizeof(T), 4.0 * S * heads * ctx * kDim);
+      Dev<int32_t> d_tab(pg.tables), d_len(lens);
+      const int max_context = bound > 0 ? bound : ctx;
+      for (const k::DecodeKernel kernel : kernels) {
+        const size_t ws =
+            k::attention_decode_workspace_bytes(S, heads, kv_heads, kDim, max_context, kernel);
+        Dev<char> d_ws(ws);
+        k::DecodeAttentionArgs<T> a;
+        a.q = d_q.p;
+        a.q_stride = heads * kDim;
+        a.cache = {d_kc.p, d_vc.p, pg.num_blocks, kv_heads, bs, kDim};
+        a.block_tables = d_tab.p;
+        a.max_blocks = pg.max_blocks;
+        a.context_lens = d_len.p;
+        a.num_seqs = S;
+        a.heads = heads;
+        a.max_context = max_context;
+        a.out = d_out.p;
+        a.workspace = d_ws.p;
+        a.workspace_bytes = ws;
+        a.kernel = kernel;
+        const char* name = kernel == k::DecodeKernel::kBlock  ? "decode block"
+                           : kernel == k::DecodeKernel::kWarp ? "decode warp"
+                                                               : "decode";
+        CK(k::launch_attention_decode<T>(a, 0));
+        if (check && S <= 4) {
+          verify(std::string(name) + fmt(" S=%ld ctx=%ld", S, ctx), f32(d_out.get()),
+                 reference_attention(pg, kc, vc, heads, kv_heads, bs, q), 8e-4, 4e-5);
+        }
+        const double us = median_us([&] { k::launch_attention_decode<T>(a, 0); });
+        const double kv_bytes = 2.0 * S * ctx * kv_heads * kDim * sizeof(T);
+        report(name, fmt("S=%ld ctx=%ld", S, ctx) + (ws ? " split" : ""), us,
+               kv_bytes + 2.0 * nq * sizeof(T), 4.0 * S * heads * ctx * kDim);
+      }
     }
   }
 }
@@ -448,7 +472,13 @@ void bench_sampling() {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  // `llama2_bench_kernels decode`: the decode attention section only.
+  const bool decode_only = argc > 1 && std::string(argv[1]) == "decode";
+  if (argc > 2 || (argc == 2 && !decode_only)) {
+    std::fprintf(stderr, "usage: llama2_bench_kernels [decode]  (got '%s')\n", argv[1]);
+    return 2;
+  }
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
     std::printf("no CUDA device: nothing to benchmark\n");
@@ -458,21 +488,28 @@ int main() {
   CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("%s, %d SMs; fp16; rooflines: HBM %.0f GB/s, tensor cores %.0f TFLOP/s\n", prop.name,
               prop.multiProcessorCount, kHbmGBs, kTensorTFs);
-  bench_embedding();
-  bench_rmsnorm();
-  bench_swiglu();
-  bench_rope_kv();
-  bench_decode(kHeads, kHeads, {1, 4}, {128, 2048}, true);  // correctness on mixed contexts
-  bench_decode(kHeads, kHeads, {1, 32, 64}, {128, 2048}, false);
+  if (!decode_only) {
+    bench_embedding();
+    bench_rmsnorm();
+    bench_swiglu();
+    bench_rope_kv();
+  }
+  const std::vector<k::DecodeKernel> both = {k::DecodeKernel::kBlock, k::DecodeKernel::kWarp};
+  bench_decode(kHeads, kHeads, {1, 4}, {128, 2048}, true, 0, both);  // correctness, mixed contexts
+  bench_decode(kHeads, kHeads, {1, 32, 64}, {128, 2048}, false, 0, both);
+  // Serving: decode graphs of large batches over short contexts, bound = the 256 context bucket.
+  bench_decode(kHeads, kHeads, {128, 256, 512}, {16, 192}, false, 256, both);
   std::printf("  (70B shapes on 2 ranks: 32 query heads, 4 KV heads, group 8)\n");
   bench_decode(32, 4, {1, 64}, {2048}, false);
-  std::printf("attention_prefill (heads %d, head_dim %d, block 16)\n", kHeads, kDim);
-  bench_prefill(4, 4, 300, 400, true);  // correctness on a reduced problem (CPU reference cost)
-  bench_prefill(4, 1, 200, 200, true);
-  bench_prefill(kHeads, kHeads, 2048, 2048, false);
-  bench_prefill(kHeads, kHeads, 512, 2048, false);
-  bench_sampling();
-  bench_gemv();
+  if (!decode_only) {
+    std::printf("attention_prefill (heads %d, head_dim %d, block 16)\n", kHeads, kDim);
+    bench_prefill(4, 4, 300, 400, true);  // correctness on a reduced problem (CPU reference cost)
+    bench_prefill(4, 1, 200, 200, true);
+    bench_prefill(kHeads, kHeads, 2048, 2048, false);
+    bench_prefill(kHeads, kHeads, 512, 2048, false);
+    bench_sampling();
+    bench_gemv();
+  }
   std::printf("%s\n", g_failures ? "CORRECTNESS FAILURES: timings above are not meaningful"
                                  : "all checks passed");
   return g_failures ? 1 : 0;

@@ -115,7 +115,8 @@ Tol attention_tol(bool prefill) {
 struct DecodeCase {
   Geometry g;
   std::vector<int> ctx;
-  int q_stride_extra;  // > 0: q is a view into a wider (fused QKV) row
+  int q_stride_extra;       // > 0: q is a view into a wider (fused QKV) row
+  int workspace_bound = 0;  // > 0: workspace sized for this max_context, launched with the case's
 };
 
 std::vector<int> random_contexts(int n, int lo, int hi, uint32_t seed) {
@@ -137,6 +138,13 @@ TEST_CASE("attention_decode: paged, grouped, split-K against the CPU reference")
       {{8, 8, 64, 16}, {1}, 0},
       {{16, 2, 128, 16}, {3000, 2, 1025}, 0},
       {{32, 8, 64, 16}, random_contexts(19, 1, 400, 8), 0},  // one partition: no merge kernel
+      // Group 1, many sequences (the shape the warp kernel is for); short, odd and long contexts,
+      // some past one 512-position partition.
+      {{32, 32, 128, 16}, random_contexts(80, 1, 700, 9), 0},
+      {{8, 8, 64, 16}, random_contexts(300, 1, 90, 10), 0},
+      // A workspace sized for a longer bound (a graph's max_seq_len) must serve a shorter one,
+      // which can split into more partitions (block kernel: 9 x 64 at 513 vs 8 x 256 at 2048).
+      {{32, 32, 128, 16}, {513, 100, 7}, 0, 2048},
   };
   cases[1].ctx[5] = 3000;
   for (size_t ci = 0; ci < cases.size(); ++ci) {
@@ -154,35 +162,44 @@ TEST_CASE("attention_decode: paged, grouped, split-K against the CPU reference")
 
     DeviceBuffer<int32_t> d_tables(s.tables),
         d_ctx(std::vector<int32_t>(c.ctx.begin(), c.ctx.end()));
-    const size_t ws_bytes =
-        k::attention_decode_workspace_bytes(S, g.heads, g.kv_heads, g.head_dim, max_context);
-    DeviceBuffer<float> d_ws((ws_bytes + sizeof(float) - 1) / sizeof(float));
-    for_each_dtype([&](auto tag) {
-      using T = decltype(tag);
-      const std::string what =
-          what_base + " " + dtype_name<T>() + (ws_bytes ? " split" : " single");
-      INFO(what);
-      DeviceBuffer<T> d_q(to_dtype<T>(q)), d_kc(to_dtype<T>(s.kc)), d_vc(to_dtype<T>(s.vc));
-      DeviceBuffer<T> d_out(static_cast<size_t>(S) * g.heads * g.head_dim);
-      d_out.poison();
-      d_ws.poison();
-      k::DecodeAttentionArgs<T> a;
-      a.q = d_q.get();
-      a.q_stride = q_stride;
-      a.cache = {d_kc.get(), d_vc.get(), s.num_blocks, g.kv_heads, g.block_size, g.head_dim};
-      a.block_tables = d_tables.get();
-      a.max_blocks = s.max_blocks;
-      a.context_lens = d_ctx.get();
-      a.num_seqs = S;
-      a.heads = g.heads;
-      a.max_context = max_context;
-      a.out = d_out.get();
-      a.workspace = d_ws.get();
-      a.workspace_bytes = ws_bytes;
-      LLAMA2_CUDA_REQUIRE(k::launch_attention_decode<T>(a, 0));
-      LLAMA2_CUDA_REQUIRE(cudaDeviceSynchronize());
-      expect_close(what, to_f32(d_out.download()), want, attention_tol<T>(false));
-    });
+    // Every case under both kernels and the automatic choice (kWarp on grouped heads is the block
+    // kernel).
+    for (const auto& choice :
+         {std::pair{k::DecodeKernel::kAuto, "auto"}, std::pair{k::DecodeKernel::kBlock, "block"},
+          std::pair{k::DecodeKernel::kWarp, "warp"}}) {
+      const k::DecodeKernel kernel = choice.first;  // named: lambdas cannot capture bindings
+      const std::string kernel_name = choice.second;
+      const size_t ws_bytes = k::attention_decode_workspace_bytes(
+          S, g.heads, g.kv_heads, g.head_dim, std::max(max_context, c.workspace_bound), kernel);
+      DeviceBuffer<float> d_ws((ws_bytes + sizeof(float) - 1) / sizeof(float));
+      for_each_dtype([&](auto tag) {
+        using T = decltype(tag);
+        const std::string what = what_base + " " + dtype_name<T>() + " " + kernel_name +
+                                 (ws_bytes ? " split" : " single");
+        INFO(what);
+        DeviceBuffer<T> d_q(to_dtype<T>(q)), d_kc(to_dtype<T>(s.kc)), d_vc(to_dtype<T>(s.vc));
+        DeviceBuffer<T> d_out(static_cast<size_t>(S) * g.heads * g.head_dim);
+        d_out.poison();
+        d_ws.poison();
+        k::DecodeAttentionArgs<T> a;
+        a.q = d_q.get();
+        a.q_stride = q_stride;
+        a.cache = {d_kc.get(), d_vc.get(), s.num_blocks, g.kv_heads, g.block_size, g.head_dim};
+        a.block_tables = d_tables.get();
+        a.max_blocks = s.max_blocks;
+        a.context_lens = d_ctx.get();
+        a.num_seqs = S;
+        a.heads = g.heads;
+        a.max_context = max_context;
+        a.out = d_out.get();
+        a.workspace = d_ws.get();
+        a.workspace_bytes = ws_bytes;
+        a.kernel = kernel;
+        LLAMA2_CUDA_REQUIRE(k::launch_attention_decode<T>(a, 0));
+        LLAMA2_CUDA_REQUIRE(cudaDeviceSynchronize());
+        expect_close(what, to_f32(d_out.download()), want, attention_tol<T>(false));
+      });
+    }
   }
 }
 

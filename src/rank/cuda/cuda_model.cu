@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <map>
 #include <sstream>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "common/capacity.h"
@@ -96,6 +98,17 @@ class CudaModel final : public ModelRunner {
     // LLAMA2_PDL=0 launches kernels without programmatic dependent launch (for comparison).
     const char* pdl = std::getenv("LLAMA2_PDL");
     kernels::set_programmatic_launch(pdl == nullptr || std::string(pdl) != "0");
+    // LLAMA2_DECODE_KERNEL=auto|block|warp: which decode attention kernel (A/B runs).
+    if (const char* dk = std::getenv("LLAMA2_DECODE_KERNEL")) {
+      const std::string v = dk;
+      if (v == "block") {
+        decode_kernel_ = kernels::DecodeKernel::kBlock;
+      } else if (v == "warp") {
+        decode_kernel_ = kernels::DecodeKernel::kWarp;
+      } else if (v != "auto") {
+        throw std::runtime_error("LLAMA2_DECODE_KERNEL=" + v + ": expected auto, block or warp");
+      }
+    }
   }
 
   ~CudaModel() override {
@@ -147,13 +160,14 @@ class CudaModel final : public ModelRunner {
     layer_elems_ = static_cast<size_t>(kv.num_blocks) * s_.num_kv_heads * kv.block_size * s_.head_dim;
     kv_ = DeviceBuffer(2 * c_.num_layers * layer_elems_ * sizeof(T), "KV cache");
     CUDA_CHECK(cudaMemsetAsync(kv_.as<void>(), 0, kv_.bytes(), stream_));
-    // Decode attention workspace for the largest batch at the longest context (graphs are
-    // captured with max_context = max_seq_len).
+    // Decode attention workspace for every batch size and every context bound up to the longest
+    // sequence (graphs pass their context bucket, mixed steps their longest decode row).
     size_t ws = 0;
     for (int b = 1; b <= opt_.max_batch; ++b) {
       ws = std::max(ws, kernels::attention_decode_workspace_bytes(b, s_.num_heads, s_.num_kv_heads,
                                                                    s_.head_dim,
-                                                                   layout_.max_blocks * kv.block_size));
+                                                                   layout_.max_blocks * kv.block_size,
+                                                                   decode_kernel_));
     }
     decode_ws_ = DeviceBuffer(ws, "decode attention workspace");
     CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -295,6 +309,7 @@ class CudaModel final : public ModelRunner {
       a.out = attn_.as<T>();
       a.workspace = decode_ws_.as<void>();
       a.workspace_bytes = decode_ws_.bytes();
+      a.kernel = decode_kernel_;
       CUDA_CHECK(kernels::launch_attention_decode<T>(a, stream_));
     }
     if (nd < sh.seqs) {
@@ -468,6 +483,7 @@ class CudaModel final : public ModelRunner {
   cublasHandle_t cublas_ = nullptr;
   std::unique_ptr<NcclComm> nccl_;
   std::unique_ptr<OpProfiler> prof_;  // LLAMA2_OP_PROFILE only
+  kernels::DecodeKernel decode_kernel_ = kernels::DecodeKernel::kAuto;
   CudaWeights weights_;
   StepLayout layout_;
   PinnedBuffer meta_host_;  // [layout_.words()] int32, filled per step
