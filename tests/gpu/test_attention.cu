@@ -203,6 +203,34 @@ TEST_CASE("attention_decode: paged, grouped, split-K against the CPU reference")
   }
 }
 
+// Host-only (runs without a GPU, at the 132-multiprocessor default): the engine sizes one
+// workspace for max_seq_len and launches with shorter bounds (graph context buckets, a mixed
+// step's longest decode row), which can split into more partitions (1025 positions into 17 x 64
+// where 2048 take 16 x 128), so the workspace for a bound must cover every shorter one.
+TEST_CASE("attention_decode: the workspace for a bound covers every shorter bound") {
+  struct Heads {
+    int heads, kv_heads;
+  };
+  int64_t checked = 0, short_by = 0;
+  for (const k::DecodeKernel kernel :
+       {k::DecodeKernel::kAuto, k::DecodeKernel::kBlock, k::DecodeKernel::kWarp}) {
+    for (const Heads h : {Heads{32, 32}, Heads{40, 40}, Heads{8, 8}, Heads{32, 8}, Heads{64, 8}}) {
+      for (const int S : {1, 2, 3, 5, 9, 17, 33, 66, 100, 198, 256, 512}) {
+        for (const int bound : {513, 2048, 4096}) {
+          const size_t ws =
+              k::attention_decode_workspace_bytes(S, h.heads, h.kv_heads, 128, bound, kernel);
+          for (int ctx = 1; ctx <= bound; ++ctx, ++checked) {
+            short_by +=
+                k::attention_decode_workspace_bytes(S, h.heads, h.kv_heads, 128, ctx, kernel) > ws;
+          }
+        }
+      }
+    }
+  }
+  INFO(checked << " (kernel, heads, batch, bound, context) combinations");
+  CHECK(short_by == 0);
+}
+
 TEST_CASE("attention_decode: shape errors are refused") {
   LLAMA2_GPU_TEST_OR_SKIP();
   DeviceBuffer<__half> buf(4096);
