@@ -551,7 +551,7 @@ cudaError_t launch_attention_decode(const DecodeAttentionArgs<T>& a, cudaStream_
   if (a.num_seqs == 0) return cudaSuccess;
   if (a.q == nullptr || c.k == nullptr || c.v == nullptr || a.block_tables == nullptr ||
       a.context_lens == nullptr || a.out == nullptr || !is_aligned(a.q, 16) ||
-      !is_aligned(c.k, 16) || !is_aligned(c.v, 16)) {
+      !is_aligned(c.k, 16) || !is_aligned(c.v, 16) || !is_aligned(a.out, 16)) {
     return cudaErrorInvalidValue;
   }
   DecodeParams<T> p{};

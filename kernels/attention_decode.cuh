@@ -13,9 +13,9 @@
 namespace llama2::kernels {
 
 // Which kernel a launch uses. kAuto: the warp kernel for group 1 when sequences x KV heads are
-// at least 48 per multiprocessor (large decode batches), else the block kernel. kWarp applies to group 1 only (grouped
-// heads always take the block kernel, which reads each K/V row once per group); kBlock and kWarp
-// exist for benchmarks and A/B runs (LLAMA2_DECODE_KERNEL).
+// at least 48 per multiprocessor (large decode batches), else the block kernel. kWarp applies to
+// group 1 only (grouped heads always take the block kernel, which reads each K/V row once per
+// group); kBlock and kWarp exist for benchmarks and A/B runs (LLAMA2_DECODE_KERNEL).
 enum class DecodeKernel { kAuto, kBlock, kWarp };
 
 template <typename T>
@@ -30,7 +30,7 @@ struct DecodeAttentionArgs {
   int num_seqs = 0;
   int heads = 0;              // query heads on this rank; heads % cache.kv_heads == 0, group <= 8
   int max_context = 0;        // host-side bound >= every context_lens[s]; sizes the split
-  T* out = nullptr;           // [num_seqs, heads, head_dim]
+  T* out = nullptr;           // [num_seqs, heads, head_dim], 16-byte aligned
   void* workspace = nullptr;  // attention_decode_workspace_bytes(...) bytes, only when split
   size_t workspace_bytes = 0;
   DecodeKernel kernel = DecodeKernel::kAuto;
