@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kernels/attention_decode.cuh"
+#include "kernels/decode_plan.cuh"
 #include "kernels/dtype.cuh"
 #include "kernels/reduce.cuh"
 
@@ -12,8 +13,8 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr int kMaxGroup = 8;        // query heads per KV head (Llama-2-70B: 8)
-constexpr int kMaxPartition = 512;  // positions per block; its scores live in shared memory
+constexpr int kMaxGroup = 8;                        // query heads per KV head (Llama-2-70B: 8)
+constexpr int kMaxPartition = kDecodeMaxPartition;  // positions per block; scores in shared memory
 // K/V rows per lane per step; the next step's rows are loaded while this step's are used, so up
 // to twice this many rows per lane are in flight. Group 1 (7B, 13B) has registers to spare for 8;
 // groups up to 8 hold 8 queries and 8 accumulators per lane and keep 4 (~140 registers).
@@ -50,83 +51,6 @@ struct RowSplit {
   static constexpr int kRowsPerWarp = 32 / kLanes;  // rows a warp reads per access
   static_assert(kLanes >= 1 && kLanes <= 32 && 32 % kLanes == 0, "unsupported head_dim");
 };
-
-int sm_count() {
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-      sms <= 0) {
-    (void)cudaGetLastError();
-    return 132;  // H200
-  }
-  return sms;
-}
-
-// A partition rule: start at kMaxPartition positions and halve (down to min_part) while the work
-// items (sequences x KV heads x partitions) number fewer than `target`.
-struct PartitionRule {
-  int64_t target;
-  int min_part;
-};
-
-int choose_partition(PartitionRule rule, int64_t items, int max_context) {
-  int part = kMaxPartition;
-  while (part > rule.min_part && items * ceil_div(max_context, part) < rule.target) part /= 2;
-  return part;
-}
-
-// The most partitions choose_partition gives any context up to max_context (shorter contexts
-// can split into more: 1025 positions may take 17 x 64 where 2048 take 16 x 128). A partition
-// p < kMaxPartition is chosen only after 2p fell short, items * ceil(ctx / 2p) < target, so
-// ctx <= 2p * k with k the largest count for which items * k < target.
-int64_t most_partitions(PartitionRule rule, int64_t items, int max_context) {
-  int64_t most = ceil_div(max_context, kMaxPartition);
-  const int64_t k = (rule.target - 1) / items;
-  for (int p = kMaxPartition / 2; p >= rule.min_part; p /= 2) {
-    most = std::max(most, ceil_div(std::min<int64_t>(max_context, 2 * p * k), p));
-  }
-  return most;
-}
-
-// Block kernel: at least kBlocksPerSm blocks per multiprocessor (about the occupancy its
-// registers allow: group 8 ~140 per thread, 3 resident blocks; group 1 96, 5 blocks): a block
-// streams its rows with at most 8 rows per lane in flight, so HBM bandwidth needs many resident
-// blocks. (Capping registers at 128 for a 4th resident group-8 block made ptxas spill.) Batch-1
-// decode of a 2048-token context over 32 KV heads gets 1024 blocks of 64 positions instead of
-// 128 blocks of 512.
-constexpr int kBlocksPerSm = 4;
-constexpr int kMinPartition = 64;
-// Warp kernel (group 1): one (sequence, KV head, partition) per warp and its state in registers
-// (fp16 71 per thread: 7 blocks = 28 warps resident per multiprocessor; bf16 92: 5 blocks;
-// capping bf16 lower made ptxas spill), every warp streaming on its own; at least
-// kWarpItemsPerSm warps per multiprocessor.
-constexpr int kWarpItemsPerSm = 32;
-constexpr int kMinWarpPartition = 32;
-// Auto: the warp kernel once sequences x KV heads alone give 48 items per multiprocessor (7B,
-// 32 KV heads: batch >= 198 on 132 SMs). From llama2_bench_kernels on one H200 (2026-12-01,
-// contexts 16 / 192, bound 256, us block -> warp): batch 512 139 -> 51 / 413 -> 388, batch 256
-// 75 -> 32 / 216 -> 218, batch 128 41 -> 24 / 117 -> 137 (split in two), batch 64 at 2048
-// 525 -> 567. Below the threshold the block kernel's 128 threads per partition spread a
-// sequence's rows wider.
-constexpr int kWarpAutoItemsPerSm = 48;
-
-struct DecodePlan {
-  bool warp;  // decode_warp_kernel, else decode_partition_kernel
-  PartitionRule rule;
-  int64_t items;  // sequences x KV heads
-};
-
-DecodePlan plan_decode(int num_seqs, int group, int kv_heads, DecodeKernel kernel) {
-  DecodePlan plan{};
-  plan.items = static_cast<int64_t>(num_seqs) * kv_heads;
-  const int64_t sms = sm_count();
-  plan.warp =
-      group == 1 && (kernel == DecodeKernel::kWarp ||
-                     (kernel == DecodeKernel::kAuto && plan.items >= kWarpAutoItemsPerSm * sms));
-  plan.rule = plan.warp ? PartitionRule{kWarpItemsPerSm * sms, kMinWarpPartition}
-                        : PartitionRule{kBlocksPerSm * sms, kMinPartition};
-  return plan;
-}
 
 }  // namespace
 
@@ -503,8 +427,8 @@ size_t attention_decode_workspace_bytes(int num_seqs, int heads, int kv_heads, i
     return 0;
   }
   // Every launch whose contexts fit max_context: graphs and mixed steps pass smaller bounds.
-  const DecodePlan plan = plan_decode(num_seqs, heads / kv_heads, kv_heads, kernel);
-  const int64_t parts = most_partitions(plan.rule, plan.items, max_context);
+  const int64_t parts =
+      decode_most_partitions(num_seqs, heads / kv_heads, kv_heads, max_context, kernel);
   if (parts <= 1) return 0;
   return sizeof(float) * static_cast<size_t>(num_seqs) * heads * parts * (head_dim + 2);
 }
@@ -566,9 +490,9 @@ cudaError_t launch_attention_decode(const DecodeAttentionArgs<T>& a, cudaStream_
   p.context_lens = a.context_lens;
   p.heads = a.heads;
   p.group = a.heads / c.kv_heads;
-  const DecodePlan plan = plan_decode(a.num_seqs, p.group, c.kv_heads, a.kernel);
-  p.partition = choose_partition(plan.rule, plan.items, a.max_context);
-  p.num_parts = static_cast<int>(ceil_div(a.max_context, p.partition));
+  const DecodePlan plan = plan_decode(a.num_seqs, p.group, c.kv_heads, a.max_context, a.kernel);
+  p.partition = plan.partition;
+  p.num_parts = plan.num_parts;
   p.scale = 1.0f / std::sqrt(static_cast<float>(d));  // as llama2::cpu::paged_attention
   p.out = a.out;
   if (p.num_parts > 1) {

@@ -8,15 +8,10 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/decode_plan.cuh"
 #include "kernels/paged_kv.cuh"
 
 namespace llama2::kernels {
-
-// Which kernel a launch uses. kAuto: the warp kernel for group 1 when sequences x KV heads are
-// at least 48 per multiprocessor (large decode batches), else the block kernel. kWarp applies to
-// group 1 only (grouped heads always take the block kernel, which reads each K/V row once per
-// group); kBlock and kWarp exist for benchmarks and A/B runs (LLAMA2_DECODE_KERNEL).
-enum class DecodeKernel { kAuto, kBlock, kWarp };
 
 template <typename T>
 struct DecodeAttentionArgs {
