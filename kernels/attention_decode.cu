@@ -20,12 +20,13 @@ constexpr int kMaxPartition = kDecodeMaxPartition;  // positions per block; scor
 template <int kG>
 constexpr int kUnroll = kG == 1 ? 8 : 4;
 
-template <typename T>
+// T: queries and output; C: the cache's element type (T, or fp8 e4m3 for fp16/bf16 models).
+template <typename T, typename C>
 struct DecodeParams {
   const T* q;
   int64_t q_stride;
-  const T* k_cache;  // [num_blocks, kv_heads, block_size, D]
-  const T* v_cache;
+  const C* k_cache;  // [num_blocks, kv_heads, block_size, D]
+  const C* v_cache;
   int kv_heads;
   int block_size;
   const int32_t* block_tables;  // [num_seqs, max_blocks]
@@ -42,10 +43,12 @@ struct DecodeParams {
   float* part_sum;  // [num_seqs, heads, num_parts]
 };
 
-// How a K/V row of D elements of T is spread over a warp.
+// How a K/V row of D elements is spread over a warp: a lane takes the elements of one 16-byte
+// piece of T (8 for fp16/bf16), so an fp8 cache is read in 8-byte pieces with the same lane
+// layout and register footprint as fp16, only half the bytes.
 template <typename T, int D>
 struct RowSplit {
-  static constexpr int kVec = kVec16<T>;            // elements per lane (16 bytes)
+  static constexpr int kVec = kVec16<T>;            // elements per lane
   static constexpr int kLanes = D / kVec;           // lanes per row
   static constexpr int kRowsPerWarp = 32 / kLanes;  // rows a warp reads per access
   static_assert(kLanes >= 1 && kLanes <= 32 && 32 % kLanes == 0, "unsupported head_dim");
@@ -54,9 +57,9 @@ struct RowSplit {
 }  // namespace
 
 // kG: the largest group this instantiation handles (1, 4 or 8); register arrays are sized by it.
-template <typename T, int D, int kG>
-static __global__ void __launch_bounds__(kThreads)
-    decode_partition_kernel(const DecodeParams<T> p) {
+template <typename T, typename C, int D, int kG>
+static __global__ void __launch_bounds__(kThreads, sizeof(C) == 1 && kG == 1 ? 5 : 1)
+    decode_partition_kernel(const DecodeParams<T, C> p) {
   wait_for_previous_grid();
   constexpr int kU = kUnroll<kG>;
   using Split = RowSplit<T, D>;
@@ -121,11 +124,11 @@ static __global__ void __launch_bounds__(kThreads)
     return static_cast<int64_t>(s_rows[i]) * D + lane_in_row * V;
   };
   // This lane's rows of the warp step starting at `base`; rows past n are zeros, not loaded.
-  auto load_step = [&](const T* cache, int base, Pack<T, V>(&dst)[kU]) {
+  auto load_step = [&](const C* cache, int base, Pack<C, V>(&dst)[kU]) {
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int i = base + u * R + row_in_warp;
-      dst[u] = i < n ? *reinterpret_cast<const Pack<T, V>*>(cache + row_offset(i)) : Pack<T, V>{};
+      dst[u] = i < n ? *reinterpret_cast<const Pack<C, V>*>(cache + row_offset(i)) : Pack<C, V>{};
     }
   };
 
@@ -148,10 +151,10 @@ static __global__ void __launch_bounds__(kThreads)
   // ---- scores: s_buf[g][i] = q_g . k_{t0+i}. The loop bound depends on the warp only, so whole
   // warps stay together for the shuffles; rows past n are loaded as zeros and not stored.
   // Software pipelined: the next step's rows are requested before this step's are used.
-  Pack<T, V> next[kU];
+  Pack<C, V> next[kU];
   load_step(p.k_cache, warp * kWarpStep, next);
   for (int base = warp * kWarpStep; base < n; base += kBlockStep) {
-    Pack<T, V> kp[kU];
+    Pack<C, V> kp[kU];
 #pragma unroll
     for (int u = 0; u < kU; ++u) kp[u] = next[u];
     load_step(p.k_cache, base + kBlockStep, next);
@@ -159,8 +162,7 @@ static __global__ void __launch_bounds__(kThreads)
     for (int u = 0; u < kU; ++u) {
       const int i = base + u * R + row_in_warp;
       float kf[V];
-#pragma unroll
-      for (int e = 0; e < V; ++e) kf[e] = to_float(kp[u].v[e]);
+      unpack_float(kp[u], kf);
 #pragma unroll
       for (int g = 0; g < kG; ++g) {
         if (g < group) {  // uniform over the block
@@ -206,7 +208,7 @@ static __global__ void __launch_bounds__(kThreads)
     for (int e = 0; e < V; ++e) acc[g][e] = 0.f;
   }
   for (int base = warp * kWarpStep; base < n; base += kBlockStep) {
-    Pack<T, V> vp[kU];
+    Pack<C, V> vp[kU];
 #pragma unroll
     for (int u = 0; u < kU; ++u) vp[u] = next[u];
     load_step(p.v_cache, base + kBlockStep, next);
@@ -214,8 +216,7 @@ static __global__ void __launch_bounds__(kThreads)
     for (int u = 0; u < kU; ++u) {
       const int i = base + u * R + row_in_warp;
       float vf[V];
-#pragma unroll
-      for (int e = 0; e < V; ++e) vf[e] = to_float(vp[u].v[e]);
+      unpack_float(vp[u], vf);
 #pragma unroll
       for (int g = 0; g < kG; ++g) {
         if (g < group) {
@@ -272,11 +273,16 @@ static __global__ void __launch_bounds__(kThreads)
 // per row, R rows per warp access); each of the R row groups keeps an online softmax (running
 // max m, sum l, unnormalized acc) over its rows, and the groups are merged by log-sum-exp at the
 // end. K and V rows of a step are requested together: no shared memory, no block barrier.
-template <typename T, int D>
-static __global__ void __launch_bounds__(kThreads)
-    decode_warp_kernel(const DecodeParams<T> p, int num_items) {
+template <typename T, typename C, int D>
+static __global__ void __launch_bounds__(kThreads, sizeof(C) == 1 ? 6 : 1)
+    decode_warp_kernel(const DecodeParams<T, C> p, int num_items) {
   wait_for_previous_grid();
-  constexpr int kU = 4;  // rows per lane per step, K and V each: 8 x 16 bytes in flight per lane
+  // Rows per lane per step, K and V each: 8 x 16 bytes in flight per lane for fp16/bf16; an fp8
+  // cache's 8-byte pieces take twice the rows for the same bytes in flight. Uncapped, the fp8
+  // instantiation took 128 registers (4 blocks per multiprocessor); the launch bound holds it to
+  // 80 (6 blocks) without spills at head_dim 128. The block kernel's fp8 group-1 instantiation is
+  // capped the same way (116 -> 96 registers, 5 blocks, as fp16).
+  constexpr int kU = sizeof(C) == 1 ? 8 : 4;
   using Split = RowSplit<T, D>;
   constexpr int V = Split::kVec;
   constexpr int L = Split::kLanes;
@@ -325,23 +331,25 @@ static __global__ void __launch_bounds__(kThreads)
       crow = (table[t / p.block_size] * p.kv_heads + h) * p.block_size + t % p.block_size;
     }
     for (int s0 = 0; s0 < cn; s0 += kStep) {  // uniform over the warp
-      Pack<T, V> kp[kU], vp[kU];
+      Pack<C, V> kp[kU], vp[kU];
 #pragma unroll
       for (int u = 0; u < kU; ++u) {
         const int r = s0 + u * R + row_in_warp;  // < 32
         const int64_t off =
             static_cast<int64_t>(__shfl_sync(kFullMask, crow, r)) * D + lane_in_row * V;
         const bool valid = r < cn;
-        kp[u] = valid ? *reinterpret_cast<const Pack<T, V>*>(p.k_cache + off) : Pack<T, V>{};
-        vp[u] = valid ? *reinterpret_cast<const Pack<T, V>*>(p.v_cache + off) : Pack<T, V>{};
+        kp[u] = valid ? *reinterpret_cast<const Pack<C, V>*>(p.k_cache + off) : Pack<C, V>{};
+        vp[u] = valid ? *reinterpret_cast<const Pack<C, V>*>(p.v_cache + off) : Pack<C, V>{};
       }
       float sc[kU];
       float smax = -INFINITY;
 #pragma unroll
       for (int u = 0; u < kU; ++u) {
+        float kf[V];
+        unpack_float(kp[u], kf);
         float dot = 0.f;
 #pragma unroll
-        for (int e = 0; e < V; ++e) dot += qr[e] * to_float(kp[u].v[e]);
+        for (int e = 0; e < V; ++e) dot += qr[e] * kf[e];
 #pragma unroll
         for (int o = L / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(kFullMask, dot, o);
         sc[u] = s0 + u * R + row_in_warp < cn ? dot : -INFINITY;
@@ -357,8 +365,10 @@ static __global__ void __launch_bounds__(kThreads)
         for (int u = 0; u < kU; ++u) {
           const float w = expf(sc[u] - m_new);
           l += w;
+          float vf[V];
+          unpack_float(vp[u], vf);
 #pragma unroll
-          for (int e = 0; e < V; ++e) acc[e] += w * to_float(vp[u].v[e]);
+          for (int e = 0; e < V; ++e) acc[e] += w * vf[e];
         }
         m = m_new;
       }
@@ -396,8 +406,8 @@ static __global__ void __launch_bounds__(kThreads)
 }
 
 // Merge of the partitions of one (sequence, query head): thread j owns output element j.
-template <typename T, int D>
-static __global__ void __launch_bounds__(D) decode_merge_kernel(const DecodeParams<T> p) {
+template <typename T, typename C, int D>
+static __global__ void __launch_bounds__(D) decode_merge_kernel(const DecodeParams<T, C> p) {
   wait_for_previous_grid();
   const int h = blockIdx.x, seq = blockIdx.y, j = threadIdx.x;
   const int ctx = p.context_lens[seq];
@@ -432,30 +442,30 @@ size_t attention_decode_workspace_bytes(int num_seqs, int heads, int kv_heads, i
   return sizeof(float) * static_cast<size_t>(num_seqs) * heads * parts * (head_dim + 2);
 }
 
-template <typename T, int D>
-static cudaError_t run_decode(const DecodeParams<T>& p, bool warp, int num_seqs, int kv_heads,
+template <typename T, typename C, int D>
+static cudaError_t run_decode(const DecodeParams<T, C>& p, bool warp, int num_seqs, int kv_heads,
                               cudaStream_t stream) {
   const dim3 grid(p.num_parts, kv_heads, num_seqs);
   if (warp) {
     const int64_t items = static_cast<int64_t>(p.num_parts) * kv_heads * num_seqs;
     if (items > INT_MAX) return cudaErrorInvalidValue;
-    launch_kernel(decode_warp_kernel<T, D>, dim3(static_cast<unsigned>(ceil_div(items, kWarps))),
+    launch_kernel(decode_warp_kernel<T, C, D>, dim3(static_cast<unsigned>(ceil_div(items, kWarps))),
                   kThreads, 0, stream, p, static_cast<int>(items));
   } else if (p.group == 1) {
-    launch_kernel(decode_partition_kernel<T, D, 1>, grid, kThreads, 0, stream, p);
+    launch_kernel(decode_partition_kernel<T, C, D, 1>, grid, kThreads, 0, stream, p);
   } else if (p.group <= 4) {
-    launch_kernel(decode_partition_kernel<T, D, 4>, grid, kThreads, 0, stream, p);
+    launch_kernel(decode_partition_kernel<T, C, D, 4>, grid, kThreads, 0, stream, p);
   } else {
-    launch_kernel(decode_partition_kernel<T, D, kMaxGroup>, grid, kThreads, 0, stream, p);
+    launch_kernel(decode_partition_kernel<T, C, D, kMaxGroup>, grid, kThreads, 0, stream, p);
   }
   if (p.num_parts > 1) {
-    launch_kernel(decode_merge_kernel<T, D>, dim3(p.heads, num_seqs), D, 0, stream, p);
+    launch_kernel(decode_merge_kernel<T, C, D>, dim3(p.heads, num_seqs), D, 0, stream, p);
   }
   return cudaGetLastError();
 }
 
-template <typename T>
-cudaError_t launch_attention_decode(const DecodeAttentionArgs<T>& a, cudaStream_t stream) {
+template <typename T, typename C>
+cudaError_t launch_attention_decode(const DecodeAttentionArgs<T, C>& a, cudaStream_t stream) {
   const auto& c = a.cache;
   const int d = c.head_dim;
   if (a.num_seqs < 0 || a.heads <= 0 || c.kv_heads <= 0 || a.heads % c.kv_heads != 0 ||
@@ -477,7 +487,7 @@ cudaError_t launch_attention_decode(const DecodeAttentionArgs<T>& a, cudaStream_
       !is_aligned(c.k, 16) || !is_aligned(c.v, 16) || !is_aligned(a.out, 16)) {
     return cudaErrorInvalidValue;
   }
-  DecodeParams<T> p{};
+  DecodeParams<T, C> p{};
   p.q = a.q;
   p.q_stride = a.q_stride;
   p.k_cache = c.k;
@@ -506,19 +516,22 @@ cudaError_t launch_attention_decode(const DecodeAttentionArgs<T>& a, cudaStream_
   }
   switch (d) {
     case 64:
-      return run_decode<T, 64>(p, plan.warp, a.num_seqs, c.kv_heads, stream);
+      return run_decode<T, C, 64>(p, plan.warp, a.num_seqs, c.kv_heads, stream);
     case 128:
-      return run_decode<T, 128>(p, plan.warp, a.num_seqs, c.kv_heads, stream);
+      return run_decode<T, C, 128>(p, plan.warp, a.num_seqs, c.kv_heads, stream);
     default:
       return cudaErrorInvalidValue;  // head_dim not instantiated
   }
 }
 
-template cudaError_t launch_attention_decode<float>(const DecodeAttentionArgs<float>&,
-                                                    cudaStream_t);
-template cudaError_t launch_attention_decode<__half>(const DecodeAttentionArgs<__half>&,
+#define LLAMA2_INSTANTIATE(T, C)                                          \
+  template cudaError_t launch_attention_decode<T, C>(const DecodeAttentionArgs<T, C>&, \
                                                      cudaStream_t);
-template cudaError_t launch_attention_decode<__nv_bfloat16>(
-    const DecodeAttentionArgs<__nv_bfloat16>&, cudaStream_t);
+LLAMA2_INSTANTIATE(float, float)
+LLAMA2_INSTANTIATE(__half, __half)
+LLAMA2_INSTANTIATE(__nv_bfloat16, __nv_bfloat16)
+LLAMA2_INSTANTIATE(__half, __nv_fp8_e4m3)
+LLAMA2_INSTANTIATE(__nv_bfloat16, __nv_fp8_e4m3)
+#undef LLAMA2_INSTANTIATE
 
 }  // namespace llama2::kernels

@@ -13,12 +13,13 @@
 
 namespace llama2::kernels {
 
-template <typename T>
+// T: queries and output (fp32/fp16/bf16); C: the cache's element type, T or fp8 e4m3 (fp16/bf16).
+template <typename T, typename C = T>
 struct DecodeAttentionArgs {
   const T* q = nullptr;  // [num_seqs, q_stride], heads * head_dim used: the query of position
                          // context_lens[s] - 1, already rotated
   int64_t q_stride = 0;
-  PagedKvCache<T> cache;                  // read only; the current token's K/V are already written
+  PagedKvCache<C> cache;                  // read only; the current token's K/V are already written
   const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks], cache block ids
   int max_blocks = 0;
   const int32_t* context_lens = nullptr;  // [num_seqs], tokens to attend over (>= 1)
@@ -58,7 +59,10 @@ size_t attention_decode_workspace_bytes(int num_seqs, int heads, int kv_heads, i
 // block, an online softmax in registers over K and V rows requested together; its many small
 // independent work items keep more loads in flight than ~5 resident blocks per multiprocessor
 // when a large batch has short contexts. Same partials and merge kernel as the block kernel.
-template <typename T>
-cudaError_t launch_attention_decode(const DecodeAttentionArgs<T>& args, cudaStream_t stream);
+// An fp8 cache is read in 8-byte pieces with the fp16 lane layout (the warp kernel streams twice
+// the rows per step) and converted to fp32 on load; instantiated for (fp32, fp32), (fp16, fp16),
+// (bf16, bf16), (fp16, fp8 e4m3) and (bf16, fp8 e4m3).
+template <typename T, typename C>
+cudaError_t launch_attention_decode(const DecodeAttentionArgs<T, C>& args, cudaStream_t stream);
 
 }  // namespace llama2::kernels

@@ -55,12 +55,12 @@ struct Smem {
   static_assert(!kTC || kO + sizeof(float) * kBQ * kLdO <= kP, "O staging must fit in K and V");
 };
 
-template <typename T>
+template <typename T, typename C>
 struct PrefillParams {
   const T* q;
   int64_t q_stride;
-  const T* k_cache;  // [num_blocks, kv_heads, block_size, D]
-  const T* v_cache;
+  const C* k_cache;  // [num_blocks, kv_heads, block_size, D], T or fp8 e4m3
+  const C* v_cache;
   int kv_heads;
   int block_size;
   const int32_t* block_tables;  // [num_seqs, max_blocks]
@@ -235,8 +235,8 @@ __device__ __forceinline__ void cp_async_wait() {
 
 }  // namespace
 
-template <typename T, int D>
-static __global__ void __launch_bounds__(kThreads, 3) prefill_kernel(const PrefillParams<T> p) {
+template <typename T, typename C, int D>
+static __global__ void __launch_bounds__(kThreads, 3) prefill_kernel(const PrefillParams<T, C> p) {
   wait_for_previous_grid();
   using L = Smem<T, D>;
   constexpr int V = kVec16<T>;
@@ -316,23 +316,48 @@ static __global__ void __launch_bounds__(kThreads, 3) prefill_kernel(const Prefi
     // Gather the tile: K as one cp.async group, V as a second one, so V keeps arriving while
     // Q.K^T and the softmax run. Keys past the visible ones are zeros (plain stores): V must not
     // carry NaN garbage into 0 * v.
+    if constexpr (std::is_same_v<C, T>) {
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const T* src = half == 0 ? p.k_cache : p.v_cache;
-      T* dst = half == 0 ? ks : vs;
+      for (int half = 0; half < 2; ++half) {
+        const T* src = half == 0 ? p.k_cache : p.v_cache;
+        T* dst = half == 0 ? ks : vs;
+#pragma unroll
+        for (int it = 0; it < kGather; ++it) {
+          const int c = tid + it * kThreads;
+          const int j = c / kChunks, piece = c % kChunks;
+          const int row = key_rows[j];
+          T* d = dst + j * L::kLdX + piece * V;
+          if (row >= 0) {
+            cp_async16(d, src + static_cast<int64_t>(row) * D + piece * V);
+          } else {
+            *reinterpret_cast<Pack<T, V>*>(d) = Pack<T, V>{};
+          }
+        }
+        cp_async_commit();
+      }
+    } else {
+      // fp8 cache: cp.async cannot convert, so the 8-byte pieces go through registers, every
+      // load of the tile (K and V) issued before the first conversion. The waits below then
+      // find no pending copies.
+      Pack<C, V> kr[kGather], vr[kGather];
 #pragma unroll
       for (int it = 0; it < kGather; ++it) {
         const int c = tid + it * kThreads;
-        const int j = c / kChunks, piece = c % kChunks;
-        const int row = key_rows[j];
-        T* d = dst + j * L::kLdX + piece * V;
-        if (row >= 0) {
-          cp_async16(d, src + static_cast<int64_t>(row) * D + piece * V);
-        } else {
-          *reinterpret_cast<Pack<T, V>*>(d) = Pack<T, V>{};
-        }
+        const int row = key_rows[c / kChunks];
+        const int64_t off = static_cast<int64_t>(row) * D + (c % kChunks) * V;
+        kr[it] = row >= 0 ? *reinterpret_cast<const Pack<C, V>*>(p.k_cache + off) : Pack<C, V>{};
+        vr[it] = row >= 0 ? *reinterpret_cast<const Pack<C, V>*>(p.v_cache + off) : Pack<C, V>{};
       }
-      cp_async_commit();
+#pragma unroll
+      for (int it = 0; it < kGather; ++it) {
+        const int c = tid + it * kThreads;
+        const int at = (c / kChunks) * L::kLdX + (c % kChunks) * V;
+        float x[V];
+        unpack_float(kr[it], x);
+        store_float<T, V>(ks + at, x);
+        unpack_float(vr[it], x);
+        store_float<T, V>(vs + at, x);
+      }
     }
     // The next tile's block-table entry: requested now, written to key_rows after this tile.
     const int next_pos = k0 + kBK + tid;
@@ -397,20 +422,21 @@ static __global__ void __launch_bounds__(kThreads, 3) prefill_kernel(const Prefi
   }
 }
 
-template <typename T, int D>
-static cudaError_t run_prefill(const PrefillParams<T>& p, const PrefillAttentionArgs<T>& a,
+template <typename T, typename C, int D>
+static cudaError_t run_prefill(const PrefillParams<T, C>& p, const PrefillAttentionArgs<T, C>& a,
                                cudaStream_t stream) {
   constexpr size_t bytes = Smem<T, D>::kBytes;
-  cudaError_t err = cudaFuncSetAttribute(
-      prefill_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  cudaError_t err = cudaFuncSetAttribute(prefill_kernel<T, C, D>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(bytes));
   if (err != cudaSuccess) return err;
   const dim3 grid(a.heads, static_cast<unsigned>(ceil_div(a.max_new_tokens, kBQ)), a.num_seqs);
-  launch_kernel(prefill_kernel<T, D>, grid, kThreads, bytes, stream, p);
+  launch_kernel(prefill_kernel<T, C, D>, grid, kThreads, bytes, stream, p);
   return cudaGetLastError();
 }
 
-template <typename T>
-cudaError_t launch_attention_prefill(const PrefillAttentionArgs<T>& a, cudaStream_t stream) {
+template <typename T, typename C>
+cudaError_t launch_attention_prefill(const PrefillAttentionArgs<T, C>& a, cudaStream_t stream) {
   const auto& c = a.cache;
   const int d = c.head_dim;
   if (a.num_seqs < 0 || a.num_seqs > 65535 || a.heads <= 0 || c.kv_heads <= 0 ||
@@ -431,7 +457,7 @@ cudaError_t launch_attention_prefill(const PrefillAttentionArgs<T>& a, cudaStrea
       !is_aligned(a.q, 16) || !is_aligned(c.k, 16) || !is_aligned(c.v, 16)) {
     return cudaErrorInvalidValue;
   }
-  PrefillParams<T> p{};
+  PrefillParams<T, C> p{};
   p.q = a.q;
   p.q_stride = a.q_stride;
   p.k_cache = c.k;
@@ -448,19 +474,22 @@ cudaError_t launch_attention_prefill(const PrefillAttentionArgs<T>& a, cudaStrea
   p.out = a.out;
   switch (d) {
     case 64:
-      return run_prefill<T, 64>(p, a, stream);
+      return run_prefill<T, C, 64>(p, a, stream);
     case 128:
-      return run_prefill<T, 128>(p, a, stream);
+      return run_prefill<T, C, 128>(p, a, stream);
     default:
       return cudaErrorInvalidValue;  // head_dim not instantiated
   }
 }
 
-template cudaError_t launch_attention_prefill<float>(const PrefillAttentionArgs<float>&,
-                                                     cudaStream_t);
-template cudaError_t launch_attention_prefill<__half>(const PrefillAttentionArgs<__half>&,
+#define LLAMA2_INSTANTIATE(T, C)                                            \
+  template cudaError_t launch_attention_prefill<T, C>(const PrefillAttentionArgs<T, C>&, \
                                                       cudaStream_t);
-template cudaError_t launch_attention_prefill<__nv_bfloat16>(
-    const PrefillAttentionArgs<__nv_bfloat16>&, cudaStream_t);
+LLAMA2_INSTANTIATE(float, float)
+LLAMA2_INSTANTIATE(__half, __half)
+LLAMA2_INSTANTIATE(__nv_bfloat16, __nv_bfloat16)
+LLAMA2_INSTANTIATE(__half, __nv_fp8_e4m3)
+LLAMA2_INSTANTIATE(__nv_bfloat16, __nv_fp8_e4m3)
+#undef LLAMA2_INSTANTIATE
 
 }  // namespace llama2::kernels

@@ -10,11 +10,12 @@
 
 namespace llama2::kernels {
 
-template <typename T>
+// T: queries and output; C: the cache's element type, T or fp8 e4m3 (fp16/bf16 models).
+template <typename T, typename C = T>
 struct PrefillAttentionArgs {
   const T* q = nullptr;  // [n_tokens, q_stride], heads * head_dim used, already rotated
   int64_t q_stride = 0;
-  PagedKvCache<T> cache;  // read only; holds positions [0, pos_begin[s] + new tokens) of every
+  PagedKvCache<C> cache;  // read only; holds positions [0, pos_begin[s] + new tokens) of every
                           // sequence, the chunk's own K/V included (launch_rope_kv first)
   const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks], cache block ids
   int max_blocks = 0;
@@ -39,8 +40,9 @@ struct PrefillAttentionArgs {
 // accumulate), Q and O held in registers, P rounded to T for the P V product; fp32: the same tiles
 // with plain FMA loops and O in shared memory. Softmax (fp32, running max/sum per row) and the
 // causal mask are applied between the two products.
-// head_dim 64 and 128 are instantiated.
-template <typename T>
-cudaError_t launch_attention_prefill(const PrefillAttentionArgs<T>& args, cudaStream_t stream);
+// An fp8 cache is gathered through registers (8-byte loads, converted to T in shared memory)
+// instead of cp.async. head_dim 64 and 128 are instantiated.
+template <typename T, typename C>
+cudaError_t launch_attention_prefill(const PrefillAttentionArgs<T, C>& args, cudaStream_t stream);
 
 }  // namespace llama2::kernels

@@ -1,11 +1,14 @@
 // Element types of activations and of the KV cache, and the fp32 load/store helpers every kernel
 // family uses. fp16 (`__half`) and bf16 (`__nv_bfloat16`) are the model dtypes; fp32 (`float`) is
 // instantiated too so that each kernel can be validated against the fp32 CPU reference at ~1e-5.
+// fp8 e4m3 (`__nv_fp8_e4m3`) is a KV-cache-only storage type for fp16/bf16 models: half the bytes
+// per cached token, converted to fp32 on load like the others.
 // Arithmetic is always fp32: load -> to_float -> compute -> from_float -> store.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -23,6 +26,9 @@ __host__ __device__ __forceinline__ float to_float(__half x) {
 __host__ __device__ __forceinline__ float to_float(__nv_bfloat16 x) {
   return __bfloat162float(x);
 }
+__host__ __device__ __forceinline__ float to_float(__nv_fp8_e4m3 x) {
+  return static_cast<float>(x);
+}
 
 // Round-to-nearest-even conversion from fp32.
 template <typename T>
@@ -38,6 +44,12 @@ __host__ __device__ __forceinline__ __half from_float<__half>(float x) {
 template <>
 __host__ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);
+}
+// Round to nearest even, saturating at +-448 (e4m3's largest finite value) rather than producing
+// NaN: a K/V value beyond the format's range is clipped, never poisons a whole softmax.
+template <>
+__host__ __device__ __forceinline__ __nv_fp8_e4m3 from_float<__nv_fp8_e4m3>(float x) {
+  return __nv_fp8_e4m3(x);
 }
 
 // x rounded to T and back: what a value becomes when it is stored as T (HF rounds there too).
@@ -56,20 +68,51 @@ struct alignas(sizeof(T) * N) Pack {
   T v[N];
 };
 
-// p must be aligned to sizeof(T) * N.
+// N consecutive elements of T at p as fp32, in accesses of at most 16 bytes (p aligned to the
+// smaller of 16 and sizeof(T) * N).
 template <typename T, int N>
 __device__ __forceinline__ void load_float(const T* p, float (&out)[N]) {
-  const Pack<T, N> pk = *reinterpret_cast<const Pack<T, N>*>(p);
+  constexpr int kPiece = N < kVec16<T> ? N : kVec16<T>;
+  static_assert(N % kPiece == 0, "whole pieces");
 #pragma unroll
-  for (int i = 0; i < N; ++i) out[i] = to_float(pk.v[i]);
+  for (int c = 0; c < N / kPiece; ++c) {
+    const Pack<T, kPiece> pk = *reinterpret_cast<const Pack<T, kPiece>*>(p + c * kPiece);
+#pragma unroll
+    for (int i = 0; i < kPiece; ++i) out[c * kPiece + i] = to_float(pk.v[i]);
+  }
 }
 
 template <typename T, int N>
 __device__ __forceinline__ void store_float(T* p, const float (&in)[N]) {
-  Pack<T, N> pk;
+  constexpr int kPiece = N < kVec16<T> ? N : kVec16<T>;
+  static_assert(N % kPiece == 0, "whole pieces");
 #pragma unroll
-  for (int i = 0; i < N; ++i) pk.v[i] = from_float<T>(in[i]);
-  *reinterpret_cast<Pack<T, N>*>(p) = pk;
+  for (int c = 0; c < N / kPiece; ++c) {
+    Pack<T, kPiece> pk;
+#pragma unroll
+    for (int i = 0; i < kPiece; ++i) pk.v[i] = from_float<T>(in[c * kPiece + i]);
+    *reinterpret_cast<Pack<T, kPiece>*>(p + c * kPiece) = pk;
+  }
+}
+
+// A loaded pack as fp32. fp8 goes two elements at a time through the f16x2 conversion (one
+// instruction on sm_89+; exact, since every e4m3 value is an fp16 value).
+template <typename T, int N>
+__device__ __forceinline__ void unpack_float(const Pack<T, N>& pk, float (&out)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) out[i] = to_float(pk.v[i]);
+}
+template <int N>
+__device__ __forceinline__ void unpack_float(const Pack<__nv_fp8_e4m3, N>& pk, float (&out)[N]) {
+  static_assert(N % 2 == 0, "pairs");
+#pragma unroll
+  for (int i = 0; i < N; i += 2) {
+    const __nv_fp8x2_storage_t two = static_cast<__nv_fp8x2_storage_t>(
+        pk.v[i].__x | (static_cast<unsigned>(pk.v[i + 1].__x) << 8));  // element i in the low byte
+    const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(two, __NV_E4M3)));
+    out[i] = f.x;
+    out[i + 1] = f.y;
+  }
 }
 
 inline bool is_aligned(const void* p, size_t bytes) {
@@ -126,6 +169,10 @@ inline const char* dtype_name<__half>() {
 template <>
 inline const char* dtype_name<__nv_bfloat16>() {
   return "bf16";
+}
+template <>
+inline const char* dtype_name<__nv_fp8_e4m3>() {
+  return "fp8_e4m3";
 }
 
 }  // namespace llama2::kernels

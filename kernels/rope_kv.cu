@@ -1,4 +1,5 @@
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/dtype.cuh"
 #include "kernels/rope_kv.cuh"
@@ -51,10 +52,11 @@ struct RopeKvParams {
 // (with scalar accesses through possibly-aliasing pointers, batch-1 calls spent ~20 us in serial
 // load-store round trips). __grid_constant__ keeps the frequency table in the parameter bank (a
 // runtime-indexed by-value struct would otherwise be copied to local memory).
-template <typename T, int D>
+// C: the cache's element type (T, or fp8 e4m3: K and V are rounded once, from fp32, on the way in).
+template <typename T, typename C, int D>
 static __global__ void __launch_bounds__(128)
     rope_kv_kernel(T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                   T* __restrict__ k_cache, T* __restrict__ v_cache, const RopeKvParams<T> p,
+                   C* __restrict__ k_cache, C* __restrict__ v_cache, const RopeKvParams<T> p,
                    const __grid_constant__ RopeFreqs f) {
   wait_for_previous_grid();
   constexpr int H = D / 2;
@@ -86,7 +88,8 @@ static __global__ void __launch_bounds__(128)
   __syncthreads();
 
   // (x[i], x[i + H]) -> (x[i] c - x[i+H] s, x[i+H] c + x[i] s) for the V lanes of one piece.
-  auto rotate = [&](const T* src, T* dst, int i0) {
+  auto rotate = [&](const T* src, auto* dst, int i0) {
+    using Dst = std::remove_pointer_t<decltype(dst)>;
     float a[V], b[V];
     load_float<T, V>(src + i0, a);
     load_float<T, V>(src + i0 + H, b);
@@ -97,8 +100,8 @@ static __global__ void __launch_bounds__(128)
       x[e] = a[e] * c - b[e] * s;
       y[e] = b[e] * c + a[e] * s;
     }
-    store_float<T, V>(dst + i0, x);
-    store_float<T, V>(dst + i0 + H, y);
+    store_float<Dst, V>(dst + i0, x);
+    store_float<Dst, V>(dst + i0 + H, y);
   };
 
   T* qt = q + t * p.q_stride;
@@ -112,7 +115,7 @@ static __global__ void __launch_bounds__(128)
   const int64_t block = slot / p.block_size;
   const int offset = slot % p.block_size;
   // Head g's row of this token in the cache: [block, g, offset, :].
-  auto cache_row = [&](T* cache, int g) {
+  auto cache_row = [&](C* cache, int g) {
     return cache + ((block * p.kv_heads + g) * p.block_size + offset) * D;
   };
   const T* kt = k + t * p.k_stride;
@@ -123,15 +126,21 @@ static __global__ void __launch_bounds__(128)
   const T* vt = v + t * p.v_stride;
   for (int idx = threadIdx.x; idx < p.kv_heads * (D / V); idx += blockDim.x) {
     const int g = idx / (D / V), j = (idx % (D / V)) * V;
-    *reinterpret_cast<Pack<T, V>*>(cache_row(v_cache, g) + j) =
-        *reinterpret_cast<const Pack<T, V>*>(vt + g * D + j);
+    if constexpr (std::is_same_v<C, T>) {
+      *reinterpret_cast<Pack<T, V>*>(cache_row(v_cache, g) + j) =
+          *reinterpret_cast<const Pack<T, V>*>(vt + g * D + j);
+    } else {
+      float x[V];
+      load_float<T, V>(vt + g * D + j, x);
+      store_float<C, V>(cache_row(v_cache, g) + j, x);
+    }
   }
 }
 
-template <typename T>
+template <typename T, typename C>
 cudaError_t launch_rope_kv(T* q, int64_t q_stride, const T* k, int64_t k_stride, const T* v,
                            int64_t v_stride, int heads, const RopeKvTokens& tokens,
-                           const RopeFreqs& freqs, const PagedKvCache<T>& cache,
+                           const RopeFreqs& freqs, const PagedKvCache<C>& cache,
                            cudaStream_t stream) {
   const int d = cache.head_dim;
   if (tokens.n_tokens < 0 || heads <= 0 || cache.kv_heads <= 0 || cache.block_size <= 0 ||
@@ -159,11 +168,11 @@ cudaError_t launch_rope_kv(T* q, int64_t q_stride, const T* k, int64_t k_stride,
   constexpr int kThreads = 128;
   switch (d) {
     case 64:
-      launch_kernel(rope_kv_kernel<T, 64>, tokens.n_tokens, kThreads, 0, stream, q, k, v, cache.k,
+      launch_kernel(rope_kv_kernel<T, C, 64>, tokens.n_tokens, kThreads, 0, stream, q, k, v, cache.k,
                     cache.v, p, freqs);
       break;
     case 128:
-      launch_kernel(rope_kv_kernel<T, 128>, tokens.n_tokens, kThreads, 0, stream, q, k, v, cache.k,
+      launch_kernel(rope_kv_kernel<T, C, 128>, tokens.n_tokens, kThreads, 0, stream, q, k, v, cache.k,
                     cache.v, p, freqs);
       break;
     default:
@@ -172,13 +181,15 @@ cudaError_t launch_rope_kv(T* q, int64_t q_stride, const T* k, int64_t k_stride,
   return cudaGetLastError();
 }
 
-#define LLAMA2_INSTANTIATE(T)                                                                    \
-  template cudaError_t launch_rope_kv<T>(T*, int64_t, const T*, int64_t, const T*, int64_t, int, \
-                                         const RopeKvTokens&, const RopeFreqs&,                  \
-                                         const PagedKvCache<T>&, cudaStream_t);
-LLAMA2_INSTANTIATE(float)
-LLAMA2_INSTANTIATE(__half)
-LLAMA2_INSTANTIATE(__nv_bfloat16)
+#define LLAMA2_INSTANTIATE(T, C)                                                          \
+  template cudaError_t launch_rope_kv<T, C>(T*, int64_t, const T*, int64_t, const T*, int64_t, \
+                                            int, const RopeKvTokens&, const RopeFreqs&,        \
+                                            const PagedKvCache<C>&, cudaStream_t);
+LLAMA2_INSTANTIATE(float, float)
+LLAMA2_INSTANTIATE(__half, __half)
+LLAMA2_INSTANTIATE(__nv_bfloat16, __nv_bfloat16)
+LLAMA2_INSTANTIATE(__half, __nv_fp8_e4m3)
+LLAMA2_INSTANTIATE(__nv_bfloat16, __nv_fp8_e4m3)
 #undef LLAMA2_INSTANTIATE
 
 }  // namespace llama2::kernels

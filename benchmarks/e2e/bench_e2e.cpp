@@ -47,7 +47,7 @@ using Clock = std::chrono::steady_clock;
 using ojson = nlohmann::ordered_json;
 
 struct Options {
-  std::string synthetic, dtype, json_path, command;
+  std::string synthetic, dtype, kv_cache_dtype, json_path, command;
   std::vector<int> batches, prefill_lens;
   int prompt_len = 0, decode_steps = 0, warmup = 0, repeats = 0, block_size = 0;
   double gpu_memory_fraction = 0.9;
@@ -64,6 +64,8 @@ cxxopts::Options bench_options() {
       ("synthetic", "Model shape: 7b | 13b | 70b (random weights made on each GPU)",
        cxxopts::value<std::string>()->default_value("7b"))
       ("dtype", "fp16 | bf16 | fp32", cxxopts::value<std::string>()->default_value("fp16"))
+      ("kv-cache-dtype", "auto | fp8 | fp8_e4m3 (KV cache element type; auto: as --dtype)",
+       cxxopts::value<std::string>()->default_value("auto"))
       ("batches", "Decode batch sizes, comma-separated (\"\" for none)",
        cxxopts::value<std::string>()->default_value("1,8,32,64"))
       ("prompt-len", "Prompt tokens of each decode sequence (prefilled, not timed)",
@@ -124,6 +126,7 @@ Options parse_options(int argc, char** argv, int rank, bool* help_only) {
   for (int i = 0; i < argc; ++i) o.command += (i ? " " : "") + std::string(argv[i]);
   o.synthetic = r["synthetic"].as<std::string>();
   o.dtype = r["dtype"].as<std::string>();
+  o.kv_cache_dtype = r["kv-cache-dtype"].as<std::string>();
   o.batches = parse_int_list(r["batches"].as<std::string>(), "batches", help);
   o.prefill_lens = parse_int_list(r["prefill-lens"].as<std::string>(), "prefill-lens", help);
   o.prompt_len = r["prompt-len"].as<int>();
@@ -424,6 +427,7 @@ int run(int argc, char** argv, int rank, int size) {
   spec.synthetic = o.synthetic;
   spec.backend = "cuda";
   spec.dtype = o.dtype;
+  spec.kv_cache_dtype = o.kv_cache_dtype;
   spec.kv = {o.block_size, 0};
   spec.gpu_memory_fraction = o.gpu_memory_fraction;
   spec.max_batch = max_batch;
@@ -452,9 +456,10 @@ int run(int argc, char** argv, int rank, int size) {
   // Weights, KV cache (the same arithmetic the engine checks its allocations against) and
   // cudaMemGetInfo of this rank's GPU after setup.
   const int elem = llama2::dtype_bytes_of(engine.dtype());
+  const int kv_elem = llama2::kv_dtype_bytes_of(o.kv_cache_dtype, elem);
   std::vector<unsigned long long> mine = gpu_memory();
   mine.push_back(llama2::shard_weight_bytes(config, engine.shard(), elem));
-  mine.push_back(llama2::kv_bytes_per_token(config, engine.shard(), elem) * kv.block_size *
+  mine.push_back(llama2::kv_bytes_per_token(config, engine.shard(), kv_elem) * kv.block_size *
                  static_cast<unsigned long long>(kv.num_blocks));
   const std::vector<unsigned long long> setup_mem = gather_u64(mine, size);
 
@@ -468,14 +473,16 @@ int run(int argc, char** argv, int rank, int size) {
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     std::fprintf(stderr, "%s", engine.startup_report().c_str());
-    std::printf("llama2_bench_e2e: %s %s, tp %d, %s, CUDA graphs %s, setup %.1f s, KV %d blocks\n",
-                o.synthetic.c_str(), engine.dtype().c_str(), size, prop.name,
-                o.cuda_graphs ? "on" : "off", setup_s, kv.num_blocks);
+    std::printf(
+        "llama2_bench_e2e: %s %s, tp %d, %s, CUDA graphs %s, setup %.1f s, KV %d blocks (%s)\n",
+        o.synthetic.c_str(), engine.dtype().c_str(), size, prop.name, o.cuda_graphs ? "on" : "off",
+        setup_s, kv.num_blocks, engine.kv_dtype().c_str());
     std::fflush(stdout);
 
     const ParamCount params = count_params(config);
     result["model"] = o.synthetic;
     result["dtype"] = engine.dtype();
+    result["kv_cache_dtype"] = engine.kv_dtype();
     result["tp"] = size;
     result["date"] = utc_now_iso();
     result["host"] = hostname();

@@ -12,6 +12,7 @@
 // 872 TFLOP/s. Shapes whose data fits in the 50 MB L2 (batch-1 decode, small T) can exceed the HBM
 // figure; they measure launch latency and L2 more than HBM.
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -88,6 +89,17 @@ std::vector<float> rnd(size_t n, uint32_t seed, float lo = -1.f, float hi = 1.f)
 std::vector<T> half(const std::vector<float>& x) {
   std::vector<T> y(x.size());
   for (size_t i = 0; i < x.size(); ++i) y[i] = __float2half_rn(x[i]);
+  return y;
+}
+// x rounded to an fp8 e4m3 cache's values, as stored and as fp32 (for the reference).
+std::vector<__nv_fp8_e4m3> fp8(const std::vector<float>& x) {
+  std::vector<__nv_fp8_e4m3> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = __nv_fp8_e4m3(x[i]);
+  return y;
+}
+std::vector<float> fp8_values(const std::vector<float>& x) {
+  std::vector<float> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = static_cast<float>(__nv_fp8_e4m3(x[i]));
   return y;
 }
 std::vector<float> f32(const std::vector<T>& x) {
@@ -341,11 +353,15 @@ std::vector<float> reference_attention(const Paged& pg, const std::vector<float>
 // Timing-only shapes are filled on the device (a 512 x 192-token cache is ~800 M values); with
 // `check`, from host values against the CPU reference (up to 4 sequences of mixed lengths).
 // `bound` is the launch's max_context (0: ctx), as a decode graph sizes it for a context bucket.
+// C: the cache's element type (T, or fp8 e4m3: half the bytes per position).
+template <typename C = T>
 void bench_decode(int heads, int kv_heads, const std::vector<int>& batches,
                   const std::vector<int>& ctxs, bool check, int bound = 0,
                   const std::vector<k::DecodeKernel>& kernels = {k::DecodeKernel::kAuto}) {
-  std::printf("attention_decode (heads %d, kv_heads %d, head_dim %d, block 16%s)\n", heads,
-              kv_heads, kDim, bound ? fmt(", max_context %ld", bound).c_str() : "");
+  constexpr bool kFp8 = sizeof(C) == 1;
+  std::printf("attention_decode (heads %d, kv_heads %d, head_dim %d, block 16%s%s)\n", heads,
+              kv_heads, kDim, bound ? fmt(", max_context %ld", bound).c_str() : "",
+              kFp8 ? ", fp8 e4m3 cache" : "");
   const int bs = 16;
   for (int S : batches) {
     for (int ctx : ctxs) {
@@ -359,14 +375,26 @@ void bench_decode(int heads, int kv_heads, const std::vector<int>& batches,
       const Paged pg = make_paged(table_lens, std::vector<int>(S, 1), bs);
       const size_t cache = static_cast<size_t>(pg.num_blocks) * kv_heads * bs * kDim;
       const size_t nq = static_cast<size_t>(S) * heads * kDim;
-      Dev<T> d_kc(cache), d_vc(cache), d_q(nq), d_out(nq);
+      Dev<C> d_kc(cache), d_vc(cache);
+      Dev<T> d_q(nq), d_out(nq);
       std::vector<float> kc, vc, q;
       if (check) {
         kc = rnd(cache, 10), vc = rnd(cache, 11), q = rnd(nq, 12, -2, 2);
-        d_kc.put(half(kc)), d_vc.put(half(vc)), d_q.put(half(q));
+        d_q.put(half(q));
+        if constexpr (kFp8) {
+          d_kc.put(fp8(kc)), d_vc.put(fp8(vc));
+          kc = fp8_values(kc), vc = fp8_values(vc);  // what the kernel sees
+        } else {
+          d_kc.put(half(kc)), d_vc.put(half(vc));
+        }
       } else {
-        CK(k::launch_fill_uniform<T>(d_kc.p, cache, 10, 0.f, 1.f, 0));
-        CK(k::launch_fill_uniform<T>(d_vc.p, cache, 11, 0.f, 1.f, 0));
+        if constexpr (kFp8) {  // timing only: every K/V value 1.0 (e4m3 0x38)
+          CK(cudaMemset(d_kc.p, 0x38, cache));
+          CK(cudaMemset(d_vc.p, 0x38, cache));
+        } else {
+          CK(k::launch_fill_uniform<T>(d_kc.p, cache, 10, 0.f, 1.f, 0));
+          CK(k::launch_fill_uniform<T>(d_vc.p, cache, 11, 0.f, 1.f, 0));
+        }
         CK(k::launch_fill_uniform<T>(d_q.p, nq, 12, 0.f, 2.f, 0));
       }
       Dev<int32_t> d_tab(pg.tables), d_len(lens);
@@ -375,7 +403,7 @@ void bench_decode(int heads, int kv_heads, const std::vector<int>& batches,
         const size_t ws =
             k::attention_decode_workspace_bytes(S, heads, kv_heads, kDim, max_context, kernel);
         Dev<char> d_ws(ws);
-        k::DecodeAttentionArgs<T> a;
+        k::DecodeAttentionArgs<T, C> a;
         a.q = d_q.p;
         a.q_stride = heads * kDim;
         a.cache = {d_kc.p, d_vc.p, pg.num_blocks, kv_heads, bs, kDim};
@@ -389,16 +417,17 @@ void bench_decode(int heads, int kv_heads, const std::vector<int>& batches,
         a.workspace = d_ws.p;
         a.workspace_bytes = ws;
         a.kernel = kernel;
-        const char* name = kernel == k::DecodeKernel::kBlock  ? "decode block"
-                           : kernel == k::DecodeKernel::kWarp ? "decode warp"
-                                                               : "decode";
-        CK(k::launch_attention_decode<T>(a, 0));
+        const std::string name = std::string(kernel == k::DecodeKernel::kBlock  ? "decode block"
+                                             : kernel == k::DecodeKernel::kWarp ? "decode warp"
+                                                                                 : "decode") +
+                                 (kFp8 ? " fp8" : "");
+        CK(k::launch_attention_decode(a, 0));
         if (check && S <= 4) {
-          verify(std::string(name) + fmt(" S=%ld ctx=%ld", S, ctx), f32(d_out.get()),
+          verify(name + fmt(" S=%ld ctx=%ld", S, ctx), f32(d_out.get()),
                  reference_attention(pg, kc, vc, heads, kv_heads, bs, q), 8e-4, 4e-5);
         }
-        const double us = median_us([&] { k::launch_attention_decode<T>(a, 0); });
-        const double kv_bytes = 2.0 * S * ctx * kv_heads * kDim * sizeof(T);
+        const double us = median_us([&] { k::launch_attention_decode(a, 0); });
+        const double kv_bytes = 2.0 * S * ctx * kv_heads * kDim * sizeof(C);
         report(name, fmt("S=%ld ctx=%ld", S, ctx) + (ws ? " split" : ""), us,
                kv_bytes + 2.0 * nq * sizeof(T), 4.0 * S * heads * ctx * kDim);
       }
@@ -501,6 +530,11 @@ int main(int argc, char** argv) {
   bench_decode(kHeads, kHeads, {128, 256, 512}, {16, 192}, false, 256, both);
   std::printf("  (70B shapes on 2 ranks: 32 query heads, 4 KV heads, group 8)\n");
   bench_decode(32, 4, {1, 64}, {2048}, false);
+  // The same with an fp8 e4m3 cache (--kv-cache-dtype fp8): half the bytes per position.
+  bench_decode<__nv_fp8_e4m3>(kHeads, kHeads, {1, 4}, {128, 2048}, true, 0, both);
+  bench_decode<__nv_fp8_e4m3>(kHeads, kHeads, {1, 64}, {2048}, false, 0, both);
+  bench_decode<__nv_fp8_e4m3>(kHeads, kHeads, {128, 256, 512}, {16, 192}, false, 256, both);
+  bench_decode<__nv_fp8_e4m3>(32, 4, {1, 64}, {2048}, false);
   if (!decode_only) {
     std::printf("attention_prefill (heads %d, head_dim %d, block 16)\n", kHeads, kDim);
     bench_prefill(4, 4, 300, 400, true);  // correctness on a reduced problem (CPU reference cost)

@@ -29,7 +29,7 @@ void fill_per_gpu(const ModelConfig& c, CapacityPlan* p) {
   p->kv_heads_per_gpu = s0.num_kv_heads;
   p->kv_replicated = c.num_kv_heads < p->tp;
   p->weight_bytes_per_gpu = max_shard_weight_bytes(c, p->tp, p->dtype_bytes);
-  p->kv_bytes_per_token = kv_bytes_per_token(c, s0, p->dtype_bytes);
+  p->kv_bytes_per_token = kv_bytes_per_token(c, s0, p->kv_dtype_bytes);
   p->kv_bytes_per_block = p->kv_bytes_per_token * static_cast<uint64_t>(p->block_size);
   p->blocks_per_sequence = (int64_t{p->max_seq_len} + p->block_size - 1) / p->block_size;
   p->kv_bytes_per_sequence = static_cast<uint64_t>(p->blocks_per_sequence) * p->kv_bytes_per_block;
@@ -84,9 +84,9 @@ uint64_t max_shard_weight_bytes(const ModelConfig& c, int tp, int dtype_bytes) {
   return most;
 }
 
-uint64_t kv_bytes_per_token(const ModelConfig& c, const ShardPlan& s, int dtype_bytes) {
+uint64_t kv_bytes_per_token(const ModelConfig& c, const ShardPlan& s, int kv_dtype_bytes) {
   return uint64_t{2} * static_cast<uint64_t>(c.num_layers) * static_cast<uint64_t>(s.num_kv_heads) *
-         static_cast<uint64_t>(s.head_dim) * static_cast<uint64_t>(dtype_bytes);
+         static_cast<uint64_t>(s.head_dim) * static_cast<uint64_t>(kv_dtype_bytes);
 }
 
 int64_t kv_blocks_that_fit(int64_t free_bytes, uint64_t block_bytes) {
@@ -108,6 +108,14 @@ CapacityPlan plan_capacity(const ModelConfig& c, const CapacityRequest& req) {
     throw Error("--dtype must be fp16, bf16 (2 bytes) or fp32 (4 bytes) (got " +
                 std::to_string(req.dtype_bytes) + " bytes)");
   }
+  const int kv_bytes = req.kv_dtype_bytes == 0 ? req.dtype_bytes : req.kv_dtype_bytes;
+  if (kv_bytes == 1 ? req.dtype_bytes != 2 : kv_bytes != req.dtype_bytes) {
+    throw Error(
+        "--kv-cache-dtype must be auto (same as --dtype) or fp8 / fp8_e4m3 (1 byte, "
+        "fp16/bf16 weights only) (got " +
+        std::to_string(kv_bytes) + "-byte KV elements with " + std::to_string(req.dtype_bytes) +
+        "-byte weights)");
+  }
   if (req.block_size < 1 || req.block_size > kMaxKvBlockSize) {
     throw Error("--block-size must be in [1, " + std::to_string(kMaxKvBlockSize) + "] (got " +
                 std::to_string(req.block_size) + ")");
@@ -124,6 +132,7 @@ CapacityPlan plan_capacity(const ModelConfig& c, const CapacityRequest& req) {
   CapacityPlan p;
   p.tp = req.tp;
   p.dtype_bytes = req.dtype_bytes;
+  p.kv_dtype_bytes = kv_bytes;
   p.block_size = req.block_size;
   p.max_seq_len = max_seq;
   p.gpu_mem_bytes = req.gpu_mem_bytes;
@@ -184,6 +193,19 @@ int dtype_bytes_of(const std::string& name) {
   if (name == "fp16" || name == "bf16" || name == "float16" || name == "bfloat16") return 2;
   if (name == "fp32" || name == "float32") return 4;
   throw Error("--dtype: unknown dtype '" + name + "' (allowed: fp16, bf16, fp32)");
+}
+
+int kv_dtype_bytes_of(const std::string& name, int weight_dtype_bytes) {
+  if (name == "auto") return weight_dtype_bytes;
+  if (name == "fp8" || name == "fp8_e4m3") {
+    if (weight_dtype_bytes != 2) {
+      throw Error("--kv-cache-dtype: fp8 KV cache needs fp16 or bf16 weights (got " +
+                  std::to_string(weight_dtype_bytes) + "-byte weights); use auto");
+    }
+    return 1;
+  }
+  throw Error("--kv-cache-dtype: unknown KV-cache dtype '" + name +
+              "' (allowed: auto, fp8, fp8_e4m3)");
 }
 
 uint64_t parse_bytes(const std::string& text) {

@@ -30,7 +30,8 @@ constexpr int kPlanMaxTp = 64;
 // What to plan for. Defaults are the CLI's defaults.
 struct CapacityRequest {
   int tp = 1;                             // tensor-parallel degree = GPUs
-  int dtype_bytes = 2;                    // weights and KV cache: 2 fp16/bf16, 4 fp32
+  int dtype_bytes = 2;                    // weights: 2 fp16/bf16, 4 fp32
+  int kv_dtype_bytes = 0;                 // KV cache: 0 same as dtype_bytes; 1 fp8 (e4m3)
   int block_size = 16;                    // tokens per KV block
   uint64_t gpu_mem_bytes = 80 * kGiB;     // memory of ONE GPU
   std::optional<uint64_t> reserve_bytes;  // held back per GPU; unset: default_reserve_bytes()
@@ -47,6 +48,7 @@ struct TpDegreeNote {
 struct CapacityPlan {
   // Resolved inputs (defaults applied).
   int tp = 1, dtype_bytes = 2, block_size = 16, max_seq_len = 0;
+  int kv_dtype_bytes = 2;  // bytes per KV-cache element: dtype_bytes, or 1 for fp8 (e4m3)
   uint64_t gpu_mem_bytes = 0, reserve_bytes = 0;
   bool reserve_is_default = true;
 
@@ -60,7 +62,8 @@ struct CapacityPlan {
   // (valid tp) The largest shard over all ranks: intermediate and vocab split unevenly when tp
   // does not divide them, and the GPU with the largest shard is the one that runs out first.
   uint64_t weight_bytes_per_gpu = 0;
-  uint64_t kv_bytes_per_token = 0;     // 2 (K,V) x layers x kv_heads_per_gpu x head_dim x dtype
+  uint64_t kv_bytes_per_token = 0;     // 2 (K,V) x layers x kv_heads_per_gpu x head_dim x
+                                       // kv_dtype_bytes
   uint64_t kv_bytes_per_block = 0;     // kv_bytes_per_token x block_size
   int64_t blocks_per_sequence = 0;     // ceil(max_seq_len / block_size)
   uint64_t kv_bytes_per_sequence = 0;  // blocks_per_sequence x kv_bytes_per_block (whole blocks:
@@ -87,12 +90,14 @@ uint64_t default_reserve_bytes(uint64_t gpu_mem_bytes);
 uint64_t shard_weight_bytes(const ModelConfig& c, const ShardPlan& s, int dtype_bytes);
 // The maximum of shard_weight_bytes over the ranks of a valid tp degree (Error if invalid).
 uint64_t max_shard_weight_bytes(const ModelConfig& c, int tp, int dtype_bytes);
-// KV-cache bytes one token takes on one rank: 2 x layers x s.num_kv_heads x head_dim x dtype.
-uint64_t kv_bytes_per_token(const ModelConfig& c, const ShardPlan& s, int dtype_bytes);
+// KV-cache bytes one token takes on one rank: 2 x layers x s.num_kv_heads x head_dim x
+// kv_dtype_bytes (the KV cache's element size, which need not be the weights').
+uint64_t kv_bytes_per_token(const ModelConfig& c, const ShardPlan& s, int kv_dtype_bytes);
 // floor(free / block_bytes), 0 when free <= 0. The engine calls this with its measured free memory.
 int64_t kv_blocks_that_fit(int64_t free_bytes, uint64_t block_bytes);
 
 // The full plan. Error (naming the flag and the allowed range) for tp < 1, dtype_bytes not 2|4,
+// a KV element size other than the weights' or 1 (fp8, and then only with 2-byte weights),
 // block_size outside [1, kMaxKvBlockSize], gpu_mem 0, max_seq_len outside
 // [1, max_position_embeddings]. An invalid but positive tp is not an error: tp_valid is false.
 CapacityPlan plan_capacity(const ModelConfig& c, const CapacityRequest& req);
@@ -102,6 +107,10 @@ CapacityPlan plan_capacity(const ModelConfig& c, const CapacityRequest& req);
 ModelConfig preset_config(const std::string& name);
 // Bytes per element of a dtype name: fp16|bf16 (also float16|bfloat16) -> 2, fp32|float32 -> 4.
 int dtype_bytes_of(const std::string& name);
+// Bytes per KV-cache element of a --kv-cache-dtype name: auto -> weight_dtype_bytes,
+// fp8|fp8_e4m3 -> 1 (Error unless the weights are 2 bytes: the engine's fp8 cache is for fp16/bf16
+// models only). Error listing the allowed names otherwise.
+int kv_dtype_bytes_of(const std::string& name, int weight_dtype_bytes);
 
 // "24GiB", "141GB", "512MiB", "1.5TiB", "4096", "4096B": binary (KiB MiB GiB TiB) and decimal
 // (kB MB GB TB) suffixes, case-insensitive; at most 6 decimal places, fractions of a byte dropped.

@@ -25,6 +25,7 @@ void add_engine_options(cxxopts::Options& opts) {
       ("m,model", "Model directory (Hugging Face Llama format)", cxxopts::value<std::string>())
       ("backend", "cpu | cuda | auto (cuda when a GPU is visible)", cxxopts::value<std::string>()->default_value("auto"))
       ("dtype", "auto | fp16 | bf16 | fp32 (cuda; auto: the checkpoint's torch_dtype; cpu is fp32)", cxxopts::value<std::string>()->default_value("auto"))
+      ("kv-cache-dtype", "auto | fp8 | fp8_e4m3: KV cache element type (auto: as --dtype; fp8: e4m3, half the bytes of fp16 per cached token; cuda with fp16/bf16)", cxxopts::value<std::string>()->default_value("auto"))
       ("block-size", "KV cache block size in tokens", cxxopts::value<int>()->default_value("16"))
       ("gpu-memory-fraction", "cuda: share of each GPU's memory for weights, activations and the KV cache (the cache takes what is left)", cxxopts::value<double>()->default_value("0.9"))
       ("synthetic", "7b | 13b | 70b: random weights of that official shape made on each GPU, for benchmarks (tokenizer.model still comes from --model)", cxxopts::value<std::string>())
@@ -40,6 +41,7 @@ SessionOptions session_options_from(const cxxopts::ParseResult& r, const std::st
   if (r.count("synthetic")) o.synthetic = r["synthetic"].as<std::string>();
   o.backend = r["backend"].as<std::string>();
   o.dtype = r["dtype"].as<std::string>();
+  o.kv_cache_dtype = r["kv-cache-dtype"].as<std::string>();
   o.block_size = r["block-size"].as<int>();
   o.gpu_memory_fraction = r["gpu-memory-fraction"].as<double>();
   if (!(o.gpu_memory_fraction > 0.0 && o.gpu_memory_fraction <= 1.0)) {

@@ -35,8 +35,10 @@ cxxopts::Options plan_options() {
        cxxopts::value<std::string>()->default_value("80GiB"))
       ("max-seq-len", "Tokens per sequence (prompt + generated); default: the model's "
        "max_position_embeddings", cxxopts::value<int>())
-      ("dtype", "Weight and KV-cache dtype: fp16 | bf16 | fp32",
+      ("dtype", "Weight dtype (and the KV cache's with --kv-cache-dtype auto): fp16 | bf16 | fp32",
        cxxopts::value<std::string>()->default_value("fp16"))
+      ("kv-cache-dtype", "KV-cache dtype: auto (same as --dtype) | fp8 | fp8_e4m3 (1 byte per "
+       "element, fp16/bf16 weights only)", cxxopts::value<std::string>()->default_value("auto"))
       ("block-size", "KV cache block size in tokens", cxxopts::value<int>()->default_value("16"))
       ("reserve", "Memory per GPU held back for CUDA context, workspaces, activations; default "
        "max(2GiB, 10% of --gpu-mem)", cxxopts::value<std::string>())
@@ -68,16 +70,18 @@ std::string verdict(const CapacityPlan& p) {
 }
 
 void print_table(const CapacityPlan& p, const ModelConfig& c, const std::string& source,
-                 const std::string& dtype) {
+                 const std::string& dtype, const std::string& kv_dtype) {
   auto row = [](const std::string& label, const std::string& value) {
     std::printf("  %-32s %s\n", label.c_str(), value.c_str());
   };
   auto with_exact = [](int64_t b) {
     return b < 1024 ? format_bytes(b) : format_bytes(b) + " (" + std::to_string(b) + " B)";
   };
-  std::printf("llama2 plan: %s, tp %d, %s, %s per GPU, max_seq_len %d, block %d tokens\n",
-              source.c_str(), p.tp, dtype.c_str(), format_bytes(p.gpu_mem_bytes).c_str(),
-              p.max_seq_len, p.block_size);
+  std::printf(
+      "llama2 plan: %s, tp %d, %s weights, %s KV cache, %s per GPU, max_seq_len %d, block %d "
+      "tokens\n",
+      source.c_str(), p.tp, dtype.c_str(), kv_dtype.c_str(), format_bytes(p.gpu_mem_bytes).c_str(),
+      p.max_seq_len, p.block_size);
   row("model", std::to_string(c.num_layers) + " layers, hidden " + std::to_string(c.hidden_size) +
                    ", " + std::to_string(c.num_heads) + " heads, " +
                    std::to_string(c.num_kv_heads) + " kv heads, head_dim " +
@@ -95,7 +99,8 @@ void print_table(const CapacityPlan& p, const ModelConfig& c, const std::string&
             (p.kv_replicated ? " (kv heads replicated: " + std::to_string(c.num_kv_heads) +
                                    " kv heads < tp " + std::to_string(p.tp) + ")"
                              : ""));
-    row("KV per token per GPU", with_exact(p.kv_bytes_per_token));
+    row("KV per token per GPU", with_exact(p.kv_bytes_per_token) + ", " + kv_dtype + " (" +
+                                    std::to_string(p.kv_dtype_bytes) + " B/element)");
     row("KV per block (" + std::to_string(p.block_size) + " tokens)",
         format_bytes(p.kv_bytes_per_block));
     row("KV per full sequence", format_bytes(p.kv_bytes_per_sequence) + " (" +
@@ -118,7 +123,7 @@ void print_table(const CapacityPlan& p, const ModelConfig& c, const std::string&
 }
 
 nlohmann::ordered_json plan_json(const CapacityPlan& p, const std::string& source,
-                                 const std::string& dtype) {
+                                 const std::string& dtype, const std::string& kv_dtype) {
   using nlohmann::ordered_json;
   // Per-GPU numbers are null when the degree is invalid: there is no shard to measure.
   auto per_gpu = [&](auto v) { return p.tp_valid ? ordered_json(v) : ordered_json(nullptr); };
@@ -130,6 +135,8 @@ nlohmann::ordered_json plan_json(const CapacityPlan& p, const std::string& sourc
       {"tp", p.tp},
       {"dtype", dtype},
       {"dtype_bytes", p.dtype_bytes},
+      {"kv_cache_dtype", kv_dtype},
+      {"kv_dtype_bytes", p.kv_dtype_bytes},
       {"gpu_mem_bytes", p.gpu_mem_bytes},
       {"reserve_bytes", p.reserve_bytes},
       {"reserve_is_default", p.reserve_is_default},
@@ -195,16 +202,19 @@ int run_plan(int argc, char** argv) {
   CapacityRequest req;
   req.tp = args["tp"].as<int>();
   req.dtype_bytes = dtype_bytes_of(dtype);
+  req.kv_dtype_bytes = kv_dtype_bytes_of(args["kv-cache-dtype"].as<std::string>(), req.dtype_bytes);
   req.block_size = args["block-size"].as<int>();
   req.gpu_mem_bytes = bytes_flag(args, "gpu-mem");
   if (args.count("reserve")) req.reserve_bytes = bytes_flag(args, "reserve");
   if (args.count("max-seq-len")) req.max_seq_len = args["max-seq-len"].as<int>();
   const CapacityPlan plan = plan_capacity(config, req);
+  // Output shows the resolved name, so "auto" never reaches a script that reads the JSON.
+  const std::string kv_dtype = plan.kv_dtype_bytes == 1 ? "fp8_e4m3" : dtype;
 
   if (args.count("json")) {
-    std::cout << plan_json(plan, source, dtype).dump() << std::endl;
+    std::cout << plan_json(plan, source, dtype, kv_dtype).dump() << std::endl;
   } else {
-    print_table(plan, config, source, dtype);
+    print_table(plan, config, source, dtype, kv_dtype);
     std::fflush(stdout);
   }
   return plan.fits ? 0 : 1;

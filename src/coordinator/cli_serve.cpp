@@ -145,7 +145,7 @@ int run_serve(int argc, char** argv, int rank) {
   auto health = [&]() {
     const Gauges g = metrics.gauges();
     return json{{"event", "health"}, {"status", server && server->draining() ? "draining" : "ready"},
-                {"ranks", engine.shard().tp}, {"backend", engine.backend()}, {"dtype", engine.dtype()},
+                {"ranks", engine.shard().tp}, {"backend", engine.backend()}, {"dtype", engine.dtype()}, {"kv_cache_dtype", engine.kv_dtype()},
                 {"model", session_opts.synthetic.empty() ? session_opts.model_dir : "synthetic-" + session_opts.synthetic},
                 {"kv_blocks_total", g.kv_blocks_total}, {"kv_blocks_used", g.kv_blocks_used},
                 {"running", g.running}, {"queued", server ? server->waiting() : 0},

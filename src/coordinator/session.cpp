@@ -39,6 +39,7 @@ Session open_session(const SessionOptions& opts, int rank,
   spec.synthetic = opts.synthetic;
   spec.backend = opts.backend;
   spec.dtype = opts.dtype;
+  spec.kv_cache_dtype = opts.kv_cache_dtype;
   spec.kv = KvCacheSpec{opts.block_size, opts.kv_blocks_given ? s.num_blocks : 0};
   spec.cpu_default_blocks = s.num_blocks;
   spec.gpu_memory_fraction = opts.gpu_memory_fraction;

@@ -28,6 +28,7 @@ struct SessionOptions {
                                  // GPUs; model_dir then only provides tokenizer.model
   std::string backend = "auto";
   std::string dtype = "auto";
+  std::string kv_cache_dtype = "auto";
   int block_size = 16;
   bool kv_blocks_given = false;  // prepare's block count is the user's --kv-cache-blocks; else
                                  // the cuda backend sizes the cache from GPU memory

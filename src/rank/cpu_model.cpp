@@ -62,6 +62,7 @@ class CpuModel final : public ModelRunner {
     return "host, " + std::to_string(pool_.size()) + (pool_.size() == 1 ? " thread" : " threads");
   }
   int dtype_bytes() const override { return sizeof(float); }
+  int kv_dtype_bytes() const override { return sizeof(float); }
   int64_t kv_blocks_that_fit(int) const override { return -1; }
 
   void allocate_kv(const KvCacheSpec& kv) override {

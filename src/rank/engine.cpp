@@ -85,6 +85,23 @@ std::string choose_dtype(const std::string& requested, const std::string& backen
   return "fp16";  // float16 and anything unstated: Llama-2 checkpoints are fp16
 }
 
+std::string choose_kv_dtype(const std::string& requested, const std::string& backend,
+                            const std::string& dtype) {
+  if (requested == "auto") return dtype;
+  if (requested != "fp8" && requested != "fp8_e4m3") {
+    throw Error("--kv-cache-dtype must be one of auto, fp8, fp8_e4m3 (got \"" + requested + "\")");
+  }
+  if (backend != "cuda") {
+    throw Error("--kv-cache-dtype " + requested + " needs the cuda backend (the cpu backend keeps "
+                "its cache in fp32; use --kv-cache-dtype auto)");
+  }
+  if (dtype != "fp16" && dtype != "bf16") {
+    throw Error("--kv-cache-dtype " + requested + " needs --dtype fp16 or bf16 (this run: " + dtype +
+                ")");
+  }
+  return "fp8_e4m3";
+}
+
 RankEngine::RankEngine(const EngineSpec& spec, const ModelConfig& config, MPI_Comm comm)
     : config_(config), comm_(comm) {
   MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
@@ -105,6 +122,7 @@ RankEngine::RankEngine(const EngineSpec& spec, const ModelConfig& config, MPI_Co
   try {
     backend_ = choose_backend(spec.backend, devices, config_.head_dim(), &backend_note_);
     dtype_ = choose_dtype(spec.dtype, backend_, config_.torch_dtype);
+    kv_dtype_ = choose_kv_dtype(spec.kv_cache_dtype, backend_, dtype_);
     shard_ = make_shard_plan(config_, size_, rank_);
     if (spec.kv.block_size <= 0 || spec.kv.num_blocks < 0) {
       throw Error("KV cache needs block_size > 0 and num_blocks >= 0 (got " +
@@ -129,6 +147,7 @@ RankEngine::RankEngine(const EngineSpec& spec, const ModelConfig& config, MPI_Co
       CudaRunnerOptions o;
       o.device = device;
       o.dtype = dtype_;
+      o.kv_dtype = kv_dtype_;
       o.weights = weights.get();
       o.synthetic_seed = spec.synthetic_seed;
       o.gpu_memory_fraction = spec.gpu_memory_fraction;
@@ -151,10 +170,11 @@ RankEngine::RankEngine(const EngineSpec& spec, const ModelConfig& config, MPI_Co
 
   // The planner's arithmetic and the runner's allocation must agree byte for byte: `llama2 plan`
   // is only trustworthy if it describes what the engine really allocates.
-  const int elem = runner_->dtype_bytes();
-  LLAMA2_CHECK(shard_weight_bytes(config_, shard_, elem) == runner_->weight_bytes());
-  LLAMA2_CHECK(kv_bytes_per_token(config_, shard_, elem) * static_cast<uint64_t>(kv_.block_size) *
-                   kv_.num_blocks == runner_->kv_cache_bytes());
+  LLAMA2_CHECK(shard_weight_bytes(config_, shard_, runner_->dtype_bytes()) ==
+               runner_->weight_bytes());
+  LLAMA2_CHECK(kv_bytes_per_token(config_, shard_, runner_->kv_dtype_bytes()) *
+                   static_cast<uint64_t>(kv_.block_size) * kv_.num_blocks ==
+               runner_->kv_cache_bytes());
 
   std::ostringstream line;
   line << "rank " << rank_ << "/" << size_ << ": local rank " << local.local_rank << "/"
@@ -166,7 +186,7 @@ RankEngine::RankEngine(const EngineSpec& spec, const ModelConfig& config, MPI_Co
        << (weights ? "copied " + std::to_string(weights->bytes_copied()) + " B from files"
                    : std::string("synthetic ") + spec.synthetic)
        << "), KV " << kv_.num_blocks << " blocks x " << kv_.block_size << " tokens = "
-       << runner_->kv_cache_bytes() << " B";
+       << runner_->kv_cache_bytes() << " B " << kv_dtype_;
   if (!local.note.empty()) line << " [" << local.note << "]";
   if (!backend_note_.empty()) line << " [" << backend_note_ << "]";
   line << "\n";

@@ -22,6 +22,7 @@ struct EngineSpec {
   uint64_t synthetic_seed = 1;
   std::string backend = "auto";  // cpu | cuda | auto (cuda when a GPU is visible)
   std::string dtype = "auto";    // auto | fp16 | bf16 | fp32 (auto: the checkpoint's torch_dtype)
+  std::string kv_cache_dtype = "auto";  // auto (= dtype) | fp8 | fp8_e4m3 (cuda, fp16/bf16)
   // num_blocks 0: the cuda backend sizes the cache from free memory (gpu_memory_fraction), the
   // cpu backend allocates cpu_default_blocks.
   KvCacheSpec kv;
@@ -43,6 +44,11 @@ std::string choose_backend(const std::string& requested, int visible_devices, in
 // cuda, fp32 on cpu); Error naming the allowed values otherwise.
 std::string choose_dtype(const std::string& requested, const std::string& backend,
                          const std::string& torch_dtype);
+// The KV cache's element type for a requested --kv-cache-dtype given the resolved backend and
+// dtype: "auto" -> dtype; "fp8" | "fp8_e4m3" -> "fp8_e4m3" (cuda with fp16/bf16 only). Error
+// naming the allowed values otherwise.
+std::string choose_kv_dtype(const std::string& requested, const std::string& backend,
+                            const std::string& dtype);
 
 class RankEngine final : public StepExecutor {
  public:
@@ -65,6 +71,7 @@ class RankEngine final : public StepExecutor {
   const ShardPlan& shard() const { return shard_; }
   const std::string& backend() const { return backend_; }
   const std::string& dtype() const { return dtype_; }
+  const std::string& kv_dtype() const { return kv_dtype_; }
   const KvCacheSpec& kv() const { return kv_; }
   // One line per rank, gathered on rank 0: device, shard bytes, KV blocks and bytes.
   std::string startup_report() const { return report_; }
@@ -77,7 +84,7 @@ class RankEngine final : public StepExecutor {
   ShardPlan shard_;
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
-  std::string backend_, dtype_, backend_note_;
+  std::string backend_, dtype_, kv_dtype_, backend_note_;
   std::string report_;
   KvCacheSpec kv_;
   std::unique_ptr<Comm> tp_comm_;

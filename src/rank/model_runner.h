@@ -36,7 +36,8 @@ class ModelRunner {
   virtual void allocate_kv(const KvCacheSpec& kv) = 0;
   virtual std::string backend_name() const = 0;
   virtual std::string device_description() const = 0;  // "host, 2 threads" or "GPU 0 (NVIDIA H200)"
-  virtual int dtype_bytes() const = 0;          // of weights and KV cache
+  virtual int dtype_bytes() const = 0;          // of weights and activations
+  virtual int kv_dtype_bytes() const = 0;       // of a KV cache element (1: fp8)
   virtual uint64_t weight_bytes() const = 0;    // bytes of this rank's weight shard
   virtual uint64_t kv_cache_bytes() const = 0;  // bytes of this rank's KV cache
 };
@@ -51,6 +52,7 @@ std::unique_ptr<ModelRunner> make_cpu_runner(const ModelConfig& config, const Sh
 struct CudaRunnerOptions {
   int device = 0;
   std::string dtype = "fp16";        // fp16 | bf16 | fp32 (weights, activations and KV cache)
+  std::string kv_dtype = "auto";     // auto (= dtype) | fp8_e4m3 (fp16/bf16 only)
   const WeightStore* weights = nullptr;  // nullptr: synthetic weights
   uint64_t synthetic_seed = 0;
   double gpu_memory_fraction = 0.9;  // of the GPU's total memory this rank may hold in the end

@@ -12,6 +12,9 @@
 //     atol 0.05 * rtol (u = 2^-11 fp16, 2^-8 bf16).
 //   prefill fp16/bf16: P is rounded to T for the tensor-core P.V product, an error of up to u of
 //     each weight, i.e. up to u * max|v| absolute, plus the output rounding: rtol 1.5u, atol 1.5u.
+// fp8 e4m3 caches (with fp16/bf16 queries): the reference attends over the same K/V rounded to
+// e4m3 on the host, so the kernel's only extra work is the conversion, which is exact: the
+// fp16/bf16 tolerances apply unchanged.
 #include <algorithm>
 #include <random>
 #include <set>
@@ -105,6 +108,22 @@ std::vector<float> reference(const Setup& s, const Geometry& g, const std::vecto
   return out;
 }
 
+// The same cache with every K/V value rounded to fp8 e4m3 (what an fp8 cache holds; NaN stays NaN).
+Setup rounded_to_fp8(Setup s) {
+  s.kc = round_vec<__nv_fp8_e4m3>(s.kc);
+  s.vc = round_vec<__nv_fp8_e4m3>(s.vc);
+  return s;
+}
+
+// Runs f(T{}, C{}) for every instantiated (activation, cache) pair: fp32, fp16, bf16 with their
+// own cache, and fp16, bf16 with an fp8 e4m3 cache.
+template <typename F>
+void for_each_cache_type(F&& f) {
+  for_each_dtype([&](auto t) { f(t, t); });
+  f(__half{}, __nv_fp8_e4m3{});
+  f(__nv_bfloat16{}, __nv_fp8_e4m3{});
+}
+
 template <typename T>
 Tol attention_tol(bool prefill) {
   if (sizeof(T) == 4) return Tol{1e-5, 1e-6};
@@ -157,6 +176,8 @@ TEST_CASE("attention_decode: paged, grouped, split-K against the CPU reference")
     const int q_stride = g.heads * g.head_dim + c.q_stride_extra;
     const auto q = exact_random(static_cast<size_t>(S) * q_stride, 200 + ci, -2.f, 2.f);
     const auto want = reference(s, g, q, q_stride);
+    const Setup s8 = rounded_to_fp8(s);
+    const auto want8 = reference(s8, g, q, q_stride);
     const int max_context = *std::max_element(c.ctx.begin(), c.ctx.end());
     const std::string what_base = describe("attention_decode", g, seqs);
 
@@ -172,16 +193,19 @@ TEST_CASE("attention_decode: paged, grouped, split-K against the CPU reference")
       const size_t ws_bytes = k::attention_decode_workspace_bytes(
           S, g.heads, g.kv_heads, g.head_dim, std::max(max_context, c.workspace_bound), kernel);
       DeviceBuffer<float> d_ws((ws_bytes + sizeof(float) - 1) / sizeof(float));
-      for_each_dtype([&](auto tag) {
+      for_each_cache_type([&](auto tag, auto cache_tag) {
         using T = decltype(tag);
-        const std::string what = what_base + " " + dtype_name<T>() + " " + kernel_name +
-                                 (ws_bytes ? " split" : " single");
+        using C = decltype(cache_tag);
+        constexpr bool fp8 = sizeof(C) == 1;
+        const std::string what = what_base + " " + dtype_name<T>() + " cache " + dtype_name<C>() +
+                                 " " + kernel_name + (ws_bytes ? " split" : " single");
         INFO(what);
-        DeviceBuffer<T> d_q(to_dtype<T>(q)), d_kc(to_dtype<T>(s.kc)), d_vc(to_dtype<T>(s.vc));
+        DeviceBuffer<T> d_q(to_dtype<T>(q));
+        DeviceBuffer<C> d_kc(to_dtype<C>(s.kc)), d_vc(to_dtype<C>(s.vc));
         DeviceBuffer<T> d_out(static_cast<size_t>(S) * g.heads * g.head_dim);
         d_out.poison();
         d_ws.poison();
-        k::DecodeAttentionArgs<T> a;
+        k::DecodeAttentionArgs<T, C> a;
         a.q = d_q.get();
         a.q_stride = q_stride;
         a.cache = {d_kc.get(), d_vc.get(), s.num_blocks, g.kv_heads, g.block_size, g.head_dim};
@@ -195,9 +219,9 @@ TEST_CASE("attention_decode: paged, grouped, split-K against the CPU reference")
         a.workspace = d_ws.get();
         a.workspace_bytes = ws_bytes;
         a.kernel = kernel;
-        LLAMA2_CUDA_REQUIRE(k::launch_attention_decode<T>(a, 0));
+        LLAMA2_CUDA_REQUIRE(k::launch_attention_decode(a, 0));
         LLAMA2_CUDA_REQUIRE(cudaDeviceSynchronize());
-        expect_close(what, to_f32(d_out.download()), want, attention_tol<T>(false));
+        expect_close(what, to_f32(d_out.download()), fp8 ? want8 : want, attention_tol<T>(false));
       });
     }
   }
@@ -283,6 +307,7 @@ TEST_CASE("attention_prefill: causal chunks over the paged cache against the CPU
     const int q_stride = g.heads * g.head_dim + c.q_stride_extra;
     const auto q = exact_random(static_cast<size_t>(n) * q_stride, 400 + ci, -2.f, 2.f);
     const auto want = reference(s, g, q, q_stride);
+    const auto want8 = reference(rounded_to_fp8(s), g, q, q_stride);
     std::vector<int32_t> cu(S + 1, 0), pos_begin(S);
     int max_new = 0;
     for (int i = 0; i < S; ++i) {
@@ -292,14 +317,17 @@ TEST_CASE("attention_prefill: causal chunks over the paged cache against the CPU
     }
     const std::string what_base = describe("attention_prefill", g, c.seqs);
     DeviceBuffer<int32_t> d_tables(s.tables), d_cu(cu), d_pos(pos_begin);
-    for_each_dtype([&](auto tag) {
+    for_each_cache_type([&](auto tag, auto cache_tag) {
       using T = decltype(tag);
-      const std::string what = what_base + " " + dtype_name<T>();
+      using C = decltype(cache_tag);
+      constexpr bool fp8 = sizeof(C) == 1;
+      const std::string what = what_base + " " + dtype_name<T>() + " cache " + dtype_name<C>();
       INFO(what);
-      DeviceBuffer<T> d_q(to_dtype<T>(q)), d_kc(to_dtype<T>(s.kc)), d_vc(to_dtype<T>(s.vc));
+      DeviceBuffer<T> d_q(to_dtype<T>(q));
+      DeviceBuffer<C> d_kc(to_dtype<C>(s.kc)), d_vc(to_dtype<C>(s.vc));
       DeviceBuffer<T> d_out(static_cast<size_t>(n) * g.heads * g.head_dim);
       d_out.poison();
-      k::PrefillAttentionArgs<T> a;
+      k::PrefillAttentionArgs<T, C> a;
       a.q = d_q.get();
       a.q_stride = q_stride;
       a.cache = {d_kc.get(), d_vc.get(), s.num_blocks, g.kv_heads, g.block_size, g.head_dim};
@@ -311,9 +339,9 @@ TEST_CASE("attention_prefill: causal chunks over the paged cache against the CPU
       a.heads = g.heads;
       a.max_new_tokens = max_new;
       a.out = d_out.get();
-      LLAMA2_CUDA_REQUIRE(k::launch_attention_prefill<T>(a, 0));
+      LLAMA2_CUDA_REQUIRE(k::launch_attention_prefill(a, 0));
       LLAMA2_CUDA_REQUIRE(cudaDeviceSynchronize());
-      expect_close(what, to_f32(d_out.download()), want, attention_tol<T>(true));
+      expect_close(what, to_f32(d_out.download()), fp8 ? want8 : want, attention_tol<T>(true));
     });
   }
 }

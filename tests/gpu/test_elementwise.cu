@@ -305,6 +305,35 @@ TEST_CASE("rope_kv: rotate-half RoPE on q in place and k, K/V written to the pag
       expect_close(what + " table: k cache", to_f32(d_kc.download()), kc_ref,
                    Tol{rtol, rtol * max_q});
     });
+
+    // An fp8 e4m3 cache (fp16/bf16 activations): K is rounded once, from the fp32 rotation, so it
+    // is the reference's K rounded to e4m3 up to one e4m3 step where the two fp32 rotations
+    // straddle a rounding boundary (2^-3 relative; 2^-9 absolute among subnormals); V is the exact
+    // input rounded to e4m3, bit for bit; q is as with a T cache.
+    auto fp8_cache = [&](auto tag) {
+      using T = decltype(tag);
+      using C = __nv_fp8_e4m3;
+      const std::string what = label<T>("rope_kv", "fp8 cache, case " + std::to_string(ci));
+      INFO(what);
+      const double rtol = rel_tol<T>(1);
+      DeviceBuffer<T> d_qkv(to_dtype<T>(qkv));
+      DeviceBuffer<C> d_kc(cache_elems), d_vc(cache_elems);
+      d_kc.poison();
+      d_vc.poison();
+      const k::PagedKvCache<C> cache{d_kc.get(), d_vc.get(), num_blocks, G, c.block_size, d};
+      T* q = d_qkv.get();
+      LLAMA2_CUDA_REQUIRE(k::launch_rope_kv(q, stride, q + H * d, stride, q + (H + G) * d, stride,
+                                            H, k::RopeKvTokens{d_pos.get(), d_slot.get(), n},
+                                            freqs, cache, 0));
+      LLAMA2_CUDA_REQUIRE(cudaDeviceSynchronize());
+      expect_close(what + " q", columns(to_f32(d_qkv.download()), n, stride, 0, H * d), q_ref,
+                   Tol{rtol, rtol * max_q});
+      expect_close(what + " k cache", to_f32(d_kc.download()), round_vec<C>(kc_ref),
+                   Tol{0x1p-3, 0x1p-9});
+      expect_close(what + " v cache", to_f32(d_vc.download()), round_vec<C>(vc_ref), Tol{0, 0});
+    };
+    fp8_cache(__half{});
+    fp8_cache(__nv_bfloat16{});
   }
 }
 

@@ -41,6 +41,10 @@ run_capture badtok 2 generate --model "$MODELS/tiny-mha" --prompt-tokens 1,99999
 expect_failure badtok "token id 99999 is outside the vocabulary"
 run_capture backend 2 generate --model "$MODELS/tiny-mha" --prompt hi --backend tpu
 expect_failure backend "backend must be one of cpu, cuda, auto"
+run_capture kvdtype 2 generate --model "$MODELS/tiny-mha" --prompt hi --kv-cache-dtype int8
+expect_failure kvdtype "kv-cache-dtype must be one of auto, fp8, fp8_e4m3 (got \"int8\")"
+run_capture kvfp8cpu 2 generate --model "$MODELS/tiny-mha" --prompt hi --backend cpu --kv-cache-dtype fp8
+expect_failure kvfp8cpu "kv-cache-dtype fp8 needs the cuda backend"
 
 # A stop string ends generation early, is not printed, and finish_reason says stop.
 run_capture free 1 generate --model "$MODELS/tiny-mha" --quiet --json --prompt "The cat" -n 30 --temperature 0 --ignore-eos

@@ -107,6 +107,57 @@ TEST_SUITE("capacity") {
     CHECK(p.shortfall_bytes == 0);
   }
 
+  // fp8 (e4m3) KV cache: 1 byte per element instead of 2; the weights stay fp16.
+  TEST_CASE("7B fp16 weights with an fp8 KV cache on one 80GiB GPU") {
+    CapacityRequest r;  // tp 1, 80 GiB, block 16, max_seq_len 4096
+    r.kv_dtype_bytes = 1;
+    const CapacityPlan p = llama2::plan_capacity(llama2::preset_config("7b"), r);
+    // Same hand arithmetic as the fp16 case above: 13476831232 B of weights, 8 GiB reserve.
+    const int64_t weights = 2 * (32000ll * 4096 * 2 +
+                                 32ll * (4ll * 4096 * 4096 + 3ll * 4096 * 11008 + 2 * 4096) + 4096);
+    const int64_t free = 80 * static_cast<int64_t>(kGiB) - 8 * static_cast<int64_t>(kGiB) - weights;
+    CHECK(weights == 13476831232ll);
+    CHECK(free == 63832580096ll);
+    CHECK(p.dtype_bytes == 2);
+    CHECK(p.kv_dtype_bytes == 1);
+    CHECK(p.weight_bytes_per_gpu == static_cast<uint64_t>(weights));  // weights unchanged
+    CHECK(p.model_weight_bytes == 6738415616ull * kFp16);
+    CHECK(p.free_bytes_for_kv == free);
+    CHECK(p.kv_bytes_per_token == 2 * 32 * 4096 * 1);  // 262144: half of fp16's 524288
+    CHECK(p.kv_bytes_per_block == 262144ull * 16);
+    CHECK(p.kv_bytes_per_sequence == 262144ull * 4096);  // 1 GiB per full sequence
+    // 63832580096 / 4194304 = 15218.8 blocks (fp16: / 8388608 = 7609.4); / 256 blocks a sequence.
+    CHECK(p.kv_blocks == 15218);
+    CHECK(p.kv_tokens == 15218 * 16);
+    CHECK(p.max_sequences == 59);
+    const CapacityPlan p16 = plan("7b", 1, 80 * kGiB);
+    CHECK(p16.kv_dtype_bytes == 2);  // kv_dtype_bytes 0 means "as the weights"
+    CHECK(p16.kv_blocks == 7609);
+    CHECK(p16.max_sequences == 29);
+    CHECK(plan("7b", 1, 80 * kGiB, 0, 4).kv_dtype_bytes == 4);
+    // GQA: 70B at TP 8 keeps one KV head per GPU; fp8 halves that too.
+    r.tp = 8;
+    CHECK(llama2::plan_capacity(llama2::preset_config("70b"), r).kv_bytes_per_token ==
+          2 * 80 * 1 * 128 * 1);
+  }
+
+  TEST_CASE("an fp8 KV cache can make a full sequence fit") {
+    // 7B on 16 GiB: free = 16 GiB - 2 GiB reserve - 13476831232 = 1555554304 B, less than an fp16
+    // sequence (2 GiB) but more than an fp8 one (1 GiB): 1555554304 / 4194304 = 370 blocks.
+    CapacityRequest r;
+    r.gpu_mem_bytes = 16 * kGiB;
+    const CapacityPlan p16 = llama2::plan_capacity(llama2::preset_config("7b"), r);
+    CHECK_FALSE(p16.fits);
+    CHECK(p16.shortfall_bytes == 2147483648ll - 1555554304ll);
+    r.kv_dtype_bytes = 1;
+    const CapacityPlan p8 = llama2::plan_capacity(llama2::preset_config("7b"), r);
+    CHECK(p8.fits);
+    CHECK(p8.free_bytes_for_kv == 1555554304ll);
+    CHECK(p8.kv_blocks == 370);
+    CHECK(p8.max_sequences == 1);
+    CHECK(p8.smallest_fitting_tp == 1);  // the degree search plans with the fp8 cache too
+  }
+
   TEST_CASE("13B weights and KV per GPU at TP 1/2/4/8, uneven split at TP 5") {
     CHECK(plan("13b", 1, 80 * kGiB).weight_bytes_per_gpu ==
           2 * (32000ull * 5120 * 2 + 40ull * (4ull * 5120 * 5120 + 3ull * 5120 * 13824 + 2 * 5120) +
@@ -317,6 +368,16 @@ TEST_SUITE("capacity") {
     r = CapacityRequest{};
     r.gpu_mem_bytes = 0;
     CHECK(message(r).find("--gpu-mem") != std::string::npos);
+    r = CapacityRequest{};
+    r.dtype_bytes = 4;
+    r.kv_dtype_bytes = 1;  // fp8 KV cache with fp32 weights
+    CHECK(message(r).find("--kv-cache-dtype") != std::string::npos);
+    CHECK(message(r).find("fp16/bf16 weights only") != std::string::npos);
+    r.kv_dtype_bytes = 2;  // neither the weights' size nor fp8
+    CHECK(message(r).find("--kv-cache-dtype") != std::string::npos);
+    r = CapacityRequest{};
+    r.kv_dtype_bytes = 3;
+    CHECK(message(r).find("auto") != std::string::npos);
     // A positive but invalid degree is a planning result, not an error.
     r = CapacityRequest{};
     r.tp = 3;
@@ -335,6 +396,23 @@ TEST_SUITE("capacity") {
     CHECK(llama2::dtype_bytes_of("fp32") == 4);
     CHECK_THROWS_WITH_AS(llama2::dtype_bytes_of("int8"),
                          doctest::Contains("allowed: fp16, bf16, fp32"), llama2::Error);
+  }
+
+  TEST_CASE("KV-cache dtype names") {
+    using llama2::kv_dtype_bytes_of;
+    CHECK(kv_dtype_bytes_of("auto", 2) == 2);
+    CHECK(kv_dtype_bytes_of("auto", 4) == 4);
+    CHECK(kv_dtype_bytes_of("fp8", 2) == 1);
+    CHECK(kv_dtype_bytes_of("fp8_e4m3", 2) == 1);
+    CHECK_THROWS_WITH_AS(kv_dtype_bytes_of("fp8", 4), doctest::Contains("fp16 or bf16 weights"),
+                         llama2::Error);
+    CHECK_THROWS_WITH_AS(kv_dtype_bytes_of("fp8_e4m3", 4), doctest::Contains("--kv-cache-dtype"),
+                         llama2::Error);
+    for (const char* bad : {"int8", "FP8", "fp8_e5m2", "fp16", "", "auto "}) {
+      CAPTURE(bad);
+      CHECK_THROWS_WITH_AS(kv_dtype_bytes_of(bad, 2),
+                           doctest::Contains("allowed: auto, fp8, fp8_e4m3"), llama2::Error);
+    }
   }
 
   TEST_CASE("parse_bytes") {

@@ -1,6 +1,7 @@
 // The CUDA backend: the tensor-parallel forward pass of cpu_model.cpp on one GPU per rank, in
 // fp16/bf16 (fp32 accumulation) or fp32, with cuBLAS GEMMs, the kernels of kernels/, NCCL between
-// ranks and CUDA graphs for decode steps.
+// ranks and CUDA graphs for decode steps. The KV cache holds the model dtype or, for fp16/bf16,
+// fp8 e4m3 (--kv-cache-dtype fp8).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -62,7 +63,8 @@ constexpr int kDefaultGemvRows = 1;
 // Held back from the KV budget for CUDA graphs, NCCL's lazily created buffers and fragmentation.
 constexpr uint64_t kGraphSlack = uint64_t{512} << 20;
 
-template <typename T>
+// T: weights and activations; C: KV cache elements (T, or __nv_fp8_e4m3 for fp16/bf16).
+template <typename T, typename C = T>
 class CudaModel final : public ModelRunner {
  public:
   CudaModel(const ModelConfig& c, const ShardPlan& s, const CudaRunnerOptions& o)
@@ -119,6 +121,7 @@ class CudaModel final : public ModelRunner {
 
   std::string backend_name() const override { return "cuda"; }
   int dtype_bytes() const override { return sizeof(T); }
+  int kv_dtype_bytes() const override { return sizeof(C); }
   uint64_t weight_bytes() const override { return weights_.bytes; }
   uint64_t kv_cache_bytes() const override { return kv_.bytes(); }
 
@@ -127,7 +130,7 @@ class CudaModel final : public ModelRunner {
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     std::ostringstream os;
     os << "GPU " << opt_.device << " (" << device_name_ << ", " << kernels::dtype_name<T>()
-       << ", " << format_bytes(static_cast<int64_t>(free_b)) << " free of "
+       << ", KV " << kernels::dtype_name<C>() << ", " << format_bytes(static_cast<int64_t>(free_b)) << " free of "
        << format_bytes(static_cast<int64_t>(total_b)) << ")";
     return os.str();
   }
@@ -141,7 +144,7 @@ class CudaModel final : public ModelRunner {
     const int64_t allowed = static_cast<int64_t>(opt_.gpu_memory_fraction * total_b) -
                             static_cast<int64_t>(total_b - free_b) -
                             static_cast<int64_t>(kGraphSlack);
-    const uint64_t block_bytes = kv_bytes_per_token(c_, s_, sizeof(T)) * block_size;
+    const uint64_t block_bytes = kv_bytes_per_token(c_, s_, sizeof(C)) * block_size;
     return llama2::kv_blocks_that_fit(std::min<int64_t>(allowed, free_b), block_bytes);
   }
 
@@ -158,7 +161,7 @@ class CudaModel final : public ModelRunner {
                      m + layout_.cu_tokens_at(),  m + layout_.pos_begin_at(),
                      m + layout_.context_lens_at(), m + layout_.block_tables_at()};
     layer_elems_ = static_cast<size_t>(kv.num_blocks) * s_.num_kv_heads * kv.block_size * s_.head_dim;
-    kv_ = DeviceBuffer(2 * c_.num_layers * layer_elems_ * sizeof(T), "KV cache");
+    kv_ = DeviceBuffer(2 * c_.num_layers * layer_elems_ * sizeof(C), "KV cache");
     CUDA_CHECK(cudaMemsetAsync(kv_.as<void>(), 0, kv_.bytes(), stream_));
     // Decode attention workspace for every batch size and every context bound up to the longest
     // sequence (graphs pass their context bucket, mixed steps their longest decode row).
@@ -255,9 +258,9 @@ class CudaModel final : public ModelRunner {
     return std::min(b, layout_.max_blocks * layout_.block_size);
   }
 
-  kernels::PagedKvCache<T> cache(int layer) const {
-    kernels::PagedKvCache<T> kc;
-    kc.k = kv_.as<T>() + (2 * static_cast<size_t>(layer)) * layer_elems_;
+  kernels::PagedKvCache<C> cache(int layer) const {
+    kernels::PagedKvCache<C> kc;
+    kc.k = kv_.as<C>() + (2 * static_cast<size_t>(layer)) * layer_elems_;
     kc.v = kc.k + layer_elems_;
     kc.num_blocks = kv_spec_.num_blocks;
     kc.kv_heads = s_.num_kv_heads;
@@ -296,7 +299,7 @@ class CudaModel final : public ModelRunner {
     const DeviceMeta& m = dm_;
     const int nd = sh.decode ? sh.seqs : (mixed_decode ? sh.decode_seqs : 0);
     if (nd > 0) {
-      kernels::DecodeAttentionArgs<T> a;
+      kernels::DecodeAttentionArgs<T, C> a;
       a.q = q;  // row s is sequence s's one token: the decode part is the first nd rows
       a.q_stride = qkv_ld;
       a.cache = cache(layer);
@@ -310,11 +313,11 @@ class CudaModel final : public ModelRunner {
       a.workspace = decode_ws_.as<void>();
       a.workspace_bytes = decode_ws_.bytes();
       a.kernel = decode_kernel_;
-      CUDA_CHECK(kernels::launch_attention_decode<T>(a, stream_));
+      CUDA_CHECK(kernels::launch_attention_decode(a, stream_));
     }
     if (nd < sh.seqs) {
       // Sequences [nd, seqs): cu_tokens holds absolute rows, so q and out stay at row 0.
-      kernels::PrefillAttentionArgs<T> a;
+      kernels::PrefillAttentionArgs<T, C> a;
       a.q = q;
       a.q_stride = qkv_ld;
       a.cache = cache(layer);
@@ -326,7 +329,7 @@ class CudaModel final : public ModelRunner {
       a.heads = s_.num_heads;
       a.max_new_tokens = sh.max_new_tokens;
       a.out = attn_.as<T>();
-      CUDA_CHECK(kernels::launch_attention_prefill<T>(a, stream_));
+      CUDA_CHECK(kernels::launch_attention_prefill(a, stream_));
     }
   }
 
@@ -359,8 +362,8 @@ class CudaModel final : public ModelRunner {
       T* q = qkv_.as<T>();
       const kernels::RopeKvTokens tok{m.pos, m.slot, T_};
       mark("rope_kv");
-      CUDA_CHECK(kernels::launch_rope_kv<T>(q, qkv_ld, q + nq, qkv_ld, q + nq + nkv, qkv_ld,
-                                            s_.num_heads, tok, freqs_, cache(l), stream_));
+      CUDA_CHECK(kernels::launch_rope_kv(q, qkv_ld, q + nq, qkv_ld, q + nq + nkv, qkv_ld,
+                                         s_.num_heads, tok, freqs_, cache(l), stream_));
       mark("attention");
       attention(sh, l, q, qkv_ld);
       mark("o_gemm");
@@ -521,9 +524,21 @@ std::unique_ptr<ModelRunner> make_cuda_runner(const ModelConfig& config, const S
     throw Error("the CUDA kernels support head_dim 64 and 128 (this model: " +
                 std::to_string(shard.head_dim) + "); use --backend cpu");
   }
-  if (options.dtype == "fp16") return std::make_unique<CudaModel<__half>>(config, shard, options);
-  if (options.dtype == "bf16") return std::make_unique<CudaModel<__nv_bfloat16>>(config, shard, options);
-  if (options.dtype == "fp32") return std::make_unique<CudaModel<float>>(config, shard, options);
+  const bool fp8 = options.kv_dtype == "fp8_e4m3";
+  if (!fp8 && options.kv_dtype != "auto" && options.kv_dtype != options.dtype) {
+    throw Error("the cuda backend's KV cache is the model dtype or fp8_e4m3 (got \"" +
+                options.kv_dtype + "\")");
+  }
+  if (options.dtype == "fp16") {
+    if (fp8) return std::make_unique<CudaModel<__half, __nv_fp8_e4m3>>(config, shard, options);
+    return std::make_unique<CudaModel<__half>>(config, shard, options);
+  }
+  if (options.dtype == "bf16") {
+    if (fp8) return std::make_unique<CudaModel<__nv_bfloat16, __nv_fp8_e4m3>>(config, shard, options);
+    return std::make_unique<CudaModel<__nv_bfloat16>>(config, shard, options);
+  }
+  if (options.dtype == "fp32" && !fp8) return std::make_unique<CudaModel<float>>(config, shard, options);
+  if (fp8) throw Error("--kv-cache-dtype fp8 needs --dtype fp16 or bf16 (got " + options.dtype + ")");
   throw Error("--dtype must be one of fp16, bf16, fp32 for the cuda backend (got \"" +
               options.dtype + "\")");
 }
