@@ -99,6 +99,12 @@ static __global__ void __launch_bounds__(128)
       const float c = s_cos[i0 + e], s = s_sin[i0 + e];
       x[e] = a[e] * c - b[e] * s;
       y[e] = b[e] * c + a[e] * s;
+      if constexpr (!std::is_same_v<Dst, T>) {
+        // An fp8 cache stores the rotated K as the model computes it (rounded to T), then
+        // rounded to e4m3: the value a reference that quantizes its T cache would hold.
+        x[e] = round_to<T>(x[e]);
+        y[e] = round_to<T>(y[e]);
+      }
     }
     store_float<Dst, V>(dst + i0, x);
     store_float<Dst, V>(dst + i0 + H, y);

@@ -51,8 +51,8 @@ struct RopeKvTokens {
 // Launch: one block of 128 threads per token; the token's cos/sin table (d/2 entries) is built once
 // in shared memory and shared by all q and k heads; 16-byte accesses, so q, k, v, the cache and the
 // strides must be 16-byte aligned (cudaErrorInvalidValue otherwise). head_dim 64 and 128.
-// The cache holds T, or fp8 e4m3 for fp16/bf16 (C): K and V are then rounded from fp32 straight
-// to fp8 (saturating at +-448), q stays T.
+// The cache holds T, or fp8 e4m3 for fp16/bf16 (C): K and V are then rounded to T (as a T cache
+// would hold them) and from there to fp8 (saturating at +-448); q stays T.
 template <typename T, typename C>
 cudaError_t launch_rope_kv(T* q, int64_t q_stride,        // [n_tokens, q_stride], heads * d used
                            const T* k, int64_t k_stride,  // [n_tokens, k_stride], kv_heads * d used

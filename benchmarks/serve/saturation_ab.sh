@@ -8,7 +8,8 @@
 #
 # Environment (optional): NP=1 (ranks = GPUs), MAX_BATCH=512, PREFILL_CHUNK=2048, REQUESTS=1024,
 # RATES=inf (bench_serve.py --rates: e.g. RATES=56 for Poisson arrivals at half of saturation),
-# SKIP_BUILD=1 (use build-gpu/ as it is). Writes OUT_DIR/<VAR>=<value>.{json,log,server.log}, the
+# SERVE_ARGS (more `llama2 serve` flags, e.g. "--kv-cache-dtype fp8"), SKIP_BUILD=1 (use build-gpu/
+# as it is). Writes OUT_DIR/<VAR>=<value>.{json,log,server.log}, the
 # server's per-step log (LLAMA2_STEP_LOG) <VAR>=<value>.steps and its summary by step kind
 # <VAR>=<value>.steps.md (benchmarks/serve/step_log_summary.py).
 set -euo pipefail
@@ -31,7 +32,7 @@ for value in $VALUES; do
     -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS \
     -x "$VAR=$value" -x "LLAMA2_STEP_LOG=$OUT_DIR/$tag.steps" build-gpu/llama2 serve --model tests/models/small-d64 --synthetic 7b \
     --socket "$sock" --max-batch-size "${MAX_BATCH:-512}" --max-queue 4096 \
-    --prefill-chunk "${PREFILL_CHUNK:-2048}" >"$OUT_DIR/$tag.server.log" 2>&1 &
+    --prefill-chunk "${PREFILL_CHUNK:-2048}" ${SERVE_ARGS:-} >"$OUT_DIR/$tag.server.log" 2>&1 &
   server=$!
   for _ in $(seq 600); do [[ -S "$sock" ]] && break; sleep 0.2; done
   [[ -S "$sock" ]] || { echo "$tag: server did not start" >&2; cat "$OUT_DIR/$tag.server.log" >&2; exit 1; }

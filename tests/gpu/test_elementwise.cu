@@ -306,10 +306,10 @@ TEST_CASE("rope_kv: rotate-half RoPE on q in place and k, K/V written to the pag
                    Tol{rtol, rtol * max_q});
     });
 
-    // An fp8 e4m3 cache (fp16/bf16 activations): K is rounded once, from the fp32 rotation, so it
-    // is the reference's K rounded to e4m3 up to one e4m3 step where the two fp32 rotations
-    // straddle a rounding boundary (2^-3 relative; 2^-9 absolute among subnormals); V is the exact
-    // input rounded to e4m3, bit for bit; q is as with a T cache.
+    // An fp8 e4m3 cache (fp16/bf16 activations): K is the rotation rounded to T, then to e4m3, so
+    // it is the reference's K so rounded up to one e4m3 step where the two fp32 rotations straddle
+    // a rounding boundary (2^-3 relative; 2^-9 absolute among subnormals); V is the exact input
+    // rounded to e4m3, bit for bit; q is as with a T cache.
     auto fp8_cache = [&](auto tag) {
       using T = decltype(tag);
       using C = __nv_fp8_e4m3;
@@ -328,7 +328,7 @@ TEST_CASE("rope_kv: rotate-half RoPE on q in place and k, K/V written to the pag
       LLAMA2_CUDA_REQUIRE(cudaDeviceSynchronize());
       expect_close(what + " q", columns(to_f32(d_qkv.download()), n, stride, 0, H * d), q_ref,
                    Tol{rtol, rtol * max_q});
-      expect_close(what + " k cache", to_f32(d_kc.download()), round_vec<C>(kc_ref),
+      expect_close(what + " k cache", to_f32(d_kc.download()), round_vec<C>(round_vec<T>(kc_ref)),
                    Tol{0x1p-3, 0x1p-9});
       expect_close(what + " v cache", to_f32(d_vc.download()), round_vec<C>(vc_ref), Tol{0, 0});
     };

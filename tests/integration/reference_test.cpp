@@ -3,7 +3,7 @@
 //
 //   mpirun -np 2 llama2_reference_test --model tests/models/tiny-gqa
 //       --fixture tests/reference/fixtures/tiny-gqa.json [--tolerance 1e-4] [--near-tie 0]
-//       [--backend cpu|cuda] [--dtype auto|fp16|bf16|fp32]
+//       [--backend cpu|cuda] [--dtype auto|fp16|bf16|fp32] [--kv-cache-dtype auto|fp8]
 //
 // Per prompt it runs five KV-cache paths and compares their logits with the fixture:
 //   token-by-token decode (logits at every position), one full prefill (last position), a
@@ -18,6 +18,7 @@
 //
 // The last line is machine-readable (tests/reference/gpu_check.sh collects it):
 //   RESULT model=.. backend=.. dtype=.. np=.. max_abs_diff=.. tolerance=.. compared=..
+//   (dtype is e.g. "fp16", or "fp16+kv-fp8_e4m3" when the KV cache has its own element type)
 //          greedy_identical=a/b near_tie=c mismatches=m status=PASS|FAIL
 #include <mpi.h>
 
@@ -44,10 +45,10 @@ using nlohmann::json;
 
 constexpr const char* kUsage =
     "usage: llama2_reference_test --model DIR --fixture FILE [--tolerance T] [--near-tie M] "
-    "[--backend cpu|cuda] [--dtype auto|fp16|bf16|fp32]";
+    "[--backend cpu|cuda] [--dtype auto|fp16|bf16|fp32] [--kv-cache-dtype auto|fp8]";
 
 struct Options {
-  std::string model_dir, fixture_path, backend = "cpu", dtype = "auto";
+  std::string model_dir, fixture_path, backend = "cpu", dtype = "auto", kv_cache_dtype = "auto";
   double tolerance = 1e-4;
   double near_tie = 0.0;  // greedy divergences where HF's top-2 margin < near_tie are forgiven
 };
@@ -76,6 +77,7 @@ Options parse_options(int argc, char** argv) {
     else if (a == "--near-tie") o.near_tie = parse_number(a, v);
     else if (a == "--backend") o.backend = v;
     else if (a == "--dtype") o.dtype = v;
+    else if (a == "--kv-cache-dtype") o.kv_cache_dtype = v;
     // A misspelt flag must not silently leave a default (e.g. a stricter or looser tolerance).
     else throw llama2::Error("unknown flag " + a + "\n" + kUsage);
   }
@@ -263,6 +265,7 @@ int run(int argc, char** argv, int rank, int size) {
   spec.model_dir = opt.model_dir;
   spec.backend = opt.backend;
   spec.dtype = opt.dtype;
+  spec.kv_cache_dtype = opt.kv_cache_dtype;
   spec.max_batch = 4;
   spec.kv = {16, 4 * llama2::BlockAllocator::blocks_for(max_len, 16)};
   llama2::RankEngine engine(spec, config, MPI_COMM_WORLD);
@@ -321,9 +324,11 @@ int run(int argc, char** argv, int rank, int size) {
               model.c_str(), stats.max_diff, opt.tolerance, stats.compared, greedy_identical,
               greedy_total, near_ties, greedy_mismatches, tokenizer_mismatches,
               ok ? "PASS" : "FAIL");
+  const std::string dtype_label =
+      engine.dtype() + (engine.kv_dtype() == engine.dtype() ? "" : "+kv-" + engine.kv_dtype());
   std::printf("RESULT model=%s backend=%s dtype=%s np=%d max_abs_diff=%.3g tolerance=%g "
               "compared=%ld greedy_identical=%d/%d near_tie=%d mismatches=%d status=%s\n",
-              model.c_str(), engine.backend().c_str(), engine.dtype().c_str(), size,
+              model.c_str(), engine.backend().c_str(), dtype_label.c_str(), size,
               stats.max_diff, opt.tolerance, stats.compared, greedy_identical, greedy_total,
               near_ties, greedy_mismatches, ok ? "PASS" : "FAIL");
   std::fflush(stdout);

@@ -8,8 +8,11 @@
 # d. makes a random 32000-vocab model (fp16 and bf16 files) and HF fixtures computed on cuda in
 #    float16, bfloat16 and fp32 (OUTDIR/fixtures-{fp16,bf16,fp32}/);
 # e. CUDA fp16/bf16 vs HF in the same dtype, CUDA fp32 vs HF fp32 for the random model;
-# f. HF's own dtype noise (HF-fp16/bf16 vs HF-fp32), next to our deviation (OUTDIR/noise.txt).
-# Every reference run is at np 1 and 2 ($NPS). All RESULT/STEP/NOISE lines go to
+# f. HF's own dtype noise (HF-fp16/bf16 vs HF-fp32), next to our deviation (OUTDIR/noise.txt);
+# h. the fp8 KV cache (--kv-cache-dtype fp8): fp16/bf16 with an e4m3 cache vs HF with its cached
+#    K/V rounded to e4m3 (make_fixtures.py --kv-cache-dtype fp8_e4m3), within NOISE_FACTOR x that
+#    configuration's own noise (HF-with-fp8-KV vs HF-fp32 on the same files).
+# CHECKS=fp8kv runs only a, h and what h needs. Every reference run is at np 1 and 2 ($NPS). All RESULT/STEP/NOISE lines go to
 # OUTDIR/summary.txt, logs to OUTDIR/logs/; the exit code is non-zero if anything failed.
 # Tolerances are explained in tests/reference/README.md.
 set -uo pipefail  # no -e: every check runs and reports even after an earlier one failed
@@ -24,6 +27,9 @@ NOISE_FACTOR=${NOISE_FACTOR:-2}
 FP32_TOL=${FP32_TOL:-1e-3}
 FP32_NEAR_TIE=${FP32_NEAR_TIE:-1e-3}
 NPS=${NPS:-1 2}
+CHECKS=${CHECKS:-all}  # all | fp8kv
+case $CHECKS in all | fp8kv) ;; *) echo "CHECKS must be all or fp8kv (got '$CHECKS')" >&2; exit 2 ;; esac
+all() { [ "$CHECKS" = all ]; }
 MPI_TIMEOUT=${MPI_TIMEOUT:-300}
 
 out_arg=${1:-./gpu-check-out}
@@ -63,12 +69,13 @@ step() {
   return "$rc"
 }
 
-# ref MODEL_DIR FIXTURE DTYPE TOLERANCE NEAR_TIE: llama2_reference_test on cuda at every np.
+# ref MODEL_DIR FIXTURE DTYPE TOLERANCE NEAR_TIE [KV_DTYPE]: llama2_reference_test on cuda at
+# every np.
 ref() {
-  local model_dir=$1 fixture=$2 dtype=$3 tol=$4 near_tie=$5 label np log rc line
+  local model_dir=$1 fixture=$2 dtype=$3 tol=$4 near_tie=$5 kv=${6:-auto} label np log rc line
   label=$(basename "$model_dir")
   for np in $NPS; do
-    log=$LOGS/ref-$dtype-$label-np$np.log
+    log=$LOGS/ref-$dtype-kv$kv-$label-np$np.log
     echo "== reference $label $dtype np=$np" >&2
     if [ ! -f "$fixture" ]; then
       line="RESULT model=$label backend=cuda dtype=$dtype np=$np reason=no-fixture status=FAIL"
@@ -76,7 +83,7 @@ ref() {
       timeout --kill-after=10 "$MPI_TIMEOUT" mpirun --allow-run-as-root --oversubscribe \
         -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS \
         -np "$np" "$BIN" --model "$model_dir" --fixture "$fixture" --backend cuda \
-        --dtype "$dtype" --tolerance "$tol" --near-tie "$near_tie" > "$log" 2>&1
+        --dtype "$dtype" --kv-cache-dtype "$kv" --tolerance "$tol" --near-tie "$near_tie" > "$log" 2>&1
       rc=$?
       line=$(grep '^RESULT ' "$log" | tail -n 1)
       # A crash, a hang (timeout: rc 124/137) or an exit code that contradicts the line fails.
@@ -98,7 +105,7 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
     exit 1
   fi
 fi
-step gpu-kernel-tests "$LOGS/gpu_tests.log" timeout 600 build-gpu/tests/llama2_gpu_tests --force-colors=0
+all && step gpu-kernel-tests "$LOGS/gpu_tests.log" timeout 600 build-gpu/tests/llama2_gpu_tests --force-colors=0
 
 # ---- c. CUDA fp32 vs CPU fp32 HF fixtures. Fixtures not committed yet are made here the same way.
 missing=""
@@ -112,9 +119,11 @@ fi
 cpu_fixture() {
   if [ -f "$CPU_FIXTURES/$1.json" ]; then echo "$CPU_FIXTURES/$1.json"; else echo "$OUT/fixtures-cpu-fp32/$1.json"; fi
 }
-for m in $SMALL; do
-  ref "$ROOT/tests/models/$m" "$(cpu_fixture "$m")" fp32 "$FP32_TOL" "$FP32_NEAR_TIE"
-done
+if all; then
+  for m in $SMALL; do
+    ref "$ROOT/tests/models/$m" "$(cpu_fixture "$m")" fp32 "$FP32_TOL" "$FP32_NEAR_TIE"
+  done
+fi
 
 # ---- d. random 32000-vocab models and HF fixtures on cuda
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/llama2-gpu-check.XXXXXX") || exit 1
@@ -122,28 +131,41 @@ if [ "${KEEP_MODELS:-0}" = 1 ]; then echo "random models kept in $TMP" >&2; else
 step random-fp16 "$LOGS/random-fp16.log" "$PY" tests/reference/make_random_model.py --dtype float16 --out "$TMP/random-fp16"
 step random-bf16 "$LOGS/random-bf16.log" "$PY" tests/reference/make_random_model.py --dtype bfloat16 --out "$TMP/random-bf16"
 small_csv=${SMALL// /,}
-# fixtures NAME MODELS_DIR ONLY DTYPE OUTSUB
+# fixtures NAME MODELS_DIR ONLY DTYPE OUTSUB [MORE FLAGS]
 fixtures() {
   step "fixtures-$1" "$LOGS/fixtures-$1.log" "$PY" tests/reference/make_fixtures.py --models "$2" \
-    --only "$3" --dtype "$4" --device cuda --out "$OUT/$5"
+    --only "$3" --dtype "$4" --device cuda --out "$OUT/$5" "${@:6}"
 }
-fixtures fp16-small tests/models "$small_csv" float16 fixtures-fp16
-fixtures fp16-random "$TMP" random-fp16 float16 fixtures-fp16
-fixtures bf16-small tests/models "$small_csv" bfloat16 fixtures-bf16
-fixtures bf16-random "$TMP" random-bf16 bfloat16 fixtures-bf16
+if all; then
+  fixtures fp16-small tests/models "$small_csv" float16 fixtures-fp16
+  fixtures fp16-random "$TMP" random-fp16 float16 fixtures-fp16
+  fixtures bf16-small tests/models "$small_csv" bfloat16 fixtures-bf16
+  fixtures bf16-random "$TMP" random-bf16 bfloat16 fixtures-bf16
+fi
+fixtures fp8kv-fp16-small tests/models "$small_csv" float16 fixtures-fp8kv-fp16 --kv-cache-dtype fp8_e4m3
+fixtures fp8kv-fp16-random "$TMP" random-fp16 float16 fixtures-fp8kv-fp16 --kv-cache-dtype fp8_e4m3
+fixtures fp8kv-bf16-random "$TMP" random-bf16 bfloat16 fixtures-fp8kv-bf16 --kv-cache-dtype fp8_e4m3
 # fp32 for both random models: each dtype's noise is measured against its own files upcast.
 fixtures fp32-random "$TMP" random-fp16,random-bf16 float32 fixtures-fp32
 
 # ---- f. HF's own dtype noise: HF-in-dtype vs HF-fp32 on the same files (run before e: it sets
 # e's tolerances, and again after e to print ours next to it).
 pairs=$OUT/noise-pairs.txt  # MODEL DTYPE HF_IN_DTYPE_FIXTURE HF_FP32_FIXTURE
+FP8=+kv-fp8_e4m3  # the dtype label of llama2_reference_test's RESULT line with an fp8 cache
 {
+  if all; then
+    for m in $SMALL; do
+      echo "$m fp16 $OUT/fixtures-fp16/$m.json $(cpu_fixture "$m")"
+      echo "$m bf16 $OUT/fixtures-bf16/$m.json $(cpu_fixture "$m")"
+    done
+    echo "random-fp16 fp16 $OUT/fixtures-fp16/random-fp16.json $OUT/fixtures-fp32/random-fp16.json"
+    echo "random-bf16 bf16 $OUT/fixtures-bf16/random-bf16.json $OUT/fixtures-fp32/random-bf16.json"
+  fi
   for m in $SMALL; do
-    echo "$m fp16 $OUT/fixtures-fp16/$m.json $(cpu_fixture "$m")"
-    echo "$m bf16 $OUT/fixtures-bf16/$m.json $(cpu_fixture "$m")"
+    echo "$m fp16$FP8 $OUT/fixtures-fp8kv-fp16/$m.json $(cpu_fixture "$m")"
   done
-  echo "random-fp16 fp16 $OUT/fixtures-fp16/random-fp16.json $OUT/fixtures-fp32/random-fp16.json"
-  echo "random-bf16 bf16 $OUT/fixtures-bf16/random-bf16.json $OUT/fixtures-fp32/random-bf16.json"
+  echo "random-fp16 fp16$FP8 $OUT/fixtures-fp8kv-fp16/random-fp16.json $OUT/fixtures-fp32/random-fp16.json"
+  echo "random-bf16 bf16$FP8 $OUT/fixtures-fp8kv-bf16/random-bf16.json $OUT/fixtures-fp32/random-bf16.json"
 } > "$pairs"
 cat > "$TMP/noise.py" <<'PYEOF'
 import json
@@ -200,15 +222,27 @@ noise_of() {
 }
 
 # ---- e. CUDA in dtype vs HF in dtype; CUDA fp32 vs HF fp32 on the random model
+if all; then
+  for m in $SMALL; do
+    t=$(noise_of "$m" fp16); ref "$ROOT/tests/models/$m" "$OUT/fixtures-fp16/$m.json" fp16 "$t" "$t"
+  done
+  t=$(noise_of random-fp16 fp16); ref "$TMP/random-fp16" "$OUT/fixtures-fp16/random-fp16.json" fp16 "$t" "$t"
+  for m in $SMALL; do
+    t=$(noise_of "$m" bf16); ref "$ROOT/tests/models/$m" "$OUT/fixtures-bf16/$m.json" bf16 "$t" "$t"
+  done
+  t=$(noise_of random-bf16 bf16); ref "$TMP/random-bf16" "$OUT/fixtures-bf16/random-bf16.json" bf16 "$t" "$t"
+  ref "$TMP/random-fp16" "$OUT/fixtures-fp32/random-fp16.json" fp32 "$FP32_TOL" "$FP32_NEAR_TIE"
+fi
+
+# ---- h. fp8 KV cache vs HF with e4m3-rounded K/V, within NOISE_FACTOR x that setup's own noise
 for m in $SMALL; do
-  t=$(noise_of "$m" fp16); ref "$ROOT/tests/models/$m" "$OUT/fixtures-fp16/$m.json" fp16 "$t" "$t"
+  t=$(noise_of "$m" "fp16$FP8")
+  ref "$ROOT/tests/models/$m" "$OUT/fixtures-fp8kv-fp16/$m.json" fp16 "$t" "$t" fp8
 done
-t=$(noise_of random-fp16 fp16); ref "$TMP/random-fp16" "$OUT/fixtures-fp16/random-fp16.json" fp16 "$t" "$t"
-for m in $SMALL; do
-  t=$(noise_of "$m" bf16); ref "$ROOT/tests/models/$m" "$OUT/fixtures-bf16/$m.json" bf16 "$t" "$t"
-done
-t=$(noise_of random-bf16 bf16); ref "$TMP/random-bf16" "$OUT/fixtures-bf16/random-bf16.json" bf16 "$t" "$t"
-ref "$TMP/random-fp16" "$OUT/fixtures-fp32/random-fp16.json" fp32 "$FP32_TOL" "$FP32_NEAR_TIE"
+t=$(noise_of random-fp16 "fp16$FP8")
+ref "$TMP/random-fp16" "$OUT/fixtures-fp8kv-fp16/random-fp16.json" fp16 "$t" "$t" fp8
+t=$(noise_of random-bf16 "bf16$FP8")
+ref "$TMP/random-bf16" "$OUT/fixtures-fp8kv-bf16/random-bf16.json" bf16 "$t" "$t" fp8
 
 "$PY" "$TMP/noise.py" "$SUMMARY" "$pairs" > "$OUT/noise.txt" 2>> "$LOGS/noise.log"
 cat "$OUT/noise.txt" >> "$SUMMARY"

@@ -25,6 +25,11 @@ dtype (tests/reference/gpu_check.sh): HF itself then rounds weights and activati
 the fixture carries the same kind of rounding as the engine, and its distance from the fp32 fixture
 measures the dtype's own noise. On cuda, TF32 and reduced-precision (fp16/bf16-accumulated) GEMM
 reductions are switched off: the reference should round only where the dtype forces it to.
+
+--kv-cache-dtype fp8_e4m3 (with float16/bfloat16) is the reference for the engine's fp8 KV cache:
+every key and value HF caches is rounded to torch.float8_e4m3fn and back to the dtype before
+attention uses it (transformers has no fp8 cache of its own; the rounding is applied where its
+DynamicCache stores the states, so a full forward attends over the rounded K/V too).
 """
 import argparse
 import json
@@ -51,6 +56,24 @@ def configure_cuda():
     for flag in ("allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction"):
         if hasattr(torch.backends.cuda.matmul, flag):
             setattr(torch.backends.cuda.matmul, flag, False)
+
+
+def round_kv_to_fp8():
+    """Round every K/V state to e4m3 as the cache stores it; returns a call counter to prove that
+    the hook ran (a transformers version that bypasses DynamicCache.update must fail loudly)."""
+    from transformers.cache_utils import DynamicCache
+    calls = [0]
+    update = DynamicCache.update
+
+    def rounded(self, key_states, value_states, *args, **kwargs):
+        calls[0] += 1
+        # Values beyond +-448 would overflow to NaN in torch's cast; the engine saturates.
+        k = key_states.clamp(-448, 448).to(torch.float8_e4m3fn).to(key_states.dtype)
+        v = value_states.clamp(-448, 448).to(torch.float8_e4m3fn).to(value_states.dtype)
+        return update(self, k, v, *args, **kwargs)
+
+    DynamicCache.update = rounded
+    return calls
 
 
 def load_model(model_dir, dtype, device):
@@ -106,7 +129,14 @@ def main():
                     help="dtype HF computes in (weights are converted to it on load)")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--only", help="comma-separated model directory names to include (default: all)")
+    ap.add_argument("--kv-cache-dtype", choices=["auto", "fp8_e4m3"], default="auto",
+                    help="fp8_e4m3: round cached keys and values to e4m3 (float16/bfloat16 only)")
     args = ap.parse_args()
+    fp8_calls = None
+    if args.kv_cache_dtype == "fp8_e4m3":
+        if args.dtype == "float32":
+            sys.exit("--kv-cache-dtype fp8_e4m3 needs --dtype float16 or bfloat16")
+        fp8_calls = round_kv_to_fp8()
     torch.manual_seed(0)
     torch.set_num_threads(min(8, os.cpu_count() or 1))
     if args.device == "cuda":
@@ -128,6 +158,8 @@ def main():
                 ids = [i % vocab for i in p["ids"]]
             positions = [len(ids) - 1] if vocab >= LARGE_VOCAB else None
             logits, greedy, margins = run_prompt(model, ids, positions, args.device)
+            if fp8_calls is not None and fp8_calls[0] == 0:
+                sys.exit("--kv-cache-dtype fp8_e4m3: DynamicCache.update was never called")
             entry = {"name": p["name"], "text": p.get("text"), "prompt_ids": ids}
             if positions is not None:
                 entry["logit_positions"] = positions
@@ -139,7 +171,7 @@ def main():
             "script": "tests/reference/make_fixtures.py", "torch": torch.__version__,
             "transformers": transformers.__version__, "sentencepiece": spm.__version__,
             "python": platform.python_version(), "dtype": args.dtype, "device": args.device,
-            "attn_implementation": "eager"}
+            "attn_implementation": "eager", "kv_cache_dtype": args.kv_cache_dtype}
         if args.device == "cuda":
             generator.update({"cuda_device": torch.cuda.get_device_name(), "tf32": False,
                               "reduced_precision_reduction": False})
