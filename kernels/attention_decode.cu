@@ -58,7 +58,7 @@ struct RowSplit {
 
 // kG: the largest group this instantiation handles (1, 4 or 8); register arrays are sized by it.
 template <typename T, typename C, int D, int kG>
-static __global__ void __launch_bounds__(kThreads, sizeof(C) == 1 && kG == 1 ? 5 : 1)
+static __global__ void __launch_bounds__(kThreads)
     decode_partition_kernel(const DecodeParams<T, C> p) {
   wait_for_previous_grid();
   constexpr int kU = kUnroll<kG>;
@@ -274,14 +274,13 @@ static __global__ void __launch_bounds__(kThreads, sizeof(C) == 1 && kG == 1 ? 5
 // max m, sum l, unnormalized acc) over its rows, and the groups are merged by log-sum-exp at the
 // end. K and V rows of a step are requested together: no shared memory, no block barrier.
 template <typename T, typename C, int D>
-static __global__ void __launch_bounds__(kThreads, sizeof(C) == 1 ? 6 : 1)
+static __global__ void __launch_bounds__(kThreads, sizeof(C) == 1 ? 7 : 1)
     decode_warp_kernel(const DecodeParams<T, C> p, int num_items) {
   wait_for_previous_grid();
   // Rows per lane per step, K and V each: 8 x 16 bytes in flight per lane for fp16/bf16; an fp8
   // cache's 8-byte pieces take twice the rows for the same bytes in flight. Uncapped, the fp8
-  // instantiation took 128 registers (4 blocks per multiprocessor); the launch bound holds it to
-  // 80 (6 blocks) without spills at head_dim 128. The block kernel's fp8 group-1 instantiation is
-  // capped the same way (116 -> 96 registers, 5 blocks, as fp16).
+  // instantiation takes 98 registers (5 blocks per multiprocessor); the launch bound holds it to
+  // 72 (7 blocks, 28 warps, as fp16) for a 4-byte spill.
   constexpr int kU = sizeof(C) == 1 ? 8 : 4;
   using Split = RowSplit<T, D>;
   constexpr int V = Split::kVec;

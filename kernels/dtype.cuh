@@ -13,6 +13,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 #include <utility>
 
 namespace llama2::kernels {
@@ -67,6 +69,14 @@ template <typename T, int N>
 struct alignas(sizeof(T) * N) Pack {
   T v[N];
 };
+// fp8 packs are held as 32-bit words (4 elements each, the first in the low byte): as an array of
+// bytes, the compiler loaded them as 16-bit pieces and spent ~6 integer instructions per element
+// reassembling words for the conversion.
+template <int N>
+struct alignas(N) Pack<__nv_fp8_e4m3, N> {
+  static_assert(N % 4 == 0, "fp8 packs are whole 32-bit words");
+  uint32_t w[N / 4];
+};
 
 // N consecutive elements of T at p as fp32, in accesses of at most 16 bytes (p aligned to the
 // smaller of 16 and sizeof(T) * N).
@@ -89,14 +99,27 @@ __device__ __forceinline__ void store_float(T* p, const float (&in)[N]) {
 #pragma unroll
   for (int c = 0; c < N / kPiece; ++c) {
     Pack<T, kPiece> pk;
+    if constexpr (std::is_same_v<T, __nv_fp8_e4m3>) {
+      // Pairs through the e4m3x2 conversion (round to nearest even, saturating at +-448).
 #pragma unroll
-    for (int i = 0; i < kPiece; ++i) pk.v[i] = from_float<T>(in[c * kPiece + i]);
+      for (int i = 0; i < kPiece; i += 4) {
+        const float* x = in + c * kPiece + i;
+        const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(x[0], x[1]), __NV_SATFINITE, __NV_E4M3);
+        const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(x[2], x[3]), __NV_SATFINITE, __NV_E4M3);
+        pk.w[i / 4] = lo | (hi << 16);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kPiece; ++i) pk.v[i] = from_float<T>(in[c * kPiece + i]);
+    }
     *reinterpret_cast<Pack<T, kPiece>*>(p + c * kPiece) = pk;
   }
 }
 
-// A loaded pack as fp32. fp8 goes two elements at a time through the f16x2 conversion (one
-// instruction on sm_89+; exact, since every e4m3 value is an fp16 value).
+// A loaded pack as fp32. fp8 goes four elements (one 32-bit word) at a time: its two 16-bit
+// halves through the hardware e4m3x2 -> f16x2 conversion (sm_89+; exact, every e4m3 value is an
+// fp16 value), then f16 -> f32. Element-wise extraction of the bytes cost ~6 integer instructions
+// per element and made the fp8 decode kernels ALU-bound at ~27% of HBM bandwidth.
 template <typename T, int N>
 __device__ __forceinline__ void unpack_float(const Pack<T, N>& pk, float (&out)[N]) {
 #pragma unroll
@@ -104,15 +127,33 @@ __device__ __forceinline__ void unpack_float(const Pack<T, N>& pk, float (&out)[
 }
 template <int N>
 __device__ __forceinline__ void unpack_float(const Pack<__nv_fp8_e4m3, N>& pk, float (&out)[N]) {
-  static_assert(N % 2 == 0, "pairs");
+  static_assert(N % 4 == 0, "whole 32-bit words");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
 #pragma unroll
-  for (int i = 0; i < N; i += 2) {
-    const __nv_fp8x2_storage_t two = static_cast<__nv_fp8x2_storage_t>(
-        pk.v[i].__x | (static_cast<unsigned>(pk.v[i + 1].__x) << 8));  // element i in the low byte
-    const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(two, __NV_E4M3)));
-    out[i] = f.x;
-    out[i + 1] = f.y;
+  for (int i = 0; i < N; ++i) {  // no e4m3x2 conversion before sm_89
+    __nv_fp8_e4m3 e;
+    e.__x = static_cast<__nv_fp8_storage_t>(pk.w[i / 4] >> (8 * (i % 4)));
+    out[i] = to_float(e);
   }
+#else
+  const uint32_t* w = pk.w;
+#pragma unroll
+  for (int i = 0; i < N / 4; ++i) {
+    uint32_t lo, hi;  // f16x2 of elements (4i, 4i+1) and (4i+2, 4i+3), first element low
+    asm("{\n .reg .b16 a, b;\n mov.b32 {a, b}, %2;\n cvt.rn.f16x2.e4m3x2 %0, a;\n"
+        " cvt.rn.f16x2.e4m3x2 %1, b;\n}"
+        : "=r"(lo), "=r"(hi)
+        : "r"(w[i]));
+    __half2 h01, h23;
+    memcpy(&h01, &lo, 4);
+    memcpy(&h23, &hi, 4);
+    const float2 f01 = __half22float2(h01), f23 = __half22float2(h23);
+    out[4 * i] = f01.x;
+    out[4 * i + 1] = f01.y;
+    out[4 * i + 2] = f23.x;
+    out[4 * i + 3] = f23.y;
+  }
+#endif
 }
 
 inline bool is_aligned(const void* p, size_t bytes) {
