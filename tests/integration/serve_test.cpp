@@ -242,6 +242,10 @@ bool wait_kv_zero(llama2::Client& c) {
 
 void test_errors(const Server& s) {
   auto c = llama2::Client::connect(s.socket, 2000);
+  const json h = c->health(2000);
+  check(h.value("backend", "") == "cpu" && h.value("dtype", "") == "fp32" &&
+            h.value("kv_cache_dtype", "") == "fp32",
+        "health names backend, dtype and KV-cache dtype: " + h.dump());
   json r = c->generate(json{{"prompt", "x"}, {"max_new_tokens", 100000}}, 5000);
   check(r.value("code", "") == "prompt_too_long", "over-long prompt -> prompt_too_long: " + r.value("message", ""));
   r = c->generate(json{{"prompt", "x"}, {"temperature", -1}}, 5000);
