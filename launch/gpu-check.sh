@@ -3,6 +3,7 @@
 #   OK / WARN / FAIL (INFO lines and the indented topology matrix are context); a summary last.
 #
 #   launch/gpu-check.sh [--model DIR | --preset 7b|13b|70b] [--tp N] [--max-seq-len N] [--dtype D]
+#                       [--kv-cache-dtype auto|fp8]
 #
 # Checks, in order:
 #   1. nvidia-smi present and answering (FAIL "no NVIDIA driver / nvidia-smi not found" otherwise,
@@ -151,10 +152,10 @@ gc_find_llama2_to() {  # VAR
 gc_usage() { sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
 
 gc_main() {
-  local model="" preset="" tp="" max_seq="" dtype=""
+  local model="" preset="" tp="" max_seq="" dtype="" kv_dtype=""
   while [[ $# -gt 0 ]]; do
     case "$1" in
-      --model|-m|--preset|--tp|--max-seq-len|--dtype)
+      --model|-m|--preset|--tp|--max-seq-len|--dtype|--kv-cache-dtype)
         [[ $# -ge 2 ]] || { echo "gpu-check: $1 needs a value" >&2; return 2; } ;;
     esac
     case "$1" in
@@ -168,6 +169,8 @@ gc_main() {
       --max-seq-len=*) max_seq=${1#*=}; shift ;;
       --dtype) dtype=$2; shift 2 ;;
       --dtype=*) dtype=${1#*=}; shift ;;
+      --kv-cache-dtype) kv_dtype=$2; shift 2 ;;
+      --kv-cache-dtype=*) kv_dtype=${1#*=}; shift ;;
       -h|--help) gc_usage; return 0 ;;
       *) echo "gpu-check: unknown argument '$1' (see --help)" >&2; return 2 ;;
     esac
@@ -263,7 +266,7 @@ gc_main() {
   if [[ -z "$model" && -z "$preset" ]]; then
     gc_info "memory: free $(for p in "${group[@]}"; do printf 'GPU%s %s MiB  ' "${GC_IDX[p]}" "${GC_FREE[p]}"; done)(give --model DIR or --preset to compare with what the model needs)"
   else
-    gc_check_memory "$model" "$preset" "$tp_n" "$max_seq" "$dtype" "${group[@]}"
+    gc_check_memory "$model" "$preset" "$tp_n" "$max_seq" "$dtype" "$kv_dtype" "${group[@]}"
   fi
 
   # 7. topology
@@ -310,10 +313,10 @@ gc_main() {
   [[ $GC_NFAIL -eq 0 ]]
 }
 
-# gc_check_memory MODEL PRESET TP MAX_SEQ DTYPE GROUP_POSITIONS...
+# gc_check_memory MODEL PRESET TP MAX_SEQ DTYPE KV_DTYPE GROUP_POSITIONS...
 gc_check_memory() {
-  local model=$1 preset=$2 tp=$3 max_seq=$4 dtype=$5
-  shift 5
+  local model=$1 preset=$2 tp=$3 max_seq=$4 dtype=$5 kv_dtype=$6
+  shift 6
   local group=("$@") bin p min_total="" plan_args=() json err rc
   gc_find_llama2_to bin
   if [[ -z "$bin" || ! -x "$bin" ]]; then
@@ -331,6 +334,7 @@ gc_check_memory() {
   plan_args+=(--tp "$tp" --gpu-mem "${min_total}MiB" --json)
   [[ -n "$max_seq" ]] && plan_args+=(--max-seq-len "$max_seq")
   [[ -n "$dtype" ]] && plan_args+=(--dtype "$dtype")
+  [[ -n "$kv_dtype" ]] && plan_args+=(--kv-cache-dtype "$kv_dtype")
   err=$(mktemp)
   json=$("$bin" plan "${plan_args[@]}" 2>"$err"); rc=$?
   local errline=""

@@ -326,6 +326,10 @@ expect_out gc.nvlink "      | GPU0"
 expect_not_out gc.nvlink "WARN  "
 expect_eq "gc.nvlink: plan asked at the GPU's size" "$(cat "$TMP/plan.args")" "plan --preset 13b --tp 2 --gpu-mem 143771MiB --json --max-seq-len 4096"
 expect_eq "gc.nvlink: summary last" "$(tail -n 1 "$TMP/gc.nvlink.out")" "gpu-check: 9 OK, 0 WARN, 0 FAIL"
+# The KV-cache dtype reaches the planner (fp8 halves the KV bytes it budgets per token).
+gc gc.kvfp8 "$TMP/nvlink" PLAN_ARGS_FILE="$TMP/plan8.args" -- --preset 13b --kv-cache-dtype fp8
+expect_rc gc.kvfp8 0
+expect_eq "gc.kvfp8: plan asked with the KV dtype" "$(cat "$TMP/plan8.args")" "plan --preset 13b --tp 2 --gpu-mem 143771MiB --json --kv-cache-dtype fp8"
 
 gc gc.pcie "$TMP/pcie" -- --tp 2
 expect_rc gc.pcie 0
