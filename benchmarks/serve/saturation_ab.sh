@@ -34,8 +34,10 @@ for value in $VALUES; do
     --socket "$sock" --max-batch-size "${MAX_BATCH:-512}" --max-queue 4096 \
     --prefill-chunk "${PREFILL_CHUNK:-2048}" ${SERVE_ARGS:-} >"$OUT_DIR/$tag.server.log" 2>&1 &
   server=$!
+  started=$EPOCHREALTIME
   for _ in $(seq 600); do [[ -S "$sock" ]] && break; sleep 0.2; done
   [[ -S "$sock" ]] || { echo "$tag: server did not start" >&2; cat "$OUT_DIR/$tag.server.log" >&2; exit 1; }
+  echo "$tag: server listening after $(awk -v a="$started" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s"
   python3 benchmarks/serve/bench_serve.py --socket "$sock" --rates "${RATES:-inf}" \
     --requests "${REQUESTS:-1024}" --prompt-len 128 --max-new-tokens 128 \
     --json "$OUT_DIR/$tag.json" 2>&1 | tee "$OUT_DIR/$tag.log"
