@@ -526,11 +526,7 @@ cudaError_t launch_attention_decode(const DecodeAttentionArgs<T, C>& a, cudaStre
 #define LLAMA2_INSTANTIATE(T, C)                                          \
   template cudaError_t launch_attention_decode<T, C>(const DecodeAttentionArgs<T, C>&, \
                                                      cudaStream_t);
-LLAMA2_INSTANTIATE(float, float)
-LLAMA2_INSTANTIATE(__half, __half)
-LLAMA2_INSTANTIATE(__nv_bfloat16, __nv_bfloat16)
-LLAMA2_INSTANTIATE(__half, __nv_fp8_e4m3)
-LLAMA2_INSTANTIATE(__nv_bfloat16, __nv_fp8_e4m3)
+LLAMA2_FOR_EACH_KV_TYPES(LLAMA2_INSTANTIATE)
 #undef LLAMA2_INSTANTIATE
 
 }  // namespace llama2::kernels

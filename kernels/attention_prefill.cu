@@ -485,11 +485,7 @@ cudaError_t launch_attention_prefill(const PrefillAttentionArgs<T, C>& a, cudaSt
 #define LLAMA2_INSTANTIATE(T, C)                                            \
   template cudaError_t launch_attention_prefill<T, C>(const PrefillAttentionArgs<T, C>&, \
                                                       cudaStream_t);
-LLAMA2_INSTANTIATE(float, float)
-LLAMA2_INSTANTIATE(__half, __half)
-LLAMA2_INSTANTIATE(__nv_bfloat16, __nv_bfloat16)
-LLAMA2_INSTANTIATE(__half, __nv_fp8_e4m3)
-LLAMA2_INSTANTIATE(__nv_bfloat16, __nv_fp8_e4m3)
+LLAMA2_FOR_EACH_KV_TYPES(LLAMA2_INSTANTIATE)
 #undef LLAMA2_INSTANTIATE
 
 }  // namespace llama2::kernels

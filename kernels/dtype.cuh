@@ -156,6 +156,15 @@ __device__ __forceinline__ void unpack_float(const Pack<__nv_fp8_e4m3, N>& pk, f
 #endif
 }
 
+// The (activation T, KV-cache element C) pairs every kernel that touches the cache is instantiated
+// for: X(T, C) for each.
+#define LLAMA2_FOR_EACH_KV_TYPES(X) \
+  X(float, float)                   \
+  X(__half, __half)                 \
+  X(__nv_bfloat16, __nv_bfloat16)   \
+  X(__half, __nv_fp8_e4m3)          \
+  X(__nv_bfloat16, __nv_fp8_e4m3)
+
 inline bool is_aligned(const void* p, size_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }

@@ -191,11 +191,7 @@ cudaError_t launch_rope_kv(T* q, int64_t q_stride, const T* k, int64_t k_stride,
   template cudaError_t launch_rope_kv<T, C>(T*, int64_t, const T*, int64_t, const T*, int64_t, \
                                             int, const RopeKvTokens&, const RopeFreqs&,        \
                                             const PagedKvCache<C>&, cudaStream_t);
-LLAMA2_INSTANTIATE(float, float)
-LLAMA2_INSTANTIATE(__half, __half)
-LLAMA2_INSTANTIATE(__nv_bfloat16, __nv_bfloat16)
-LLAMA2_INSTANTIATE(__half, __nv_fp8_e4m3)
-LLAMA2_INSTANTIATE(__nv_bfloat16, __nv_fp8_e4m3)
+LLAMA2_FOR_EACH_KV_TYPES(LLAMA2_INSTANTIATE)
 #undef LLAMA2_INSTANTIATE
 
 }  // namespace llama2::kernels
