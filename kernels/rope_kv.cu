@@ -52,7 +52,7 @@ struct RopeKvParams {
 // (with scalar accesses through possibly-aliasing pointers, batch-1 calls spent ~20 us in serial
 // load-store round trips). __grid_constant__ keeps the frequency table in the parameter bank (a
 // runtime-indexed by-value struct would otherwise be copied to local memory).
-// C: the cache's element type (T, or fp8 e4m3: K and V are rounded once, from fp32, on the way in).
+// C: the cache's element type (T, or fp8 e4m3: K rounded to T then to e4m3, V from T to e4m3).
 template <typename T, typename C, int D>
 static __global__ void __launch_bounds__(128)
     rope_kv_kernel(T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,

@@ -552,11 +552,10 @@ std::unique_ptr<ModelRunner> make_cuda_runner(const ModelConfig& config, const S
     throw Error("the CUDA kernels support head_dim 64 and 128 (this model: " +
                 std::to_string(shard.head_dim) + "); use --backend cpu");
   }
+  // The engine's choose_kv_dtype has validated the pair: the model dtype, or fp8 for fp16/bf16.
   const bool fp8 = options.kv_dtype == "fp8_e4m3";
-  if (!fp8 && options.kv_dtype != "auto" && options.kv_dtype != options.dtype) {
-    throw Error("the cuda backend's KV cache is the model dtype or fp8_e4m3 (got \"" +
-                options.kv_dtype + "\")");
-  }
+  LLAMA2_CHECK(fp8 ? options.dtype != "fp32"
+                   : options.kv_dtype == "auto" || options.kv_dtype == options.dtype);
   if (options.dtype == "fp16") {
     if (fp8) return std::make_unique<CudaModel<__half, __nv_fp8_e4m3>>(config, shard, options);
     return std::make_unique<CudaModel<__half>>(config, shard, options);
@@ -565,8 +564,7 @@ std::unique_ptr<ModelRunner> make_cuda_runner(const ModelConfig& config, const S
     if (fp8) return std::make_unique<CudaModel<__nv_bfloat16, __nv_fp8_e4m3>>(config, shard, options);
     return std::make_unique<CudaModel<__nv_bfloat16>>(config, shard, options);
   }
-  if (options.dtype == "fp32" && !fp8) return std::make_unique<CudaModel<float>>(config, shard, options);
-  if (fp8) throw Error("--kv-cache-dtype fp8 needs --dtype fp16 or bf16 (got " + options.dtype + ")");
+  if (options.dtype == "fp32") return std::make_unique<CudaModel<float>>(config, shard, options);
   throw Error("--dtype must be one of fp16, bf16, fp32 for the cuda backend (got \"" +
               options.dtype + "\")");
 }
