@@ -24,10 +24,11 @@ int main() {
     for (int rows : {1, 8, 32}) {
       for (int threads : {1, 2}) {
         std::vector<float> x(static_cast<size_t>(rows) * s.in, 0.5f);
-        std::vector<float> w(static_cast<size_t>(s.in) * s.out, 0.25f);
+        const std::vector<float> w(static_cast<size_t>(s.in) * s.out, 0.25f);
+        const llama2::cpu::PackedLinear packed = llama2::cpu::pack_linear(w.data(), s.out, s.in);
         std::vector<float> out(static_cast<size_t>(rows) * s.out);
         auto call = [&] {
-          llama2::cpu::linear(x.data(), w.data(), rows, s.in, s.out, out.data(),
+          llama2::cpu::linear(x.data(), packed, rows, out.data(), s.out,
                               threads == 2 ? &pool : nullptr);
         };
         const int64_t macs = int64_t{rows} * s.in * s.out;

@@ -19,15 +19,15 @@ std::vector<float> load(const WeightStore& w, const TensorSlice& s) {
   return out;
 }
 
+// Projection weights are packed k-major (cpu::PackedLinear) at load, q|k|v and gate|up side by side
+// so that each is one pass over the activations (and one fork/join of the pool).
 struct CpuLayer {
   std::vector<float> attn_norm;  // [H]
-  std::vector<float> wq;         // [heads_local * d, H]
-  std::vector<float> wk, wv;     // [kv_local * d, H]
-  std::vector<float> wo;         // [H, heads_local * d]  (input columns of o_proj)
+  cpu::PackedLinear wqkv;        // in H, out (heads_local + 2 kv_local) * d
+  cpu::PackedLinear wo;          // in heads_local * d (input columns of o_proj), out H
   std::vector<float> mlp_norm;   // [H]
-  std::vector<float> w_gate;     // [ffn_local, H]
-  std::vector<float> w_up;       // [ffn_local, H]
-  std::vector<float> w_down;     // [H, ffn_local]        (input columns of down_proj)
+  cpu::PackedLinear w_gate_up;   // in H, out 2 ffn_local
+  cpu::PackedLinear w_down;      // in ffn_local (input columns of down_proj), out H
   std::vector<float> k_cache;    // [num_blocks, kv_local, block_size, d]
   std::vector<float> v_cache;    // [num_blocks, kv_local, block_size, d]
 };
@@ -37,22 +37,29 @@ class CpuModel final : public ModelRunner {
   CpuModel(const ModelConfig& c, const ShardPlan& s, const WeightStore& w, Comm& comm, int threads)
       : c_(c), s_(s), comm_(comm), pool_(threads) {
     for (int r = 0; r < s.tp; ++r) all_shards_.push_back(make_shard_plan(c, s.tp, r));
+    const int H = c.hidden_size, d = s.head_dim, nq = s.num_heads * d, nkv = s.num_kv_heads * d;
+    const int F = s.ffn_size;
     embed_ = load(w, embedding_slice(c, s));
     final_norm_ = load(w, final_norm_slice(c));
-    if (!c.tie_word_embeddings) lm_head_ = load(w, lm_head_slice(c, s));
+    // A tied head is packed from the embedding table, which stays row-major for the lookup.
+    lm_head_ = cpu::pack_linear(
+        c.tie_word_embeddings ? embed_.data() : load(w, lm_head_slice(c, s)).data(), s.vocab_size, H);
+    params_ = embed_.size() + final_norm_.size() +
+              (c.tie_word_embeddings ? 0 : static_cast<uint64_t>(s.vocab_size) * H);
     layers_.resize(c.num_layers);
     for (int l = 0; l < c.num_layers; ++l) {
       CpuLayer& L = layers_[l];
       auto get = [&](LayerTensor t) { return load(w, layer_slice(c, s, l, t)); };
       L.attn_norm = get(LayerTensor::kAttnNorm);
-      L.wq = get(LayerTensor::kWq);
-      L.wk = get(LayerTensor::kWk);
-      L.wv = get(LayerTensor::kWv);
-      L.wo = get(LayerTensor::kWo);
       L.mlp_norm = get(LayerTensor::kMlpNorm);
-      L.w_gate = get(LayerTensor::kWgate);
-      L.w_up = get(LayerTensor::kWup);
-      L.w_down = get(LayerTensor::kWdown);
+      const auto wq = get(LayerTensor::kWq), wk = get(LayerTensor::kWk), wv = get(LayerTensor::kWv);
+      L.wqkv = cpu::pack_linear({{wq.data(), nq}, {wk.data(), nkv}, {wv.data(), nkv}}, H);
+      L.wo = cpu::pack_linear(get(LayerTensor::kWo).data(), H, nq);
+      const auto gate = get(LayerTensor::kWgate), up = get(LayerTensor::kWup);
+      L.w_gate_up = cpu::pack_linear({{gate.data(), F}, {up.data(), F}}, H);
+      L.w_down = cpu::pack_linear(get(LayerTensor::kWdown).data(), H, F);
+      params_ += L.attn_norm.size() + L.mlp_norm.size() +
+                 static_cast<uint64_t>(H) * (nq + 2 * nkv + nq + 3 * F);
     }
     for (int h = 0; h < s.num_heads; ++h) kv_head_of_.push_back(s.kv_head_for(h));
   }
@@ -75,14 +82,10 @@ class CpuModel final : public ModelRunner {
     }
   }
 
-  uint64_t weight_bytes() const override {
-    uint64_t n = embed_.size() + final_norm_.size() + lm_head_.size();
-    for (const auto& L : layers_) {
-      n += L.attn_norm.size() + L.wq.size() + L.wk.size() + L.wv.size() + L.wo.size() +
-           L.mlp_norm.size() + L.w_gate.size() + L.w_up.size() + L.w_down.size();
-    }
-    return n * sizeof(float);
-  }
+  // The shard's parameters, as `llama2 plan` counts them. Not counted: packing pads each
+  // projection's outputs to a multiple of 8 (< 1% for any Llama shape), and a tied LM head holds a
+  // packed copy of the embedding table.
+  uint64_t weight_bytes() const override { return params_ * sizeof(float); }
 
   uint64_t kv_cache_bytes() const override {
     uint64_t n = 0;
@@ -122,7 +125,7 @@ class CpuModel final : public ModelRunner {
  private:
   // Per-step activations, reused from step to step.
   struct Workspace {
-    std::vector<float> x, h, q, k, v, attn, gate, up, partial, last, logits, gathered;
+    std::vector<float> x, h, qkv, q, k, v, attn, gate_up, act, partial, last, logits, gathered;
   };
   // `buf` resized to n elements: its contents are garbage, the operators overwrite them.
   static std::vector<float>& sized(std::vector<float>* buf, int64_t n) {
@@ -144,36 +147,44 @@ class CpuModel final : public ModelRunner {
     cpu::embedding(plan.tokens.data(), T, embed_.data(), s_.vocab_begin, s_.vocab_size, H, x.data());
     comm_.all_reduce_sum(x.data(), x.size());  // vocab-parallel embedding: one rank owns each row
 
-    std::vector<float>& h = sized(&ws.h, T * H);             // [T, H]
-    std::vector<float>& q = sized(&ws.q, T * nq);            // [T, heads_local, d]
-    std::vector<float>& k = sized(&ws.k, T * nkv);           // [T, kv_local, d]
-    std::vector<float>& v = sized(&ws.v, T * nkv);           // [T, kv_local, d]
-    std::vector<float>& attn = sized(&ws.attn, T * nq);      // [T, heads_local, d]
-    std::vector<float>& gate = sized(&ws.gate, T * F);       // [T, ffn_local]
-    std::vector<float>& up = sized(&ws.up, T * F);           // [T, ffn_local]
-    std::vector<float>& partial = sized(&ws.partial, T * H); // [T, H] this rank's row-split sum
+    const int ld_qkv = layers_[0].wqkv.ld, ld_gu = layers_[0].w_gate_up.ld;
+    std::vector<float>& h = sized(&ws.h, T * H);               // [T, H]
+    std::vector<float>& qkv = sized(&ws.qkv, T * ld_qkv);      // [T, q | k | v | padding]
+    std::vector<float>& q = sized(&ws.q, T * nq);              // [T, heads_local, d]
+    std::vector<float>& k = sized(&ws.k, T * nkv);             // [T, kv_local, d]
+    std::vector<float>& v = sized(&ws.v, T * nkv);             // [T, kv_local, d]
+    std::vector<float>& attn = sized(&ws.attn, T * nq);        // [T, heads_local, d]
+    std::vector<float>& gate_up = sized(&ws.gate_up, T * ld_gu); // [T, gate | up | padding]
+    std::vector<float>& act = sized(&ws.act, T * F);           // [T, ffn_local]
+    std::vector<float>& partial = sized(&ws.partial, T * H);   // [T, H] this rank's row-split sum
 
     for (int l = 0; l < c_.num_layers; ++l) {
       CpuLayer& L = layers_[l];
       cpu::rmsnorm(x.data(), L.attn_norm.data(), T, H, c_.rms_norm_eps, h.data());
-      cpu::linear(h.data(), L.wq.data(), T, H, nq, q.data(), &pool_);
-      cpu::linear(h.data(), L.wk.data(), T, H, nkv, k.data(), &pool_);
-      cpu::linear(h.data(), L.wv.data(), T, H, nkv, v.data(), &pool_);
+      cpu::linear(h.data(), L.wqkv, T, qkv.data(), ld_qkv, &pool_);
+      for (int t = 0; t < T; ++t) {
+        const float* row = qkv.data() + static_cast<int64_t>(t) * ld_qkv;
+        std::copy_n(row, nq, q.data() + static_cast<int64_t>(t) * nq);
+        std::copy_n(row + nq, nkv, k.data() + static_cast<int64_t>(t) * nkv);
+        std::copy_n(row + nq + nkv, nkv, v.data() + static_cast<int64_t>(t) * nkv);
+      }
       cpu::rope(q.data(), rope, T, s_.num_heads, d);
       cpu::rope(k.data(), rope, T, s_.num_kv_heads, d);
       const cpu::KvLayerView cache{L.k_cache.data(), L.v_cache.data(), s_.num_kv_heads,
                                    kv_.block_size, d, kv_.num_blocks};
       cpu::kv_write(cache, plan, k.data(), v.data());
       cpu::paged_attention(cache, plan, q.data(), s_.num_heads, kv_head_of_, attn.data(), &pool_);
-      cpu::linear(attn.data(), L.wo.data(), T, nq, H, partial.data(), &pool_);
+      cpu::linear(attn.data(), L.wo, T, partial.data(), H, &pool_);
       comm_.all_reduce_sum(partial.data(), partial.size());  // row-parallel O projection
       cpu::add_inplace(x.data(), partial.data(), static_cast<int64_t>(x.size()));
 
       cpu::rmsnorm(x.data(), L.mlp_norm.data(), T, H, c_.rms_norm_eps, h.data());
-      cpu::linear(h.data(), L.w_gate.data(), T, H, F, gate.data(), &pool_);
-      cpu::linear(h.data(), L.w_up.data(), T, H, F, up.data(), &pool_);
-      cpu::swiglu(gate.data(), up.data(), static_cast<int64_t>(gate.size()), gate.data());
-      cpu::linear(gate.data(), L.w_down.data(), T, F, H, partial.data(), &pool_);
+      cpu::linear(h.data(), L.w_gate_up, T, gate_up.data(), ld_gu, &pool_);
+      for (int t = 0; t < T; ++t) {
+        const float* row = gate_up.data() + static_cast<int64_t>(t) * ld_gu;
+        cpu::swiglu(row, row + F, F, act.data() + static_cast<int64_t>(t) * F);
+      }
+      cpu::linear(act.data(), L.w_down, T, partial.data(), H, &pool_);
       comm_.all_reduce_sum(partial.data(), partial.size());  // row-parallel down projection
       cpu::add_inplace(x.data(), partial.data(), static_cast<int64_t>(x.size()));
     }
@@ -188,9 +199,8 @@ class CpuModel final : public ModelRunner {
       std::copy_n(x.data() + static_cast<size_t>(t_end - 1) * H, H, last.data() + static_cast<size_t>(r++) * H);
     }
     cpu::rmsnorm(last.data(), final_norm_.data(), rows, H, c_.rms_norm_eps, last.data());
-    const std::vector<float>& head = c_.tie_word_embeddings ? embed_ : lm_head_;
     logits_local->resize(static_cast<size_t>(rows) * s_.vocab_size);
-    cpu::linear(last.data(), head.data(), rows, H, s_.vocab_size, logits_local->data(), &pool_);
+    cpu::linear(last.data(), lm_head_, rows, logits_local->data(), s_.vocab_size, &pool_);
   }
 
   ModelConfig c_;
@@ -200,7 +210,8 @@ class CpuModel final : public ModelRunner {
   Comm& comm_;
   std::vector<float> embed_;       // [vocab_local, H]
   std::vector<float> final_norm_;  // [H]
-  std::vector<float> lm_head_;     // [vocab_local, H]; empty when tied to embed_
+  cpu::PackedLinear lm_head_;      // in H, out vocab_local (packed from embed_ when tied)
+  uint64_t params_ = 0;            // parameters of the shard, as the planner counts them
   std::vector<CpuLayer> layers_;
   std::vector<int> kv_head_of_;    // [heads_local] local KV head of each local query head
   ThreadPool pool_;

@@ -77,86 +77,112 @@ inline float dot_tail(const float* x, const float* w, int k, int in) {
   return tail;
 }
 
-// out[r, c] for R activation rows x C weight rows, R * C == 8: each weight vector load serves R
-// rows and each activation load serves C weight rows, so a batch step reads every weight once per
-// 4 tokens and keeps the FMA units fed instead of waiting on loads. Every (r, c) gets the same lane
-// split and summation order in every block shape: a row's result does not depend on its batch.
+inline void store8(float* p, v8f v) { std::memcpy(p, &v, sizeof(v)); }
+
+// out[r, 8c + j] for R activation rows x C column vectors of a k-major weight: each k step loads C
+// weight vectors and broadcasts R activations into R x C independent multiply-add chains, enough to
+// cover the FMA latency (R = 1 needs C = 8). Every output is one chain, k = 0, 1, ..., in - 1 in
+// order, whatever R, C or the thread that runs it: a row's result does not depend on its batch.
+// `width` (> 0) is how many of the 8C columns from `out` exist; the rest are padding.
 template <int R, int C>
-__attribute__((target_clones("arch=x86-64-v3", "default"))) void dot_block8(
-    const float* x, int64_t x_stride, const float* w, int64_t w_stride, int in, float* out,
-    int64_t out_stride) {
-  static_assert(R * C == 8, "hsum8 reduces 8 accumulators");
-  v8f acc[R * C] = {};
-  int k = 0;
-  for (; k + 8 <= in; k += 8) {
-    v8f wv[C];
-    for (int c = 0; c < C; ++c) wv[c] = load8(w + c * w_stride + k);
+inline __attribute__((always_inline)) void linear_tile(const float* x, int in, const float* wt,
+                                                       int64_t ld, float* out, int64_t os,
+                                                       int width) {
+  v8f acc[R][C] = {};
+  for (int k = 0; k < in; ++k) {
+    v8f w[C];
+    for (int c = 0; c < C; ++c) w[c] = load8(wt + k * ld + 8 * c);
     for (int r = 0; r < R; ++r) {
-      const v8f xv = load8(x + r * x_stride + k);
-      for (int c = 0; c < C; ++c) acc[r * C + c] += xv * wv[c];
+      const v8f xv = v8f{} + x[static_cast<int64_t>(r) * in + k];
+      for (int c = 0; c < C; ++c) acc[r][c] += xv * w[c];
     }
   }
-  const v8f sums = hsum8(acc);
   for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < C; ++c) {
-      out[r * out_stride + c] =
-          sums[r * C + c] + dot_tail(x + r * x_stride, w + c * w_stride, k, in);
-    }
-  }
-}
-
-// One (row, column) pair: the leftovers of the 8-wide blocks, same arithmetic as dot_block8.
-__attribute__((target_clones("arch=x86-64-v3", "default"))) float dot1(const float* x,
-                                                                        const float* w, int in) {
-  v8f acc = {};
-  int k = 0;
-  for (; k + 8 <= in; k += 8) acc += load8(x + k) * load8(w + k);
-  return hsum(acc) + dot_tail(x, w, k, in);
-}
-
-// Output columns [n0, n1) of every row.
-void linear_range(const float* x, const float* w, int rows, int in, int out_features, int n0,
-                  int n1, float* out) {
-  const int64_t ld = out_features;
-  int r = 0;
-  for (; r + 4 <= rows; r += 4) {  // 4 rows x 2 columns
-    const float* xr = x + static_cast<int64_t>(r) * in;
-    int n = n0;
-    for (; n + 2 <= n1; n += 2) {
-      dot_block8<4, 2>(xr, in, w + static_cast<int64_t>(n) * in, in, in, out + r * ld + n, ld);
-    }
-    for (; n < n1; ++n) {
-      for (int i = 0; i < 4; ++i) {
-        out[(r + i) * ld + n] = dot1(xr + static_cast<int64_t>(i) * in, w + static_cast<int64_t>(n) * in, in);
+    for (int c = 0; c < C && 8 * c < width; ++c) {
+      float* dst = out + r * os + 8 * c;
+      if (8 * c + 8 <= width) {
+        store8(dst, acc[r][c]);
+      } else {
+        for (int j = 0; j < width - 8 * c; ++j) dst[j] = acc[r][c][j];
       }
     }
   }
-  for (; r < rows; ++r) {  // 1 row x 8 columns
-    const float* xr = x + static_cast<int64_t>(r) * in;
-    int n = n0;
-    for (; n + 8 <= n1; n += 8) {
-      dot_block8<1, 8>(xr, in, w + static_cast<int64_t>(n) * in, in, in, out + r * ld + n, ld);
-    }
-    for (; n < n1; ++n) out[r * ld + n] = dot1(xr, w + static_cast<int64_t>(n) * in, in);
+}
+
+// linear_tile<R, c> for a runtime c in [1, C].
+template <int R, int C>
+inline __attribute__((always_inline)) void linear_tile_upto(int c, const float* x, int in,
+                                                            const float* wt, int64_t ld,
+                                                            float* out, int64_t os, int width) {
+  if constexpr (C > 1) {
+    if (c < C) return linear_tile_upto<R, C - 1>(c, x, in, wt, ld, out, os, width);
+  }
+  linear_tile<R, C>(x, in, wt, ld, out, os, width);
+}
+
+// R rows over output columns [n0, n1) (multiples of 8 except at w.out), C vectors at a time.
+template <int R, int C>
+inline __attribute__((always_inline)) void linear_rows(const float* x, const PackedLinear& w,
+                                                       int n0, int n1, float* out, int64_t os) {
+  for (int n = n0; n < n1; n += 8 * C) {
+    const int c = std::min(C, (n1 - n + 7) / 8);
+    linear_tile_upto<R, C>(c, x, w.in, w.wt.data() + n, w.ld, out + n, os, n1 - n);
+  }
+}
+
+// Every row over output columns [n0, n1): blocks of 4 rows (12 chains, 3 weight vectors per 4
+// broadcasts), then the 1-3 left over with shapes that still keep >= 8 chains where they can.
+__attribute__((target_clones("arch=x86-64-v3", "default"))) void linear_range(
+    const float* x, int rows, const PackedLinear& w, int n0, int n1, float* out, int64_t os) {
+  int r = 0;
+  for (; r + 4 <= rows; r += 4) linear_rows<4, 3>(x + int64_t{r} * w.in, w, n0, n1, out + r * os, os);
+  const float* xr = x + int64_t{r} * w.in;
+  float* o = out + r * os;
+  switch (rows - r) {
+    case 3: linear_rows<3, 3>(xr, w, n0, n1, o, os); break;
+    case 2: linear_rows<2, 4>(xr, w, n0, n1, o, os); break;
+    case 1: linear_rows<1, 8>(xr, w, n0, n1, o, os); break;
+    default: break;
   }
 }
 }  // namespace
 
-void linear(const float* x, const float* w, int rows, int in, int out_features, float* out,
+PackedLinear pack_linear(const std::vector<std::pair<const float*, int>>& parts, int in) {
+  PackedLinear p;
+  p.in = in;
+  for (const auto& part : parts) p.out += part.second;
+  p.ld = (p.out + 7) / 8 * 8;
+  p.wt.assign(static_cast<size_t>(in) * p.ld, 0.f);
+  int col = 0;
+  for (const auto& [w, rows] : parts) {
+    for (int n = 0; n < rows; ++n, ++col) {
+      for (int k = 0; k < in; ++k) p.wt[static_cast<size_t>(k) * p.ld + col] = w[static_cast<int64_t>(n) * in + k];
+    }
+  }
+  return p;
+}
+
+void linear(const float* x, const PackedLinear& w, int rows, float* out, int64_t out_stride,
             ThreadPool* pool) {
-  // Threads split the output columns, in multiples of 8 so that no column changes block shape.
-  const int64_t macs = static_cast<int64_t>(rows) * in * out_features;
-  const int parts = parallel_parts(pool, macs, (out_features + 7) / 8);
+  LLAMA2_CHECK(out_stride >= w.out);
+  // Threads split the output columns in multiples of 8 (any split gives the same bits).
+  const int64_t macs = static_cast<int64_t>(rows) * w.in * w.out;
+  const int groups = (w.out + 7) / 8;
+  const int parts = parallel_parts(pool, macs, groups);
   if (parts <= 1) {
-    linear_range(x, w, rows, in, out_features, 0, out_features, out);
+    linear_range(x, rows, w, 0, w.out, out, out_stride);
     return;
   }
-  const int groups = (out_features + 7) / 8;
   pool->run(parts, [&](int part) {
-    const int n0 = std::min(out_features, 8 * (groups * part / parts));
-    const int n1 = std::min(out_features, 8 * (groups * (part + 1) / parts));
-    linear_range(x, w, rows, in, out_features, n0, n1, out);
+    const int n0 = std::min(w.out, 8 * (groups * part / parts));
+    const int n1 = std::min(w.out, 8 * (groups * (part + 1) / parts));
+    if (n0 < n1) linear_range(x, rows, w, n0, n1, out, out_stride);
   });
+}
+
+void linear(const float* x, const float* w, int rows, int in, int out_features, float* out,
+            ThreadPool* pool) {
+  linear(x, pack_linear(w, out_features, in), rows, out, out_features, pool);
 }
 
 RopeTable rope_table(const int32_t* positions, int n_tokens, int head_dim, double theta) {
@@ -283,8 +309,6 @@ inline float dot(const float* a, const float* b, int d) {
   for (; j + 8 <= d; j += 8) acc += load8(a + j) * load8(b + j);
   return hsum(acc) + dot_tail(a, b, j, d);
 }
-
-inline void store8(float* p, v8f v) { std::memcpy(p, &v, sizeof(v)); }
 
 // Attention of one token at position `pos` for the query heads that share KV head `kvh`: each K
 // and V row is read once for the whole group (GQA), block by block through the sequence's table.

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "common/step_plan.h"
@@ -21,9 +22,27 @@ void embedding(const int32_t* tokens, int n_tokens, const float* table, int voca
 // x, out: [n, hidden] (may alias), weight: [hidden].
 void rmsnorm(const float* x, const float* weight, int n, int hidden, double eps, float* out);
 
-// out[t, n] = sum_k x[t, k] * w[n, k]: a linear layer with HF's [out_features, in_features] weight.
-// x: [rows, in], w: [out, in], out: [rows, out]. Every out[t, n] is bit-identical whatever `rows`
-// and whichever threads `pool` (optional) splits the columns over.
+// A linear layer's weight packed for linear(): k-major [in, ld], the output columns of one or more HF
+// [out_i, in] matrices side by side (q|k|v, gate|up) and zero-padded to ld, a multiple of 8, so that
+// 8 consecutive outputs are one vector load per input element and batch rows share every load.
+struct PackedLinear {
+  int in = 0, out = 0, ld = 0;
+  std::vector<float> wt;  // [in, ld]
+};
+// parts: {w_i [out_i, in], out_i}, concatenated along the output dimension.
+PackedLinear pack_linear(const std::vector<std::pair<const float*, int>>& parts, int in);
+inline PackedLinear pack_linear(const float* w, int out_features, int in) {
+  return pack_linear({{w, out_features}}, in);
+}
+
+// out[t, n] = sum_k x[t, k] * w[n, k] for n < w.out: a linear layer. x: [rows, w.in],
+// out: [rows, out_stride >= w.out]. Each out[t, n] is one fp32 multiply-add chain over k in order,
+// so it is bit-identical whatever `rows` and whichever threads `pool` (optional) splits the
+// columns over.
+void linear(const float* x, const PackedLinear& w, int rows, float* out, int64_t out_stride,
+            ThreadPool* pool = nullptr);
+// The same from HF's [out_features, in] layout, packing on every call (tests and one-off uses).
+// x: [rows, in], w: [out_features, in], out: [rows, out_features].
 void linear(const float* x, const float* w, int rows, int in, int out_features, float* out,
             ThreadPool* pool = nullptr);
 
