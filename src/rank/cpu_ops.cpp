@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "common/check.h"
 
@@ -79,19 +80,19 @@ inline float dot_tail(const float* x, const float* w, int k, int in) {
 
 inline void store8(float* p, v8f v) { std::memcpy(p, &v, sizeof(v)); }
 
-// out[r, 8c + j] for R activation rows x C column vectors of a k-major weight: each k step loads C
+// out[r, 8c + j] for R activation rows x C column panels (PackedLinear): each k step loads C
 // weight vectors and broadcasts R activations into R x C independent multiply-add chains, enough to
 // cover the FMA latency (R = 1 needs C = 8). Every output is one chain, k = 0, 1, ..., in - 1 in
 // order, whatever R, C or the thread that runs it: a row's result does not depend on its batch.
-// `width` (> 0) is how many of the 8C columns from `out` exist; the rest are padding.
+// `panels` points at the first of the C panels; `width` (> 0) is how many of the 8C columns from
+// `out` exist, the rest being padding.
 template <int R, int C>
-inline __attribute__((always_inline)) void linear_tile(const float* x, int in, const float* wt,
-                                                       int64_t ld, float* out, int64_t os,
-                                                       int width) {
+inline __attribute__((always_inline)) void linear_tile(const float* x, int in, const float* panels,
+                                                       float* out, int64_t os, int width) {
   v8f acc[R][C] = {};
   for (int k = 0; k < in; ++k) {
     v8f w[C];
-    for (int c = 0; c < C; ++c) w[c] = load8(wt + k * ld + 8 * c);
+    for (int c = 0; c < C; ++c) w[c] = load8(panels + (static_cast<int64_t>(c) * in + k) * 8);
     for (int r = 0; r < R; ++r) {
       const v8f xv = v8f{} + x[static_cast<int64_t>(r) * in + k];
       for (int c = 0; c < C; ++c) acc[r][c] += xv * w[c];
@@ -112,12 +113,12 @@ inline __attribute__((always_inline)) void linear_tile(const float* x, int in, c
 // linear_tile<R, c> for a runtime c in [1, C].
 template <int R, int C>
 inline __attribute__((always_inline)) void linear_tile_upto(int c, const float* x, int in,
-                                                            const float* wt, int64_t ld,
-                                                            float* out, int64_t os, int width) {
+                                                            const float* panels, float* out,
+                                                            int64_t os, int width) {
   if constexpr (C > 1) {
-    if (c < C) return linear_tile_upto<R, C - 1>(c, x, in, wt, ld, out, os, width);
+    if (c < C) return linear_tile_upto<R, C - 1>(c, x, in, panels, out, os, width);
   }
-  linear_tile<R, C>(x, in, wt, ld, out, os, width);
+  linear_tile<R, C>(x, in, panels, out, os, width);
 }
 
 // R rows over output columns [n0, n1) (multiples of 8 except at w.out), C vectors at a time.
@@ -126,23 +127,29 @@ inline __attribute__((always_inline)) void linear_rows(const float* x, const Pac
                                                        int n0, int n1, float* out, int64_t os) {
   for (int n = n0; n < n1; n += 8 * C) {
     const int c = std::min(C, (n1 - n + 7) / 8);
-    linear_tile_upto<R, C>(c, x, w.in, w.wt.data() + n, w.ld, out + n, os, n1 - n);
+    linear_tile_upto<R, C>(c, x, w.in, w.wt.data() + static_cast<int64_t>(n) * w.in, out + n, os,
+                           n1 - n);
   }
 }
 
-// Every row over output columns [n0, n1): blocks of 4 rows (12 chains, 3 weight vectors per 4
-// broadcasts), then the 1-3 left over with shapes that still keep >= 8 chains where they can.
+// Every row over output columns [n0, n1), 64 columns (8 panels) at a time so that the panels stay
+// in L1/L2 while every row block passes over them (a model larger than the caches streams its
+// weights from memory once per step, not once per 4 rows): blocks of 4 rows (12 chains, 3 weight
+// vectors per 4 broadcasts), then the 1-3 left over in shapes that still keep >= 8 chains.
 __attribute__((target_clones("arch=x86-64-v3", "default"))) void linear_range(
     const float* x, int rows, const PackedLinear& w, int n0, int n1, float* out, int64_t os) {
-  int r = 0;
-  for (; r + 4 <= rows; r += 4) linear_rows<4, 3>(x + int64_t{r} * w.in, w, n0, n1, out + r * os, os);
-  const float* xr = x + int64_t{r} * w.in;
-  float* o = out + r * os;
-  switch (rows - r) {
-    case 3: linear_rows<3, 3>(xr, w, n0, n1, o, os); break;
-    case 2: linear_rows<2, 4>(xr, w, n0, n1, o, os); break;
-    case 1: linear_rows<1, 8>(xr, w, n0, n1, o, os); break;
-    default: break;
+  for (int c0 = n0; c0 < n1; c0 += 64) {
+    const int c1 = std::min(n1, c0 + 64);
+    int r = 0;
+    for (; r + 4 <= rows; r += 4) linear_rows<4, 3>(x + int64_t{r} * w.in, w, c0, c1, out + r * os, os);
+    const float* xr = x + int64_t{r} * w.in;
+    float* o = out + r * os;
+    switch (rows - r) {
+      case 3: linear_rows<3, 3>(xr, w, c0, c1, o, os); break;
+      case 2: linear_rows<2, 4>(xr, w, c0, c1, o, os); break;
+      case 1: linear_rows<1, 8>(xr, w, c0, c1, o, os); break;
+      default: break;
+    }
   }
 }
 }  // namespace
@@ -156,7 +163,8 @@ PackedLinear pack_linear(const std::vector<std::pair<const float*, int>>& parts,
   int col = 0;
   for (const auto& [w, rows] : parts) {
     for (int n = 0; n < rows; ++n, ++col) {
-      for (int k = 0; k < in; ++k) p.wt[static_cast<size_t>(k) * p.ld + col] = w[static_cast<int64_t>(n) * in + k];
+      float* panel = p.wt.data() + static_cast<size_t>(col / 8) * in * 8;
+      for (int k = 0; k < in; ++k) panel[static_cast<size_t>(k) * 8 + col % 8] = w[static_cast<int64_t>(n) * in + k];
     }
   }
   return p;
@@ -228,10 +236,54 @@ void rope(float* x, const int32_t* positions, int n_tokens, int n_heads, int hea
   rope(x, rope_table(positions, n_tokens, head_dim, theta), n_tokens, n_heads, head_dim);
 }
 
-void swiglu(const float* gate, const float* up, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+namespace {
+// e^x for x <= 0 (softmax after the max is subtracted), 8 lanes: x = n ln2 + r with |r| <= ln2/2,
+// e^r by its degree-7 Taylor polynomial (error below 1e-7 relative, under an fp32 ulp of
+// rounding), 2^n put in the exponent bits. libm's expf is a call per element and was 8% of a
+// decode step.
+inline v8f exp8(v8f x) {
+  x = x < -80.0f ? v8f{} - 80.0f : x;  // e^-80 ~ 2e-35 counts as 0 and keeps 2^n normal
+  const v8f t = x * 1.44269504088896341f;  // x / ln2
+  const v8i n = __builtin_convertvector(t - 0.5f, v8i);  // round to nearest for t <= 0
+  const v8f nf = __builtin_convertvector(n, v8f);
+  // r = x - n ln2, with ln2 split in two so the product is exact in its high part.
+  const v8f r = (x - nf * 0.693359375f) + nf * 2.12194440e-4f;
+  v8f p = v8f{} + 1.0f / 5040;
+  p = p * r + 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  v8i bits;
+  std::memcpy(&bits, &p, sizeof(bits));
+  bits += (n << 23);
+  v8f out;
+  std::memcpy(&out, &bits, sizeof(out));
+  return out;
+}
+
+}  // namespace
+
+// silu(g) * up with sigmoid(g) from e^-|g| (exp8 wants x <= 0): 1 / (1 + e) for g >= 0, e / (1 + e)
+// below. The last n % 8 go through a zero-padded vector, so every element gets the same arithmetic
+// wherever it sits.
+__attribute__((target_clones("arch=x86-64-v3", "default"))) void swiglu(const float* gate,
+                                                                        const float* up, int64_t n,
+                                                                        float* out) {
+  auto eval = [](v8f g, v8f u) {
+    const v8f e = exp8(g < 0 ? g : -g);
+    const v8f one = v8f{} + 1.0f;
+    return g * ((g < 0 ? e : one) / (one + e)) * u;
+  };
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) store8(out + i, eval(load8(gate + i), load8(up + i)));
+  if (i < n) {
+    v8f g = {}, u = {};
+    for (int64_t j = i; j < n; ++j) g[j - i] = gate[j], u[j - i] = up[j];
+    const v8f r = eval(g, u);
+    for (int64_t j = i; j < n; ++j) out[j] = r[j - i];
   }
 }
 
@@ -276,33 +328,6 @@ void kv_write(const KvLayerView& c, const StepPlan& plan, const float* k, const 
 }
 
 namespace {
-// e^x for x <= 0 (softmax after the max is subtracted), 8 lanes: x = n ln2 + r with |r| <= ln2/2,
-// e^r by its degree-7 Taylor polynomial (error below 1e-7 relative, under an fp32 ulp of
-// rounding), 2^n put in the exponent bits. libm's expf is a call per element and was 8% of a
-// decode step.
-inline v8f exp8(v8f x) {
-  x = x < -80.0f ? v8f{} - 80.0f : x;  // e^-80 ~ 2e-35 counts as 0 and keeps 2^n normal
-  const v8f t = x * 1.44269504088896341f;  // x / ln2
-  const v8i n = __builtin_convertvector(t - 0.5f, v8i);  // round to nearest for t <= 0
-  const v8f nf = __builtin_convertvector(n, v8f);
-  // r = x - n ln2, with ln2 split in two so the product is exact in its high part.
-  const v8f r = (x - nf * 0.693359375f) + nf * 2.12194440e-4f;
-  v8f p = v8f{} + 1.0f / 5040;
-  p = p * r + 1.0f / 720;
-  p = p * r + 1.0f / 120;
-  p = p * r + 1.0f / 24;
-  p = p * r + 1.0f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  v8i bits;
-  std::memcpy(&bits, &p, sizeof(bits));
-  bits += (n << 23);
-  v8f out;
-  std::memcpy(&out, &bits, sizeof(out));
-  return out;
-}
-
 inline float dot(const float* a, const float* b, int d) {
   v8f acc = {};
   int j = 0;
@@ -359,7 +384,14 @@ __attribute__((target_clones("arch=x86-64-v3", "default"))) void attend_group(
   const int full = len & ~7;
   for (int g = 0; g < n_group; ++g) {
     float* sg = scores + g * len;
-    const float max_score = *std::max_element(sg, sg + len);
+    v8f vmax = v8f{} - std::numeric_limits<float>::infinity();
+    for (int p = 0; p < full; p += 8) {
+      const v8f s8 = load8(sg + p);
+      vmax = s8 > vmax ? s8 : vmax;
+    }
+    float max_score = vmax[0];
+    for (int i = 1; i < 8; ++i) max_score = std::max(max_score, vmax[i]);
+    for (int p = full; p < len; ++p) max_score = std::max(max_score, sg[p]);
     v8f sum = {};
     for (int p = 0; p < full; p += 8) {
       const v8f e = exp8(load8(sg + p) - max_score);

@@ -22,12 +22,13 @@ void embedding(const int32_t* tokens, int n_tokens, const float* table, int voca
 // x, out: [n, hidden] (may alias), weight: [hidden].
 void rmsnorm(const float* x, const float* weight, int n, int hidden, double eps, float* out);
 
-// A linear layer's weight packed for linear(): k-major [in, ld], the output columns of one or more HF
-// [out_i, in] matrices side by side (q|k|v, gate|up) and zero-padded to ld, a multiple of 8, so that
-// 8 consecutive outputs are one vector load per input element and batch rows share every load.
+// A linear layer's weight packed for linear(): the output columns of one or more HF [out_i, in]
+// matrices side by side (q|k|v, gate|up), zero-padded to ld (a multiple of 8), in panels of 8
+// columns, each k-major: 8 consecutive outputs are one vector load per input element, batch rows
+// share every load, and each panel streams from memory front to back.
 struct PackedLinear {
   int in = 0, out = 0, ld = 0;
-  std::vector<float> wt;  // [in, ld]
+  std::vector<float> wt;  // [ld / 8 panels, in, 8]
 };
 // parts: {w_i [out_i, in], out_i}, concatenated along the output dimension.
 PackedLinear pack_linear(const std::vector<std::pair<const float*, int>>& parts, int in);
