@@ -21,7 +21,7 @@ for i in range(32): print(json.dumps({"custom_id": f"p{i}", "prompt": f"Prompt n
 run() {  # run MODEL NP B -> generated tok/s after load (the job's final progress line)
   rm -f "$TMP/out.jsonl"
   mpirun --oversubscribe --bind-to none -np "$2" "$LLAMA2" batch --model "$1" --input "$TMP/in.jsonl" \
-    --output "$TMP/out.jsonl" --max-batch-size "$3" --quiet 2>&1 >/dev/null |
+    --output "$TMP/out.jsonl" --max-batch-size "$3" --backend cpu --quiet 2>&1 >/dev/null |
     sed -n 's/.*32\/32 prompts done.*tokens, \([0-9.]*\) tok\/s.*/\1/p' | tail -1
 }
 median3() { printf '%s\n' "$@" | sort -n | sed -n 2p; }

@@ -121,6 +121,13 @@ RankEngine::RankEngine(const EngineSpec& spec, const ModelConfig& config, MPI_Co
   std::unique_ptr<WeightStore> weights;
   try {
     backend_ = choose_backend(spec.backend, devices, config_.head_dim(), &backend_note_);
+    if (backend_ == "cuda" && local.local_size > devices) {
+      // NCCL refuses two ranks of one communicator on one GPU ("invalid usage"): say so up front.
+      throw Error(std::to_string(local.local_size) + " ranks on this node share " +
+                  std::to_string(devices) + " visible GPU(s), and the CUDA backend runs one rank "
+                  "per GPU: start at most " + std::to_string(devices) +
+                  " rank(s) per node, or use --backend cpu");
+    }
     dtype_ = choose_dtype(spec.dtype, backend_, config_.torch_dtype);
     kv_dtype_ = choose_kv_dtype(spec.kv_cache_dtype, backend_, dtype_);
     shard_ = make_shard_plan(config_, size_, rank_);

@@ -61,7 +61,7 @@ struct Server {
     socket = g_tmp + "/" + name + ".sock";
     log = g_tmp + "/" + name + ".log";
     std::vector<std::string> args = {g_mpirun, "2", g_llama2, "serve", "--model", model,
-                                     "--socket", socket, "--quiet"};
+                                     "--socket", socket, "--quiet", "--backend", "cpu"};
     args.insert(args.end(), extra.begin(), extra.end());
     pid = fork();
     if (pid == 0) {
