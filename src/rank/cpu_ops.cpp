@@ -51,8 +51,8 @@ inline float hsum(v8f a) {
 }
 
 // hsum of 8 accumulators at once, lane j of the result = hsum(a[j]) bit for bit (same pairing, same
-// order), in 7 vector adds instead of 8 x 7 scalar ones: with in = 64 the scalar sums cost as much
-// as the multiply-adds.
+// order), in 7 vector adds instead of 8 x 7 scalar ones: for short rows (head_dim 8 in the tiny
+// models) the scalar sums would cost more than the multiply-adds.
 inline v8f hsum8(const v8f* a) {
   const v8i even = {0, 8, 2, 10, 4, 12, 6, 14}, odd = {1, 9, 3, 11, 5, 13, 7, 15};
   const v8i lo2 = {0, 1, 8, 9, 4, 5, 12, 13}, hi2 = {2, 3, 10, 11, 6, 7, 14, 15};
@@ -354,8 +354,8 @@ __attribute__((target_clones("arch=x86-64-v3", "default"))) void attend_group(
     const float* kb = rows_of(c.k, bi);
     const int pe = std::min(len, p0 + bs);
     int p = p0;
-    // 8 positions at a time: their 8 dot products share one transposed reduction (hsum8), as in
-    // linear(); the scores are bit-identical to dot()'s.
+    // 8 positions at a time: their 8 dot products share one transposed reduction (hsum8); the
+    // scores are bit-identical to dot()'s.
     for (; p + 8 <= pe; p += 8) {
       const float* kp = kb + static_cast<int64_t>(p - p0) * d;
       for (int g = 0; g < n_group; ++g) {
