@@ -307,6 +307,34 @@ TEST_SUITE("cpu_ops") {
     CHECK(out[3] == 1.5f);   // -0.5 + 0 + 2
   }
 
+  TEST_CASE("linear: matrices packed side by side (q|k|v) give each matrix's own bits") {
+    // Parts of 13, 5 and 5 outputs: the second and third start mid-panel, the last panel is padded.
+    const int rows = 6, in = 37;
+    const auto x = random_vec(size_t(rows) * in, 21);
+    const auto a = random_vec(size_t(13) * in, 22), b = random_vec(size_t(5) * in, 23),
+               c = random_vec(size_t(5) * in, 24);
+    const cpu::PackedLinear fused = cpu::pack_linear({{a.data(), 13}, {b.data(), 5}, {c.data(), 5}}, in);
+    REQUIRE(fused.out == 23);
+    REQUIRE(fused.ld == 24);
+    const int stride = 30;  // wider than the padded width: the padding column is not written
+    std::vector<float> out(size_t(rows) * stride, kNaN);
+    cpu::linear(x.data(), fused, rows, out.data(), stride);
+    int col = 0;
+    for (const auto& [w, n] : {std::pair{&a, 13}, std::pair{&b, 5}, std::pair{&c, 5}}) {
+      std::vector<float> alone(size_t(rows) * n);
+      cpu::linear(x.data(), w->data(), rows, in, n, alone.data());
+      for (int r = 0; r < rows; ++r) {
+        const std::vector<float> got(out.begin() + r * stride + col, out.begin() + r * stride + col + n);
+        const std::vector<float> want(alone.begin() + r * n, alone.begin() + (r + 1) * n);
+        CHECK(bitwise_equal(got, want));
+      }
+      col += n;
+    }
+    for (int r = 0; r < rows; ++r) {
+      for (int j = 23; j < stride; ++j) CHECK(std::isnan(out[size_t(r) * stride + j]));
+    }
+  }
+
   TEST_CASE("rope: hand-worked rotate-half pairing, head_dim 4") {
     // inv_freq = {1, theta^-0.5}; pairs are (0, 2) and (1, 3), not (0, 1) and (2, 3).
     for (double theta : {10000.0, 500000.0}) {
