@@ -83,6 +83,7 @@ void Generator::add(GenRequest req) {
                 " KV blocks for prompt + max_new_tokens but the cache has only " +
                 std::to_string(blocks_.num_blocks()));
   }
+  earliest_deadline_ = std::min(earliest_deadline_, seq->req.deadline);
   queue_.push_back(std::move(seq));
 }
 
@@ -131,10 +132,14 @@ void Generator::cancel_all(const std::string& reason) {
 }
 
 int Generator::expire(Clock::time_point now) {
+  if (now < earliest_deadline_) return 0;
   std::vector<int64_t> ids;
   for (const auto& s : queue_) if (s->req.deadline <= now) ids.push_back(s->req.id);
   for (const auto& s : running_) if (s->req.deadline <= now) ids.push_back(s->req.id);
   for (int64_t id : ids) cancel(id, "timeout");
+  earliest_deadline_ = Clock::time_point::max();
+  for (const auto& s : queue_) earliest_deadline_ = std::min(earliest_deadline_, s->req.deadline);
+  for (const auto& s : running_) earliest_deadline_ = std::min(earliest_deadline_, s->req.deadline);
   return static_cast<int>(ids.size());
 }
 

@@ -93,6 +93,8 @@ class Generator {
   // End of the previous engine step while requests kept running (for the step log's host gap);
   // unset after a step that left the generator idle, so idle waits are not counted as host work.
   std::chrono::steady_clock::time_point last_exec_end_{};
+  // No pending request's deadline is earlier: expire() skips its scan of a long queue until then.
+  std::chrono::steady_clock::time_point earliest_deadline_ = std::chrono::steady_clock::time_point::max();
 };
 
 }  // namespace llama2

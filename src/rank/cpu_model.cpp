@@ -1,6 +1,11 @@
 // The fp32 CPU backend: the same tensor-parallel forward pass the CUDA backend runs, on the vector
 // operators of cpu_ops.h and this rank's thread pool.
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <exception>
+#include <string>
 
 #include "common/check.h"
 #include "rank/comm.h"
@@ -12,6 +17,12 @@
 
 namespace llama2 {
 namespace {
+
+// One core's L2 cache as the C library reports it (1 MiB when it does not say).
+uint64_t l2_cache_bytes() {
+  const long v = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  return v > 0 ? static_cast<uint64_t>(v) : uint64_t{1} << 20;
+}
 
 std::vector<float> load(const WeightStore& w, const TensorSlice& s) {
   std::vector<float> out(static_cast<size_t>(s.numel()));
@@ -34,8 +45,9 @@ struct CpuLayer {
 
 class CpuModel final : public ModelRunner {
  public:
-  CpuModel(const ModelConfig& c, const ShardPlan& s, const WeightStore& w, Comm& comm, int threads)
-      : c_(c), s_(s), comm_(comm), pool_(threads) {
+  CpuModel(const ModelConfig& c, const ShardPlan& s, const WeightStore& w, Comm& comm, int threads,
+           CpuSplit split)
+      : c_(c), s_(s), comm_(comm), split_(split), pool_(threads) {
     for (int r = 0; r < s.tp; ++r) all_shards_.push_back(make_shard_plan(c, s.tp, r));
     const int H = c.hidden_size, d = s.head_dim, nq = s.num_heads * d, nkv = s.num_kv_heads * d;
     const int F = s.ffn_size;
@@ -62,11 +74,22 @@ class CpuModel final : public ModelRunner {
                  static_cast<uint64_t>(H) * (nq + 2 * nkv + nq + 3 * F);
     }
     for (int h = 0; h < s.num_heads; ++h) kv_head_of_.push_back(s.kv_head_for(h));
+    // What a step streams through each thread that takes rows: every projection and the head.
+    uint64_t streamed = lm_head_.wt.size();
+    for (const CpuLayer& L : layers_) {
+      streamed += L.wqkv.wt.size() + L.wo.wt.size() + L.w_gate_up.wt.size() + L.w_down.wt.size();
+    }
+    weights_fit_l2_ = streamed * sizeof(float) <= l2_cache_bytes();
   }
 
   std::string backend_name() const override { return "cpu"; }
   std::string device_description() const override {
-    return "host, " + std::to_string(pool_.size()) + (pool_.size() == 1 ? " thread" : " threads");
+    std::string d = "host, " + std::to_string(pool_.size()) + (pool_.size() == 1 ? " thread" : " threads");
+    if (pool_.size() > 1) {
+      const bool rows = split_ == CpuSplit::kRows || (split_ == CpuSplit::kAuto && weights_fit_l2_);
+      d += rows ? " (sequences split across threads)" : " (operators split across threads)";
+    }
+    return d;
   }
   int dtype_bytes() const override { return sizeof(float); }
   int kv_dtype_bytes() const override { return sizeof(float); }
@@ -94,8 +117,8 @@ class CpuModel final : public ModelRunner {
   }
 
   void forward(const StepPlan& plan, StepLogits* out) override {
-    std::vector<float>& local = ws_.logits;  // [rows, vocab_local]
-    local_logits(plan, &local);
+    local_logits(plan);
+    const std::vector<float>& local = ws_.logits;  // [rows, vocab_local]
     const int rows = plan.logit_rows();
     if (plan.candidates > 0) {
       const int k = plan.candidates;
@@ -133,74 +156,178 @@ class CpuModel final : public ModelRunner {
     return *buf;
   }
 
-  // logits_local: [plan.logit_rows(), shard.vocab_size], this rank's vocabulary slice.
-  void local_logits(const StepPlan& plan, std::vector<float>* logits_local) {
+  // A run of consecutive sequences of the step with their token rows [t0, t1) and logit rows
+  // [r0, r1): what one thread takes through every layer when the step is split by sequence.
+  struct RowGroup {
+    StepPlan plan;  // those sequences only; block_ids copied whole, so table offsets still hold
+    int t0 = 0, t1 = 0, r0 = 0, r1 = 0;
+    cpu::RopeTable rope;  // [t1 - t0] rows
+  };
+
+  // Sequence groups for this step: one per thread when splitting by sequence pays (see
+  // CpuSplit), else a single group whose operators split their own work over the pool.
+  void make_groups(const StepPlan& plan) {
+    const int T = plan.total_tokens(), n_seqs = static_cast<int>(plan.seqs.size());
+    const bool allowed = split_ == CpuSplit::kRows ||
+                         (split_ == CpuSplit::kAuto && weights_fit_l2_);
+    int G = allowed ? std::min(pool_.size(), n_seqs) : 1;
+    // Contiguous sequences, at least one per group; group g - 1 ends where its next sequence's
+    // midpoint would pass g * T / G tokens.
+    std::vector<int> first_seq(1, 0);
+    for (int g = 1, si = 0, cum = 0; g < G; ++g) {
+      const int64_t target = int64_t{T} * g / G;
+      do {
+        cum += plan.seqs[si++].n_tokens;
+      } while (si < n_seqs - (G - g) && 2 * cum + plan.seqs[si].n_tokens <= 2 * target);
+      first_seq.push_back(si);
+    }
+    first_seq.push_back(n_seqs);
+    // Auto mode: a group much longer than T / G (a long prompt beside a few decodes) would leave
+    // the other threads idle; the operators split better then.
+    int longest = 0;
+    for (int g = 0; g < G; ++g) {
+      int tokens = 0;
+      for (int si = first_seq[g]; si < first_seq[g + 1]; ++si) tokens += plan.seqs[si].n_tokens;
+      longest = std::max(longest, tokens);
+    }
+    if (G > 1 && split_ == CpuSplit::kAuto && 2 * longest * G > 3 * T) {
+      G = 1;
+      first_seq = {0, n_seqs};
+    }
+    groups_.resize(G);
+    for (int g = 0, t = 0, r = 0; g < G; ++g) {
+      RowGroup& grp = groups_[g];
+      grp.plan.seqs.assign(plan.seqs.begin() + first_seq[g], plan.seqs.begin() + first_seq[g + 1]);
+      grp.plan.block_ids = plan.block_ids;
+      grp.t0 = t;
+      grp.r0 = r;
+      for (const SeqStep& sq : grp.plan.seqs) {
+        t += sq.n_tokens;
+        r += sq.want_logits ? 1 : 0;
+      }
+      grp.t1 = t;
+      grp.r1 = r;
+      grp.plan.tokens.assign(plan.tokens.begin() + grp.t0, plan.tokens.begin() + grp.t1);
+      const std::vector<int32_t> positions = cpu::plan_positions(grp.plan);
+      grp.rope = cpu::rope_table(positions.data(), grp.t1 - grp.t0, s_.head_dim, c_.rope_theta);
+    }
+  }
+
+  // Stage 2l is layer l's attention, 2l + 1 its MLP, 2L the final norm and LM head. Every stage
+  // after the first begins by adding the previous stage's all-reduced `partial` to the residual
+  // stream. Rows [t0, t1) of the step's buffers only; `ops` splits each operator (nullptr: this
+  // thread alone).
+  void run_stage(int stage, const RowGroup& g, ThreadPool* ops) {
+    Workspace& ws = ws_;
+    const int H = c_.hidden_size, d = s_.head_dim, F = s_.ffn_size, T = g.t1 - g.t0;
+    const int nq = s_.num_heads * d, nkv = s_.num_kv_heads * d;
+    const int ld_qkv = layers_[0].wqkv.ld, ld_gu = layers_[0].w_gate_up.ld;
+    float* x = ws.x.data() + int64_t{g.t0} * H;              // [T, H] residual stream
+    float* h = ws.h.data() + int64_t{g.t0} * H;              // [T, H] normed
+    float* partial = ws.partial.data() + int64_t{g.t0} * H;  // [T, H] this rank's part of a sum
+    if (stage > 0) cpu::add_inplace(x, partial, int64_t{T} * H);
+    if (stage == 2 * c_.num_layers) {
+      // Only the last token of sequences that asked for logits goes through the norm and head.
+      float* last = ws.last.data() + int64_t{g.r0} * H;  // [r1 - r0, H]
+      int t_end = 0, r = 0;
+      for (const SeqStep& sq : g.plan.seqs) {
+        t_end += sq.n_tokens;
+        if (sq.want_logits) std::copy_n(x + int64_t{t_end - 1} * H, H, last + int64_t{r++} * H);
+      }
+      cpu::rmsnorm(last, final_norm_.data(), r, H, c_.rms_norm_eps, last);
+      cpu::linear(last, lm_head_, r, ws.logits.data() + int64_t{g.r0} * s_.vocab_size,
+                  s_.vocab_size, ops);
+      return;
+    }
+    CpuLayer& L = layers_[stage / 2];
+    if (stage % 2 == 0) {
+      float* qkv = ws.qkv.data() + int64_t{g.t0} * ld_qkv;  // [T, q | k | v | padding]
+      float* q = ws.q.data() + int64_t{g.t0} * nq;          // [T, heads_local, d]
+      float* k = ws.k.data() + int64_t{g.t0} * nkv;         // [T, kv_local, d]
+      float* v = ws.v.data() + int64_t{g.t0} * nkv;         // [T, kv_local, d]
+      float* attn = ws.attn.data() + int64_t{g.t0} * nq;    // [T, heads_local, d]
+      cpu::rmsnorm(x, L.attn_norm.data(), T, H, c_.rms_norm_eps, h);
+      cpu::linear(h, L.wqkv, T, qkv, ld_qkv, ops);
+      for (int t = 0; t < T; ++t) {
+        const float* row = qkv + int64_t{t} * ld_qkv;
+        std::copy_n(row, nq, q + int64_t{t} * nq);
+        std::copy_n(row + nq, nkv, k + int64_t{t} * nkv);
+        std::copy_n(row + nq + nkv, nkv, v + int64_t{t} * nkv);
+      }
+      cpu::rope(q, g.rope, T, s_.num_heads, d);
+      cpu::rope(k, g.rope, T, s_.num_kv_heads, d);
+      const cpu::KvLayerView cache{L.k_cache.data(), L.v_cache.data(), s_.num_kv_heads,
+                                   kv_.block_size, d, kv_.num_blocks};
+      cpu::kv_write(cache, g.plan, k, v);
+      cpu::paged_attention(cache, g.plan, q, s_.num_heads, kv_head_of_, attn, ops);
+      cpu::linear(attn, L.wo, T, partial, H, ops);  // row-parallel O projection
+    } else {
+      float* gate_up = ws.gate_up.data() + int64_t{g.t0} * ld_gu;  // [T, gate | up | padding]
+      float* act = ws.act.data() + int64_t{g.t0} * F;              // [T, ffn_local]
+      cpu::rmsnorm(x, L.mlp_norm.data(), T, H, c_.rms_norm_eps, h);
+      cpu::linear(h, L.w_gate_up, T, gate_up, ld_gu, ops);
+      for (int t = 0; t < T; ++t) {
+        const float* row = gate_up + int64_t{t} * ld_gu;
+        cpu::swiglu(row, row + F, F, act + int64_t{t} * F);
+      }
+      cpu::linear(act, L.w_down, T, partial, H, ops);  // row-parallel down projection
+    }
+  }
+
+  // Stages [first, last] for every group: a single group on this thread with the pool splitting
+  // each operator, or one group per pool thread (an exception on a worker is rethrown here).
+  void run_stages(int first, int last) {
+    if (groups_.size() == 1) {
+      for (int st = first; st <= last; ++st) run_stage(st, groups_[0], &pool_);
+      return;
+    }
+    std::vector<std::exception_ptr> errors(groups_.size());
+    pool_.run(static_cast<int>(groups_.size()), [&](int g) {
+      try {
+        for (int st = first; st <= last; ++st) run_stage(st, groups_[g], nullptr);
+      } catch (...) {
+        errors[g] = std::current_exception();
+      }
+    });
+    for (const auto& e : errors) {
+      if (e) std::rethrow_exception(e);
+    }
+  }
+
+  // Leaves ws_.logits [plan.logit_rows(), shard.vocab_size]: this rank's vocabulary slice.
+  void local_logits(const StepPlan& plan) {
     const int T = plan.total_tokens(), H = c_.hidden_size, d = s_.head_dim;
     const int nq = s_.num_heads * d, nkv = s_.num_kv_heads * d, F = s_.ffn_size;
-    const std::vector<int32_t> positions = cpu::plan_positions(plan);
-    const cpu::RopeTable rope = cpu::rope_table(positions.data(), T, d, c_.rope_theta);
-
     // Activations live in a workspace that only grows: allocating them per step made glibc hand
     // the pages back and fault them in again every step (a third of a batch-32 step).
     Workspace& ws = ws_;
-    std::vector<float>& x = sized(&ws.x, T * H);  // [T, H] residual stream, replicated
-    cpu::embedding(plan.tokens.data(), T, embed_.data(), s_.vocab_begin, s_.vocab_size, H, x.data());
-    comm_.all_reduce_sum(x.data(), x.size());  // vocab-parallel embedding: one rank owns each row
+    sized(&ws.x, T * H);                           // [T, H] residual stream, replicated
+    sized(&ws.h, T * H);                           // [T, H]
+    sized(&ws.qkv, T * layers_[0].wqkv.ld);        // [T, q | k | v | padding]
+    sized(&ws.q, T * nq);                          // [T, heads_local, d]
+    sized(&ws.k, T * nkv);                         // [T, kv_local, d]
+    sized(&ws.v, T * nkv);                         // [T, kv_local, d]
+    sized(&ws.attn, T * nq);                       // [T, heads_local, d]
+    sized(&ws.gate_up, T * layers_[0].w_gate_up.ld);  // [T, gate | up | padding]
+    sized(&ws.act, T * F);                         // [T, ffn_local]
+    sized(&ws.partial, T * H);                     // [T, H] this rank's row-split sum
+    sized(&ws.last, plan.logit_rows() * H);        // [rows, H]
+    sized(&ws.logits, int64_t{plan.logit_rows()} * s_.vocab_size);  // [rows, vocab_local]
+    cpu::embedding(plan.tokens.data(), T, embed_.data(), s_.vocab_begin, s_.vocab_size, H,
+                   ws.x.data());
+    comm_.all_reduce_sum(ws.x.data(), ws.x.size());  // vocab-parallel embedding: one rank owns each row
 
-    const int ld_qkv = layers_[0].wqkv.ld, ld_gu = layers_[0].w_gate_up.ld;
-    std::vector<float>& h = sized(&ws.h, T * H);               // [T, H]
-    std::vector<float>& qkv = sized(&ws.qkv, T * ld_qkv);      // [T, q | k | v | padding]
-    std::vector<float>& q = sized(&ws.q, T * nq);              // [T, heads_local, d]
-    std::vector<float>& k = sized(&ws.k, T * nkv);             // [T, kv_local, d]
-    std::vector<float>& v = sized(&ws.v, T * nkv);             // [T, kv_local, d]
-    std::vector<float>& attn = sized(&ws.attn, T * nq);        // [T, heads_local, d]
-    std::vector<float>& gate_up = sized(&ws.gate_up, T * ld_gu); // [T, gate | up | padding]
-    std::vector<float>& act = sized(&ws.act, T * F);           // [T, ffn_local]
-    std::vector<float>& partial = sized(&ws.partial, T * H);   // [T, H] this rank's row-split sum
-
-    for (int l = 0; l < c_.num_layers; ++l) {
-      CpuLayer& L = layers_[l];
-      cpu::rmsnorm(x.data(), L.attn_norm.data(), T, H, c_.rms_norm_eps, h.data());
-      cpu::linear(h.data(), L.wqkv, T, qkv.data(), ld_qkv, &pool_);
-      for (int t = 0; t < T; ++t) {
-        const float* row = qkv.data() + static_cast<int64_t>(t) * ld_qkv;
-        std::copy_n(row, nq, q.data() + static_cast<int64_t>(t) * nq);
-        std::copy_n(row + nq, nkv, k.data() + static_cast<int64_t>(t) * nkv);
-        std::copy_n(row + nq + nkv, nkv, v.data() + static_cast<int64_t>(t) * nkv);
+    make_groups(plan);
+    const int last_stage = 2 * c_.num_layers;
+    if (s_.tp == 1) {
+      run_stages(0, last_stage);  // no all-reduce between stages: one pass per group
+    } else {
+      for (int st = 0; st < last_stage; ++st) {
+        run_stages(st, st);
+        comm_.all_reduce_sum(ws.partial.data(), ws.partial.size());
       }
-      cpu::rope(q.data(), rope, T, s_.num_heads, d);
-      cpu::rope(k.data(), rope, T, s_.num_kv_heads, d);
-      const cpu::KvLayerView cache{L.k_cache.data(), L.v_cache.data(), s_.num_kv_heads,
-                                   kv_.block_size, d, kv_.num_blocks};
-      cpu::kv_write(cache, plan, k.data(), v.data());
-      cpu::paged_attention(cache, plan, q.data(), s_.num_heads, kv_head_of_, attn.data(), &pool_);
-      cpu::linear(attn.data(), L.wo, T, partial.data(), H, &pool_);
-      comm_.all_reduce_sum(partial.data(), partial.size());  // row-parallel O projection
-      cpu::add_inplace(x.data(), partial.data(), static_cast<int64_t>(x.size()));
-
-      cpu::rmsnorm(x.data(), L.mlp_norm.data(), T, H, c_.rms_norm_eps, h.data());
-      cpu::linear(h.data(), L.w_gate_up, T, gate_up.data(), ld_gu, &pool_);
-      for (int t = 0; t < T; ++t) {
-        const float* row = gate_up.data() + static_cast<int64_t>(t) * ld_gu;
-        cpu::swiglu(row, row + F, F, act.data() + static_cast<int64_t>(t) * F);
-      }
-      cpu::linear(act.data(), L.w_down, T, partial.data(), H, &pool_);
-      comm_.all_reduce_sum(partial.data(), partial.size());  // row-parallel down projection
-      cpu::add_inplace(x.data(), partial.data(), static_cast<int64_t>(x.size()));
+      run_stages(last_stage, last_stage);
     }
-
-    // Only the last token of sequences that asked for logits goes through the norm and LM head.
-    const int rows = plan.logit_rows();
-    std::vector<float>& last = sized(&ws.last, rows * H);  // [rows, H]
-    int t_end = 0, r = 0;
-    for (const auto& sq : plan.seqs) {
-      t_end += sq.n_tokens;
-      if (!sq.want_logits) continue;
-      std::copy_n(x.data() + static_cast<size_t>(t_end - 1) * H, H, last.data() + static_cast<size_t>(r++) * H);
-    }
-    cpu::rmsnorm(last.data(), final_norm_.data(), rows, H, c_.rms_norm_eps, last.data());
-    logits_local->resize(static_cast<size_t>(rows) * s_.vocab_size);
-    cpu::linear(last.data(), lm_head_, rows, logits_local->data(), s_.vocab_size, &pool_);
   }
 
   ModelConfig c_;
@@ -214,16 +341,27 @@ class CpuModel final : public ModelRunner {
   uint64_t params_ = 0;            // parameters of the shard, as the planner counts them
   std::vector<CpuLayer> layers_;
   std::vector<int> kv_head_of_;    // [heads_local] local KV head of each local query head
+  CpuSplit split_;
+  bool weights_fit_l2_ = false;    // the projections and head fit in one core's L2 cache
   ThreadPool pool_;
   Workspace ws_;
+  std::vector<RowGroup> groups_;   // this step's sequence groups (make_groups)
 };
 
 }  // namespace
 
+CpuSplit cpu_split_from_env() {
+  const char* v = std::getenv("LLAMA2_CPU_SPLIT");
+  if (v == nullptr || std::string(v) == "auto") return CpuSplit::kAuto;
+  if (std::string(v) == "columns") return CpuSplit::kColumns;
+  if (std::string(v) == "rows") return CpuSplit::kRows;
+  throw Error(std::string("LLAMA2_CPU_SPLIT=") + v + ": expected auto, columns or rows");
+}
+
 std::unique_ptr<ModelRunner> make_cpu_runner(const ModelConfig& config, const ShardPlan& shard,
                                              const WeightStore& weights, Comm& comm,
-                                             int threads) {
-  return std::make_unique<CpuModel>(config, shard, weights, comm, threads);
+                                             int threads, CpuSplit split) {
+  return std::make_unique<CpuModel>(config, shard, weights, comm, threads, split);
 }
 
 }  // namespace llama2

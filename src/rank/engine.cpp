@@ -167,7 +167,8 @@ RankEngine::RankEngine(const EngineSpec& spec, const ModelConfig& config, MPI_Co
       runner_ = make_cuda_runner(config_, shard_, o);
     } else {
       runner_ = make_cpu_runner(config_, shard_, *weights, *tp_comm_,
-                                cpu_threads_for_rank(spec.cpu_threads, local.local_size));
+                                cpu_threads_for_rank(spec.cpu_threads, local.local_size),
+                                cpu_split_from_env());
     }
   } catch (const std::exception& e) {
     error = e.what();

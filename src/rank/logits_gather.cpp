@@ -20,6 +20,20 @@ bool candidate_before(float va, int32_t ia, float vb, int32_t ib) {
 void local_candidates(const float* logits, int rows, int vocab_local, int vocab_begin, int k,
                       float* values, int32_t* ids) {
   LLAMA2_CHECK(k >= 1 && rows >= 0 && vocab_local >= 0);
+  if (k == 1) {
+    // Greedy rows: one scan per row (the general path's iota and partial sort cost more than the
+    // tiny model's whole LM head at batch 8).
+    for (int r = 0; r < rows; ++r) {
+      const float* row = logits + static_cast<int64_t>(r) * vocab_local;
+      int32_t best = -1;
+      for (int32_t j = 0; j < vocab_local; ++j) {
+        if (best < 0 || candidate_before(row[j], j, row[best], best)) best = j;
+      }
+      values[r] = best >= 0 ? row[best] : -std::numeric_limits<float>::infinity();
+      ids[r] = best >= 0 ? vocab_begin + best : -1;
+    }
+    return;
+  }
   std::vector<int32_t> order(static_cast<size_t>(vocab_local));
   for (int r = 0; r < rows; ++r) {
     const float* row = logits + static_cast<int64_t>(r) * vocab_local;

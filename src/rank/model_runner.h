@@ -42,11 +42,25 @@ class ModelRunner {
   virtual uint64_t kv_cache_bytes() const = 0;  // bytes of this rank's KV cache
 };
 
-// The fp32 CPU backend. Loads only this rank's slices from `weights`; its operators split large
-// work over `threads` threads (the rank's own included).
+// How the CPU backend spreads a step over its threads.
+//  kColumns: every operator splits its own work (a product's output columns, attention's (token,
+//            KV head) pairs); each weight is read once per step, whatever the batch.
+//  kRows:    the step's sequences are divided among the threads, and each thread takes its rows
+//            through every layer; threads meet only at the tensor-parallel all-reduces. Each
+//            thread reads every weight, so this pays only while the weights stay in each core's
+//            own L2 cache, where the per-operator fork/join would cost more than the work.
+//  kAuto:    kRows when this rank's weights fit in one core's L2 and the sequences divide evenly
+//            enough; kColumns otherwise.
+// A row's results are bit-identical under all three (each output is one multiply-add chain).
+enum class CpuSplit { kAuto, kColumns, kRows };
+// LLAMA2_CPU_SPLIT=auto|columns|rows (A/B runs); unset: kAuto. Error naming the allowed values.
+CpuSplit cpu_split_from_env();
+
+// The fp32 CPU backend. Loads only this rank's slices from `weights`; large work is split over
+// `threads` threads (the rank's own included) as `split` says.
 std::unique_ptr<ModelRunner> make_cpu_runner(const ModelConfig& config, const ShardPlan& shard,
                                              const WeightStore& weights, Comm& comm,
-                                             int threads = 1);
+                                             int threads = 1, CpuSplit split = CpuSplit::kAuto);
 
 // What the CUDA backend needs beyond the model and the shard.
 struct CudaRunnerOptions {

@@ -189,6 +189,33 @@ TEST_SUITE("logits_gather") {
     CHECK(ids[4] == 102);  // NaN first
     CHECK(ids[5] == 100);  // -0 == +0: lower id
     CHECK(ids[6] == 101);
+    // k = 1 takes a path of its own (one scan): the same order, NaN and ties included.
+    std::vector<float> v1(2);
+    std::vector<int32_t> ids1(2);
+    llama2::local_candidates(logits.data(), 2, 3, 100, 1, v1.data(), ids1.data());
+    CHECK(ids1 == std::vector<int32_t>{101, 102});
+    CHECK(v1[0] == 3.f);
+    CHECK(std::isnan(v1[1]));
+    llama2::local_candidates(logits.data(), 1, 0, 100, 1, v1.data(), ids1.data());
+    CHECK(ids1[0] == -1);
+    CHECK(v1[0] == -std::numeric_limits<float>::infinity());
+  }
+
+  TEST_CASE("local candidates: the k = 1 scan picks what the k = 3 sort puts first") {
+    std::mt19937 rng(3);
+    std::uniform_int_distribution<int> coarse(-6, 6);  // many ties, signed zeros
+    const int rows = 50, vocab = 41;
+    std::vector<float> logits(rows * vocab);
+    for (float& x : logits) x = coarse(rng) * 0.5f * (rng() % 2 ? 1.f : -1.f);
+    std::vector<float> v1(rows), v3(rows * 3);
+    std::vector<int32_t> i1(rows), i3(rows * 3);
+    llama2::local_candidates(logits.data(), rows, vocab, 7, 1, v1.data(), i1.data());
+    llama2::local_candidates(logits.data(), rows, vocab, 7, 3, v3.data(), i3.data());
+    for (int r = 0; r < rows; ++r) {
+      CAPTURE(r);
+      CHECK(i1[r] == i3[r * 3]);
+      CHECK(v1[r] == v3[r * 3]);
+    }
   }
 
   TEST_CASE("merge of per-rank candidates equals the candidates of the whole row") {

@@ -1,0 +1,244 @@
+// The CPU backend's whole forward pass on the committed tiny model: however a step is spread over
+// threads (CpuSplit) and whatever else is in the batch, a sequence's logits keep the same bits;
+// tensor parallelism (two shards in this process, summed by a real two-party all-reduce) matches
+// one shard within fp32 rounding and is itself split-invariant.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/check.h"
+#include "common/model_config.h"
+#include "common/shard_plan.h"
+#include "rank/comm.h"
+#include "rank/model_runner.h"
+#include "rank/safetensors.h"
+
+using llama2::CpuSplit;
+using llama2::StepLogits;
+using llama2::StepPlan;
+
+namespace {
+
+const std::string kModel = LLAMA2_SOURCE_DIR "/tests/models/tiny-gqa";
+constexpr int kBlockSize = 4, kBlocksPerSeq = 16;  // 64 positions per sequence
+
+// Ranks of one tensor-parallel group as threads of this process. The collectives meet at a
+// barrier, read every rank's buffer in rank order, and meet again before anyone writes.
+class ThreadGroup {
+ public:
+  explicit ThreadGroup(int n) : n_(n), bufs_(n) {}
+  void barrier() {
+    std::unique_lock<std::mutex> lock(mu_);
+    const uint64_t gen = gen_;
+    if (++waiting_ == n_) {
+      waiting_ = 0;
+      ++gen_;
+      cv_.notify_all();
+    } else {
+      cv_.wait(lock, [&] { return gen_ != gen; });
+    }
+  }
+  int n_;
+  std::vector<const void*> bufs_;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int waiting_ = 0;
+  uint64_t gen_ = 0;
+};
+
+class ThreadComm final : public llama2::Comm {
+ public:
+  ThreadComm(ThreadGroup& g, int rank) : g_(g), rank_(rank) {}
+  int rank() const override { return rank_; }
+  int size() const override { return g_.n_; }
+  void all_reduce_sum(float* data, size_t n) override {
+    g_.bufs_[rank_] = data;
+    g_.barrier();
+    std::vector<float> sum(n, 0.f);
+    for (int r = 0; r < g_.n_; ++r) {
+      const float* b = static_cast<const float*>(g_.bufs_[r]);
+      for (size_t i = 0; i < n; ++i) sum[i] += b[i];
+    }
+    g_.barrier();
+    std::memcpy(data, sum.data(), n * sizeof(float));
+  }
+  void gather_to_root(const float* send, const std::vector<int>& counts, float* recv) override {
+    gather(send, counts, recv);
+  }
+  void gather_to_root(const int32_t* send, const std::vector<int>& counts,
+                      int32_t* recv) override {
+    gather(send, counts, recv);
+  }
+
+ private:
+  template <typename T>
+  void gather(const T* send, const std::vector<int>& counts, T* recv) {
+    g_.bufs_[rank_] = send;
+    g_.barrier();
+    if (rank_ == 0) {
+      for (int r = 0; r < g_.n_; ++r) {
+        recv = std::copy_n(static_cast<const T*>(g_.bufs_[r]), counts[r], recv);
+      }
+    }
+    g_.barrier();
+  }
+  ThreadGroup& g_;
+  int rank_;
+};
+
+// The steps a serving loop makes: three prompts of different lengths prefill together, then all
+// decode, a fourth prompt joining in step 2. Sequence s owns blocks [16 s, 16 s + 16).
+struct Script {
+  std::vector<StepPlan> plans;
+  std::vector<std::vector<int>> seq_of_row;  // per step: the sequence of each logit row
+};
+
+Script make_script(const std::vector<int>& only = {}) {
+  const std::vector<int> prompt_len = {11, 3, 7, 13};
+  std::vector<std::vector<int32_t>> tables(4), tokens(4);
+  for (int s = 0; s < 4; ++s) {
+    for (int b = 0; b < kBlocksPerSeq; ++b) tables[s].push_back(s * kBlocksPerSeq + b);
+    for (int i = 0; i < 40; ++i) tokens[s].push_back(3 + (s * 131 + i * 17) % 500);
+  }
+  Script sc;
+  std::vector<int> cached(4, 0);
+  for (int step = 0; step < 7; ++step) {
+    StepPlan plan;
+    std::vector<int> rows;
+    for (int s = 0; s < 4; ++s) {
+      const int start = s == 3 ? 2 : 0;
+      if (step < start) continue;
+      if (!only.empty() && only[0] != s) continue;
+      const int n = step == start ? prompt_len[s] : 1;
+      llama2::append_seq(&plan, s, cached[s], tokens[s].data() + cached[s], n, true,
+                         tables[s].data(), kBlocksPerSeq);
+      cached[s] += n;
+      rows.push_back(s);
+    }
+    if (plan.seqs.empty()) continue;  // a sequence alone, before it starts
+    sc.plans.push_back(plan);
+    sc.seq_of_row.push_back(rows);
+  }
+  return sc;
+}
+
+// Full logits of every step of `sc` on `tp` in-process ranks, each with `threads` threads.
+std::vector<StepLogits> run(const Script& sc, int tp, int threads, CpuSplit split) {
+  const llama2::ModelConfig c = llama2::load_model_config(kModel);
+  const llama2::WeightStore w = llama2::WeightStore::open(kModel);
+  ThreadGroup group(tp);
+  std::vector<StepLogits> out(sc.plans.size());
+  auto rank_main = [&](int rank) {
+    ThreadComm comm(group, rank);
+    auto runner = llama2::make_cpu_runner(c, llama2::make_shard_plan(c, tp, rank), w, comm,
+                                          threads, split);
+    runner->allocate_kv({kBlockSize, 4 * kBlocksPerSeq});
+    for (size_t i = 0; i < sc.plans.size(); ++i) {
+      runner->forward(sc.plans[i], rank == 0 ? &out[i] : nullptr);
+    }
+  };
+  std::vector<std::thread> others;
+  for (int r = 1; r < tp; ++r) others.emplace_back(rank_main, r);
+  rank_main(0);
+  for (auto& t : others) t.join();
+  return out;
+}
+
+bool same_bits(const std::vector<StepLogits>& a, const std::vector<StepLogits>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].values.size() != b[i].values.size() ||
+        std::memcmp(a[i].values.data(), b[i].values.data(), a[i].values.size() * 4) != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_SUITE("cpu_model") {
+  TEST_CASE("a step's logits have the same bits however its sequences are spread over threads") {
+    const Script sc = make_script();
+    const auto one = run(sc, 1, 1, CpuSplit::kAuto);
+    REQUIRE(one.size() == 7);
+    CHECK(one[0].rows == 3);
+    CHECK(one[3].rows == 4);
+    CHECK(one[3].values.size() == 4u * 512);
+    CHECK(same_bits(one, run(sc, 1, 2, CpuSplit::kColumns)));
+    CHECK(same_bits(one, run(sc, 1, 2, CpuSplit::kRows)));
+    CHECK(same_bits(one, run(sc, 1, 3, CpuSplit::kRows)));  // 3 or 4 sequences over 3 threads
+    CHECK(same_bits(one, run(sc, 1, 2, CpuSplit::kAuto)));
+  }
+
+  TEST_CASE("a sequence's logits in a split batch equal its logits alone") {
+    const Script batch = make_script();
+    const auto together = run(batch, 1, 2, CpuSplit::kRows);
+    for (int s : {0, 3}) {
+      CAPTURE(s);
+      const Script alone_sc = make_script({s});
+      const auto alone = run(alone_sc, 1, 1, CpuSplit::kAuto);
+      int checked = 0;
+      for (size_t step = 0, a = 0; step < batch.plans.size(); ++step) {
+        const auto& rows = batch.seq_of_row[step];
+        for (size_t r = 0; r < rows.size(); ++r) {
+          if (rows[r] != s) continue;
+          const float* got = together[step].values.data() + r * 512;
+          CHECK(std::memcmp(got, alone[a].values.data(), 512 * 4) == 0);
+          ++a;
+          ++checked;
+        }
+      }
+      CHECK(checked == (s == 3 ? 5 : 7));
+    }
+  }
+
+  TEST_CASE("two tensor-parallel shards: split-invariant, and within fp32 rounding of one shard") {
+    const Script sc = make_script();
+    const auto tp1 = run(sc, 1, 1, CpuSplit::kAuto);
+    const auto cols = run(sc, 2, 2, CpuSplit::kColumns);
+    CHECK(same_bits(cols, run(sc, 2, 2, CpuSplit::kRows)));
+    CHECK(same_bits(cols, run(sc, 2, 1, CpuSplit::kAuto)));
+    double worst = 0;
+    for (size_t i = 0; i < tp1.size(); ++i) {
+      REQUIRE(cols[i].values.size() == tp1[i].values.size());
+      for (size_t j = 0; j < tp1[i].values.size(); ++j) {
+        worst = std::max(worst, double(std::abs(cols[i].values[j] - tp1[i].values[j])));
+      }
+    }
+    CHECK(worst < 1e-4);
+    CHECK(worst > 0);  // the shards really summed partial products in another order
+  }
+
+  TEST_CASE("LLAMA2_CPU_SPLIT names its allowed values") {
+    ::setenv("LLAMA2_CPU_SPLIT", "diagonal", 1);
+    std::string msg;
+    try {
+      llama2::cpu_split_from_env();
+    } catch (const llama2::Error& e) {
+      msg = e.what();
+    }
+    CHECK(msg == "LLAMA2_CPU_SPLIT=diagonal: expected auto, columns or rows");
+    ::setenv("LLAMA2_CPU_SPLIT", "rows", 1);
+    CHECK(llama2::cpu_split_from_env() == CpuSplit::kRows);
+    ::unsetenv("LLAMA2_CPU_SPLIT");
+    CHECK(llama2::cpu_split_from_env() == CpuSplit::kAuto);
+  }
+
+  TEST_CASE("a bad block id in a split step is an error, not a crash on a worker thread") {
+    Script sc = make_script();
+    sc.plans.resize(1);
+    sc.plans[0].block_ids[sc.plans[0].seqs[2].table_begin] = 9999;
+    CHECK_THROWS_AS(run(sc, 1, 2, CpuSplit::kRows), llama2::Error);
+  }
+}
