@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 
@@ -17,6 +18,41 @@ bool candidate_before(float va, int32_t ia, float vb, int32_t ib) {
   return ia < ib;
 }
 
+namespace {
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+// The index candidate_before ranks first in row [n] (-1 when n == 0): the largest value found 8
+// lanes at a time, then its first index; a NaN, ranked before everything, is looked for only when
+// the row has one.
+__attribute__((target_clones("arch=x86-64-v3", "default"))) int32_t first_best(const float* row,
+                                                                               int32_t n) {
+  v8f top8 = v8f{} - std::numeric_limits<float>::infinity();
+  v8i nan8 = {};
+  int32_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    v8f x;
+    std::memcpy(&x, row + j, sizeof(x));
+    top8 = x > top8 ? x : top8;
+    nan8 |= x != x;
+  }
+  float top = -std::numeric_limits<float>::infinity();
+  bool nan = false;
+  for (int i = 0; i < 8; ++i) {
+    top = top8[i] > top ? top8[i] : top;
+    nan |= nan8[i] != 0;
+  }
+  for (; j < n; ++j) {
+    top = row[j] > top ? row[j] : top;
+    nan |= row[j] != row[j];
+  }
+  for (j = 0; j < n; ++j) {
+    if (nan ? std::isnan(row[j]) : row[j] == top) return j;
+  }
+  return n > 0 ? 0 : -1;  // not reached for n > 0
+}
+}  // namespace
+
 void local_candidates(const float* logits, int rows, int vocab_local, int vocab_begin, int k,
                       float* values, int32_t* ids) {
   LLAMA2_CHECK(k >= 1 && rows >= 0 && vocab_local >= 0);
@@ -25,10 +61,7 @@ void local_candidates(const float* logits, int rows, int vocab_local, int vocab_
     // tiny model's whole LM head at batch 8).
     for (int r = 0; r < rows; ++r) {
       const float* row = logits + static_cast<int64_t>(r) * vocab_local;
-      int32_t best = -1;
-      for (int32_t j = 0; j < vocab_local; ++j) {
-        if (best < 0 || candidate_before(row[j], j, row[best], best)) best = j;
-      }
+      const int32_t best = first_best(row, vocab_local);
       values[r] = best >= 0 ? row[best] : -std::numeric_limits<float>::infinity();
       ids[r] = best >= 0 ? vocab_begin + best : -1;
     }

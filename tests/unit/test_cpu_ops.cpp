@@ -493,6 +493,11 @@ TEST_SUITE("cpu_ops") {
         {4, 4, 6, {0, 1, 2, 3}},         // MHA
         {5, 1, 6, {0, 0, 0, 0, 0}},      // MQA
         {4, 2, 6, {1, 0, 0, 1}},         // arbitrary mapping: kv_head_of is honoured as given
+        // Head sizes of 8 dims per slice with more query heads than slices take the transposed-K
+        // scores; {2, 1, 16} (2 heads, 2 slices) the hsum8 ones.
+        {8, 2, 8, {0, 0, 0, 0, 1, 1, 1, 1}},
+        {6, 2, 16, {0, 0, 0, 1, 1, 1}},
+        {2, 1, 16, {0, 0}},
     };
     // (pos_begin, n_tokens): prefill from scratch, a later prefill chunk, decode steps, the very
     // first token alone, and a decode over 1000 positions.
@@ -544,9 +549,11 @@ TEST_SUITE("cpu_ops") {
   }
 
   TEST_CASE("attention of a sequence does not depend on the other sequences in the plan") {
+    for (int d : {10, 8}) {  // hsum8 scores, transposed-K scores
     for (int bs : {1, 4, 16}) {
+      CAPTURE(d);
       CAPTURE(bs);
-      AttnWorld w(6, 2, 10, bs, {0, 0, 0, 1, 1, 1}, {{0, 9}, {13, 4}, {40, 1}, {999, 1}}, 41);
+      AttnWorld w(6, 2, d, bs, {0, 0, 0, 1, 1, 1}, {{0, 9}, {13, 4}, {40, 1}, {999, 1}}, 41);
       w.write(w.all(), true);
       w.write(w.all(), false);
       const auto together = w.attend(w.all());
@@ -570,6 +577,7 @@ TEST_SUITE("cpu_ops") {
         }
       }
       CHECK(bitwise_equal(w.attend({1})[1], together[1]));
+    }
     }
   }
 
