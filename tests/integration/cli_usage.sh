@@ -21,6 +21,8 @@ run_capture fraction 1 generate --model "$MODELS/tiny-mha" --prompt hi --gpu-mem
 expect_rc fraction 2 "gpu-memory-fraction must be in (0, 1\] (got 3)"
 run_capture threads 2 batch --model "$MODELS/tiny-mha" --input /dev/null --output "$TMP/t.jsonl" --cpu-threads -3
 expect_rc threads 2 "cpu-threads must be 0 (automatic) or 1..1024 (got -3)"
+LLAMA2_CPU_SPLIT=diagonal run_capture cpu_split 2 generate --model "$MODELS/tiny-mha" --prompt hi --backend cpu
+expect_failure cpu_split "LLAMA2_CPU_SPLIT=diagonal: expected auto, columns or rows"
 run_capture help 2 generate --help
 expect_rc help 0 "Usage:"
 [[ $(grep -c "Usage:" "$TMP/help.out") -eq 1 ]] && pass "help printed once" || fail "help printed $(grep -c Usage: "$TMP/help.out") times"
