@@ -131,8 +131,24 @@ unsigned char Tokenizer::byte_value(int id) const {
   return static_cast<unsigned char>(std::stoi(piece.substr(3, 2), nullptr, 16));
 }
 
-StreamingDetokenizer::StreamingDetokenizer(const Tokenizer& tokenizer)
-    : tokenizer_(tokenizer), anchor_text_(tokenizer.decode({tokenizer.unk_id()})) {}
+std::string Tokenizer::continuation(int id) const {
+  check_id(id);
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  if (continuation_.empty()) {
+    continuation_.resize(static_cast<size_t>(vocab_size_));
+    continuation_known_.assign(static_cast<size_t>(vocab_size_), 0);
+  }
+  if (!continuation_known_[id]) {
+    const std::string anchor = decode({unk_id_});
+    const std::string anchored = decode({unk_id_, id});
+    LLAMA2_CHECK(anchored.compare(0, anchor.size(), anchor) == 0);
+    continuation_[id] = anchored.substr(anchor.size());
+    continuation_known_[id] = 1;
+  }
+  return continuation_[id];
+}
+
+StreamingDetokenizer::StreamingDetokenizer(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
 
 std::string StreamingDetokenizer::emit_decided_bytes() {
   const auto* p = reinterpret_cast<const unsigned char*>(held_bytes_.data());
@@ -175,9 +191,7 @@ std::string StreamingDetokenizer::push(int id) {
     seen_non_control_ = true;
     return out + tokenizer_.decode({id});  // first piece: its dummy-prefix space is dropped
   }
-  const std::string anchored = tokenizer_.decode({tokenizer_.unk_id(), id});
-  LLAMA2_CHECK(anchored.compare(0, anchor_text_.size(), anchor_text_) == 0);
-  return out.append(anchored, anchor_text_.size(), std::string::npos);
+  return out + tokenizer_.continuation(id);
 }
 
 std::string StreamingDetokenizer::finish() {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,10 @@ class Tokenizer {
   unsigned char byte_value(int id) const;
   // Throws llama2::Error naming `id` and the valid range unless 0 <= id < vocab_size().
   void check_id(int id) const;
+  // The text a normal (not byte, not control) piece adds after some earlier non-control piece:
+  // decode({<unk>, id}) with <unk>'s text cut off. Decoded once per id, then served from a cache
+  // (generation asks for it once per token of every sequence). Thread-safe.
+  std::string continuation(int id) const;
 
  private:
   std::string path_;
@@ -53,6 +58,9 @@ class Tokenizer {
   int bos_id_ = -1;
   int eos_id_ = -1;
   int unk_id_ = -1;
+  mutable std::mutex cache_mu_;                       // guards the two below
+  mutable std::vector<std::string> continuation_;    // [vocab_size] once known
+  mutable std::vector<unsigned char> continuation_known_;  // [vocab_size]
 };
 
 // Turns ids into text as they are generated. Contract: every string push()/finish() returns is
@@ -80,7 +88,6 @@ class StreamingDetokenizer {
   std::string emit_decided_bytes();
 
   const Tokenizer& tokenizer_;
-  std::string anchor_text_;        // decode({unk}): the prefix cut from anchored decodes
   std::vector<int> held_ids_;      // byte pieces of a character not decided yet (at most 3)
   std::string held_bytes_;         // their byte values
   bool seen_non_control_ = false;  // whether the dummy-prefix space has been dropped already

@@ -273,6 +273,18 @@ TEST_SUITE("tokenizer") {
     check_streaming(all);
   }
 
+  TEST_CASE("continuation(id): the anchored decode without the anchor, the same from the cache") {
+    const std::string anchor = tok().decode({tok().unk_id()});
+    for (int id = 3 + 256; id < tok().vocab_size(); id += 7) {
+      CAPTURE(id);
+      const std::string want = tok().decode({tok().unk_id(), id}).substr(anchor.size());
+      CHECK(tok().continuation(id) == want);
+      CHECK(tok().continuation(id) == want);  // second call: cached
+    }
+    CHECK(tok().continuation(tok().vocab_size() - 1).find("\xe2\x96\x81") == std::string::npos);
+    CHECK_THROWS_AS(tok().continuation(tok().vocab_size()), llama2::Error);
+  }
+
   TEST_CASE("streaming detokenizer holds back split characters") {
     const Tokenizer& t = tok();
     StreamingDetokenizer stream(t);
