@@ -87,7 +87,7 @@ class CpuModel final : public ModelRunner {
     std::string d = "host, " + std::to_string(pool_.size()) + (pool_.size() == 1 ? " thread" : " threads");
     if (pool_.size() > 1) {
       const bool rows = split_ == CpuSplit::kRows || (split_ == CpuSplit::kAuto && weights_fit_l2_);
-      d += rows ? " (sequences split across threads)" : " (operators split across threads)";
+      d += rows ? " (batched steps split by sequence)" : " (operators split across threads)";
     }
     return d;
   }
@@ -170,7 +170,7 @@ class CpuModel final : public ModelRunner {
     const int T = plan.total_tokens(), n_seqs = static_cast<int>(plan.seqs.size());
     const bool allowed = split_ == CpuSplit::kRows ||
                          (split_ == CpuSplit::kAuto && weights_fit_l2_);
-    int G = allowed ? std::min(pool_.size(), n_seqs) : 1;
+    int G = allowed ? std::max(1, std::min(pool_.size(), n_seqs)) : 1;
     // Contiguous sequences, at least one per group; group g - 1 ends where its next sequence's
     // midpoint would pass g * T / G tokens.
     std::vector<int> first_seq(1, 0);
