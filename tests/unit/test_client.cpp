@@ -195,20 +195,8 @@ TEST_SUITE("client") {
     // The server answers in pairs, so requests go in rounds of one per thread (8, even): a thread
     // that ran ahead with an odd request out would wait for a partner that never comes.
     constexpr int kThreads = 8, kPerThread = 4;
-    std::mutex round_mu;
-    std::condition_variable round_cv;
-    int arrived = 0, round = 0;
-    auto next_round = [&] {
-      std::unique_lock<std::mutex> lock(round_mu);
-      const int mine = round;
-      if (++arrived == kThreads) {
-        arrived = 0;
-        ++round;
-        round_cv.notify_all();
-      } else {
-        round_cv.wait(lock, [&] { return round != mine; });
-      }
-    };
+    llama2::test::Barrier round_barrier(kThreads);
+    auto next_round = [&] { round_barrier.wait(); };
     struct Result {
       std::string id;
       json final_event;

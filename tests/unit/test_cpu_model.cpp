@@ -6,10 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,6 +18,7 @@
 #include "rank/comm.h"
 #include "rank/model_runner.h"
 #include "rank/safetensors.h"
+#include "test_util.h"
 
 using llama2::CpuSplit;
 using llama2::StepLogits;
@@ -32,28 +31,12 @@ constexpr int kBlockSize = 4, kBlocksPerSeq = 16;  // 64 positions per sequence
 
 // Ranks of one tensor-parallel group as threads of this process. The collectives meet at a
 // barrier, read every rank's buffer in rank order, and meet again before anyone writes.
-class ThreadGroup {
- public:
-  explicit ThreadGroup(int n) : n_(n), bufs_(n) {}
-  void barrier() {
-    std::unique_lock<std::mutex> lock(mu_);
-    const uint64_t gen = gen_;
-    if (++waiting_ == n_) {
-      waiting_ = 0;
-      ++gen_;
-      cv_.notify_all();
-    } else {
-      cv_.wait(lock, [&] { return gen_ != gen; });
-    }
-  }
+struct ThreadGroup {
+  explicit ThreadGroup(int n) : n_(n), bufs_(n), barrier_(n) {}
+  void barrier() { barrier_.wait(); }
   int n_;
   std::vector<const void*> bufs_;
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int waiting_ = 0;
-  uint64_t gen_ = 0;
+  llama2::test::Barrier barrier_;
 };
 
 class ThreadComm final : public llama2::Comm {

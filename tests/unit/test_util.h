@@ -4,8 +4,11 @@
 #include <doctest/doctest.h>
 #include <stdlib.h>  // mkdtemp
 
+#include <condition_variable>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <string>
 
 namespace llama2::test {
@@ -30,6 +33,30 @@ struct TempDir {
     out << text;
     REQUIRE(out.good());
   }
+};
+
+// A reusable barrier for n threads (C++17 has none): wait() returns once all n have called it.
+class Barrier {
+ public:
+  explicit Barrier(int n) : n_(n) {}
+  void wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    const uint64_t gen = gen_;
+    if (++waiting_ == n_) {
+      waiting_ = 0;
+      ++gen_;
+      cv_.notify_all();
+    } else {
+      cv_.wait(lock, [&] { return gen_ != gen; });
+    }
+  }
+
+ private:
+  const int n_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int waiting_ = 0;
+  uint64_t gen_ = 0;
 };
 
 }  // namespace llama2::test
