@@ -61,6 +61,19 @@ PY
 for l in open(sys.argv[1], encoding="utf-8"):
     r = json.loads(l); print(r["custom_id"], r["prompt"], r["max_new_tokens"], sep="\t")' "$TMP/greedy.jsonl")
   [[ $mism -eq 0 ]] && pass "np=$np batched greedy == generate alone for 12 prompts" || fail "np=$np $mism prompts differ from generate alone"
+  # The same batch with each rank's steps split by sequence over 2 threads (meeting at the MPI
+  # all-reduces when np=2), and with every operator split instead: the same tokens.
+  for split in rows columns; do
+    LLAMA2_CPU_SPLIT=$split run_capture split$np$split $np batch --model "$M" --input "$TMP/greedy.jsonl" \
+      --output "$TMP/split$np$split.out.jsonl" --max-batch-size 8 --prefill-chunk 16 --cpu-threads 2 --backend cpu --quiet
+    python3 - "$TMP/greedy$np.out.jsonl" "$TMP/split$np$split.out.jsonl" <<'PY' &&
+import json, sys
+a, b = ({r["custom_id"]: r["token_ids"] for r in map(json.loads, open(f, encoding="utf-8"))} for f in sys.argv[1:])
+sys.exit(0 if a == b and len(a) == 12 else 1)
+PY
+      pass "np=$np LLAMA2_CPU_SPLIT=$split, 2 threads per rank: same tokens" ||
+      fail "np=$np LLAMA2_CPU_SPLIT=$split: tokens differ (exit $(rc_of split$np$split))"
+  done
 done
 
 # Resume after a partial last line: cut the finished output after 5 lines plus half a line.
