@@ -159,7 +159,7 @@ class CpuModel final : public ModelRunner {
   // A run of consecutive sequences of the step with their token rows [t0, t1) and logit rows
   // [r0, r1): what one thread takes through every layer when the step is split by sequence.
   struct RowGroup {
-    StepPlan plan;  // those sequences only; block_ids copied whole, so table offsets still hold
+    StepPlan plan;  // those sequences only, with their block tables
     int t0 = 0, t1 = 0, r0 = 0, r1 = 0;
     cpu::RopeTable rope;  // [t1 - t0] rows
   };
@@ -197,8 +197,17 @@ class CpuModel final : public ModelRunner {
     groups_.resize(G);
     for (int g = 0, t = 0, r = 0; g < G; ++g) {
       RowGroup& grp = groups_[g];
+      // Its sequences with their own block tables, rebased (every group's tables together are one
+      // copy of the step's, not one per group).
       grp.plan.seqs.assign(plan.seqs.begin() + first_seq[g], plan.seqs.begin() + first_seq[g + 1]);
-      grp.plan.block_ids = plan.block_ids;
+      grp.plan.block_ids.clear();
+      for (SeqStep& sq : grp.plan.seqs) {
+        LLAMA2_CHECK(sq.table_begin >= 0 && sq.table_len >= 0 &&
+                     int64_t{sq.table_begin} + sq.table_len <= int64_t(plan.block_ids.size()));
+        const auto begin = plan.block_ids.begin() + sq.table_begin;
+        sq.table_begin = static_cast<int32_t>(grp.plan.block_ids.size());
+        grp.plan.block_ids.insert(grp.plan.block_ids.end(), begin, begin + sq.table_len);
+      }
       grp.t0 = t;
       grp.r0 = r;
       for (const SeqStep& sq : grp.plan.seqs) {
