@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "common/check.h"
+#include "rank/cpu_vec.h"
 
 namespace llama2::cpu {
 
@@ -35,16 +36,6 @@ void rmsnorm(const float* x, const float* weight, int n, int hidden, double eps,
 }
 
 namespace {
-// 8 float lanes; the compiler lowers this to SSE/AVX as the target allows.
-typedef float v8f __attribute__((vector_size(32)));
-typedef int v8i __attribute__((vector_size(32)));
-
-inline v8f load8(const float* p) {
-  v8f v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-
 // Fixed-order horizontal sum: part of what makes a row's result independent of its block.
 inline float hsum(v8f a) {
   return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
@@ -78,7 +69,6 @@ inline float dot_tail(const float* x, const float* w, int k, int in) {
   return tail;
 }
 
-inline void store8(float* p, v8f v) { std::memcpy(p, &v, sizeof(v)); }
 
 // out[r, 8c + j] for R activation rows x C column panels (PackedLinear): each k step loads C
 // weight vectors and broadcasts R activations into R x C independent multiply-add chains, enough to

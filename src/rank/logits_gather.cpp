@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <numeric>
 
 #include "common/check.h"
+#include "rank/cpu_vec.h"
 
 namespace llama2 {
 
@@ -19,8 +19,9 @@ bool candidate_before(float va, int32_t ia, float vb, int32_t ib) {
 }
 
 namespace {
-typedef float v8f __attribute__((vector_size(32)));
-typedef int32_t v8i __attribute__((vector_size(32)));
+using cpu::load8;
+using cpu::v8f;
+using cpu::v8i;
 
 // The index candidate_before ranks first in row [n] (-1 when n == 0): the largest value found 8
 // lanes at a time, then its first index; a NaN, ranked before everything, is looked for only when
@@ -31,8 +32,7 @@ __attribute__((target_clones("arch=x86-64-v3", "default"))) int32_t first_best(c
   v8i nan8 = {};
   int32_t j = 0;
   for (; j + 8 <= n; j += 8) {
-    v8f x;
-    std::memcpy(&x, row + j, sizeof(x));
+    const v8f x = load8(row + j);
     top8 = x > top8 ? x : top8;
     nan8 |= x != x;
   }
