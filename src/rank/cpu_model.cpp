@@ -84,12 +84,10 @@ class CpuModel final : public ModelRunner {
 
   std::string backend_name() const override { return "cpu"; }
   std::string device_description() const override {
-    std::string d = "host, " + std::to_string(pool_.size()) + (pool_.size() == 1 ? " thread" : " threads");
-    if (pool_.size() > 1) {
-      const bool rows = split_ == CpuSplit::kRows || (split_ == CpuSplit::kAuto && weights_fit_l2_);
-      d += rows ? " (batched steps split by sequence)" : " (operators split across threads)";
-    }
-    return d;
+    if (pool_.size() == 1) return "host, 1 thread";
+    return "host, " + std::to_string(pool_.size()) + " threads" +
+           (split_by_sequence() ? " (batched steps split by sequence)"
+                                : " (operators split across threads)");
   }
   int dtype_bytes() const override { return sizeof(float); }
   int kv_dtype_bytes() const override { return sizeof(float); }
@@ -159,18 +157,36 @@ class CpuModel final : public ModelRunner {
   // A run of consecutive sequences of the step with their token rows [t0, t1) and logit rows
   // [r0, r1): what one thread takes through every layer when the step is split by sequence.
   struct RowGroup {
-    StepPlan plan;  // those sequences only, with their block tables
+    const StepPlan* plan = nullptr;  // those sequences: the step's own plan, or `part`
+    StepPlan part;                   // a split step's share, with its block tables rebased
     int t0 = 0, t1 = 0, r0 = 0, r1 = 0;
     cpu::RopeTable rope;  // [t1 - t0] rows
   };
+
+  // Whether steps with several sequences are split by sequence (CpuSplit).
+  bool split_by_sequence() const {
+    return pool_.size() > 1 &&
+           (split_ == CpuSplit::kRows || (split_ == CpuSplit::kAuto && weights_fit_l2_));
+  }
+
+  // The group of rows [t0, t1) / logit rows [r0, r1) reading `p`; its rope table.
+  void set_group(RowGroup* g, const StepPlan* p, int t0, int r0) {
+    g->plan = p;
+    g->t0 = g->t1 = t0;
+    g->r0 = g->r1 = r0;
+    for (const SeqStep& sq : p->seqs) {
+      g->t1 += sq.n_tokens;
+      g->r1 += sq.want_logits ? 1 : 0;
+    }
+    const std::vector<int32_t> positions = cpu::plan_positions(*p);
+    g->rope = cpu::rope_table(positions.data(), g->t1 - g->t0, s_.head_dim, c_.rope_theta);
+  }
 
   // Sequence groups for this step: one per thread when splitting by sequence pays (see
   // CpuSplit), else a single group whose operators split their own work over the pool.
   void make_groups(const StepPlan& plan) {
     const int T = plan.total_tokens(), n_seqs = static_cast<int>(plan.seqs.size());
-    const bool allowed = split_ == CpuSplit::kRows ||
-                         (split_ == CpuSplit::kAuto && weights_fit_l2_);
-    int G = allowed ? std::max(1, std::min(pool_.size(), n_seqs)) : 1;
+    const int G = split_by_sequence() ? std::min(pool_.size(), n_seqs) : 1;
     // Contiguous sequences, at least one per group; group g - 1 ends where its next sequence's
     // midpoint would pass g * T / G tokens.
     std::vector<int> first_seq(1, 0);
@@ -190,35 +206,29 @@ class CpuModel final : public ModelRunner {
       for (int si = first_seq[g]; si < first_seq[g + 1]; ++si) tokens += plan.seqs[si].n_tokens;
       longest = std::max(longest, tokens);
     }
-    if (G > 1 && split_ == CpuSplit::kAuto && 2 * longest * G > 3 * T) {
-      G = 1;
-      first_seq = {0, n_seqs};
+    if (G <= 1 || (split_ == CpuSplit::kAuto && 2 * longest * G > 3 * T)) {
+      groups_.resize(1);
+      set_group(&groups_[0], &plan, 0, 0);  // the step as it is: nothing copied
+      return;
     }
     groups_.resize(G);
     for (int g = 0, t = 0, r = 0; g < G; ++g) {
-      RowGroup& grp = groups_[g];
       // Its sequences with their own block tables, rebased (every group's tables together are one
       // copy of the step's, not one per group).
-      grp.plan.seqs.assign(plan.seqs.begin() + first_seq[g], plan.seqs.begin() + first_seq[g + 1]);
-      grp.plan.block_ids.clear();
-      for (SeqStep& sq : grp.plan.seqs) {
+      StepPlan& part = groups_[g].part;
+      part.seqs.assign(plan.seqs.begin() + first_seq[g], plan.seqs.begin() + first_seq[g + 1]);
+      part.block_ids.clear();
+      for (SeqStep& sq : part.seqs) {
         LLAMA2_CHECK(sq.table_begin >= 0 && sq.table_len >= 0 &&
                      int64_t{sq.table_begin} + sq.table_len <= int64_t(plan.block_ids.size()));
         const auto begin = plan.block_ids.begin() + sq.table_begin;
-        sq.table_begin = static_cast<int32_t>(grp.plan.block_ids.size());
-        grp.plan.block_ids.insert(grp.plan.block_ids.end(), begin, begin + sq.table_len);
+        sq.table_begin = static_cast<int32_t>(part.block_ids.size());
+        part.block_ids.insert(part.block_ids.end(), begin, begin + sq.table_len);
       }
-      grp.t0 = t;
-      grp.r0 = r;
-      for (const SeqStep& sq : grp.plan.seqs) {
-        t += sq.n_tokens;
-        r += sq.want_logits ? 1 : 0;
-      }
-      grp.t1 = t;
-      grp.r1 = r;
-      grp.plan.tokens.assign(plan.tokens.begin() + grp.t0, plan.tokens.begin() + grp.t1);
-      const std::vector<int32_t> positions = cpu::plan_positions(grp.plan);
-      grp.rope = cpu::rope_table(positions.data(), grp.t1 - grp.t0, s_.head_dim, c_.rope_theta);
+      set_group(&groups_[g], &part, t, r);
+      part.tokens.assign(plan.tokens.begin() + t, plan.tokens.begin() + groups_[g].t1);
+      t = groups_[g].t1;
+      r = groups_[g].r1;
     }
   }
 
@@ -239,7 +249,7 @@ class CpuModel final : public ModelRunner {
       // Only the last token of sequences that asked for logits goes through the norm and head.
       float* last = ws.last.data() + int64_t{g.r0} * H;  // [r1 - r0, H]
       int t_end = 0, r = 0;
-      for (const SeqStep& sq : g.plan.seqs) {
+      for (const SeqStep& sq : g.plan->seqs) {
         t_end += sq.n_tokens;
         if (sq.want_logits) std::copy_n(x + int64_t{t_end - 1} * H, H, last + int64_t{r++} * H);
       }
@@ -267,8 +277,8 @@ class CpuModel final : public ModelRunner {
       cpu::rope(k, g.rope, T, s_.num_kv_heads, d);
       const cpu::KvLayerView cache{L.k_cache.data(), L.v_cache.data(), s_.num_kv_heads,
                                    kv_.block_size, d, kv_.num_blocks};
-      cpu::kv_write(cache, g.plan, k, v);
-      cpu::paged_attention(cache, g.plan, q, s_.num_heads, kv_head_of_, attn, ops);
+      cpu::kv_write(cache, *g.plan, k, v);
+      cpu::paged_attention(cache, *g.plan, q, s_.num_heads, kv_head_of_, attn, ops);
       cpu::linear(attn, L.wo, T, partial, H, ops);  // row-parallel O projection
     } else {
       float* gate_up = ws.gate_up.data() + int64_t{g.t0} * ld_gu;  // [T, gate | up | padding]
@@ -324,7 +334,8 @@ class CpuModel final : public ModelRunner {
     sized(&ws.logits, int64_t{plan.logit_rows()} * s_.vocab_size);  // [rows, vocab_local]
     cpu::embedding(plan.tokens.data(), T, embed_.data(), s_.vocab_begin, s_.vocab_size, H,
                    ws.x.data());
-    comm_.all_reduce_sum(ws.x.data(), ws.x.size());  // vocab-parallel embedding: one rank owns each row
+    // Vocab-parallel embedding: one rank owns each row.
+    comm_.all_reduce_sum(ws.x.data(), ws.x.size());
 
     make_groups(plan);
     const int last_stage = 2 * c_.num_layers;
