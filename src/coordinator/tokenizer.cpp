@@ -137,12 +137,12 @@ std::string Tokenizer::continuation(int id) const {
   if (continuation_.empty()) {
     continuation_.resize(static_cast<size_t>(vocab_size_));
     continuation_known_.assign(static_cast<size_t>(vocab_size_), 0);
+    anchor_text_ = decode({unk_id_});
   }
   if (!continuation_known_[id]) {
-    const std::string anchor = decode({unk_id_});
     const std::string anchored = decode({unk_id_, id});
-    LLAMA2_CHECK(anchored.compare(0, anchor.size(), anchor) == 0);
-    continuation_[id] = anchored.substr(anchor.size());
+    LLAMA2_CHECK(anchored.compare(0, anchor_text_.size(), anchor_text_) == 0);
+    continuation_[id] = anchored.substr(anchor_text_.size());
     continuation_known_[id] = 1;
   }
   return continuation_[id];

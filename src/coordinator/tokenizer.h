@@ -58,9 +58,10 @@ class Tokenizer {
   int bos_id_ = -1;
   int eos_id_ = -1;
   int unk_id_ = -1;
-  mutable std::mutex cache_mu_;                       // guards the two below
-  mutable std::vector<std::string> continuation_;    // [vocab_size] once known
+  mutable std::mutex cache_mu_;                            // guards the three below
+  mutable std::vector<std::string> continuation_;          // [vocab_size] once known
   mutable std::vector<unsigned char> continuation_known_;  // [vocab_size]
+  mutable std::string anchor_text_;                        // decode({<unk>}), cut from each
 };
 
 // Turns ids into text as they are generated. Contract: every string push()/finish() returns is
