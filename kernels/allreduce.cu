@@ -82,7 +82,8 @@ size_t allreduce_buffer_bytes(int ranks, size_t max_bytes) {
 }
 
 template <typename T>
-cudaError_t launch_allreduce(const AllReduceShared& shared, T* data, int64_t n, cudaStream_t stream) {
+cudaError_t launch_allreduce(const AllReduceShared& shared, T* data, int64_t n,
+                             cudaStream_t stream) {
   if (shared.ranks < 1 || shared.ranks > kAllReduceMaxRanks || n < 0 ||
       static_cast<size_t>(n) * sizeof(T) > shared.max_bytes || n % kVec16<T> != 0 ||
       shared.max_bytes % 16 != 0 || !is_aligned(data, 16)) {

@@ -18,7 +18,7 @@ constexpr int kAllReduceMaxRanks = 8;
 struct AllReduceShared {
   int rank = 0;
   int ranks = 1;
-  size_t max_bytes = 0;  // largest message (bytes) per rank and slot
+  size_t max_bytes = 0;                    // largest message (bytes) per rank and slot
   void* buffers[kAllReduceMaxRanks] = {};  // every rank's exchange buffer, mapped here
 };
 
@@ -34,6 +34,7 @@ size_t allreduce_buffer_bytes(int ranks, size_t max_bytes);
 // epoch (acquire), then sums. Two slots make it safe to start call e + 1 while a slower peer still
 // reads call e: no rank can pass call e + 1 before every peer has entered it.
 template <typename T>
-cudaError_t launch_allreduce(const AllReduceShared& shared, T* data, int64_t n, cudaStream_t stream);
+cudaError_t launch_allreduce(const AllReduceShared& shared, T* data, int64_t n,
+                             cudaStream_t stream);
 
 }  // namespace llama2::kernels

@@ -523,7 +523,7 @@ cudaError_t launch_attention_decode(const DecodeAttentionArgs<T, C>& a, cudaStre
   }
 }
 
-#define LLAMA2_INSTANTIATE(T, C)                                          \
+#define LLAMA2_INSTANTIATE(T, C)                                                       \
   template cudaError_t launch_attention_decode<T, C>(const DecodeAttentionArgs<T, C>&, \
                                                      cudaStream_t);
 LLAMA2_FOR_EACH_KV_TYPES(LLAMA2_INSTANTIATE)

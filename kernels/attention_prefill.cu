@@ -426,9 +426,9 @@ template <typename T, typename C, int D>
 static cudaError_t run_prefill(const PrefillParams<T, C>& p, const PrefillAttentionArgs<T, C>& a,
                                cudaStream_t stream) {
   constexpr size_t bytes = Smem<T, D>::kBytes;
-  cudaError_t err = cudaFuncSetAttribute(prefill_kernel<T, C, D>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(bytes));
+  cudaError_t err =
+      cudaFuncSetAttribute(prefill_kernel<T, C, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(bytes));
   if (err != cudaSuccess) return err;
   const dim3 grid(a.heads, static_cast<unsigned>(ceil_div(a.max_new_tokens, kBQ)), a.num_seqs);
   launch_kernel(prefill_kernel<T, C, D>, grid, kThreads, bytes, stream, p);
@@ -482,7 +482,7 @@ cudaError_t launch_attention_prefill(const PrefillAttentionArgs<T, C>& a, cudaSt
   }
 }
 
-#define LLAMA2_INSTANTIATE(T, C)                                            \
+#define LLAMA2_INSTANTIATE(T, C)                                                         \
   template cudaError_t launch_attention_prefill<T, C>(const PrefillAttentionArgs<T, C>&, \
                                                       cudaStream_t);
 LLAMA2_FOR_EACH_KV_TYPES(LLAMA2_INSTANTIATE)

@@ -10,9 +10,12 @@ constexpr int kThreads = 256;
 
 __device__ __forceinline__ float load_source(const void* src, SourceType type, int64_t i) {
   switch (type) {
-    case SourceType::kF32: return static_cast<const float*>(src)[i];
-    case SourceType::kF16: return __half2float(static_cast<const __half*>(src)[i]);
-    default: return __bfloat162float(static_cast<const __nv_bfloat16*>(src)[i]);
+    case SourceType::kF32:
+      return static_cast<const float*>(src)[i];
+    case SourceType::kF16:
+      return __half2float(static_cast<const __half*>(src)[i]);
+    default:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(src)[i]);
   }
 }
 
@@ -53,7 +56,8 @@ int grid_for(int64_t n) {
 template <typename T>
 cudaError_t launch_convert(const void* src, SourceType type, int64_t n, T* dst,
                            cudaStream_t stream) {
-  if (n < 0 || static_cast<int>(type) < 0 || static_cast<int>(type) > 2) return cudaErrorInvalidValue;
+  if (n < 0 || static_cast<int>(type) < 0 || static_cast<int>(type) > 2)
+    return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   if (src == nullptr || dst == nullptr) return cudaErrorInvalidValue;
   launch_kernel(convert_kernel<T>, grid_for(n), kThreads, 0, stream, src, type, n, dst);
@@ -71,8 +75,8 @@ cudaError_t launch_fill_uniform(T* dst, int64_t n, uint64_t seed, float mean, fl
   return cudaGetLastError();
 }
 
-#define LLAMA2_INSTANTIATE(T)                                                                   \
-  template cudaError_t launch_convert<T>(const void*, SourceType, int64_t, T*, cudaStream_t);   \
+#define LLAMA2_INSTANTIATE(T)                                                                 \
+  template cudaError_t launch_convert<T>(const void*, SourceType, int64_t, T*, cudaStream_t); \
   template cudaError_t launch_fill_uniform<T>(T*, int64_t, uint64_t, float, float, cudaStream_t);
 LLAMA2_INSTANTIATE(float)
 LLAMA2_INSTANTIATE(__half)

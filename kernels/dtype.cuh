@@ -104,8 +104,10 @@ __device__ __forceinline__ void store_float(T* p, const float (&in)[N]) {
 #pragma unroll
       for (int i = 0; i < kPiece; i += 4) {
         const float* x = in + c * kPiece + i;
-        const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(x[0], x[1]), __NV_SATFINITE, __NV_E4M3);
-        const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(x[2], x[3]), __NV_SATFINITE, __NV_E4M3);
+        const uint32_t lo =
+            __nv_cvt_float2_to_fp8x2(make_float2(x[0], x[1]), __NV_SATFINITE, __NV_E4M3);
+        const uint32_t hi =
+            __nv_cvt_float2_to_fp8x2(make_float2(x[2], x[3]), __NV_SATFINITE, __NV_E4M3);
         pk.w[i / 4] = lo | (hi << 16);
       }
     } else {

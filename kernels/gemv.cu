@@ -84,7 +84,8 @@ void launch_m(const T* x, const T* w, T* y, int N, int K, cudaStream_t stream) {
 
 template <typename T, bool kGateUp>
 cudaError_t launch(const T* x, const T* w, T* y, int M, int N, int K, cudaStream_t stream) {
-  if (M < 1 || M > kGemvMaxRows || N < 1 || K < 1 || K % kVec16<T> != 0) return cudaErrorInvalidValue;
+  if (M < 1 || M > kGemvMaxRows || N < 1 || K < 1 || K % kVec16<T> != 0)
+    return cudaErrorInvalidValue;
   if (x == nullptr || w == nullptr || y == nullptr || !is_aligned(x, 16) || !is_aligned(w, 16)) {
     return cudaErrorInvalidValue;
   }

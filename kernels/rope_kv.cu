@@ -174,12 +174,12 @@ cudaError_t launch_rope_kv(T* q, int64_t q_stride, const T* k, int64_t k_stride,
   constexpr int kThreads = 128;
   switch (d) {
     case 64:
-      launch_kernel(rope_kv_kernel<T, C, 64>, tokens.n_tokens, kThreads, 0, stream, q, k, v, cache.k,
-                    cache.v, p, freqs);
+      launch_kernel(rope_kv_kernel<T, C, 64>, tokens.n_tokens, kThreads, 0, stream, q, k, v,
+                    cache.k, cache.v, p, freqs);
       break;
     case 128:
-      launch_kernel(rope_kv_kernel<T, C, 128>, tokens.n_tokens, kThreads, 0, stream, q, k, v, cache.k,
-                    cache.v, p, freqs);
+      launch_kernel(rope_kv_kernel<T, C, 128>, tokens.n_tokens, kThreads, 0, stream, q, k, v,
+                    cache.k, cache.v, p, freqs);
       break;
     default:
       return cudaErrorInvalidValue;  // head_dim not instantiated
@@ -187,7 +187,7 @@ cudaError_t launch_rope_kv(T* q, int64_t q_stride, const T* k, int64_t k_stride,
   return cudaGetLastError();
 }
 
-#define LLAMA2_INSTANTIATE(T, C)                                                          \
+#define LLAMA2_INSTANTIATE(T, C)                                                               \
   template cudaError_t launch_rope_kv<T, C>(T*, int64_t, const T*, int64_t, const T*, int64_t, \
                                             int, const RopeKvTokens&, const RopeFreqs&,        \
                                             const PagedKvCache<C>&, cudaStream_t);

@@ -40,8 +40,8 @@ std::vector<int> parse_batches(const std::string& text, const std::string& help)
   while (at <= text.size()) {
     const size_t comma = std::min(text.find(',', at), text.size());
     const std::string item = text.substr(at, comma - at);
-    const bool digits = !item.empty() && item.size() <= 6 &&
-                        std::all_of(item.begin(), item.end(), ::isdigit);
+    const bool digits =
+        !item.empty() && item.size() <= 6 && std::all_of(item.begin(), item.end(), ::isdigit);
     if (!digits || std::stoi(item) <= 0) {
       throw llama2::UsageError("--batches: '" + item + "' is not a positive integer (e.g. 1,8,32)",
                                help);
@@ -97,14 +97,16 @@ double decode_us_per_step(llama2::RankEngine& engine, BlockAllocator& blocks, in
 int run(int argc, char** argv, int rank, int size) {
   cxxopts::Options opts("llama2_bench_cpu",
                         "Decode-step time of the CPU backend per batch size (run under mpirun).");
-  opts.add_options()
-      ("model", "Model directory", cxxopts::value<std::string>())
-      ("batches", "Batch sizes, comma-separated", cxxopts::value<std::string>()->default_value("1,8,32"))
-      ("context", "Tokens already in each sequence's cache when the timing starts", cxxopts::value<int>()->default_value("64"))
-      ("steps", "Timed decode steps per repeat", cxxopts::value<int>()->default_value("64"))
-      ("repeats", "Repeats per batch size (the median is reported)", cxxopts::value<int>()->default_value("5"))
-      ("cpu-threads", "Threads per rank; 0 = automatic", cxxopts::value<int>()->default_value("0"))
-      ("h,help", "Show this help");
+  opts.add_options()("model", "Model directory", cxxopts::value<std::string>())(
+      "batches", "Batch sizes, comma-separated",
+      cxxopts::value<std::string>()->default_value("1,8,32"))(
+      "context", "Tokens already in each sequence's cache when the timing starts",
+      cxxopts::value<int>()->default_value("64"))("steps", "Timed decode steps per repeat",
+                                                  cxxopts::value<int>()->default_value("64"))(
+      "repeats", "Repeats per batch size (the median is reported)",
+      cxxopts::value<int>()->default_value("5"))("cpu-threads", "Threads per rank; 0 = automatic",
+                                                 cxxopts::value<int>()->default_value("0"))(
+      "h,help", "Show this help");
   const cxxopts::ParseResult r = llama2::parse_or_usage(opts, argc, argv);
   if (r.count("help")) {
     if (rank == 0) std::cout << opts.help() << std::endl;

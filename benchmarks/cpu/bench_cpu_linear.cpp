@@ -15,9 +15,9 @@ int main() {
     const char* what;
     int in, out;
   };
-  const Shape shapes[] = {{"tiny q|k|v", 64, 96},       {"tiny gate+up", 64, 344},
-                          {"tiny down", 172, 64},       {"tiny lm head", 64, 512},
-                          {"59MB gate+up", 512, 2752},  {"59MB down", 1376, 512}};
+  const Shape shapes[] = {{"tiny q|k|v", 64, 96},      {"tiny gate+up", 64, 344},
+                          {"tiny down", 172, 64},      {"tiny lm head", 64, 512},
+                          {"59MB gate+up", 512, 2752}, {"59MB down", 1376, 512}};
   llama2::ThreadPool pool(2);
   std::printf("| shape | in x out | rows | threads | us | GMAC/s |\n|---|---|---|---|---|---|\n");
   for (const Shape& s : shapes) {
@@ -38,7 +38,8 @@ int main() {
         for (int r = 0; r < 5; ++r) {
           const auto t0 = std::chrono::steady_clock::now();
           for (int i = 0; i < n; ++i) call();
-          const std::chrono::duration<double, std::micro> dt = std::chrono::steady_clock::now() - t0;
+          const std::chrono::duration<double, std::micro> dt =
+              std::chrono::steady_clock::now() - t0;
           best = std::min(best, dt.count() / n);
         }
         std::printf("| %s | %d x %d | %d | %d | %.2f | %.1f |\n", s.what, s.in, s.out, rows,

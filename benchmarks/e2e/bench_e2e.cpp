@@ -56,9 +56,10 @@ struct Options {
 };
 
 cxxopts::Options bench_options() {
-  cxxopts::Options opts("llama2_bench_e2e",
-                        "End-to-end decode/prefill benchmark of the CUDA engine with synthetic "
-                        "weights. Run under mpirun, one rank per GPU (-np = tensor-parallel degree).");
+  cxxopts::Options opts(
+      "llama2_bench_e2e",
+      "End-to-end decode/prefill benchmark of the CUDA engine with synthetic "
+      "weights. Run under mpirun, one rank per GPU (-np = tensor-parallel degree).");
   // clang-format off
   opts.add_options()
       ("synthetic", "Model shape: 7b | 13b | 70b (random weights made on each GPU)",
@@ -104,8 +105,10 @@ std::vector<int> parse_int_list(const std::string& text, const std::string& flag
       used = 0;
     }
     if (used == 0 || used != item.size() || v <= 0 || v > (1 << 24)) {
-      throw llama2::UsageError("--" + flag + ": '" + item + "' is not a positive integer (give a "
-                               "comma-separated list such as 1,8,32)", help);
+      throw llama2::UsageError("--" + flag + ": '" + item +
+                                   "' is not a positive integer (give a "
+                                   "comma-separated list such as 1,8,32)",
+                               help);
     }
     out.push_back(static_cast<int>(v));
   }
@@ -237,7 +240,9 @@ void add_seq(StepPlan* plan, int seq_id, int pos_begin, const std::vector<int32_
 class Bench {
  public:
   Bench(llama2::RankEngine& engine, const Options& o)
-      : engine_(engine), o_(o), blocks_(engine.kv().num_blocks, engine.kv().block_size),
+      : engine_(engine),
+        o_(o),
+        blocks_(engine.kv().num_blocks, engine.kv().block_size),
         rng_(o.seed) {}
 
   std::vector<int32_t> random_tokens(int n) {
@@ -268,7 +273,8 @@ class Bench {
       }
       engine_.execute(plan, &logits);
       LLAMA2_CHECK(logits.rows == n && logits.width >= 1);
-      for (int i = 0; i < n; ++i) next[first + i] = logits.ids[static_cast<size_t>(i) * logits.width];
+      for (int i = 0; i < n; ++i)
+        next[first + i] = logits.ids[static_cast<size_t>(i) * logits.width];
     }
 
     int pos = o_.prompt_len;
@@ -323,9 +329,10 @@ class Bench {
       e["tok_s_runs"] = tok_s_runs;
       e["step_ms_median"] = median(step_ms);
       e["step_ms_p90"] = percentile(step_ms, 0.9);
-      std::printf("decode  batch %4d: %10.1f tok/s (median of %d), step %.3f ms median, %.3f ms p90\n",
-                  B, e["tok_s"].get<double>(), o_.repeats, e["step_ms_median"].get<double>(),
-                  e["step_ms_p90"].get<double>());
+      std::printf(
+          "decode  batch %4d: %10.1f tok/s (median of %d), step %.3f ms median, %.3f ms p90\n", B,
+          e["tok_s"].get<double>(), o_.repeats, e["step_ms_median"].get<double>(),
+          e["step_ms_p90"].get<double>());
       std::fflush(stdout);
       out.push_back(e);
     }
@@ -351,11 +358,13 @@ class Bench {
       e["flops_formula"] =
           "2*N*P + 2*H*V + 4*L*H*P*P/2 with N = " + std::to_string(params.matmul) +
           " layer matmul weights (q,k,v,o,gate,up,down; embedding, norms excluded), H = " +
-          std::to_string(engine_.config().hidden_size) + ", V = " +
-          std::to_string(engine_.config().vocab_size) + " (LM head on the last token only), L = " +
-          std::to_string(engine_.config().num_layers) + " (causal attention QK^T + PV)";
-      std::printf("prefill P %5d: TTFT %9.2f ms (median of %d), %7.1f TFLOP/s model, %7.1f per GPU\n",
-                  P, ttft, o_.repeats, tflops, tflops / tp);
+          std::to_string(engine_.config().hidden_size) +
+          ", V = " + std::to_string(engine_.config().vocab_size) +
+          " (LM head on the last token only), L = " + std::to_string(engine_.config().num_layers) +
+          " (causal attention QK^T + PV)";
+      std::printf(
+          "prefill P %5d: TTFT %9.2f ms (median of %d), %7.1f TFLOP/s model, %7.1f per GPU\n", P,
+          ttft, o_.repeats, tflops, tflops / tp);
       std::fflush(stdout);
       out.push_back(e);
     }
@@ -407,7 +416,8 @@ int run(int argc, char** argv, int rank, int size) {
   llama2::agree_on_errors(MPI_COMM_WORLD, early_error);
 
   const llama2::ModelConfig config = llama2::preset_config(o.synthetic);
-  const int max_batch = o.batches.empty() ? 1 : *std::max_element(o.batches.begin(), o.batches.end());
+  const int max_batch =
+      o.batches.empty() ? 1 : *std::max_element(o.batches.begin(), o.batches.end());
   const int max_prefill =
       o.prefill_lens.empty() ? 0 : *std::max_element(o.prefill_lens.begin(), o.prefill_lens.end());
   const int decode_len = o.batches.empty() ? 0 : o.prompt_len + o.warmup + o.decode_steps;
@@ -417,10 +427,10 @@ int run(int argc, char** argv, int rank, int size) {
   const int longest = std::max(max_prefill, decode_len);
   const int max_seq_len = (longest + o.block_size - 1) / o.block_size * o.block_size;
   if (longest > config.max_position_embeddings) {
-    throw llama2::ReportedError(
-        "the longest sequence (" + std::to_string(longest) + " tokens: max(--prefill-lens, "
-        "--prompt-len + --warmup + --decode-steps)) exceeds the model's " +
-        std::to_string(config.max_position_embeddings) + " positions");
+    throw llama2::ReportedError("the longest sequence (" + std::to_string(longest) +
+                                " tokens: max(--prefill-lens, "
+                                "--prompt-len + --warmup + --decode-steps)) exceeds the model's " +
+                                std::to_string(config.max_position_embeddings) + " positions");
   }
 
   llama2::EngineSpec spec;
@@ -442,8 +452,9 @@ int run(int argc, char** argv, int rank, int size) {
   // (before any worker enters its loop).
   const llama2::KvCacheSpec kv = engine.kv();
   const int64_t need = std::max<int64_t>(
-      o.batches.empty() ? 0
-                        : int64_t{max_batch} * BlockAllocator::blocks_for(decode_len, kv.block_size),
+      o.batches.empty()
+          ? 0
+          : int64_t{max_batch} * BlockAllocator::blocks_for(decode_len, kv.block_size),
       BlockAllocator::blocks_for(max_prefill, kv.block_size));
   if (need > kv.num_blocks) {
     throw llama2::ReportedError("the KV cache holds " + std::to_string(kv.num_blocks) +
@@ -527,12 +538,12 @@ int run(int argc, char** argv, int rank, int size) {
     m["kv_bytes"] = setup_mem[4 * r + 3];
     m["used_bytes_end"] = end_mem[2 * r];
     memory.push_back(m);
-    std::printf("memory  rank %d: %.2f GiB used after setup (%.2f at the end) of %.2f GiB; "
-                "weights %.2f GiB, KV %.2f GiB\n",
-                r, setup_mem[4 * r] / double(llama2::kGiB), end_mem[2 * r] / double(llama2::kGiB),
-                setup_mem[4 * r + 1] / double(llama2::kGiB),
-                setup_mem[4 * r + 2] / double(llama2::kGiB),
-                setup_mem[4 * r + 3] / double(llama2::kGiB));
+    std::printf(
+        "memory  rank %d: %.2f GiB used after setup (%.2f at the end) of %.2f GiB; "
+        "weights %.2f GiB, KV %.2f GiB\n",
+        r, setup_mem[4 * r] / double(llama2::kGiB), end_mem[2 * r] / double(llama2::kGiB),
+        setup_mem[4 * r + 1] / double(llama2::kGiB), setup_mem[4 * r + 2] / double(llama2::kGiB),
+        setup_mem[4 * r + 3] / double(llama2::kGiB));
   }
   result["memory"] = memory;
   result["kv_blocks"] = kv.num_blocks;

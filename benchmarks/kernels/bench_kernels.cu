@@ -36,8 +36,8 @@
 #include "kernels/rope_kv.cuh"
 #include "kernels/sampling.cuh"
 #include "kernels/swiglu.cuh"
-#include "rank/cuda/device_buffer.h"
 #include "rank/cpu_ops.h"
+#include "rank/cuda/device_buffer.h"
 
 namespace k = llama2::kernels;
 namespace cpu = llama2::cpu;
@@ -239,9 +239,14 @@ void bench_gemv() {
     std::fprintf(stderr, "cublasCreate failed\n");
     std::exit(2);
   }
-  struct Shape { const char* name; int n, k; };
-  const Shape shapes[] = {{"qkv", 3 * kHidden, kHidden}, {"o_proj", kHidden, kHidden},
-                          {"gate|up", 2 * kFfn, kHidden}, {"down", kHidden, kFfn},
+  struct Shape {
+    const char* name;
+    int n, k;
+  };
+  const Shape shapes[] = {{"qkv", 3 * kHidden, kHidden},
+                          {"o_proj", kHidden, kHidden},
+                          {"gate|up", 2 * kFfn, kHidden},
+                          {"down", kHidden, kFfn},
                           {"lm_head", kVocab, kHidden}};
   std::printf("gemv, one row (7B decode projections)\n");
   for (const Shape& sh : shapes) {
@@ -257,11 +262,11 @@ void bench_gemv() {
     }
     verify(std::string("gemv ") + sh.name, f32(d_y.get()), want, 1e-3, 2e-6 * sh.k);
     const double bytes = 2.0 * sh.n * sh.k;
-    const double ours = median_us([&] { k::launch_gemv<T>(d_x.p, d_w.p, d_y.p, 1, sh.n, sh.k, 0); });
+    const double ours =
+        median_us([&] { k::launch_gemv<T>(d_x.p, d_w.p, d_y.p, 1, sh.n, sh.k, 0); });
     report("gemv", std::string(sh.name) + fmt(" N=%ld K=%ld", sh.n, sh.k), ours, bytes);
-    const double blas = median_us([&] {
-      llama2::gemm_xwt(handle, CUDA_R_16F, d_x.p, d_w.p, d_y.p, 1, sh.n, sh.k);
-    });
+    const double blas = median_us(
+        [&] { llama2::gemm_xwt(handle, CUDA_R_16F, d_x.p, d_w.p, d_y.p, 1, sh.n, sh.k); });
     report("cublas", std::string(sh.name) + fmt(" N=%ld K=%ld", sh.n, sh.k), blas, bytes);
   }
   cublasDestroy(handle);
@@ -419,7 +424,7 @@ void bench_decode(int heads, int kv_heads, const std::vector<int>& batches,
         a.kernel = kernel;
         const std::string name = std::string(kernel == k::DecodeKernel::kBlock  ? "decode block"
                                              : kernel == k::DecodeKernel::kWarp ? "decode warp"
-                                                                                 : "decode") +
+                                                                                : "decode") +
                                  (kFp8 ? " fp8" : "");
         CK(k::launch_attention_decode(a, 0));
         if (check && S <= 4) {

@@ -67,7 +67,6 @@ json client_error_event(const json& id, const std::string& code, const std::stri
   return json{{"event", "error"}, {"id", id}, {"code", code}, {"message", message}};
 }
 
-
 struct ClientConnection {
   ClientConnection(int fd_in, std::string path_in) : fd(fd_in), path(std::move(path_in)) {}
   // The descriptor is closed only here, when neither the Client nor the reader holds the

@@ -21,9 +21,9 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 
 #include "common/frame.h"
-#include <thread>
 
 namespace llama2 {
 
@@ -92,6 +92,5 @@ class Client {
 // The synthesized client-side error event (codes above).
 nlohmann::json client_error_event(const nlohmann::json& id, const std::string& code,
                                   const std::string& message);
-
 
 }  // namespace llama2

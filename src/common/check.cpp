@@ -5,8 +5,12 @@ namespace {
 int g_error_rank = -1;
 }
 
-void set_error_rank(int rank) { g_error_rank = rank; }
-int error_rank() { return g_error_rank; }
+void set_error_rank(int rank) {
+  g_error_rank = rank;
+}
+int error_rank() {
+  return g_error_rank;
+}
 
 void fail_check(const char* kind, const char* expr, const std::string& detail, const char* file,
                 int line) {

@@ -2,8 +2,8 @@
 //
 // Every check is built on LLAMA2_CHECK_MSG, which throws llama2::Error with the failing expression,
 // file:line and the MPI rank (when known). Checks never compile to nothing. Only the rank layer's
-// entry points (main, the worker loop) turn an Error into an exit; libraries, the coordinator and the
-// JVM shim report it instead of dying.
+// entry points (main, the worker loop) turn an Error into an exit; libraries, the coordinator and
+// the JVM shim report it instead of dying.
 #pragma once
 
 #include <stdexcept>
@@ -11,7 +11,8 @@
 
 namespace llama2 {
 
-// An error with a message meant for the user: it names the file, tensor, flag or parameter at fault.
+// An error with a message meant for the user: it names the file, tensor, flag or parameter at
+// fault.
 class Error : public std::runtime_error {
  public:
   explicit Error(const std::string& what) : std::runtime_error(what) {}
@@ -26,44 +27,44 @@ int error_rank();
 
 }  // namespace llama2
 
-#define LLAMA2_CHECK_MSG(kind, cond, expr_text, detail)                             \
-  do {                                                                              \
+#define LLAMA2_CHECK_MSG(kind, cond, expr_text, detail)                               \
+  do {                                                                                \
     if (!(cond)) ::llama2::fail_check(kind, expr_text, (detail), __FILE__, __LINE__); \
   } while (0)
 
 // Internal invariants (not user errors): LLAMA2_CHECK(n > 0).
 #define LLAMA2_CHECK(cond) LLAMA2_CHECK_MSG("check", (cond), #cond, std::string())
 
-#define MPI_CHECK(call)                                                        \
-  do {                                                                         \
-    int llama2_mpi_rc_ = (call);                                               \
-    LLAMA2_CHECK_MSG("MPI", llama2_mpi_rc_ == 0 /* MPI_SUCCESS */, #call,      \
-                     "MPI error code " + std::to_string(llama2_mpi_rc_));      \
+#define MPI_CHECK(call)                                                   \
+  do {                                                                    \
+    int llama2_mpi_rc_ = (call);                                          \
+    LLAMA2_CHECK_MSG("MPI", llama2_mpi_rc_ == 0 /* MPI_SUCCESS */, #call, \
+                     "MPI error code " + std::to_string(llama2_mpi_rc_)); \
   } while (0)
 
 // CUDA-side checks: available where the CUDA headers are included before this one.
 #if defined(CUDART_VERSION)
-#define CUDA_CHECK(call)                                                                   \
-  do {                                                                                     \
-    cudaError_t llama2_cuda_rc_ = (call);                                                  \
-    LLAMA2_CHECK_MSG("CUDA", llama2_cuda_rc_ == cudaSuccess, #call,                        \
-                     std::string(cudaGetErrorName(llama2_cuda_rc_)) + ": " +               \
-                         cudaGetErrorString(llama2_cuda_rc_));                             \
+#define CUDA_CHECK(call)                                                     \
+  do {                                                                       \
+    cudaError_t llama2_cuda_rc_ = (call);                                    \
+    LLAMA2_CHECK_MSG("CUDA", llama2_cuda_rc_ == cudaSuccess, #call,          \
+                     std::string(cudaGetErrorName(llama2_cuda_rc_)) + ": " + \
+                         cudaGetErrorString(llama2_cuda_rc_));               \
   } while (0)
 #endif
 #if defined(CUBLAS_VERSION) || defined(CUBLAS_VER_MAJOR)
-#define CUBLAS_CHECK(call)                                                                 \
-  do {                                                                                     \
-    cublasStatus_t llama2_cublas_rc_ = (call);                                             \
-    LLAMA2_CHECK_MSG("cuBLAS", llama2_cublas_rc_ == CUBLAS_STATUS_SUCCESS, #call,          \
-                     std::string(cublasGetStatusString(llama2_cublas_rc_)));               \
+#define CUBLAS_CHECK(call)                                                        \
+  do {                                                                            \
+    cublasStatus_t llama2_cublas_rc_ = (call);                                    \
+    LLAMA2_CHECK_MSG("cuBLAS", llama2_cublas_rc_ == CUBLAS_STATUS_SUCCESS, #call, \
+                     std::string(cublasGetStatusString(llama2_cublas_rc_)));      \
   } while (0)
 #endif
 #if defined(NCCL_MAJOR)
-#define NCCL_CHECK(call)                                                                   \
-  do {                                                                                     \
-    ncclResult_t llama2_nccl_rc_ = (call);                                                 \
-    LLAMA2_CHECK_MSG("NCCL", llama2_nccl_rc_ == ncclSuccess, #call,                        \
-                     std::string(ncclGetErrorString(llama2_nccl_rc_)));                    \
+#define NCCL_CHECK(call)                                                \
+  do {                                                                  \
+    ncclResult_t llama2_nccl_rc_ = (call);                              \
+    LLAMA2_CHECK_MSG("NCCL", llama2_nccl_rc_ == ncclSuccess, #call,     \
+                     std::string(ncclGetErrorString(llama2_nccl_rc_))); \
   } while (0)
 #endif

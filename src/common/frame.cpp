@@ -38,8 +38,8 @@ FrameDecoder::Status FrameDecoder::next(std::string* payload, std::string* error
   const uint32_t n = (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
   if (n < kMinFrameBytes || n > kMaxFrameBytes) {
     failed_ = true;
-    *error = "frame length " + std::to_string(n) + " is outside [" + std::to_string(kMinFrameBytes) +
-             ", " + std::to_string(kMaxFrameBytes) + "]";
+    *error = "frame length " + std::to_string(n) + " is outside [" +
+             std::to_string(kMinFrameBytes) + ", " + std::to_string(kMaxFrameBytes) + "]";
     return Status::kError;
   }
   if (buffered() < 4 + static_cast<size_t>(n)) return Status::kNeedMore;

@@ -129,10 +129,11 @@ ModelConfig parse_model_config(const json& j, const std::string& src) {
   }
   if (!(c.rms_norm_eps > 0.0)) throw Error(src + ": \"rms_norm_eps\" must be > 0");
   if (!(c.rope_theta > 0.0)) throw Error(src + ": \"rope_theta\" must be > 0");
-  for (auto [id, key] : {std::pair{c.bos_token_id, "bos_token_id"}, {c.eos_token_id, "eos_token_id"}}) {
+  for (auto [id, key] :
+       {std::pair{c.bos_token_id, "bos_token_id"}, {c.eos_token_id, "eos_token_id"}}) {
     if (id < 0 || id >= c.vocab_size) {
-      throw Error(src + ": \"" + key + "\" " + std::to_string(id) + " is outside the vocabulary [0, " +
-                  std::to_string(c.vocab_size) + ")");
+      throw Error(src + ": \"" + key + "\" " + std::to_string(id) +
+                  " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
     }
   }
   return c;

@@ -16,12 +16,12 @@ struct ShardPlan {
   int tp = 1;    // tensor-parallel degree (number of ranks in the group)
   int rank = 0;  // this rank's index in the group
 
-  int head_begin = 0, num_heads = 0;         // query heads [head_begin, head_begin + num_heads)
-  int kv_head_begin = 0, num_kv_heads = 0;   // KV heads this rank stores
-  int ffn_begin = 0, ffn_size = 0;           // intermediate columns of gate/up = rows of down^T
-  int vocab_begin = 0, vocab_size = 0;       // embedding / LM head rows
+  int head_begin = 0, num_heads = 0;        // query heads [head_begin, head_begin + num_heads)
+  int kv_head_begin = 0, num_kv_heads = 0;  // KV heads this rank stores
+  int ffn_begin = 0, ffn_size = 0;          // intermediate columns of gate/up = rows of down^T
+  int vocab_begin = 0, vocab_size = 0;      // embedding / LM head rows
   int head_dim = 0;
-  int total_kv_heads = 0;                    // num_key_value_heads of the model
+  int total_kv_heads = 0;  // num_key_value_heads of the model
 
   int num_kv_heads_total() const { return total_kv_heads; }
 

@@ -41,7 +41,8 @@ std::vector<int32_t> encode_step_plan(const StepPlan& p) {
   w.push_back(static_cast<int32_t>(p.tokens.size()));
   w.push_back(static_cast<int32_t>(p.block_ids.size()));
   for (const auto& s : p.seqs) {
-    w.insert(w.end(), {s.seq_id, s.pos_begin, s.n_tokens, s.want_logits, s.table_begin, s.table_len});
+    w.insert(w.end(),
+             {s.seq_id, s.pos_begin, s.n_tokens, s.want_logits, s.table_begin, s.table_len});
   }
   w.insert(w.end(), p.tokens.begin(), p.tokens.end());
   w.insert(w.end(), p.block_ids.begin(), p.block_ids.end());
@@ -60,7 +61,8 @@ StepPlan decode_step_plan(const std::vector<int32_t>& w) {
   if (p.candidates < 0 || p.candidates > kMaxCandidates) throw bad("candidates out of range");
   const int64_t n_seqs = w[4], n_tokens = w[5], n_blocks = w[6];
   if (n_seqs < 0 || n_tokens < 0 || n_blocks < 0 ||
-      static_cast<int64_t>(w.size()) != static_cast<int64_t>(kHeader) + n_seqs * kSeqFields + n_tokens + n_blocks) {
+      static_cast<int64_t>(w.size()) !=
+          static_cast<int64_t>(kHeader) + n_seqs * kSeqFields + n_tokens + n_blocks) {
     throw bad("length mismatch");
   }
   size_t i = kHeader;

@@ -1,5 +1,6 @@
 // The step plan: what rank 0 decides for one engine step and broadcasts to every rank.
-// A shared value type with a compact int32 wire form (one MPI_Bcast of the length, one of the body).
+// A shared value type with a compact int32 wire form (one MPI_Bcast of the length, one of the
+// body).
 #pragma once
 
 #include <cstdint>
@@ -12,8 +13,8 @@ enum class StepKind : int32_t {
   kShutdown = 2,  // leave the worker loop; `exit_code` is the process exit status
 };
 
-// One sequence's part of a step: `n_tokens` new tokens at positions [pos_begin, pos_begin+n_tokens).
-// Its KV block table covers positions [0, pos_begin + n_tokens).
+// One sequence's part of a step: `n_tokens` new tokens at positions [pos_begin,
+// pos_begin+n_tokens). Its KV block table covers positions [0, pos_begin + n_tokens).
 struct SeqStep {
   int32_t seq_id = 0;       // coordinator's id, for diagnostics only
   int32_t pos_begin = 0;    // position of the first new token (= tokens already in the KV cache)

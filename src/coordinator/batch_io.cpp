@@ -47,7 +47,8 @@ std::set<std::string> load_done_ids(const std::string& path) {
 ResultWriter::ResultWriter(const std::string& path, bool append) : path_(path) {
   struct stat st {};
   if (!append && ::stat(path.c_str(), &st) == 0 && st.st_size > 0) {
-    throw Error("--output " + path + " already has results; pass --resume to continue that job "
+    throw Error("--output " + path +
+                " already has results; pass --resume to continue that job "
                 "or choose another file");
   }
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -61,7 +62,8 @@ ResultWriter::~ResultWriter() {
 void ResultWriter::write(const nlohmann::json& line) {
   // One write(2) per line on an O_APPEND descriptor: a kill lands before or after the line, and
   // nothing buffers it in user space.
-  const std::string text = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  const std::string text =
+      line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   size_t off = 0;
   while (off < text.size()) {
     const ssize_t n = ::write(fd_, text.data() + off, text.size() - off);
@@ -87,9 +89,10 @@ void Progress::update(size_t done, size_t failed, uint64_t generated_tokens, boo
     std::snprintf(eta, sizeof(eta), "0s");
   }
   char line[256];
-  std::snprintf(line, sizeof(line),
-                "batch: %zu/%zu prompts done (%zu failed), %llu tokens, %.1f tok/s, elapsed %.0fs, ETA %s",
-                done, total_, failed, static_cast<unsigned long long>(generated_tokens), tps, elapsed, eta);
+  std::snprintf(
+      line, sizeof(line),
+      "batch: %zu/%zu prompts done (%zu failed), %llu tokens, %.1f tok/s, elapsed %.0fs, ETA %s",
+      done, total_, failed, static_cast<unsigned long long>(generated_tokens), tps, elapsed, eta);
   if (tty_) {
     std::fprintf(stderr, "\r\033[K%s%s", line, final ? "\n" : "");
   } else {

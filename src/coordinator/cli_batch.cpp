@@ -42,23 +42,30 @@ uint64_t mix_seed(uint64_t job_seed, const std::string& id) {
 }
 
 json error_line(const BatchLine& b, const std::string& code, const std::string& msg) {
-  return json{{"custom_id", b.custom_id}, {"line", b.line_no}, {"error", {{"code", code}, {"message", msg}}}};
+  return json{{"custom_id", b.custom_id},
+              {"line", b.line_no},
+              {"error", {{"code", code}, {"message", msg}}}};
 }
 
 cxxopts::Options batch_options() {
-  cxxopts::Options opts("llama2 batch",
-                        "Run a JSONL file of prompts as one job. Each input line: {\"custom_id\": ..., "
-                        "\"prompt\": \"...\" | \"prompt_tokens\": [...], optional sampling keys}. Output: "
-                        "one JSON line per input line, in completion order. Exit 0: all lines done; 3: "
-                        "some lines invalid (error lines written); 1: the job failed; 2: usage.");
-  opts.add_options()
-      ("i,input", "Input JSONL file", cxxopts::value<std::string>())
-      ("o,output", "Output JSONL file (appended to with --resume)", cxxopts::value<std::string>())
-      ("resume", "Skip custom_ids already in --output and append the rest")
-      ("max-batch-size", "Sequences decoded together per step", cxxopts::value<int>()->default_value("32"))
-      ("prefill-chunk", "Prompt tokens per step across sequences", cxxopts::value<int>()->default_value("512"))
-      ("kv-cache-blocks", "KV blocks to allocate (default: enough for max-batch-size of the longest request)", cxxopts::value<int>())
-      ("progress-interval", "Seconds between progress lines when stderr is not a terminal", cxxopts::value<double>()->default_value("10"));
+  cxxopts::Options opts(
+      "llama2 batch",
+      "Run a JSONL file of prompts as one job. Each input line: {\"custom_id\": ..., "
+      "\"prompt\": \"...\" | \"prompt_tokens\": [...], optional sampling keys}. Output: "
+      "one JSON line per input line, in completion order. Exit 0: all lines done; 3: "
+      "some lines invalid (error lines written); 1: the job failed; 2: usage.");
+  opts.add_options()("i,input", "Input JSONL file", cxxopts::value<std::string>())(
+      "o,output", "Output JSONL file (appended to with --resume)", cxxopts::value<std::string>())(
+      "resume", "Skip custom_ids already in --output and append the rest")(
+      "max-batch-size", "Sequences decoded together per step",
+      cxxopts::value<int>()->default_value("32"))("prefill-chunk",
+                                                  "Prompt tokens per step across sequences",
+                                                  cxxopts::value<int>()->default_value("512"))(
+      "kv-cache-blocks",
+      "KV blocks to allocate (default: enough for max-batch-size of the longest request)",
+      cxxopts::value<int>())("progress-interval",
+                             "Seconds between progress lines when stderr is not a terminal",
+                             cxxopts::value<double>()->default_value("10"));
   add_engine_options(opts);
   add_sampling_options(opts);
   return opts;
@@ -74,7 +81,8 @@ int run_batch(int argc, char** argv, int rank) {
     return 0;
   }
   for (const char* required : {"model", "input", "output"}) {
-    if (!args.count(required)) throw UsageError(std::string("--") + required + " is required", opts.help());
+    if (!args.count(required))
+      throw UsageError(std::string("--") + required + " is required", opts.help());
   }
   const int max_batch = args["max-batch-size"].as<int>();
   const int prefill_chunk = args["prefill-chunk"].as<int>();
@@ -91,11 +99,14 @@ int run_batch(int argc, char** argv, int rank) {
   sopts.max_batch = std::max(1, max_batch);
   sopts.prefill_chunk = std::max(1, prefill_chunk);
   Session session = open_session(sopts, rank, [&](const ModelConfig& config, const Tokenizer& tok) {
-    if (max_batch < 1) throw Error("--max-batch-size must be >= 1 (got " + std::to_string(max_batch) + ")");
-    if (prefill_chunk < 1) throw Error("--prefill-chunk must be >= 1 (got " + std::to_string(prefill_chunk) + ")");
+    if (max_batch < 1)
+      throw Error("--max-batch-size must be >= 1 (got " + std::to_string(max_batch) + ")");
+    if (prefill_chunk < 1)
+      throw Error("--prefill-chunk must be >= 1 (got " + std::to_string(prefill_chunk) + ")");
     if (!(interval > 0)) throw Error("--progress-interval must be > 0 seconds");
     // The CLI defaults must be valid on their own (a 1-token prompt stands in for any prompt).
-    if (std::string bad = validate_sampling(defaults, 1, config.max_position_embeddings); !bad.empty()) {
+    if (std::string bad = validate_sampling(defaults, 1, config.max_position_embeddings);
+        !bad.empty()) {
       throw Error(bad);
     }
     const std::string in_path = args["input"].as<std::string>();
@@ -103,8 +114,10 @@ int run_batch(int argc, char** argv, int rank) {
     if (!in) throw Error("--input " + in_path + ": cannot open");
     if (resume) {
       done = load_done_ids(out_path);
-    } else if (std::ifstream probe(out_path, std::ios::binary | std::ios::ate); probe && probe.tellg() > 0) {
-      throw Error("--output " + out_path + " already has results; pass --resume to continue that job "
+    } else if (std::ifstream probe(out_path, std::ios::binary | std::ios::ate);
+               probe && probe.tellg() > 0) {
+      throw Error("--output " + out_path +
+                  " already has results; pass --resume to continue that job "
                   "or choose another file");
     }
     std::set<std::string> seen;
@@ -132,8 +145,10 @@ int run_batch(int argc, char** argv, int rank) {
           b.req = parse_request(j, defaults, tok, config, {"custom_id"});
           if (b.req.ok()) {
             if (!b.req.params.seed) b.req.params.seed = mix_seed(job_seed, id);
-            max_blocks = std::max(max_blocks, BlockAllocator::blocks_for(
-                static_cast<int>(b.req.prompt.size()) + b.req.params.max_new_tokens, sopts.block_size));
+            max_blocks = std::max(
+                max_blocks, BlockAllocator::blocks_for(
+                                static_cast<int>(b.req.prompt.size()) + b.req.params.max_new_tokens,
+                                sopts.block_size));
           }
         }
       }
@@ -141,7 +156,8 @@ int run_batch(int argc, char** argv, int rank) {
     }
     if (args.count("kv-cache-blocks")) {
       const int blocks = args["kv-cache-blocks"].as<int>();
-      if (blocks < 1) throw Error("--kv-cache-blocks must be >= 1 (got " + std::to_string(blocks) + ")");
+      if (blocks < 1)
+        throw Error("--kv-cache-blocks must be >= 1 (got " + std::to_string(blocks) + ")");
       return blocks;
     }
     return max_batch * max_blocks;
@@ -160,9 +176,13 @@ int run_batch(int argc, char** argv, int rank) {
     GeneratorCallbacks cb;
     cb.on_done = [&](const GenResult& r) {
       const BatchLine& b = *by_index.at(r.id);
-      out.write(json{{"custom_id", b.custom_id}, {"text", r.text}, {"token_ids", r.tokens},
-                     {"finish_reason", r.finish_reason}, {"seed", *b.req.params.seed},
-                     {"usage", {{"prompt_tokens", r.prompt.size()}, {"completion_tokens", r.tokens.size()}}}});
+      out.write(json{
+          {"custom_id", b.custom_id},
+          {"text", r.text},
+          {"token_ids", r.tokens},
+          {"finish_reason", r.finish_reason},
+          {"seed", *b.req.params.seed},
+          {"usage", {{"prompt_tokens", r.prompt.size()}, {"completion_tokens", r.tokens.size()}}}});
       ++finished;
     };
     BlockAllocator blocks(session.num_blocks, session.block_size);
@@ -172,7 +192,8 @@ int run_batch(int argc, char** argv, int rank) {
       const BatchLine& b = lines[i];
       if (b.req.ok()) {
         try {
-          gen.add(GenRequest{static_cast<int64_t>(i), b.req.prompt, b.req.params, *b.req.params.seed});
+          gen.add(
+              GenRequest{static_cast<int64_t>(i), b.req.prompt, b.req.params, *b.req.params.seed});
           by_index[static_cast<int64_t>(i)] = &b;
           continue;
         } catch (const Error& e) {

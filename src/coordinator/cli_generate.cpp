@@ -15,8 +15,8 @@
 #include "coordinator/cli_common.h"
 #include "coordinator/commands.h"
 #include "coordinator/generator.h"
-#include "coordinator/tokenizer.h"
 #include "coordinator/session.h"
+#include "coordinator/tokenizer.h"
 
 namespace llama2 {
 namespace {
@@ -60,11 +60,11 @@ cxxopts::Options generate_options() {
   cxxopts::Options opts("llama2 generate",
                         "Generate text for one prompt. Run under mpirun: one rank per GPU "
                         "(or per tensor-parallel CPU shard).");
-  opts.add_options()
-      ("p,prompt", "Prompt text (BOS is added)", cxxopts::value<std::string>())
-      ("prompt-file", "Read the prompt text from a file", cxxopts::value<std::string>())
-      ("prompt-tokens", "Prompt as comma-separated token ids, used as given", cxxopts::value<std::string>())
-      ("json", "Print one JSON object (ids, text, finish reason, timings) instead of streaming");
+  opts.add_options()("p,prompt", "Prompt text (BOS is added)", cxxopts::value<std::string>())(
+      "prompt-file", "Read the prompt text from a file", cxxopts::value<std::string>())(
+      "prompt-tokens", "Prompt as comma-separated token ids, used as given",
+      cxxopts::value<std::string>())(
+      "json", "Print one JSON object (ids, text, finish reason, timings) instead of streaming");
   add_engine_options(opts);
   add_sampling_options(opts);
   return opts;
@@ -97,12 +97,13 @@ int run_generate(int argc, char** argv, int rank) {
     if (args.count("prompt-tokens")) {
       prompt = parse_token_list(args["prompt-tokens"].as<std::string>(), config.vocab_size);
     } else {
-      const std::string text = args.count("prompt") ? args["prompt"].as<std::string>()
-                                                    : read_file(args["prompt-file"].as<std::string>());
+      const std::string text = args.count("prompt")
+                                   ? args["prompt"].as<std::string>()
+                                   : read_file(args["prompt-file"].as<std::string>());
       prompt = tok.encode(text, /*add_bos=*/true);
     }
-    const std::string bad = validate_sampling(params, static_cast<int>(prompt.size()),
-                                              config.max_position_embeddings);
+    const std::string bad =
+        validate_sampling(params, static_cast<int>(prompt.size()), config.max_position_embeddings);
     if (!bad.empty()) throw Error(bad);
     if (!params.seed) params.seed = random_seed();
     return BlockAllocator::blocks_for(static_cast<int>(prompt.size()) + params.max_new_tokens,
@@ -136,16 +137,20 @@ int run_generate(int argc, char** argv, int rank) {
   const size_t n_out = result.tokens.size();
   const double decode_tps = n_out > 1 && decode_s > 0 ? (n_out - 1) / decode_s : 0.0;
   if (json_out) {
-    nlohmann::json j{{"prompt_token_ids", result.prompt},
-                     {"token_ids", result.tokens},
-                     {"text", result.text},
-                     {"finish_reason", result.finish_reason},
-                     {"seed", *params.seed},
-                     {"backend", engine.backend()},
-                     {"ranks", engine.shard().tp},
-                     {"usage", {{"prompt_tokens", result.prompt.size()}, {"completion_tokens", n_out}}},
-                     {"timings", {{"load_s", load_s}, {"time_to_first_token_s", result.ttft_s},
-                                  {"generate_s", gen_s}, {"decode_tokens_per_s", decode_tps}}}};
+    nlohmann::json j{
+        {"prompt_token_ids", result.prompt},
+        {"token_ids", result.tokens},
+        {"text", result.text},
+        {"finish_reason", result.finish_reason},
+        {"seed", *params.seed},
+        {"backend", engine.backend()},
+        {"ranks", engine.shard().tp},
+        {"usage", {{"prompt_tokens", result.prompt.size()}, {"completion_tokens", n_out}}},
+        {"timings",
+         {{"load_s", load_s},
+          {"time_to_first_token_s", result.ttft_s},
+          {"generate_s", gen_s},
+          {"decode_tokens_per_s", decode_tps}}}};
     std::cout << j.dump() << std::endl;
   } else {
     std::cout << std::endl;

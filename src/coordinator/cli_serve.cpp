@@ -63,15 +63,22 @@ cxxopts::Options serve_options() {
   cxxopts::Options opts("llama2 serve",
                         "Serve generations on a Unix socket (protocol: docs/PROTOCOL.md) with "
                         "continuous batching. SIGTERM/SIGINT drain in-flight requests and exit 0.");
-  opts.add_options()
-      ("socket", "Unix socket path (created 0600)", cxxopts::value<std::string>())
-      ("max-batch-size", "Sequences decoded together per step", cxxopts::value<int>()->default_value("32"))
-      ("max-queue", "Generations waiting for admission before queue_full", cxxopts::value<int>()->default_value("256"))
-      ("max-seq-len", "Prompt + max_new_tokens limit (default: the model's max_position_embeddings)", cxxopts::value<int>())
-      ("kv-cache-blocks", "KV blocks (default: cuda, what --gpu-memory-fraction leaves; cpu, max-batch-size full-length sequences)", cxxopts::value<int>())
-      ("prefill-chunk", "Prompt tokens per step across sequences", cxxopts::value<int>()->default_value("256"))
-      ("request-timeout-ms", "Default and maximum per-request timeout", cxxopts::value<int64_t>()->default_value("600000"))
-      ("shutdown-timeout-ms", "How long in-flight requests may finish after SIGTERM", cxxopts::value<int64_t>()->default_value("30000"));
+  opts.add_options()("socket", "Unix socket path (created 0600)", cxxopts::value<std::string>())(
+      "max-batch-size", "Sequences decoded together per step",
+      cxxopts::value<int>()->default_value("32"))(
+      "max-queue", "Generations waiting for admission before queue_full",
+      cxxopts::value<int>()->default_value("256"))(
+      "max-seq-len", "Prompt + max_new_tokens limit (default: the model's max_position_embeddings)",
+      cxxopts::value<int>())("kv-cache-blocks",
+                             "KV blocks (default: cuda, what --gpu-memory-fraction leaves; cpu, "
+                             "max-batch-size full-length sequences)",
+                             cxxopts::value<int>())("prefill-chunk",
+                                                    "Prompt tokens per step across sequences",
+                                                    cxxopts::value<int>()->default_value("256"))(
+      "request-timeout-ms", "Default and maximum per-request timeout",
+      cxxopts::value<int64_t>()->default_value("600000"))(
+      "shutdown-timeout-ms", "How long in-flight requests may finish after SIGTERM",
+      cxxopts::value<int64_t>()->default_value("30000"));
   add_engine_options(opts);
   add_sampling_options(opts);
   return opts;
@@ -87,7 +94,8 @@ int run_serve(int argc, char** argv, int rank) {
     return 0;
   }
   for (const char* required : {"model", "socket"}) {
-    if (!args.count(required)) throw UsageError(std::string("--") + required + " is required", opts.help());
+    if (!args.count(required))
+      throw UsageError(std::string("--") + required + " is required", opts.help());
   }
   // mpirun forwards SIGTERM/SIGINT to every rank: workers must survive it and leave only when
   // rank 0 broadcasts the shutdown plan.
@@ -107,30 +115,37 @@ int run_serve(int argc, char** argv, int rank) {
   SessionOptions session_opts = session_options_from(args, opts.help());
   session_opts.max_batch = std::max(1, max_batch);
   session_opts.prefill_chunk = std::max(1, prefill_chunk);
-  Session session = open_session(session_opts, rank, [&](const ModelConfig& config, const Tokenizer&) {
-    auto at_least = [](int64_t v, int64_t lo, const char* flag) {
-      if (v < lo) throw Error(std::string(flag) + " must be >= " + std::to_string(lo) + " (got " + std::to_string(v) + ")");
-    };
-    at_least(max_batch, 1, "--max-batch-size");
-    at_least(max_queue, 0, "--max-queue");
-    at_least(prefill_chunk, 1, "--prefill-chunk");
-    at_least(request_timeout, 1, "--request-timeout-ms");
-    at_least(shutdown_timeout, 0, "--shutdown-timeout-ms");
-    if (std::string bad = validate_sampling(defaults, 1, config.max_position_embeddings); !bad.empty()) throw Error(bad);
-    sopt.max_seq_len = args.count("max-seq-len") ? args["max-seq-len"].as<int>() : config.max_position_embeddings;
-    if (sopt.max_seq_len < 2 || sopt.max_seq_len > config.max_position_embeddings) {
-      throw Error("--max-seq-len must be in [2, " + std::to_string(config.max_position_embeddings) +
-                  "] (max_position_embeddings) (got " + std::to_string(sopt.max_seq_len) + ")");
-    }
-    const int per_seq = BlockAllocator::blocks_for(sopt.max_seq_len, session_opts.block_size);
-    int blocks = max_batch * per_seq;
-    if (args.count("kv-cache-blocks")) {
-      blocks = args["kv-cache-blocks"].as<int>();
-      at_least(blocks, 1, "--kv-cache-blocks");
-    }
-    sopt.kv_capacity_tokens = blocks * session_opts.block_size;
-    return blocks;
-  });
+  Session session =
+      open_session(session_opts, rank, [&](const ModelConfig& config, const Tokenizer&) {
+        auto at_least = [](int64_t v, int64_t lo, const char* flag) {
+          if (v < lo)
+            throw Error(std::string(flag) + " must be >= " + std::to_string(lo) + " (got " +
+                        std::to_string(v) + ")");
+        };
+        at_least(max_batch, 1, "--max-batch-size");
+        at_least(max_queue, 0, "--max-queue");
+        at_least(prefill_chunk, 1, "--prefill-chunk");
+        at_least(request_timeout, 1, "--request-timeout-ms");
+        at_least(shutdown_timeout, 0, "--shutdown-timeout-ms");
+        if (std::string bad = validate_sampling(defaults, 1, config.max_position_embeddings);
+            !bad.empty())
+          throw Error(bad);
+        sopt.max_seq_len = args.count("max-seq-len") ? args["max-seq-len"].as<int>()
+                                                     : config.max_position_embeddings;
+        if (sopt.max_seq_len < 2 || sopt.max_seq_len > config.max_position_embeddings) {
+          throw Error("--max-seq-len must be in [2, " +
+                      std::to_string(config.max_position_embeddings) +
+                      "] (max_position_embeddings) (got " + std::to_string(sopt.max_seq_len) + ")");
+        }
+        const int per_seq = BlockAllocator::blocks_for(sopt.max_seq_len, session_opts.block_size);
+        int blocks = max_batch * per_seq;
+        if (args.count("kv-cache-blocks")) {
+          blocks = args["kv-cache-blocks"].as<int>();
+          at_least(blocks, 1, "--kv-cache-blocks");
+        }
+        sopt.kv_capacity_tokens = blocks * session_opts.block_size;
+        return blocks;
+      });
   RankEngine& engine = *session.engine;
   if (rank != 0) return engine.worker_loop();
   if (!args.count("quiet")) std::cerr << engine.startup_report() << std::flush;
@@ -144,23 +159,33 @@ int run_serve(int argc, char** argv, int rank) {
   std::unique_ptr<SocketServer> server;
   auto health = [&]() {
     const Gauges g = metrics.gauges();
-    return json{{"event", "health"}, {"status", server && server->draining() ? "draining" : "ready"},
-                {"ranks", engine.shard().tp}, {"backend", engine.backend()}, {"dtype", engine.dtype()}, {"kv_cache_dtype", engine.kv_dtype()},
-                {"model", session_opts.synthetic.empty() ? session_opts.model_dir : "synthetic-" + session_opts.synthetic},
-                {"kv_blocks_total", g.kv_blocks_total}, {"kv_blocks_used", g.kv_blocks_used},
-                {"running", g.running}, {"queued", server ? server->waiting() : 0},
-                {"max_batch_size", max_batch}, {"max_queue", max_queue}, {"max_seq_len", sopt.max_seq_len}};
+    return json{{"event", "health"},
+                {"status", server && server->draining() ? "draining" : "ready"},
+                {"ranks", engine.shard().tp},
+                {"backend", engine.backend()},
+                {"dtype", engine.dtype()},
+                {"kv_cache_dtype", engine.kv_dtype()},
+                {"model", session_opts.synthetic.empty() ? session_opts.model_dir
+                                                         : "synthetic-" + session_opts.synthetic},
+                {"kv_blocks_total", g.kv_blocks_total},
+                {"kv_blocks_used", g.kv_blocks_used},
+                {"running", g.running},
+                {"queued", server ? server->waiting() : 0},
+                {"max_batch_size", max_batch},
+                {"max_queue", max_queue},
+                {"max_seq_len", sopt.max_seq_len}};
   };
-  server = std::make_unique<SocketServer>(sopt, *session.tokenizer, session.config, defaults, health,
-                                          [&] { return metrics.render(); });
+  server = std::make_unique<SocketServer>(sopt, *session.tokenizer, session.config, defaults,
+                                          health, [&] { return metrics.render(); });
 
   // Gauges change at admission and completion; refreshing them there (not only after a step) means
   // `health` never shows fewer blocks or requests than the events a client has already received.
   const Generator* gen_ptr = nullptr;
   auto refresh_gauges = [&] {
     if (gen_ptr == nullptr) return;
-    metrics.set_gauges(Gauges{static_cast<int>(gen_ptr->running()), static_cast<int>(gen_ptr->queued()),
-                              blocks.used_blocks(), blocks.num_blocks()});
+    metrics.set_gauges(Gauges{static_cast<int>(gen_ptr->running()),
+                              static_cast<int>(gen_ptr->queued()), blocks.used_blocks(),
+                              blocks.num_blocks()});
   };
   GeneratorCallbacks cb;
   cb.on_admit = [&](int64_t id) {
@@ -174,22 +199,34 @@ int run_serve(int argc, char** argv, int rank) {
     const auto now = Clock::now();
     if (index > 0) metrics.inter_token(std::chrono::duration<double>(now - r.last_token).count());
     r.last_token = now;
-    if (r.stream) server->send_quiet(r.conn, SocketServer::token_event(r.id_json, index, token, piece), r.id, false);
+    if (r.stream)
+      server->send_quiet(r.conn, SocketServer::token_event(r.id_json, index, token, piece), r.id,
+                         false);
   };
   cb.on_done = [&](const GenResult& res) {
     auto it = routes.find(res.id);
     Route& r = it->second;
     if (!r.admitted) server->left_queue();
     metrics.request_finished(res.finish_reason, res.queue_s, res.ttft_s, res.total_s,
-                             static_cast<int>(res.prompt.size()), static_cast<int>(res.tokens.size()));
+                             static_cast<int>(res.prompt.size()),
+                             static_cast<int>(res.tokens.size()));
     json ev;
     if (res.finish_reason == "shutting_down") {
-      ev = json{{"event", "error"}, {"id", r.id}, {"code", "shutting_down"},
+      ev = json{{"event", "error"},
+                {"id", r.id},
+                {"code", "shutting_down"},
                 {"message", "the server shut down before this generation finished"}};
     } else {
-      ev = json{{"event", "done"}, {"id", r.id}, {"finish_reason", res.finish_reason}, {"seed", r.seed},
-                {"usage", {{"prompt_tokens", res.prompt.size()}, {"completion_tokens", res.tokens.size()}}},
-                {"timings", {{"queue_s", res.queue_s}, {"time_to_first_token_s", res.ttft_s}, {"total_s", res.total_s}}}};
+      ev = json{{"event", "done"},
+                {"id", r.id},
+                {"finish_reason", res.finish_reason},
+                {"seed", r.seed},
+                {"usage",
+                 {{"prompt_tokens", res.prompt.size()}, {"completion_tokens", res.tokens.size()}}},
+                {"timings",
+                 {{"queue_s", res.queue_s},
+                  {"time_to_first_token_s", res.ttft_s},
+                  {"total_s", res.total_s}}}};
       if (!r.stream) {
         ev["text"] = res.text;
         ev["token_ids"] = res.tokens;
@@ -199,7 +236,8 @@ int run_serve(int argc, char** argv, int rank) {
     routes.erase(it);
     refresh_gauges();
   };
-  Generator gen(engine, *session.tokenizer, session.config, blocks, GeneratorOptions{max_batch, prefill_chunk}, cb);
+  Generator gen(engine, *session.tokenizer, session.config, blocks,
+                GeneratorOptions{max_batch, prefill_chunk}, cb);
   gen_ptr = &gen;
 
   try {
@@ -217,18 +255,22 @@ int run_serve(int argc, char** argv, int rank) {
   int64_t next_id = 0;
   Clock::time_point drain_deadline = Clock::time_point::max();
   for (;;) {
-    for (ServeCommand& cmd : server->take_commands(std::chrono::milliseconds(gen.idle() ? 50 : 0))) {
+    for (ServeCommand& cmd :
+         server->take_commands(std::chrono::milliseconds(gen.idle() ? 50 : 0))) {
       if (cmd.kind == ServeCommand::Kind::kGenerate) {
         const int64_t id = next_id++;
         const uint64_t seed = cmd.request.params.seed.value_or(seeder());
-        routes[id] = Route{cmd.conn, cmd.id, json(cmd.id).dump(-1, ' ', false, json::error_handler_t::replace),
-                           cmd.stream, false, cmd.arrival, cmd.arrival, seed};
+        routes[id] = Route{
+            cmd.conn,    cmd.id, json(cmd.id).dump(-1, ' ', false, json::error_handler_t::replace),
+            cmd.stream,  false,  cmd.arrival,
+            cmd.arrival, seed};
         gen.add(GenRequest{id, cmd.request.prompt, cmd.request.params, seed, cmd.deadline});
       } else {
         // Cancel one id, or everything of a connection that went away.
         std::vector<int64_t> hit;
         for (const auto& [id, r] : routes) {
-          if (r.conn == cmd.conn && (cmd.kind == ServeCommand::Kind::kDisconnect || r.id == cmd.id)) hit.push_back(id);
+          if (r.conn == cmd.conn && (cmd.kind == ServeCommand::Kind::kDisconnect || r.id == cmd.id))
+            hit.push_back(id);
         }
         for (int64_t id : hit) gen.cancel(id, "cancelled");
       }

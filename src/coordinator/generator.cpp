@@ -69,7 +69,12 @@ struct Generator::Sequence {
 
 Generator::Generator(StepExecutor& exec, const Tokenizer& tok, const ModelConfig& config,
                      BlockAllocator& blocks, GeneratorOptions opts, GeneratorCallbacks callbacks)
-    : exec_(exec), tok_(tok), config_(config), blocks_(blocks), opts_(opts), cb_(std::move(callbacks)) {
+    : exec_(exec),
+      tok_(tok),
+      config_(config),
+      blocks_(blocks),
+      opts_(opts),
+      cb_(std::move(callbacks)) {
   LLAMA2_CHECK(opts_.max_batch_size > 0 && opts_.prefill_chunk > 0);
 }
 
@@ -134,8 +139,10 @@ void Generator::cancel_all(const std::string& reason) {
 int Generator::expire(Clock::time_point now) {
   if (now < earliest_deadline_) return 0;
   std::vector<int64_t> ids;
-  for (const auto& s : queue_) if (s->req.deadline <= now) ids.push_back(s->req.id);
-  for (const auto& s : running_) if (s->req.deadline <= now) ids.push_back(s->req.id);
+  for (const auto& s : queue_)
+    if (s->req.deadline <= now) ids.push_back(s->req.id);
+  for (const auto& s : running_)
+    if (s->req.deadline <= now) ids.push_back(s->req.id);
   for (int64_t id : ids) cancel(id, "timeout");
   earliest_deadline_ = Clock::time_point::max();
   for (const auto& s : queue_) earliest_deadline_ = std::min(earliest_deadline_, s->req.deadline);
@@ -196,11 +203,13 @@ int Generator::step() {
         ++decode_rows;
       }
     }
-    const double host_ms = last_exec_end_ == Clock::time_point{}
-        ? 0.0 : std::chrono::duration<double, std::milli>(t_exec - last_exec_end_).count();
+    const double host_ms =
+        last_exec_end_ == Clock::time_point{}
+            ? 0.0
+            : std::chrono::duration<double, std::milli>(t_exec - last_exec_end_).count();
     std::fprintf(log, "%d %d %d %d %.4f %.4f\n", decode_rows, prefill_seqs, prefill_tokens,
-                 plan.logit_rows(), std::chrono::duration<double, std::milli>(t_exec_end - t_exec).count(),
-                 host_ms);
+                 plan.logit_rows(),
+                 std::chrono::duration<double, std::milli>(t_exec_end - t_exec).count(), host_ms);
     std::fflush(log);
   }
 
@@ -231,7 +240,8 @@ int Generator::step() {
     std::string piece =
         eos ? std::string() : s.detok.push(token < tok_.vocab_size() ? token : tok_.unk_id());
     const bool last = eos || index + 1 >= s.req.params.max_new_tokens;
-    if (last) piece += s.detok.finish();  // bytes of an unfinished character, as decode() shows them
+    if (last)
+      piece += s.detok.finish();  // bytes of an unfinished character, as decode() shows them
     StopMatcher::Result m = s.stop.push(piece);
     if (last && !m.stopped) m.emit += s.stop.finish();
     s.result.text += m.emit;

@@ -43,8 +43,8 @@ struct GenResult {
 };
 
 struct GeneratorOptions {
-  int max_batch_size = 64;    // running sequences per step
-  int prefill_chunk = 512;    // prompt tokens per step over all sequences (bounds step latency)
+  int max_batch_size = 64;  // running sequences per step
+  int prefill_chunk = 512;  // prompt tokens per step over all sequences (bounds step latency)
 };
 
 struct GeneratorCallbacks {
@@ -94,7 +94,8 @@ class Generator {
   // unset after a step that left the generator idle, so idle waits are not counted as host work.
   std::chrono::steady_clock::time_point last_exec_end_{};
   // No pending request's deadline is earlier: expire() skips its scan of a long queue until then.
-  std::chrono::steady_clock::time_point earliest_deadline_ = std::chrono::steady_clock::time_point::max();
+  std::chrono::steady_clock::time_point earliest_deadline_ =
+      std::chrono::steady_clock::time_point::max();
 };
 
 }  // namespace llama2

@@ -10,8 +10,8 @@ std::string fmt(double v) {
   return b;
 }
 // Latency buckets spanning sub-millisecond CPU decode steps to multi-second GPU prefills.
-const std::vector<double> kLatencyBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                                             0.25,  0.5,    1.0,   2.5,  5.0,   10.0, 30.0, 60.0};
+const std::vector<double> kLatencyBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                             0.5,   1.0,    2.5,   5.0,  10.0,  30.0, 60.0};
 }  // namespace
 
 Histogram::Histogram(std::vector<double> bounds)
@@ -37,8 +37,12 @@ void Histogram::render(const std::string& name, const std::string& help, std::st
 }
 
 ServeMetrics::ServeMetrics()
-    : ttft_(kLatencyBuckets), itl_(kLatencyBuckets), e2e_(kLatencyBuckets), queue_(kLatencyBuckets) {
-  for (const char* r : {"stop", "length", "cancelled", "timeout", "shutting_down"}) finished_[r] = 0;
+    : ttft_(kLatencyBuckets),
+      itl_(kLatencyBuckets),
+      e2e_(kLatencyBuckets),
+      queue_(kLatencyBuckets) {
+  for (const char* r : {"stop", "length", "cancelled", "timeout", "shutting_down"})
+    finished_[r] = 0;
 }
 
 void ServeMetrics::request_finished(const std::string& reason, double queue_s, double ttft_s,
@@ -75,36 +79,46 @@ Gauges ServeMetrics::gauges() const {
 std::string ServeMetrics::render() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::string out;
-  out += "# HELP llama2_requests_total Finished generations by finish reason.\n"
-         "# TYPE llama2_requests_total counter\n";
+  out +=
+      "# HELP llama2_requests_total Finished generations by finish reason.\n"
+      "# TYPE llama2_requests_total counter\n";
   for (const auto& [reason, n] : finished_) {
     out += "llama2_requests_total{finish_reason=\"" + reason + "\"} " + std::to_string(n) + "\n";
   }
-  out += "# HELP llama2_requests_rejected_total Requests refused before running, by error code.\n"
-         "# TYPE llama2_requests_rejected_total counter\n";
+  out +=
+      "# HELP llama2_requests_rejected_total Requests refused before running, by error code.\n"
+      "# TYPE llama2_requests_rejected_total counter\n";
   for (const auto& [code, n] : rejected_) {
     out += "llama2_requests_rejected_total{code=\"" + code + "\"} " + std::to_string(n) + "\n";
   }
-  out += "# HELP llama2_prompt_tokens_total Prompt tokens of finished generations.\n"
-         "# TYPE llama2_prompt_tokens_total counter\nllama2_prompt_tokens_total " +
-         std::to_string(prompt_tokens_) + "\n";
-  out += "# HELP llama2_generation_tokens_total Generated tokens of finished generations.\n"
-         "# TYPE llama2_generation_tokens_total counter\nllama2_generation_tokens_total " +
-         std::to_string(generation_tokens_) + "\n";
-  out += "# HELP llama2_requests_running Generations in the running batch.\n"
-         "# TYPE llama2_requests_running gauge\nllama2_requests_running " +
-         std::to_string(gauges_.running) + "\n";
-  out += "# HELP llama2_requests_waiting Generations queued for admission.\n"
-         "# TYPE llama2_requests_waiting gauge\nllama2_requests_waiting " +
-         std::to_string(gauges_.waiting) + "\n";
+  out +=
+      "# HELP llama2_prompt_tokens_total Prompt tokens of finished generations.\n"
+      "# TYPE llama2_prompt_tokens_total counter\nllama2_prompt_tokens_total " +
+      std::to_string(prompt_tokens_) + "\n";
+  out +=
+      "# HELP llama2_generation_tokens_total Generated tokens of finished generations.\n"
+      "# TYPE llama2_generation_tokens_total counter\nllama2_generation_tokens_total " +
+      std::to_string(generation_tokens_) + "\n";
+  out +=
+      "# HELP llama2_requests_running Generations in the running batch.\n"
+      "# TYPE llama2_requests_running gauge\nllama2_requests_running " +
+      std::to_string(gauges_.running) + "\n";
+  out +=
+      "# HELP llama2_requests_waiting Generations queued for admission.\n"
+      "# TYPE llama2_requests_waiting gauge\nllama2_requests_waiting " +
+      std::to_string(gauges_.waiting) + "\n";
   const double usage = gauges_.kv_blocks_total > 0
                            ? static_cast<double>(gauges_.kv_blocks_used) / gauges_.kv_blocks_total
                            : 0.0;
-  out += "# HELP llama2_kv_cache_usage_ratio Fraction of KV-cache blocks in use.\n"
-         "# TYPE llama2_kv_cache_usage_ratio gauge\nllama2_kv_cache_usage_ratio " + fmt(usage) + "\n";
+  out +=
+      "# HELP llama2_kv_cache_usage_ratio Fraction of KV-cache blocks in use.\n"
+      "# TYPE llama2_kv_cache_usage_ratio gauge\nllama2_kv_cache_usage_ratio " +
+      fmt(usage) + "\n";
   ttft_.render("llama2_time_to_first_token_seconds", "Time from arrival to the first token.", &out);
-  itl_.render("llama2_inter_token_latency_seconds", "Time between consecutive tokens of a generation.", &out);
-  e2e_.render("llama2_e2e_request_latency_seconds", "Time from arrival to the end of a generation.", &out);
+  itl_.render("llama2_inter_token_latency_seconds",
+              "Time between consecutive tokens of a generation.", &out);
+  e2e_.render("llama2_e2e_request_latency_seconds", "Time from arrival to the end of a generation.",
+              &out);
   queue_.render("llama2_request_queue_time_seconds", "Time from arrival to admission.", &out);
   return out;
 }

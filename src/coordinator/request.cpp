@@ -6,8 +6,8 @@
 namespace llama2 {
 
 const std::set<std::string> kRequestKeys = {
-    "prompt", "prompt_tokens", "temperature", "top_p", "top_k", "repetition_penalty",
-    "max_new_tokens", "seed", "stop", "ignore_eos"};
+    "prompt",         "prompt_tokens", "temperature", "top_p",     "top_k", "repetition_penalty",
+    "max_new_tokens", "seed",          "stop",        "ignore_eos"};
 
 namespace {
 ParsedRequest invalid(const std::string& code, const std::string& msg) {
@@ -47,10 +47,13 @@ ParsedRequest parse_request(const nlohmann::json& obj, const SamplingParams& def
   const bool has_text = obj.contains("prompt") && !obj["prompt"].is_null();
   const bool has_ids = obj.contains("prompt_tokens") && !obj["prompt_tokens"].is_null();
   if (has_text == has_ids) {
-    return invalid("invalid_request", "give exactly one of \"prompt\" (string) or \"prompt_tokens\" (array of token ids)");
+    return invalid(
+        "invalid_request",
+        "give exactly one of \"prompt\" (string) or \"prompt_tokens\" (array of token ids)");
   }
   if (has_text) {
-    if (!obj["prompt"].is_string()) return invalid("invalid_request", "\"prompt\" must be a string");
+    if (!obj["prompt"].is_string())
+      return invalid("invalid_request", "\"prompt\" must be a string");
     const std::string text = obj["prompt"].get<std::string>();
     if (!is_valid_utf8(text)) return invalid("invalid_request", "\"prompt\" is not valid UTF-8");
     r.prompt = tok.encode(text, /*add_bos=*/true);

@@ -14,10 +14,11 @@ Session open_session(const SessionOptions& opts, int rank,
   s.block_size = opts.block_size;
   std::string error;
   try {
-    s.config = opts.synthetic.empty() ? load_model_config(opts.model_dir)
-                                      : preset_config(opts.synthetic);
+    s.config =
+        opts.synthetic.empty() ? load_model_config(opts.model_dir) : preset_config(opts.synthetic);
     if (opts.block_size < 1 || opts.block_size > 1024) {
-      throw Error("--block-size must be in [1, 1024] (got " + std::to_string(opts.block_size) + ")");
+      throw Error("--block-size must be in [1, 1024] (got " + std::to_string(opts.block_size) +
+                  ")");
     }
     if (rank == 0) {
       s.tokenizer = std::make_unique<Tokenizer>(opts.model_dir + "/tokenizer.model");

@@ -23,9 +23,9 @@ struct Session {
 };
 
 struct SessionOptions {
-  std::string model_dir;         // config.json, tokenizer.model and the weights
-  std::string synthetic;         // "7b" | "13b" | "70b": official shape, random weights on the
-                                 // GPUs; model_dir then only provides tokenizer.model
+  std::string model_dir;  // config.json, tokenizer.model and the weights
+  std::string synthetic;  // "7b" | "13b" | "70b": official shape, random weights on the
+                          // GPUs; model_dir then only provides tokenizer.model
   std::string backend = "auto";
   std::string dtype = "auto";
   std::string kv_cache_dtype = "auto";
@@ -34,10 +34,10 @@ struct SessionOptions {
                                  // the cuda backend sizes the cache from GPU memory
   double gpu_memory_fraction = 0.9;
   bool cuda_graphs = true;
-  int cpu_threads = 0;  // 0: automatic (see cpu_threads_for_rank)
-  int max_batch = 1;             // sequences per step
-  int prefill_chunk = 512;       // prompt tokens per step
-  int max_seq_len = 0;           // 0: the model's max_position_embeddings
+  int cpu_threads = 0;      // 0: automatic (see cpu_threads_for_rank)
+  int max_batch = 1;        // sequences per step
+  int prefill_chunk = 512;  // prompt tokens per step
+  int max_seq_len = 0;      // 0: the model's max_position_embeddings
 };
 
 // Collective. `prepare` runs on rank 0 after the tokenizer is loaded; it validates the command's

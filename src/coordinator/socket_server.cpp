@@ -25,7 +25,9 @@ namespace {
 // A client that stops reading is cut off rather than growing rank 0's memory without bound.
 constexpr size_t kMaxOutboxBytes = 64u << 20;
 
-void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+void set_nonblocking(int fd) {
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
 
 sockaddr_un make_addr(const std::string& path) {
   sockaddr_un addr{};
@@ -58,14 +60,17 @@ SocketServer::SocketServer(ServerOptions opts, const Tokenizer& tok, const Model
       health_(std::move(health)),
       stats_(std::move(stats)) {}
 
-SocketServer::~SocketServer() { stop(0); }
+SocketServer::~SocketServer() {
+  stop(0);
+}
 
 void SocketServer::start() {
   const sockaddr_un addr = make_addr(opts_.socket_path);
   struct stat st {};
   if (::lstat(opts_.socket_path.c_str(), &st) == 0) {
     if (!S_ISSOCK(st.st_mode)) {
-      throw Error("--socket " + opts_.socket_path + " exists and is not a socket; refusing to replace it");
+      throw Error("--socket " + opts_.socket_path +
+                  " exists and is not a socket; refusing to replace it");
     }
     // A socket file nobody listens on is what a killed server leaves behind: reuse the path.
     const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -86,7 +91,8 @@ void SocketServer::start() {
   }
   // SOMAXCONN (the kernel caps it at net.core.somaxconn): a burst of clients connecting at once
   // queues in the backlog instead of being refused.
-  if (::listen(listen_fd_, SOMAXCONN) != 0) throw Error(std::string("listen(): ") + std::strerror(errno));
+  if (::listen(listen_fd_, SOMAXCONN) != 0)
+    throw Error(std::string("listen(): ") + std::strerror(errno));
   set_nonblocking(listen_fd_);
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) throw Error(std::string("eventfd(): ") + std::strerror(errno));
@@ -130,7 +136,8 @@ void SocketServer::stop(int flush_ms) {
 
 std::deque<ServeCommand> SocketServer::take_commands(std::chrono::milliseconds wait) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (inbox_.empty() && wait.count() > 0) inbox_cv_.wait_for(lock, wait, [this] { return !inbox_.empty(); });
+  if (inbox_.empty() && wait.count() > 0)
+    inbox_cv_.wait_for(lock, wait, [this] { return !inbox_.empty(); });
   std::deque<ServeCommand> out;
   out.swap(inbox_);
   return out;
@@ -141,7 +148,8 @@ void SocketServer::send(uint64_t conn, const json& event, const std::string& id,
   wake();
 }
 
-void SocketServer::send_quiet(uint64_t conn, std::string payload, const std::string& id, bool final) {
+void SocketServer::send_quiet(uint64_t conn, std::string payload, const std::string& id,
+                              bool final) {
   const std::string frame = encode_frame(payload);
   std::lock_guard<std::mutex> lock(mu_);
   auto it = conns_.find(conn);
@@ -155,7 +163,8 @@ void SocketServer::send_quiet(uint64_t conn, std::string payload, const std::str
   c.outbox += frame;
 }
 
-std::string SocketServer::token_event(const std::string& id_json, int index, int token, const std::string& piece) {
+std::string SocketServer::token_event(const std::string& id_json, int index, int token,
+                                      const std::string& piece) {
   // Keys in the order nlohmann's (sorted) objects dump them; the piece escaped by the library.
   std::string out = "{\"event\":\"token\",\"id\":";
   out += id_json;
@@ -205,7 +214,8 @@ void SocketServer::close_conn(uint64_t id) {
 }
 
 void SocketServer::handle_frame(Conn& c, const std::string& payload) {
-  if (!is_valid_utf8(payload)) return error(c, nullptr, "invalid_request", "frame is not valid UTF-8");
+  if (!is_valid_utf8(payload))
+    return error(c, nullptr, "invalid_request", "frame is not valid UTF-8");
   if (json_nesting_exceeds(payload, kMaxJsonDepth)) {
     return error(c, nullptr, "invalid_request",
                  "frame nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels");
@@ -219,7 +229,8 @@ void SocketServer::handle_frame(Conn& c, const std::string& payload) {
   if (op == "generate") return handle_generate(c, j);
   if (op == "cancel") {
     if (!id.is_string() || !c.inflight.count(id.get<std::string>())) {
-      return error(c, id, "invalid_request", "cancel: no generation in flight with this \"id\" on this connection");
+      return error(c, id, "invalid_request",
+                   "cancel: no generation in flight with this \"id\" on this connection");
     }
     ServeCommand cmd;
     cmd.kind = ServeCommand::Kind::kCancel;
@@ -243,37 +254,46 @@ void SocketServer::handle_generate(Conn& c, const json& j) {
   }
   const std::string rid = id.get<std::string>();
   if (c.inflight.count(rid)) {
-    return error(c, id, "invalid_request", "\"id\" " + rid + " is already in flight on this connection");
+    return error(c, id, "invalid_request",
+                 "\"id\" " + rid + " is already in flight on this connection");
   }
-  if (draining_) return error(c, id, "shutting_down", "the server is shutting down and accepts no new generations");
+  if (draining_)
+    return error(c, id, "shutting_down",
+                 "the server is shutting down and accepts no new generations");
   bool stream = true;
   if (auto s = j.find("stream"); s != j.end() && !s->is_null()) {
-    if (!s->is_boolean()) return error(c, id, "invalid_request", "\"stream\" must be true or false");
+    if (!s->is_boolean())
+      return error(c, id, "invalid_request", "\"stream\" must be true or false");
     stream = s->get<bool>();
   }
   int64_t timeout_ms = opts_.request_timeout_ms;
   if (auto t = j.find("timeout_ms"); t != j.end() && !t->is_null()) {
     if (!t->is_number_integer() || t->get<int64_t>() < 1) {
-      return error(c, id, "invalid_request", "\"timeout_ms\" must be an integer >= 1 (the server caps it at " +
-                                                 std::to_string(opts_.request_timeout_ms) + ")");
+      return error(c, id, "invalid_request",
+                   "\"timeout_ms\" must be an integer >= 1 (the server caps it at " +
+                       std::to_string(opts_.request_timeout_ms) + ")");
     }
     timeout_ms = std::min(t->get<int64_t>(), opts_.request_timeout_ms);
   }
   ServeCommand cmd;
   cmd.request = parse_request(j, defaults_, tok_, config_, {"op", "id", "stream", "timeout_ms"});
   if (!cmd.request.ok()) return error(c, id, cmd.request.error_code, cmd.request.error_message);
-  const int64_t need = static_cast<int64_t>(cmd.request.prompt.size()) + cmd.request.params.max_new_tokens;
+  const int64_t need =
+      static_cast<int64_t>(cmd.request.prompt.size()) + cmd.request.params.max_new_tokens;
   if (need > opts_.max_seq_len || need > opts_.kv_capacity_tokens) {
-    return error(c, id, "prompt_too_long",
-                 "prompt (" + std::to_string(cmd.request.prompt.size()) + " tokens) + max_new_tokens (" +
-                     std::to_string(cmd.request.params.max_new_tokens) + ") = " + std::to_string(need) +
-                     " exceeds the server's limit of " +
-                     std::to_string(std::min<int64_t>(opts_.max_seq_len, opts_.kv_capacity_tokens)) + " tokens");
+    return error(
+        c, id, "prompt_too_long",
+        "prompt (" + std::to_string(cmd.request.prompt.size()) + " tokens) + max_new_tokens (" +
+            std::to_string(cmd.request.params.max_new_tokens) + ") = " + std::to_string(need) +
+            " exceeds the server's limit of " +
+            std::to_string(std::min<int64_t>(opts_.max_seq_len, opts_.kv_capacity_tokens)) +
+            " tokens");
   }
   // Admission control happens here, on the I/O thread, so a full queue is answered at once.
   if (waiting_ >= opts_.max_queue) {
-    return error(c, id, "queue_full", "queue is full (" + std::to_string(opts_.max_queue) +
-                                          " waiting, --max-queue); retry later");
+    return error(c, id, "queue_full",
+                 "queue is full (" + std::to_string(opts_.max_queue) +
+                     " waiting, --max-queue); retry later");
   }
   ++waiting_;
   c.inflight.insert(rid);
@@ -339,7 +359,8 @@ void SocketServer::io_loop() {
         }
       }
       if (!closed && !c.outbox.empty()) {
-        const ssize_t n = ::send(c.fd, c.outbox.data(), c.outbox.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+        const ssize_t n =
+            ::send(c.fd, c.outbox.data(), c.outbox.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) c.outbox.erase(0, static_cast<size_t>(n));
         if (n < 0 && errno != EAGAIN && errno != EINTR) closed = true;
       }

@@ -26,17 +26,17 @@ class Tokenizer;
 
 struct ServerOptions {
   std::string socket_path;
-  int max_queue = 256;               // generations waiting for admission
-  int max_seq_len = 0;               // prompt + max_new_tokens limit
-  int kv_capacity_tokens = 0;        // what the KV cache can hold for one request
+  int max_queue = 256;                  // generations waiting for admission
+  int max_seq_len = 0;                  // prompt + max_new_tokens limit
+  int kv_capacity_tokens = 0;           // what the KV cache can hold for one request
   int64_t request_timeout_ms = 600000;  // default and cap of a request's timeout_ms
 };
 
 struct ServeCommand {
   enum class Kind { kGenerate, kCancel, kDisconnect } kind = Kind::kGenerate;
   uint64_t conn = 0;
-  std::string id;          // the client's request id
-  ParsedRequest request;   // kGenerate
+  std::string id;         // the client's request id
+  ParsedRequest request;  // kGenerate
   bool stream = true;
   std::chrono::steady_clock::time_point arrival, deadline;
 };
@@ -67,7 +67,8 @@ class SocketServer {
   // The `token` event's JSON, the same bytes as dumping the object, built without one: at
   // saturation rank 0 emits ~10k of them per second between engine steps (GPUs idle meanwhile).
   // `id_json` is the request id already serialized as a JSON string.
-  static std::string token_event(const std::string& id_json, int index, int token, const std::string& piece);
+  static std::string token_event(const std::string& id_json, int index, int token,
+                                 const std::string& piece);
   // Engine thread: a queued generation left the waiting queue (admitted or finished).
   void left_queue() { --waiting_; }
   int waiting() const { return waiting_; }

@@ -43,7 +43,9 @@ class MpiComm final : public Comm {
 
 }  // namespace
 
-std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm) { return std::make_unique<MpiComm>(comm); }
+std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm) {
+  return std::make_unique<MpiComm>(comm);
+}
 
 void agree_on_errors(MPI_Comm comm, const std::string& local_error) {
   int rank = 0, size = 1;

@@ -55,7 +55,8 @@ class CpuModel final : public ModelRunner {
     final_norm_ = load(w, final_norm_slice(c));
     // A tied head is packed from the embedding table, which stays row-major for the lookup.
     lm_head_ = cpu::pack_linear(
-        c.tie_word_embeddings ? embed_.data() : load(w, lm_head_slice(c, s)).data(), s.vocab_size, H);
+        c.tie_word_embeddings ? embed_.data() : load(w, lm_head_slice(c, s)).data(), s.vocab_size,
+        H);
     params_ = embed_.size() + final_norm_.size() +
               (c.tie_word_embeddings ? 0 : static_cast<uint64_t>(s.vocab_size) * H);
     layers_.resize(c.num_layers);
@@ -95,8 +96,8 @@ class CpuModel final : public ModelRunner {
 
   void allocate_kv(const KvCacheSpec& kv) override {
     kv_ = kv;
-    const size_t cache_elems = static_cast<size_t>(kv.num_blocks) * s_.num_kv_heads *
-                               kv.block_size * s_.head_dim;
+    const size_t cache_elems =
+        static_cast<size_t>(kv.num_blocks) * s_.num_kv_heads * kv.block_size * s_.head_dim;
     for (CpuLayer& L : layers_) {
       L.k_cache.assign(cache_elems, 0.f);
       L.v_cache.assign(cache_elems, 0.f);
@@ -275,8 +276,8 @@ class CpuModel final : public ModelRunner {
       }
       cpu::rope(q, g.rope, T, s_.num_heads, d);
       cpu::rope(k, g.rope, T, s_.num_kv_heads, d);
-      const cpu::KvLayerView cache{L.k_cache.data(), L.v_cache.data(), s_.num_kv_heads,
-                                   kv_.block_size, d, kv_.num_blocks};
+      const cpu::KvLayerView cache{
+          L.k_cache.data(), L.v_cache.data(), s_.num_kv_heads, kv_.block_size, d, kv_.num_blocks};
       cpu::kv_write(cache, *g.plan, k, v);
       cpu::paged_attention(cache, *g.plan, q, s_.num_heads, kv_head_of_, attn, ops);
       cpu::linear(attn, L.wo, T, partial, H, ops);  // row-parallel O projection
@@ -320,17 +321,17 @@ class CpuModel final : public ModelRunner {
     // Activations live in a workspace that only grows: allocating them per step made glibc hand
     // the pages back and fault them in again every step (a third of a batch-32 step).
     Workspace& ws = ws_;
-    sized(&ws.x, T * H);                           // [T, H] residual stream, replicated
-    sized(&ws.h, T * H);                           // [T, H]
-    sized(&ws.qkv, T * layers_[0].wqkv.ld);        // [T, q | k | v | padding]
-    sized(&ws.q, T * nq);                          // [T, heads_local, d]
-    sized(&ws.k, T * nkv);                         // [T, kv_local, d]
-    sized(&ws.v, T * nkv);                         // [T, kv_local, d]
-    sized(&ws.attn, T * nq);                       // [T, heads_local, d]
+    sized(&ws.x, T * H);                              // [T, H] residual stream, replicated
+    sized(&ws.h, T * H);                              // [T, H]
+    sized(&ws.qkv, T * layers_[0].wqkv.ld);           // [T, q | k | v | padding]
+    sized(&ws.q, T * nq);                             // [T, heads_local, d]
+    sized(&ws.k, T * nkv);                            // [T, kv_local, d]
+    sized(&ws.v, T * nkv);                            // [T, kv_local, d]
+    sized(&ws.attn, T * nq);                          // [T, heads_local, d]
     sized(&ws.gate_up, T * layers_[0].w_gate_up.ld);  // [T, gate | up | padding]
-    sized(&ws.act, T * F);                         // [T, ffn_local]
-    sized(&ws.partial, T * H);                     // [T, H] this rank's row-split sum
-    sized(&ws.last, plan.logit_rows() * H);        // [rows, H]
+    sized(&ws.act, T * F);                            // [T, ffn_local]
+    sized(&ws.partial, T * H);                        // [T, H] this rank's row-split sum
+    sized(&ws.last, plan.logit_rows() * H);           // [rows, H]
     sized(&ws.logits, int64_t{plan.logit_rows()} * s_.vocab_size);  // [rows, vocab_local]
     cpu::embedding(plan.tokens.data(), T, embed_.data(), s_.vocab_begin, s_.vocab_size, H,
                    ws.x.data());
@@ -360,12 +361,12 @@ class CpuModel final : public ModelRunner {
   cpu::PackedLinear lm_head_;      // in H, out vocab_local (packed from embed_ when tied)
   uint64_t params_ = 0;            // parameters of the shard, as the planner counts them
   std::vector<CpuLayer> layers_;
-  std::vector<int> kv_head_of_;    // [heads_local] local KV head of each local query head
+  std::vector<int> kv_head_of_;  // [heads_local] local KV head of each local query head
   CpuSplit split_;
-  bool weights_fit_l2_ = false;    // the projections and head fit in one core's L2 cache
+  bool weights_fit_l2_ = false;  // the projections and head fit in one core's L2 cache
   ThreadPool pool_;
   Workspace ws_;
-  std::vector<RowGroup> groups_;   // this step's sequence groups (make_groups)
+  std::vector<RowGroup> groups_;  // this step's sequence groups (make_groups)
 };
 
 }  // namespace
@@ -379,8 +380,8 @@ CpuSplit cpu_split_from_env() {
 }
 
 std::unique_ptr<ModelRunner> make_cpu_runner(const ModelConfig& config, const ShardPlan& shard,
-                                             const WeightStore& weights, Comm& comm,
-                                             int threads, CpuSplit split) {
+                                             const WeightStore& weights, Comm& comm, int threads,
+                                             CpuSplit split) {
   return std::make_unique<CpuModel>(config, shard, weights, comm, threads, split);
 }
 

@@ -69,7 +69,6 @@ inline float dot_tail(const float* x, const float* w, int k, int in) {
   return tail;
 }
 
-
 // out[r, 8c + j] for R activation rows x C column panels (PackedLinear): each k step loads C
 // weight vectors and broadcasts R activations into R x C independent multiply-add chains, enough to
 // cover the FMA latency (R = 1 needs C = 8). Every output is one chain, k = 0, 1, ..., in - 1 in
@@ -131,14 +130,22 @@ __attribute__((target_clones("arch=x86-64-v3", "default"))) void linear_range(
   for (int c0 = n0; c0 < n1; c0 += 64) {
     const int c1 = std::min(n1, c0 + 64);
     int r = 0;
-    for (; r + 4 <= rows; r += 4) linear_rows<4, 3>(x + int64_t{r} * w.in, w, c0, c1, out + r * os, os);
+    for (; r + 4 <= rows; r += 4)
+      linear_rows<4, 3>(x + int64_t{r} * w.in, w, c0, c1, out + r * os, os);
     const float* xr = x + int64_t{r} * w.in;
     float* o = out + r * os;
     switch (rows - r) {
-      case 3: linear_rows<3, 3>(xr, w, c0, c1, o, os); break;
-      case 2: linear_rows<2, 4>(xr, w, c0, c1, o, os); break;
-      case 1: linear_rows<1, 8>(xr, w, c0, c1, o, os); break;
-      default: break;
+      case 3:
+        linear_rows<3, 3>(xr, w, c0, c1, o, os);
+        break;
+      case 2:
+        linear_rows<2, 4>(xr, w, c0, c1, o, os);
+        break;
+      case 1:
+        linear_rows<1, 8>(xr, w, c0, c1, o, os);
+        break;
+      default:
+        break;
     }
   }
 }
@@ -154,7 +161,8 @@ PackedLinear pack_linear(const std::vector<std::pair<const float*, int>>& parts,
   for (const auto& [w, rows] : parts) {
     for (int n = 0; n < rows; ++n, ++col) {
       float* panel = p.wt.data() + static_cast<size_t>(col / 8) * in * 8;
-      for (int k = 0; k < in; ++k) panel[static_cast<size_t>(k) * 8 + col % 8] = w[static_cast<int64_t>(n) * in + k];
+      for (int k = 0; k < in; ++k)
+        panel[static_cast<size_t>(k) * 8 + col % 8] = w[static_cast<int64_t>(n) * in + k];
     }
   }
   return p;
@@ -197,8 +205,10 @@ RopeTable rope_table(const int32_t* positions, int n_tokens, int head_dim, doubl
   for (int tok = 0; tok < n_tokens; ++tok) {
     for (int i = 0; i < t.half; ++i) {
       const float angle = static_cast<float>(positions[tok]) * inv_freq[i];
-      t.cos[static_cast<size_t>(tok) * t.half + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
-      t.sin[static_cast<size_t>(tok) * t.half + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+      t.cos[static_cast<size_t>(tok) * t.half + i] =
+          static_cast<float>(std::cos(static_cast<double>(angle)));
+      t.sin[static_cast<size_t>(tok) * t.half + i] =
+          static_cast<float>(std::sin(static_cast<double>(angle)));
     }
   }
   return t;
@@ -232,7 +242,7 @@ namespace {
 // rounding), 2^n put in the exponent bits. libm's expf is a call per element and was 8% of a
 // decode step.
 inline v8f exp8(v8f x) {
-  x = x < -80.0f ? v8f{} - 80.0f : x;  // e^-80 ~ 2e-35 counts as 0 and keeps 2^n normal
+  x = x < -80.0f ? v8f{} - 80.0f : x;      // e^-80 ~ 2e-35 counts as 0 and keeps 2^n normal
   const v8f t = x * 1.44269504088896341f;  // x / ln2
   const v8i n = __builtin_convertvector(t - 0.5f, v8i);  // round to nearest for t <= 0
   const v8f nf = __builtin_convertvector(n, v8f);
@@ -330,8 +340,8 @@ inline float dot(const float* a, const float* b, int d) {
 // q_tok, out_tok: [n_heads, d] of this token; heads: [n_group] query heads of the group;
 // scores: [n_group, pos + 1] scratch.
 __attribute__((target_clones("arch=x86-64-v3", "default"))) void attend_group(
-    const KvLayerView& c, const int32_t* table, int pos, int kvh,
-    const float* q_tok, const int* heads, int n_group, float* scores, float* out_tok) {
+    const KvLayerView& c, const int32_t* table, int pos, int kvh, const float* q_tok,
+    const int* heads, int n_group, float* scores, float* out_tok) {
   const int d = c.head_dim, bs = c.block_size, len = pos + 1;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   // [block_size, d] rows of (block bi, kvh); the table was validated by the caller (nothing may

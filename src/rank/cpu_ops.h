@@ -13,8 +13,9 @@
 
 namespace llama2::cpu {
 
-// out[t, :] = table[tokens[t] - vocab_begin, :] when the token is in this rank's vocab slice, else 0.
-// table: [vocab_local, hidden], out: [n_tokens, hidden]. The vocab-parallel all-reduce completes it.
+// out[t, :] = table[tokens[t] - vocab_begin, :] when the token is in this rank's vocab slice, else
+// 0. table: [vocab_local, hidden], out: [n_tokens, hidden]. The vocab-parallel all-reduce completes
+// it.
 void embedding(const int32_t* tokens, int n_tokens, const float* table, int vocab_begin,
                int vocab_local, int hidden, float* out);
 
@@ -47,8 +48,8 @@ void linear(const float* x, const PackedLinear& w, int rows, float* out, int64_t
 void linear(const float* x, const float* w, int rows, int in, int out_features, float* out,
             ThreadPool* pool = nullptr);
 
-// cos and sin of pos * theta^(-2i/d) for every token and i < d/2, computed as HF does (fp32 angles):
-// built once per step and shared by q and k of every layer.
+// cos and sin of pos * theta^(-2i/d) for every token and i < d/2, computed as HF does (fp32
+// angles): built once per step and shared by q and k of every layer.
 struct RopeTable {
   int half = 0;
   std::vector<float> cos, sin;  // [n_tokens, head_dim / 2]
@@ -68,7 +69,8 @@ void swiglu(const float* gate, const float* up, int64_t n, float* out);
 // x += y; both [n].
 void add_inplace(float* x, const float* y, int64_t n);
 
-// Paged KV cache of one layer on one rank: k and v are [num_blocks, kv_heads, block_size, head_dim].
+// Paged KV cache of one layer on one rank: k and v are [num_blocks, kv_heads, block_size,
+// head_dim].
 struct KvLayerView {
   float* k = nullptr;
   float* v = nullptr;

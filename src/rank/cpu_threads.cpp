@@ -104,9 +104,9 @@ int parallel_parts(const ThreadPool* pool, int64_t work, int max_parts) {
   // takes fewer (the development VM's two vCPUs differ by 1.5x). Each part keeps >= half the
   // threshold's work, so the per-part cost (an atomic increment) stays negligible.
   const int64_t by_work = work / (kMinParallelWork / 2);
-  return static_cast<int>(std::max<int64_t>(
-      1, std::min<int64_t>({4 * static_cast<int64_t>(pool->size()), by_work,
-                            static_cast<int64_t>(max_parts)})));
+  return static_cast<int>(
+      std::max<int64_t>(1, std::min<int64_t>({4 * static_cast<int64_t>(pool->size()), by_work,
+                                              static_cast<int64_t>(max_parts)})));
 }
 
 int cpu_threads_for_rank(int requested, int local_ranks) {

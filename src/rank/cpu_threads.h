@@ -2,8 +2,8 @@
 // time (fork/join); the calling thread and the workers take parts until none is left.
 //
 // Why a pool of its own and not OpenMP: the ranks are MPI processes whose core budget is decided by
-// the launcher (binding, ranks per node); the pool sizes itself from the affinity mask and the local
-// rank count, and workers that spin briefly between the operators of a step, then sleep, cost
+// the launcher (binding, ranks per node); the pool sizes itself from the affinity mask and the
+// local rank count, and workers that spin briefly between the operators of a step, then sleep, cost
 // nothing while a serve process is idle.
 #pragma once
 

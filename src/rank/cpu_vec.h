@@ -19,6 +19,8 @@ static inline v8f load8(const float* p) {
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
-static inline void store8(float* p, v8f v) { std::memcpy(p, &v, sizeof(v)); }
+static inline void store8(float* p, v8f v) {
+  std::memcpy(p, &v, sizeof(v));
+}
 
 }  // namespace llama2::cpu

@@ -6,7 +6,9 @@
 
 namespace llama2 {
 
-bool cuda_backend_built() { return false; }
+bool cuda_backend_built() {
+  return false;
+}
 
 std::unique_ptr<ModelRunner> make_cuda_runner(const ModelConfig&, const ShardPlan&,
                                               const CudaRunnerOptions&) {

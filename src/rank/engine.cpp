@@ -39,8 +39,8 @@ std::string gather_lines(MPI_Comm comm, const std::string& line) {
 
 std::string choose_backend(const std::string& requested, int visible_devices, int head_dim,
                            std::string* note) {
-  const std::string head_reason = "the CUDA kernels support head_dim 64 and 128, this model has " +
-                                  std::to_string(head_dim);
+  const std::string head_reason =
+      "the CUDA kernels support head_dim 64 and 128, this model has " + std::to_string(head_dim);
   if (requested == "cpu") return "cpu";
   if (requested == "auto") {
     if (visible_devices == 0 || !cuda_backend_built()) return "cpu";
@@ -52,12 +52,14 @@ std::string choose_backend(const std::string& requested, int visible_devices, in
   }
   if (requested == "cuda") {
     if (!cuda_backend_built()) {
-      throw Error("--backend cuda: this build has no CUDA backend (configured without nvcc or "
-                  "NCCL, or with -DLLAMA2_CUDA=OFF); use --backend cpu or auto");
+      throw Error(
+          "--backend cuda: this build has no CUDA backend (configured without nvcc or "
+          "NCCL, or with -DLLAMA2_CUDA=OFF); use --backend cpu or auto");
     }
     if (visible_devices == 0) {
-      throw Error("--backend cuda: no CUDA device is visible (check nvidia-smi and "
-                  "CUDA_VISIBLE_DEVICES); use --backend cpu or auto");
+      throw Error(
+          "--backend cuda: no CUDA device is visible (check nvidia-smi and "
+          "CUDA_VISIBLE_DEVICES); use --backend cpu or auto");
     }
     if (!cuda_supports_head_dim(head_dim)) {
       throw Error("--backend cuda: " + head_reason + "; use --backend cpu or auto");
@@ -74,7 +76,8 @@ std::string choose_dtype(const std::string& requested, const std::string& backen
   }
   if (backend == "cpu") {
     if (requested != "auto" && requested != "fp32") {
-      throw Error("--dtype " + requested + " needs the cuda backend; the cpu backend computes in "
+      throw Error("--dtype " + requested +
+                  " needs the cuda backend; the cpu backend computes in "
                   "fp32 (use --dtype auto or fp32)");
     }
     return "fp32";
@@ -92,12 +95,13 @@ std::string choose_kv_dtype(const std::string& requested, const std::string& bac
     throw Error("--kv-cache-dtype must be one of auto, fp8, fp8_e4m3 (got \"" + requested + "\")");
   }
   if (backend != "cuda") {
-    throw Error("--kv-cache-dtype " + requested + " needs the cuda backend (the cpu backend keeps "
+    throw Error("--kv-cache-dtype " + requested +
+                " needs the cuda backend (the cpu backend keeps "
                 "its cache in fp32; use --kv-cache-dtype auto)");
   }
   if (dtype != "fp16" && dtype != "bf16") {
-    throw Error("--kv-cache-dtype " + requested + " needs --dtype fp16 or bf16 (this run: " + dtype +
-                ")");
+    throw Error("--kv-cache-dtype " + requested +
+                " needs --dtype fp16 or bf16 (this run: " + dtype + ")");
   }
   return "fp8_e4m3";
 }
@@ -124,16 +128,18 @@ RankEngine::RankEngine(const EngineSpec& spec, const ModelConfig& config, MPI_Co
     if (backend_ == "cuda" && local.local_size > devices) {
       // NCCL refuses two ranks of one communicator on one GPU ("invalid usage"): say so up front.
       throw Error(std::to_string(local.local_size) + " ranks on this node share " +
-                  std::to_string(devices) + " visible GPU(s), and the CUDA backend runs one rank "
-                  "per GPU: start at most " + std::to_string(devices) +
-                  " rank(s) per node, or use --backend cpu");
+                  std::to_string(devices) +
+                  " visible GPU(s), and the CUDA backend runs one rank "
+                  "per GPU: start at most " +
+                  std::to_string(devices) + " rank(s) per node, or use --backend cpu");
     }
     dtype_ = choose_dtype(spec.dtype, backend_, config_.torch_dtype);
     kv_dtype_ = choose_kv_dtype(spec.kv_cache_dtype, backend_, dtype_);
     shard_ = make_shard_plan(config_, size_, rank_);
     if (spec.kv.block_size <= 0 || spec.kv.num_blocks < 0) {
       throw Error("KV cache needs block_size > 0 and num_blocks >= 0 (got " +
-                  std::to_string(spec.kv.block_size) + ", " + std::to_string(spec.kv.num_blocks) + ")");
+                  std::to_string(spec.kv.block_size) + ", " + std::to_string(spec.kv.num_blocks) +
+                  ")");
     }
     if (!spec.synthetic.empty() && backend_ != "cuda") {
       throw Error("--synthetic weights are generated on the GPU: it needs the cuda backend");
@@ -159,8 +165,8 @@ RankEngine::RankEngine(const EngineSpec& spec, const ModelConfig& config, MPI_Co
       o.synthetic_seed = spec.synthetic_seed;
       o.gpu_memory_fraction = spec.gpu_memory_fraction;
       o.max_batch = spec.max_batch;
-      o.max_step_tokens = spec.max_step_tokens > 0 ? spec.max_step_tokens
-                                                   : std::max(2048, spec.max_batch);
+      o.max_step_tokens =
+          spec.max_step_tokens > 0 ? spec.max_step_tokens : std::max(2048, spec.max_batch);
       o.max_seq_len = spec.max_seq_len > 0 ? spec.max_seq_len : config_.max_position_embeddings;
       o.max_graph_batch = spec.cuda_graphs ? spec.max_batch : 0;
       o.mpi_comm = MPI_Comm_c2f(comm_);
@@ -193,8 +199,8 @@ RankEngine::RankEngine(const EngineSpec& spec, const ModelConfig& config, MPI_Co
        << shard_.vocab_begin + shard_.vocab_size << "), shard " << runner_->weight_bytes() << " B ("
        << (weights ? "copied " + std::to_string(weights->bytes_copied()) + " B from files"
                    : std::string("synthetic ") + spec.synthetic)
-       << "), KV " << kv_.num_blocks << " blocks x " << kv_.block_size << " tokens = "
-       << runner_->kv_cache_bytes() << " B " << kv_dtype_;
+       << "), KV " << kv_.num_blocks << " blocks x " << kv_.block_size
+       << " tokens = " << runner_->kv_cache_bytes() << " B " << kv_dtype_;
   if (!local.note.empty()) line << " [" << local.note << "]";
   if (!backend_note_.empty()) line << " [" << backend_note_ << "]";
   line << "\n";
@@ -209,18 +215,20 @@ void RankEngine::size_kv_cache(const EngineSpec& spec) {
     long long fit = runner_->kv_blocks_that_fit(spec.kv.block_size);
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &fit, 1, MPI_LONG_LONG, MPI_MIN, comm_));
     if (kv_.num_blocks == 0) {
-      kv_.num_blocks = fit < 0 ? spec.cpu_default_blocks
-                               : static_cast<int>(std::min<long long>(fit, 1 << 30));
+      kv_.num_blocks =
+          fit < 0 ? spec.cpu_default_blocks : static_cast<int>(std::min<long long>(fit, 1 << 30));
       if (kv_.num_blocks <= 0) {
         throw Error("no GPU memory is left for the KV cache after the weights (" +
                     format_bytes(static_cast<int64_t>(runner_->weight_bytes())) +
-                    " per GPU) at --gpu-memory-fraction " + std::to_string(spec.gpu_memory_fraction) +
+                    " per GPU) at --gpu-memory-fraction " +
+                    std::to_string(spec.gpu_memory_fraction) +
                     "; use more GPUs or see `llama2 plan`");
       }
     } else if (fit >= 0 && kv_.num_blocks > fit) {
-      throw Error("--kv-cache-blocks " + std::to_string(kv_.num_blocks) + " does not fit: " +
-                  std::to_string(fit) + " blocks of " + std::to_string(kv_.block_size) +
-                  " tokens fit in --gpu-memory-fraction " + std::to_string(spec.gpu_memory_fraction));
+      throw Error("--kv-cache-blocks " + std::to_string(kv_.num_blocks) +
+                  " does not fit: " + std::to_string(fit) + " blocks of " +
+                  std::to_string(kv_.block_size) + " tokens fit in --gpu-memory-fraction " +
+                  std::to_string(spec.gpu_memory_fraction));
     }
     runner_->allocate_kv(kv_);
   } catch (const std::exception& e) {

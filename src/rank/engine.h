@@ -17,8 +17,8 @@
 namespace llama2 {
 
 struct EngineSpec {
-  std::string model_dir;         // checkpoint directory; ignored when `synthetic` is set
-  std::string synthetic;         // "7b" | "13b" | "70b": random weights made on each GPU
+  std::string model_dir;  // checkpoint directory; ignored when `synthetic` is set
+  std::string synthetic;  // "7b" | "13b" | "70b": random weights made on each GPU
   uint64_t synthetic_seed = 1;
   std::string backend = "auto";  // cpu | cuda | auto (cuda when a GPU is visible)
   std::string dtype = "auto";    // auto | fp16 | bf16 | fp32 (auto: the checkpoint's torch_dtype)
@@ -28,11 +28,11 @@ struct EngineSpec {
   KvCacheSpec kv;
   int cpu_default_blocks = 0;
   double gpu_memory_fraction = 0.9;
-  int max_batch = 256;        // sequences per step
-  int max_step_tokens = 0;    // tokens per step; 0: max(2048, max_batch)
-  int max_seq_len = 0;        // 0: config.max_position_embeddings
-  bool cuda_graphs = true;    // capture decode steps
-  int cpu_threads = 0;        // cpu backend threads per rank; 0: cpu_threads_for_rank's choice
+  int max_batch = 256;      // sequences per step
+  int max_step_tokens = 0;  // tokens per step; 0: max(2048, max_batch)
+  int max_seq_len = 0;      // 0: config.max_position_embeddings
+  bool cuda_graphs = true;  // capture decode steps
+  int cpu_threads = 0;      // cpu backend threads per rank; 0: cpu_threads_for_rank's choice
 };
 
 // "cpu" or "cuda" for a requested backend given the visible devices and the model's head size;

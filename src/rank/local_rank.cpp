@@ -27,8 +27,9 @@ LocalRank resolve_local_rank(int shm_rank, int shm_size, const char* slurm_local
                              std::pair{"OMPI_COMM_WORLD_LOCAL_RANK", ompi_local_rank}}) {
     int v = 0;
     if (value != nullptr && (!parse_nonneg(value, &v) || v != shm_rank)) {
-      r.note += (r.note.empty() ? "" : "; ") + std::string(name) + "=" + value + " disagrees with the MPI shared-memory rank " +
-               std::to_string(shm_rank) + "; using the MPI value";
+      r.note += (r.note.empty() ? "" : "; ") + std::string(name) + "=" + value +
+                " disagrees with the MPI shared-memory rank " + std::to_string(shm_rank) +
+                "; using the MPI value";
     }
   }
   return r;

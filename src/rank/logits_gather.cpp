@@ -72,9 +72,8 @@ void local_candidates(const float* logits, int rows, int vocab_local, int vocab_
     const float* row = logits + static_cast<int64_t>(r) * vocab_local;
     std::iota(order.begin(), order.end(), 0);
     const int n = std::min(k, vocab_local);
-    std::partial_sort(order.begin(), order.begin() + n, order.end(), [&](int32_t a, int32_t b) {
-      return candidate_before(row[a], a, row[b], b);
-    });
+    std::partial_sort(order.begin(), order.begin() + n, order.end(),
+                      [&](int32_t a, int32_t b) { return candidate_before(row[a], a, row[b], b); });
     for (int j = 0; j < k; ++j) {
       const int64_t o = static_cast<int64_t>(r) * k + j;
       values[o] = j < n ? row[order[j]] : -std::numeric_limits<float>::infinity();

@@ -36,10 +36,10 @@ class ModelRunner {
   virtual void allocate_kv(const KvCacheSpec& kv) = 0;
   virtual std::string backend_name() const = 0;
   virtual std::string device_description() const = 0;  // "host, 2 threads" or "GPU 0 (NVIDIA H200)"
-  virtual int dtype_bytes() const = 0;          // of weights and activations
-  virtual int kv_dtype_bytes() const = 0;       // of a KV cache element (1: fp8)
-  virtual uint64_t weight_bytes() const = 0;    // bytes of this rank's weight shard
-  virtual uint64_t kv_cache_bytes() const = 0;  // bytes of this rank's KV cache
+  virtual int dtype_bytes() const = 0;                 // of weights and activations
+  virtual int kv_dtype_bytes() const = 0;              // of a KV cache element (1: fp8)
+  virtual uint64_t weight_bytes() const = 0;           // bytes of this rank's weight shard
+  virtual uint64_t kv_cache_bytes() const = 0;         // bytes of this rank's KV cache
 };
 
 // How the CPU backend spreads a step over its threads.
@@ -65,8 +65,8 @@ std::unique_ptr<ModelRunner> make_cpu_runner(const ModelConfig& config, const Sh
 // What the CUDA backend needs beyond the model and the shard.
 struct CudaRunnerOptions {
   int device = 0;
-  std::string dtype = "fp16";        // fp16 | bf16 | fp32 (weights, activations and KV cache)
-  std::string kv_dtype = "auto";     // auto (= dtype) | fp8_e4m3 (fp16/bf16 only)
+  std::string dtype = "fp16";            // fp16 | bf16 | fp32 (weights, activations and KV cache)
+  std::string kv_dtype = "auto";         // auto (= dtype) | fp8_e4m3 (fp16/bf16 only)
   const WeightStore* weights = nullptr;  // nullptr: synthetic weights
   uint64_t synthetic_seed = 0;
   double gpu_memory_fraction = 0.9;  // of the GPU's total memory this rank may hold in the end
@@ -79,8 +79,11 @@ struct CudaRunnerOptions {
 
 // True when this binary was built with the CUDA backend.
 bool cuda_backend_built();
-// The attention and RoPE kernels are instantiated for these head sizes (all Llama-2 models use 128).
-inline bool cuda_supports_head_dim(int head_dim) { return head_dim == 64 || head_dim == 128; }
+// The attention and RoPE kernels are instantiated for these head sizes (all Llama-2 models use
+// 128).
+inline bool cuda_supports_head_dim(int head_dim) {
+  return head_dim == 64 || head_dim == 128;
+}
 // The CUDA backend (fp16/bf16/fp32 on one GPU per rank, NCCL between ranks). Error when the
 // backend is not built or the device cannot hold the shard.
 std::unique_ptr<ModelRunner> make_cuda_runner(const ModelConfig& config, const ShardPlan& shard,

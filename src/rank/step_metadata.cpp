@@ -28,7 +28,8 @@ StepShape fill_step_metadata(const StepPlan& plan, const StepLayout& L, int buck
   const int T = plan.total_tokens();
   if (T > L.max_tokens) {
     throw Error("step has " + std::to_string(T) + " tokens; this engine was sized for " +
-                std::to_string(L.max_tokens) + " per step (lower --prefill-chunk or raise "
+                std::to_string(L.max_tokens) +
+                " per step (lower --prefill-chunk or raise "
                 "--max-step-tokens)");
   }
   if (S > L.max_seqs) {
@@ -99,7 +100,8 @@ StepShape fill_step_metadata(const StepPlan& plan, const StepLayout& L, int buck
     }
     sh.tokens = sh.seqs = sh.logit_rows = bucket;
     const int longest = L.max_blocks * L.block_size;
-    LLAMA2_CHECK(context_bound == 0 || (context_bound <= longest && context_bound >= sh.max_context));
+    LLAMA2_CHECK(context_bound == 0 ||
+                 (context_bound <= longest && context_bound >= sh.max_context));
     sh.max_context = context_bound > 0 ? context_bound : longest;
     sh.max_new_tokens = 1;
     sh.decode_seqs = bucket;

@@ -12,23 +12,23 @@
 namespace llama2 {
 
 struct StepLayout {
-  int max_tokens = 0;   // tokens per step (activation buffers)
-  int max_seqs = 0;     // sequences per step (= logit rows)
-  int max_blocks = 0;   // block-table width: blocks of the longest sequence
-  int block_size = 0;   // tokens per KV block
-  int num_blocks = 0;   // blocks in the cache (every block id must be below)
+  int max_tokens = 0;  // tokens per step (activation buffers)
+  int max_seqs = 0;    // sequences per step (= logit rows)
+  int max_blocks = 0;  // block-table width: blocks of the longest sequence
+  int block_size = 0;  // tokens per KV block
+  int num_blocks = 0;  // blocks in the cache (every block id must be below)
 
   StepLayout(int tokens, int seqs, int max_seq_len, int block_size_, int num_blocks_);
   StepLayout() = default;
 
   // Offsets (in int32 words) of each region.
-  size_t tokens_at() const { return 0; }                                  // [max_tokens]
-  size_t pos_at() const { return static_cast<size_t>(max_tokens); }      // [max_tokens]
-  size_t slot_at() const { return 2 * static_cast<size_t>(max_tokens); } // [max_tokens]
+  size_t tokens_at() const { return 0; }                                        // [max_tokens]
+  size_t pos_at() const { return static_cast<size_t>(max_tokens); }             // [max_tokens]
+  size_t slot_at() const { return 2 * static_cast<size_t>(max_tokens); }        // [max_tokens]
   size_t logit_rows_at() const { return 3 * static_cast<size_t>(max_tokens); }  // [max_seqs]
-  size_t cu_tokens_at() const { return logit_rows_at() + max_seqs; }     // [max_seqs + 1]
-  size_t pos_begin_at() const { return cu_tokens_at() + max_seqs + 1; }  // [max_seqs]
-  size_t context_lens_at() const { return pos_begin_at() + max_seqs; }   // [max_seqs]
+  size_t cu_tokens_at() const { return logit_rows_at() + max_seqs; }            // [max_seqs + 1]
+  size_t pos_begin_at() const { return cu_tokens_at() + max_seqs + 1; }         // [max_seqs]
+  size_t context_lens_at() const { return pos_begin_at() + max_seqs; }          // [max_seqs]
   size_t block_tables_at() const { return context_lens_at() + max_seqs; }  // [max_seqs, max_blocks]
   size_t words() const { return block_tables_at() + static_cast<size_t>(max_seqs) * max_blocks; }
 };
@@ -46,7 +46,7 @@ struct StepShape {
   // while the rest take the prefill kernel. decode_context bounds their context lengths.
   int decode_seqs = 0;
   int decode_context = 0;
-  size_t words_used = 0;   // prefix of the array to upload
+  size_t words_used = 0;  // prefix of the array to upload
 };
 
 // True when every sequence adds one token and wants its logits: the steps that replay graphs.

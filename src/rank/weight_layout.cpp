@@ -11,7 +11,9 @@ TensorSlice rows(std::string name, int64_t n_rows, int64_t n_cols, int64_t r0, i
 TensorSlice cols(std::string name, int64_t n_rows, int64_t n_cols, int64_t c0, int64_t c1) {
   return {std::move(name), {n_rows, n_cols}, 0, n_rows, c0, c1};
 }
-TensorSlice vec(std::string name, int64_t n) { return {std::move(name), {n}, 0, 1, 0, n}; }
+TensorSlice vec(std::string name, int64_t n) {
+  return {std::move(name), {n}, 0, 1, 0, n};
+}
 
 std::string layer_name(int layer, const char* suffix) {
   return "model.layers." + std::to_string(layer) + "." + suffix;
@@ -27,17 +29,26 @@ TensorSlice layer_slice(const ModelConfig& c, const ShardPlan& s, int layer, Lay
   const int64_t k0 = s.kv_head_begin * d, k1 = k0 + s.num_kv_heads * d;
   const int64_t f0 = s.ffn_begin, f1 = f0 + s.ffn_size;
   switch (which) {
-    case LayerTensor::kAttnNorm: return vec(layer_name(layer, "input_layernorm.weight"), H);
-    case LayerTensor::kWq: return rows(layer_name(layer, "self_attn.q_proj.weight"), q_rows, H, q0, q1);
-    case LayerTensor::kWk: return rows(layer_name(layer, "self_attn.k_proj.weight"), kv_rows, H, k0, k1);
-    case LayerTensor::kWv: return rows(layer_name(layer, "self_attn.v_proj.weight"), kv_rows, H, k0, k1);
-    case LayerTensor::kWo: return cols(layer_name(layer, "self_attn.o_proj.weight"), H, q_rows, q0, q1);
+    case LayerTensor::kAttnNorm:
+      return vec(layer_name(layer, "input_layernorm.weight"), H);
+    case LayerTensor::kWq:
+      return rows(layer_name(layer, "self_attn.q_proj.weight"), q_rows, H, q0, q1);
+    case LayerTensor::kWk:
+      return rows(layer_name(layer, "self_attn.k_proj.weight"), kv_rows, H, k0, k1);
+    case LayerTensor::kWv:
+      return rows(layer_name(layer, "self_attn.v_proj.weight"), kv_rows, H, k0, k1);
+    case LayerTensor::kWo:
+      return cols(layer_name(layer, "self_attn.o_proj.weight"), H, q_rows, q0, q1);
     case LayerTensor::kMlpNorm:
       return vec(layer_name(layer, "post_attention_layernorm.weight"), H);
-    case LayerTensor::kWgate: return rows(layer_name(layer, "mlp.gate_proj.weight"), I, H, f0, f1);
-    case LayerTensor::kWup: return rows(layer_name(layer, "mlp.up_proj.weight"), I, H, f0, f1);
-    case LayerTensor::kWdown: return cols(layer_name(layer, "mlp.down_proj.weight"), H, I, f0, f1);
-    case LayerTensor::kCount: break;
+    case LayerTensor::kWgate:
+      return rows(layer_name(layer, "mlp.gate_proj.weight"), I, H, f0, f1);
+    case LayerTensor::kWup:
+      return rows(layer_name(layer, "mlp.up_proj.weight"), I, H, f0, f1);
+    case LayerTensor::kWdown:
+      return cols(layer_name(layer, "mlp.down_proj.weight"), H, I, f0, f1);
+    case LayerTensor::kCount:
+      break;
   }
   LLAMA2_CHECK(false && "unknown layer tensor");
   return {};
@@ -54,7 +65,9 @@ TensorSlice lm_head_slice(const ModelConfig& c, const ShardPlan& s) {
   return t;
 }
 
-TensorSlice final_norm_slice(const ModelConfig& c) { return vec("model.norm.weight", c.hidden_size); }
+TensorSlice final_norm_slice(const ModelConfig& c) {
+  return vec("model.norm.weight", c.hidden_size);
+}
 
 std::vector<TensorSlice> all_full_tensors(const ModelConfig& c) {
   // A one-rank plan owns every full tensor.

@@ -72,24 +72,25 @@ cxxopts::Options make_options() {
   cxxopts::Options opts("llama2 make-test-model",
                         "Write a small Hugging Face Llama directory with random weights (fixed "
                         "seed) and a SentencePiece BPE tokenizer trained on the project's corpus.");
-  opts.add_options()
-      ("o,out", "Output directory", cxxopts::value<std::string>())
-      ("hidden-size", "Hidden size", cxxopts::value<int>()->default_value("64"))
-      ("intermediate-size", "SwiGLU inner size", cxxopts::value<int>()->default_value("172"))
-      ("layers", "Transformer layers", cxxopts::value<int>()->default_value("2"))
-      ("heads", "Attention heads", cxxopts::value<int>()->default_value("4"))
-      ("kv-heads", "Key/value heads (default: heads)", cxxopts::value<int>())
-      ("vocab", "Vocabulary size (the tokenizer is trained to this size)", cxxopts::value<int>()->default_value("512"))
-      ("max-position-embeddings", "Context length", cxxopts::value<int>()->default_value("512"))
-      ("rope-theta", "RoPE base", cxxopts::value<double>()->default_value("10000"))
-      ("dtype", "Tensor dtype: f32, f16, bf16", cxxopts::value<std::string>()->default_value("f32"))
-      ("shards", "Number of safetensors files", cxxopts::value<int>()->default_value("1"))
-      ("tie-embeddings", "Share the embedding with the LM head (no lm_head.weight)")
-      ("seed", "Weight seed", cxxopts::value<uint64_t>()->default_value("1234"))
-      ("corpus", "Tokenizer training text", cxxopts::value<std::string>()->default_value(LLAMA2_SOURCE_DIR "/data/corpus.txt"))
-      ("tokenizer", "Copy this tokenizer.model instead of training one", cxxopts::value<std::string>())
-      ("force", "Overwrite an existing non-empty output directory")
-      ("h,help", "Show this help");
+  opts.add_options()("o,out", "Output directory", cxxopts::value<std::string>())(
+      "hidden-size", "Hidden size", cxxopts::value<int>()->default_value("64"))(
+      "intermediate-size", "SwiGLU inner size", cxxopts::value<int>()->default_value("172"))(
+      "layers", "Transformer layers", cxxopts::value<int>()->default_value("2"))(
+      "heads", "Attention heads", cxxopts::value<int>()->default_value("4"))(
+      "kv-heads", "Key/value heads (default: heads)", cxxopts::value<int>())(
+      "vocab", "Vocabulary size (the tokenizer is trained to this size)",
+      cxxopts::value<int>()->default_value("512"))("max-position-embeddings", "Context length",
+                                                   cxxopts::value<int>()->default_value("512"))(
+      "rope-theta", "RoPE base", cxxopts::value<double>()->default_value("10000"))(
+      "dtype", "Tensor dtype: f32, f16, bf16", cxxopts::value<std::string>()->default_value("f32"))(
+      "shards", "Number of safetensors files", cxxopts::value<int>()->default_value("1"))(
+      "tie-embeddings", "Share the embedding with the LM head (no lm_head.weight)")(
+      "seed", "Weight seed", cxxopts::value<uint64_t>()->default_value("1234"))(
+      "corpus", "Tokenizer training text",
+      cxxopts::value<std::string>()->default_value(LLAMA2_SOURCE_DIR "/data/corpus.txt"))(
+      "tokenizer", "Copy this tokenizer.model instead of training one",
+      cxxopts::value<std::string>())("force", "Overwrite an existing non-empty output directory")(
+      "h,help", "Show this help");
   return opts;
 }
 
@@ -147,7 +148,8 @@ int run_make_test_model(int argc, char** argv) {
   const size_t per_file = (tensors.size() + shards - 1) / shards;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const TensorSlice& t = tensors[i];
-    TensorToWrite w{t.name, dtype, t.full_shape, std::vector<float>(static_cast<size_t>(t.numel()))};
+    TensorToWrite w{t.name, dtype, t.full_shape,
+                    std::vector<float>(static_cast<size_t>(t.numel()))};
     const double std_dev = init_std(t, c);
     const double mean = t.full_shape.size() == 1 ? 1.0 : 0.0;
     for (float& v : w.values) v = static_cast<float>(mean + std_dev * rng.next());
@@ -176,7 +178,8 @@ int run_make_test_model(int argc, char** argv) {
   }
   {
     std::ofstream gen(fs::path(out) / "generation_config.json");
-    gen << nlohmann::json{{"bos_token_id", c.bos_token_id}, {"eos_token_id", c.eos_token_id}}.dump(2)
+    gen << nlohmann::json{{"bos_token_id", c.bos_token_id}, {"eos_token_id", c.eos_token_id}}.dump(
+               2)
         << "\n";
   }
   if (args.count("tokenizer")) {

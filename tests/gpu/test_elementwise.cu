@@ -323,8 +323,8 @@ TEST_CASE("rope_kv: rotate-half RoPE on q in place and k, K/V written to the pag
       const k::PagedKvCache<C> cache{d_kc.get(), d_vc.get(), num_blocks, G, c.block_size, d};
       T* q = d_qkv.get();
       LLAMA2_CUDA_REQUIRE(k::launch_rope_kv(q, stride, q + H * d, stride, q + (H + G) * d, stride,
-                                            H, k::RopeKvTokens{d_pos.get(), d_slot.get(), n},
-                                            freqs, cache, 0));
+                                            H, k::RopeKvTokens{d_pos.get(), d_slot.get(), n}, freqs,
+                                            cache, 0));
       LLAMA2_CUDA_REQUIRE(cudaDeviceSynchronize());
       expect_close(what + " q", columns(to_f32(d_qkv.download()), n, stride, 0, H * d), q_ref,
                    Tol{rtol, rtol * max_q});

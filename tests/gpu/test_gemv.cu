@@ -31,9 +31,9 @@ TEST_CASE("gemv: y = x . W^T for 1..8 rows") {
         }
         for_each_dtype([&](auto tag) {
           using T = decltype(tag);
-          const std::string what = std::string("gemv ") + dtype_name<T>() + " M=" +
-                                   std::to_string(M) + " N=" + std::to_string(N) + " K=" +
-                                   std::to_string(K);
+          const std::string what = std::string("gemv ") + dtype_name<T>() +
+                                   " M=" + std::to_string(M) + " N=" + std::to_string(N) +
+                                   " K=" + std::to_string(K);
           INFO(what);
           DeviceBuffer<T> dx(to_dtype<T>(x)), dw(to_dtype<T>(w)), dy(want.size());
           dy.poison();

@@ -71,15 +71,23 @@ Options parse_options(int argc, char** argv) {
     const std::string a = argv[i];
     if (i + 1 >= argc) throw llama2::Error(a + ": missing value\n" + kUsage);
     const std::string v = argv[i + 1];
-    if (a == "--model") o.model_dir = v;
-    else if (a == "--fixture") o.fixture_path = v;
-    else if (a == "--tolerance") o.tolerance = parse_number(a, v);
-    else if (a == "--near-tie") o.near_tie = parse_number(a, v);
-    else if (a == "--backend") o.backend = v;
-    else if (a == "--dtype") o.dtype = v;
-    else if (a == "--kv-cache-dtype") o.kv_cache_dtype = v;
+    if (a == "--model")
+      o.model_dir = v;
+    else if (a == "--fixture")
+      o.fixture_path = v;
+    else if (a == "--tolerance")
+      o.tolerance = parse_number(a, v);
+    else if (a == "--near-tie")
+      o.near_tie = parse_number(a, v);
+    else if (a == "--backend")
+      o.backend = v;
+    else if (a == "--dtype")
+      o.dtype = v;
+    else if (a == "--kv-cache-dtype")
+      o.kv_cache_dtype = v;
     // A misspelt flag must not silently leave a default (e.g. a stricter or looser tolerance).
-    else throw llama2::Error("unknown flag " + a + "\n" + kUsage);
+    else
+      throw llama2::Error("unknown flag " + a + "\n" + kUsage);
   }
   if (o.model_dir.empty() || o.fixture_path.empty()) throw llama2::Error(kUsage);
   if (!(o.tolerance >= 0.0) || !(o.near_tie >= 0.0)) {
@@ -107,8 +115,8 @@ ExpectedLogits expected_logits(const json& prompt, int n_ids) {
   if (prompt.contains("logit_positions")) {
     const auto positions = prompt["logit_positions"].get<std::vector<int>>();
     if (positions.size() != e.rows->size()) {
-      throw llama2::Error(where + ": " + std::to_string(positions.size()) + " logit_positions but " +
-                          std::to_string(e.rows->size()) + " logit rows");
+      throw llama2::Error(where + ": " + std::to_string(positions.size()) +
+                          " logit_positions but " + std::to_string(e.rows->size()) + " logit rows");
     }
     for (size_t i = 0; i < positions.size(); ++i) {
       if (positions[i] < 0 || positions[i] >= n_ids) {
@@ -178,8 +186,8 @@ std::vector<std::pair<int, std::vector<float>>> run_mixed(llama2::RankEngine& en
     std::vector<float> logits;
     engine.execute(plan, &logits);
     for (size_t r = 0; r < positions.size(); ++r) {
-      out.emplace_back(positions[r], std::vector<float>(logits.begin() + r * V,
-                                                        logits.begin() + (r + 1) * V));
+      out.emplace_back(positions[r],
+                       std::vector<float>(logits.begin() + r * V, logits.begin() + (r + 1) * V));
     }
   }
   blocks.release(&table_a);
@@ -219,8 +227,8 @@ GreedyVerdict judge_greedy(const std::vector<int>& want, const std::vector<int>&
   for (size_t i = 0; i < want.size(); ++i) {
     if (i < got.size() && got[i] == want[i]) continue;
     r.step = static_cast<int>(i);
-    const json* margins = prompt.contains("greedy_top2_margin") ? &prompt["greedy_top2_margin"]
-                                                                 : nullptr;
+    const json* margins =
+        prompt.contains("greedy_top2_margin") ? &prompt["greedy_top2_margin"] : nullptr;
     if (margins != nullptr && i < margins->size()) r.margin = (*margins)[i].get<double>();
     // A continuation that ended early is never a near-tie (NaN < x is false as well).
     r.kind = i < got.size() && r.margin < near_tie ? GreedyKind::kNearTie : GreedyKind::kMismatch;
@@ -317,20 +325,21 @@ int run(int argc, char** argv, int rank, int size) {
     stats.max_diff = std::max(stats.max_diff, one.max_diff);
     stats.compared += one.compared;
   }
-  const bool ok = stats.max_diff <= opt.tolerance && greedy_mismatches == 0 &&
-                  tokenizer_mismatches == 0;
-  std::printf("%s: max |logit diff| %.3g (tolerance %.1g) over %ld values; greedy %d/%d identical, "
-              "%d near-tie, %d mismatched; tokenizer mismatches %d: %s\n",
-              model.c_str(), stats.max_diff, opt.tolerance, stats.compared, greedy_identical,
-              greedy_total, near_ties, greedy_mismatches, tokenizer_mismatches,
-              ok ? "PASS" : "FAIL");
+  const bool ok =
+      stats.max_diff <= opt.tolerance && greedy_mismatches == 0 && tokenizer_mismatches == 0;
+  std::printf(
+      "%s: max |logit diff| %.3g (tolerance %.1g) over %ld values; greedy %d/%d identical, "
+      "%d near-tie, %d mismatched; tokenizer mismatches %d: %s\n",
+      model.c_str(), stats.max_diff, opt.tolerance, stats.compared, greedy_identical, greedy_total,
+      near_ties, greedy_mismatches, tokenizer_mismatches, ok ? "PASS" : "FAIL");
   const std::string dtype_label =
       engine.dtype() + (engine.kv_dtype() == engine.dtype() ? "" : "+kv-" + engine.kv_dtype());
-  std::printf("RESULT model=%s backend=%s dtype=%s np=%d max_abs_diff=%.3g tolerance=%g "
-              "compared=%ld greedy_identical=%d/%d near_tie=%d mismatches=%d status=%s\n",
-              model.c_str(), engine.backend().c_str(), dtype_label.c_str(), size,
-              stats.max_diff, opt.tolerance, stats.compared, greedy_identical, greedy_total,
-              near_ties, greedy_mismatches, ok ? "PASS" : "FAIL");
+  std::printf(
+      "RESULT model=%s backend=%s dtype=%s np=%d max_abs_diff=%.3g tolerance=%g "
+      "compared=%ld greedy_identical=%d/%d near_tie=%d mismatches=%d status=%s\n",
+      model.c_str(), engine.backend().c_str(), dtype_label.c_str(), size, stats.max_diff,
+      opt.tolerance, stats.compared, greedy_identical, greedy_total, near_ties, greedy_mismatches,
+      ok ? "PASS" : "FAIL");
   std::fflush(stdout);
   engine.shutdown(ok ? 0 : 1);
   return ok ? 0 : 1;

@@ -7,6 +7,7 @@
 // alone), queue_full answered at once, timeout, cancel mid-stream, client disconnect (KV blocks
 // back to zero), over-long prompts, bad parameters, malformed frames while another client is being
 // served, and SIGTERM during load (in-flight requests finish or get shutting_down; socket removed).
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -19,7 +20,6 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <dirent.h>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -57,10 +57,11 @@ struct Server {
   std::string socket;
   std::string log;
 
-  Server(const std::string& name, const std::vector<std::string>& extra, const std::string& model = g_model) {
+  Server(const std::string& name, const std::vector<std::string>& extra,
+         const std::string& model = g_model) {
     socket = g_tmp + "/" + name + ".sock";
     log = g_tmp + "/" + name + ".log";
-    std::vector<std::string> args = {g_mpirun, "2", g_llama2, "serve", "--model", model,
+    std::vector<std::string> args = {g_mpirun,   "2",    g_llama2,  "serve",     "--model", model,
                                      "--socket", socket, "--quiet", "--backend", "cpu"};
     args.insert(args.end(), extra.begin(), extra.end());
     pid = fork();
@@ -161,9 +162,16 @@ json greedy_alone(const std::string& prompt, int n) {
 
 // ---- 64 concurrent streaming clients, 1000 requests ------------------------------------------
 void test_load(const Server& s) {
-  const std::vector<std::string> prompts = {
-      "Hello", "The weather in Paris", "北京的秋天", "Café crème ☕", "Once upon a time there was",
-      "1 2 3", "Ünïcödé ✓", "A", "Write a poem about the sea", "emoji 🍂🐈"};
+  const std::vector<std::string> prompts = {"Hello",
+                                            "The weather in Paris",
+                                            "北京的秋天",
+                                            "Café crème ☕",
+                                            "Once upon a time there was",
+                                            "1 2 3",
+                                            "Ünïcödé ✓",
+                                            "A",
+                                            "Write a poem about the sea",
+                                            "emoji 🍂🐈"};
   std::atomic<int> completed{0}, bad_index{0}, mismatched{0}, errors{0};
   std::mutex mu;
   std::map<std::string, std::vector<int>> greedy_seen;  // "prompt|n" -> ids (must all agree)
@@ -177,8 +185,10 @@ void test_load(const Server& s) {
         const int n = 4 + (i * 7) % 29;
         json req{{"prompt", p}, {"max_new_tokens", n}, {"ignore_eos", true}};
         const bool greedy = i % 3 == 0;
-        if (greedy) req["temperature"] = 0;
-        else req.update(json{{"temperature", 0.8}, {"top_k", 20 + t}, {"top_p", 0.9}, {"seed", i}});
+        if (greedy)
+          req["temperature"] = 0;
+        else
+          req.update(json{{"temperature", 0.8}, {"top_k", 20 + t}, {"top_p", 0.9}, {"seed", i}});
         std::string streamed;
         int expect_index = 0;
         std::vector<int> ids;
@@ -218,19 +228,27 @@ void test_load(const Server& s) {
     if (!alone.is_discarded() && alone.value("token_ids", std::vector<int>()) == ids) ++equal;
   }
   check(compared > 0 && equal == compared, "greedy served output == generate alone for " +
-                                               std::to_string(equal) + "/" + std::to_string(compared));
+                                               std::to_string(equal) + "/" +
+                                               std::to_string(compared));
   // Streamed pieces concatenate to the non-streamed text, byte for byte.
   auto c = llama2::Client::connect(s.socket, 2000);
   std::string streamed;
-  c->generate(json{{"prompt", "北京 café 🍂"}, {"max_new_tokens", 40}, {"seed", 9}, {"ignore_eos", true}}, 20000,
-              [&](const json& ev) { streamed += ev["text"].get<std::string>(); });
-  const json whole = c->generate(json{{"prompt", "北京 café 🍂"}, {"max_new_tokens", 40}, {"seed", 9},
-                                      {"ignore_eos", true}, {"stream", false}}, 20000);
+  c->generate(
+      json{{"prompt", "北京 café 🍂"}, {"max_new_tokens", 40}, {"seed", 9}, {"ignore_eos", true}},
+      20000, [&](const json& ev) { streamed += ev["text"].get<std::string>(); });
+  const json whole = c->generate(json{{"prompt", "北京 café 🍂"},
+                                      {"max_new_tokens", 40},
+                                      {"seed", 9},
+                                      {"ignore_eos", true},
+                                      {"stream", false}},
+                                 20000);
   check(whole.value("text", std::string("?")) == streamed, "streamed text == non-streamed text");
 }
 
 // ---- errors, cancel, timeout, disconnect ------------------------------------------------------
-int kv_used(llama2::Client& c) { return c.health(2000).value("kv_blocks_used", -1); }
+int kv_used(llama2::Client& c) {
+  return c.health(2000).value("kv_blocks_used", -1);
+}
 
 bool wait_kv_zero(llama2::Client& c) {
   for (int i = 0; i < 100; ++i) {
@@ -247,17 +265,18 @@ void test_errors(const Server& s) {
             h.value("kv_cache_dtype", "") == "fp32",
         "health names backend, dtype and KV-cache dtype: " + h.dump());
   json r = c->generate(json{{"prompt", "x"}, {"max_new_tokens", 100000}}, 5000);
-  check(r.value("code", "") == "prompt_too_long", "over-long prompt -> prompt_too_long: " + r.value("message", ""));
+  check(r.value("code", "") == "prompt_too_long",
+        "over-long prompt -> prompt_too_long: " + r.value("message", ""));
   r = c->generate(json{{"prompt", "x"}, {"temperature", -1}}, 5000);
-  check(r.value("code", "") == "invalid_request" && r.value("message", "").find("temperature") != std::string::npos,
+  check(r.value("code", "") == "invalid_request" &&
+            r.value("message", "").find("temperature") != std::string::npos,
         "bad temperature named: " + r.value("message", ""));
   r = c->generate(json{{"prompt", "x"}, {"top_k", "many"}}, 5000);
-  check(r.value("code", "") == "invalid_request" && r.value("message", "").find("top_k") != std::string::npos,
+  check(r.value("code", "") == "invalid_request" &&
+            r.value("message", "").find("top_k") != std::string::npos,
         "wrong type named: " + r.value("message", ""));
   r = c->generate(json{{"prompt_tokens", json::array({1, 999999})}}, 5000);
   check(r.value("code", "") == "invalid_request", "token id outside the vocabulary refused");
-
-
 }
 
 // Malformed frames on raw sockets; a concurrent well-behaved client keeps being served.
@@ -267,7 +286,9 @@ void test_malformed(const Server& s) {
   std::thread good([&] {
     auto c = llama2::Client::connect(s.socket, 2000);
     while (!stop) {
-      if (c->generate(json{{"prompt", "still here"}, {"max_new_tokens", 3}}, 10000)["event"] == "done") ++served;
+      if (c->generate(json{{"prompt", "still here"}, {"max_new_tokens", 3}}, 10000)["event"] ==
+          "done")
+        ++served;
     }
   });
   auto raw = [&](const std::string& bytes, bool expect_close) {
@@ -286,7 +307,10 @@ void test_malformed(const Server& s) {
     bool closed = false;
     for (;;) {
       const ssize_t n = read(fd, buf, sizeof(buf));
-      if (n <= 0) { closed = n == 0; break; }
+      if (n <= 0) {
+        closed = n == 0;
+        break;
+      }
       dec.feed(buf, static_cast<size_t>(n));
       if (dec.next(&payload, &why) == llama2::FrameDecoder::Status::kFrame) {
         reply = json::parse(payload, nullptr, false);
@@ -298,49 +322,66 @@ void test_malformed(const Server& s) {
   };
   auto frame_of = [](const std::string& p) {
     const uint32_t n = static_cast<uint32_t>(p.size());
-    std::string h = {static_cast<char>(n >> 24), static_cast<char>(n >> 16), static_cast<char>(n >> 8), static_cast<char>(n)};
+    std::string h = {static_cast<char>(n >> 24), static_cast<char>(n >> 16),
+                     static_cast<char>(n >> 8), static_cast<char>(n)};
     return h + p;
   };
   auto [r1, c1] = raw(std::string("\0\0\0\1x", 5), true);
-  check(r1.value("code", "") == "invalid_request" && c1, "length-1 frame -> invalid_request, connection closed");
+  check(r1.value("code", "") == "invalid_request" && c1,
+        "length-1 frame -> invalid_request, connection closed");
   auto [r2, c2] = raw(std::string("\x7f\xff\xff\xff", 4), true);
-  check(r2.value("code", "") == "invalid_request" && c2, "length above the limit -> invalid_request, connection closed");
+  check(r2.value("code", "") == "invalid_request" && c2,
+        "length above the limit -> invalid_request, connection closed");
   auto [r3, c3] = raw(frame_of("{\"op\":\"health\",\"x\":\"\xff\xfe\"}"), false);
-  check(r3.value("code", "") == "invalid_request", "invalid UTF-8 -> invalid_request: " + r3.value("message", ""));
+  check(r3.value("code", "") == "invalid_request",
+        "invalid UTF-8 -> invalid_request: " + r3.value("message", ""));
   auto [r4, c4] = raw(frame_of("{\"op\": gen"), false);
   check(r4.value("code", "") == "invalid_request", "invalid JSON -> invalid_request");
   auto [r5, c5] = raw(frame_of("{\"op\":\"generate\",\"id\":7,\"prompt\":\"x\"}"), false);
-  check(r5.value("code", "") == "invalid_request", "wrong type of id -> invalid_request: " + r5.value("message", ""));
+  check(r5.value("code", "") == "invalid_request",
+        "wrong type of id -> invalid_request: " + r5.value("message", ""));
   auto [r6, c6] = raw(frame_of("{\"op\":\"launch\"}"), false);
-  check(r6.value("code", "") == "invalid_request" && r6.value("message", "").find("launch") != std::string::npos,
+  check(r6.value("code", "") == "invalid_request" &&
+            r6.value("message", "").find("launch") != std::string::npos,
         "unknown op -> invalid_request naming it");
   auto [r7, c7] = raw(frame_of("[1,2,3]"), false);
   check(r7.value("code", "") == "invalid_request", "non-object JSON -> invalid_request");
   // 300k nested brackets: parsed iteratively, but copies would recurse; refused before parsing.
   auto [r8, c8] = raw(frame_of("{\"op\":\"cancel\",\"id\":" + std::string(300000, '[') +
-                               std::string(300000, ']') + "}"), false);
-  check(r8.value("code", "") == "invalid_request", "deeply nested JSON -> invalid_request: " + r8.value("message", ""));
-  for (int i = 0; i < 500 && served < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+                               std::string(300000, ']') + "}"),
+                      false);
+  check(r8.value("code", "") == "invalid_request",
+        "deeply nested JSON -> invalid_request: " + r8.value("message", ""));
+  for (int i = 0; i < 500 && served < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   stop = true;
   good.join();
-  check(served > 0, "a well-behaved client was served throughout (" + std::to_string(served.load()) + " requests)");
+  check(served > 0, "a well-behaved client was served throughout (" +
+                        std::to_string(served.load()) + " requests)");
 }
 
 void test_queue_full() {
-  Server s("qfull", {"--max-batch-size", "1", "--max-queue", "2", "--cpu-threads", "1"}, g_slow_model);
+  Server s("qfull", {"--max-batch-size", "1", "--max-queue", "2", "--cpu-threads", "1"},
+           g_slow_model);
   auto c = llama2::Client::connect(s.socket, 2000);
   std::atomic<int> ended{0}, first_tokens{0};
   llama2::GenerateEvents ev;
-  ev.on_token = [&](const json& t) { if (t["index"] == 0) ++first_tokens; };
+  ev.on_token = [&](const json& t) {
+    if (t["index"] == 0) ++first_tokens;
+  };
   ev.on_done = [&](const json&) { ++ended; };
   ev.on_error = ev.on_done;
   auto hold = [&](int i) {
-    c->generate_async(json{{"id", "hold" + std::to_string(i)}, {"prompt", "hold"}, {"max_new_tokens", 480},
-                           {"ignore_eos", true}}, ev);
+    c->generate_async(json{{"id", "hold" + std::to_string(i)},
+                           {"prompt", "hold"},
+                           {"max_new_tokens", 480},
+                           {"ignore_eos", true}},
+                      ev);
   };
   // One running (batch size 1) and two queued fill the server; the next must be refused at once.
   hold(0);
-  for (int i = 0; i < 500 && first_tokens == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 500 && first_tokens == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   hold(1);
   hold(2);
   int queued = 0;
@@ -354,15 +395,20 @@ void test_queue_full() {
 
   // Client disconnect mid-stream on a raw connection: its blocks must come back.
   for (int i = 0; i < 3; ++i) c->cancel("hold" + std::to_string(i));
-  for (int i = 0; i < 500 && ended < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 500 && ended < 3; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   {
     const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
     sockaddr_un a{};
     a.sun_family = AF_UNIX;
     std::strcpy(a.sun_path, s.socket.c_str());
     connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-    const std::string f = llama2::encode_frame(
-        json{{"op", "generate"}, {"id", "gone"}, {"prompt", "bye"}, {"max_new_tokens", 450}, {"ignore_eos", true}}.dump());
+    const std::string f = llama2::encode_frame(json{
+        {"op", "generate"},
+        {"id", "gone"},
+        {"prompt", "bye"},
+        {"max_new_tokens", 450},
+        {"ignore_eos", true}}.dump());
     [[maybe_unused]] ssize_t w = write(fd, f.data(), f.size());
     char buf[256];
     [[maybe_unused]] ssize_t n = read(fd, buf, sizeof(buf));  // the first token event
@@ -373,10 +419,14 @@ void test_queue_full() {
 
   // Timeout and cancel on the slow model: 450 of its tokens take a good fraction of a second on
   // any machine (the tiny model, at 30k tokens/s, had finished 400 before a 30 ms timeout).
-  const json timed = c->generate(json{{"prompt", "slow"}, {"max_new_tokens", 450}, {"ignore_eos", true}, {"timeout_ms", 50}}, 10000);
+  const json timed = c->generate(
+      json{{"prompt", "slow"}, {"max_new_tokens", 450}, {"ignore_eos", true}, {"timeout_ms", 50}},
+      10000);
   check(timed.value("finish_reason", "") == "timeout",
-        "timeout_ms 50 -> finish_reason timeout (got '" + timed.value("finish_reason", "") + "' after " +
-            std::to_string(timed.value("usage", json::object()).value("completion_tokens", -1)) + " tokens)");
+        "timeout_ms 50 -> finish_reason timeout (got '" + timed.value("finish_reason", "") +
+            "' after " +
+            std::to_string(timed.value("usage", json::object()).value("completion_tokens", -1)) +
+            " tokens)");
 
   // Cancel mid-stream.
   std::atomic<int> tokens{0};
@@ -386,9 +436,16 @@ void test_queue_full() {
   bool finished = false;
   llama2::GenerateEvents cev;
   cev.on_token = [&](const json&) { ++tokens; };
-  cev.on_done = [&](const json& d) { std::lock_guard<std::mutex> l(mu); done = d; finished = true; cv.notify_all(); };
+  cev.on_done = [&](const json& d) {
+    std::lock_guard<std::mutex> l(mu);
+    done = d;
+    finished = true;
+    cv.notify_all();
+  };
   cev.on_error = cev.on_done;
-  c->generate_async(json{{"id", "to-cancel"}, {"prompt", "long"}, {"max_new_tokens", 450}, {"ignore_eos", true}}, cev);
+  c->generate_async(
+      json{{"id", "to-cancel"}, {"prompt", "long"}, {"max_new_tokens", 450}, {"ignore_eos", true}},
+      cev);
   while (tokens < 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   c->cancel("to-cancel");
   {
@@ -415,10 +472,15 @@ void test_sigterm_under_load() {
   for (int t = 0; t < 8; ++t) {
     th.emplace_back([&, t] {
       auto c = llama2::Client::connect(s.socket, 2000);
-      const json r = c->generate(json{{"prompt", "drain"}, {"max_new_tokens", t < 4 ? 8 : 480}, {"ignore_eos", true}}, 30000);
-      if (r["event"] == "done") ++done_ok;
-      else if (r.value("code", "") == "shutting_down") ++shutting;
-      else ++other;
+      const json r = c->generate(
+          json{{"prompt", "drain"}, {"max_new_tokens", t < 4 ? 8 : 480}, {"ignore_eos", true}},
+          30000);
+      if (r["event"] == "done")
+        ++done_ok;
+      else if (r.value("code", "") == "shutting_down")
+        ++shutting;
+      else
+        ++other;
     });
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -428,8 +490,10 @@ void test_sigterm_under_load() {
   check(sent, "SIGTERM delivered to rank 0");
   check(other == 0 && done_ok + shutting == 8,
         "SIGTERM under load: " + std::to_string(done_ok.load()) + " finished, " +
-            std::to_string(shutting.load()) + " shutting_down, " + std::to_string(other.load()) + " other");
-  check(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "all ranks exited 0 (mpirun status " + std::to_string(st) + ")");
+            std::to_string(shutting.load()) + " shutting_down, " + std::to_string(other.load()) +
+            " other");
+  check(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+        "all ranks exited 0 (mpirun status " + std::to_string(st) + ")");
   check(access(s.socket.c_str(), F_OK) != 0, "socket file removed");
 }
 
@@ -448,7 +512,9 @@ int main(int argc, char** argv) {
   g_tmp = mkdtemp(tmpl);
   g_slow_model = g_tmp + "/slow-model";
   if (std::system((g_llama2 + " make-test-model --out " + g_slow_model +
-                   " --hidden-size 512 --intermediate-size 1376 --layers 4 --heads 8 --vocab 2048 > /dev/null").c_str()) != 0) {
+                   " --hidden-size 512 --intermediate-size 1376 --layers 4 --heads 8 --vocab 2048 "
+                   "> /dev/null")
+                      .c_str()) != 0) {
     std::fprintf(stderr, "cannot make the slow model\n");
     return 1;
   }

@@ -58,8 +58,7 @@ class ThreadComm final : public llama2::Comm {
   void gather_to_root(const float* send, const std::vector<int>& counts, float* recv) override {
     gather(send, counts, recv);
   }
-  void gather_to_root(const int32_t* send, const std::vector<int>& counts,
-                      int32_t* recv) override {
+  void gather_to_root(const int32_t* send, const std::vector<int>& counts, int32_t* recv) override {
     gather(send, counts, recv);
   }
 
@@ -123,8 +122,8 @@ std::vector<StepLogits> run(const Script& sc, int tp, int threads, CpuSplit spli
   std::vector<StepLogits> out(sc.plans.size());
   auto rank_main = [&](int rank) {
     ThreadComm comm(group, rank);
-    auto runner = llama2::make_cpu_runner(c, llama2::make_shard_plan(c, tp, rank), w, comm,
-                                          threads, split);
+    auto runner =
+        llama2::make_cpu_runner(c, llama2::make_shard_plan(c, tp, rank), w, comm, threads, split);
     runner->allocate_kv({kBlockSize, 4 * kBlocksPerSeq});
     for (size_t i = 0; i < sc.plans.size(); ++i) {
       runner->forward(sc.plans[i], rank == 0 ? &out[i] : nullptr);

@@ -297,7 +297,7 @@ TEST_SUITE("cpu_ops") {
   }
 
   TEST_CASE("linear: hand-worked 2x3 by 3x2") {
-    const float x[] = {1, 2, 3, -1, 0, 2};    // [2, 3]
+    const float x[] = {1, 2, 3, -1, 0, 2};     // [2, 3]
     const float w[] = {1, 0, -1, 0.5f, 2, 1};  // [2 out, 3 in]
     float out[4];
     cpu::linear(x, w, 2, 3, 2, out);
@@ -313,7 +313,8 @@ TEST_SUITE("cpu_ops") {
     const auto x = random_vec(size_t(rows) * in, 21);
     const auto a = random_vec(size_t(13) * in, 22), b = random_vec(size_t(5) * in, 23),
                c = random_vec(size_t(5) * in, 24);
-    const cpu::PackedLinear fused = cpu::pack_linear({{a.data(), 13}, {b.data(), 5}, {c.data(), 5}}, in);
+    const cpu::PackedLinear fused =
+        cpu::pack_linear({{a.data(), 13}, {b.data(), 5}, {c.data(), 5}}, in);
     REQUIRE(fused.out == 23);
     REQUIRE(fused.ld == 24);
     const int stride = 30;  // wider than the padded width: the padding column is not written
@@ -324,7 +325,8 @@ TEST_SUITE("cpu_ops") {
       std::vector<float> alone(size_t(rows) * n);
       cpu::linear(x.data(), w->data(), rows, in, n, alone.data());
       for (int r = 0; r < rows; ++r) {
-        const std::vector<float> got(out.begin() + r * stride + col, out.begin() + r * stride + col + n);
+        const std::vector<float> got(out.begin() + r * stride + col,
+                                     out.begin() + r * stride + col + n);
         const std::vector<float> want(alone.begin() + r * n, alone.begin() + (r + 1) * n);
         CHECK(bitwise_equal(got, want));
       }
@@ -476,10 +478,10 @@ TEST_SUITE("cpu_ops") {
         written += size_t(s.positions()) * w.kv_heads * w.d;
       }
       // Nothing else in the cache was touched.
-      CHECK(size_t(std::count_if(w.kc.begin(), w.kc.end(), [](float f) { return !std::isnan(f); })) ==
-            written);
-      CHECK(size_t(std::count_if(w.vc.begin(), w.vc.end(), [](float f) { return !std::isnan(f); })) ==
-            written);
+      CHECK(size_t(std::count_if(w.kc.begin(), w.kc.end(),
+                                 [](float f) { return !std::isnan(f); })) == written);
+      CHECK(size_t(std::count_if(w.vc.begin(), w.vc.end(),
+                                 [](float f) { return !std::isnan(f); })) == written);
     }
   }
 
@@ -544,40 +546,41 @@ TEST_SUITE("cpu_ops") {
     const auto wrong = ref_attention(w.seqs[0], 8, 2, 6, swapped);
     const auto right = ref_attention(w.seqs[0], 8, 2, 6, mapping);
     double max_diff = 0;
-    for (size_t i = 0; i < right.size(); ++i) max_diff = std::max(max_diff, std::abs(wrong[i] - right[i]));
+    for (size_t i = 0; i < right.size(); ++i)
+      max_diff = std::max(max_diff, std::abs(wrong[i] - right[i]));
     CHECK(max_diff > 1e-2);
   }
 
   TEST_CASE("attention of a sequence does not depend on the other sequences in the plan") {
     for (int d : {10, 8}) {  // hsum8 scores, transposed-K scores
-    for (int bs : {1, 4, 16}) {
-      CAPTURE(d);
-      CAPTURE(bs);
-      AttnWorld w(6, 2, d, bs, {0, 0, 0, 1, 1, 1}, {{0, 9}, {13, 4}, {40, 1}, {999, 1}}, 41);
-      w.write(w.all(), true);
-      w.write(w.all(), false);
-      const auto together = w.attend(w.all());
-      const auto reordered = w.attend({3, 2, 1, 0});
-      for (int i = 0; i < 4; ++i) {
-        CAPTURE(i);
-        const auto alone = w.attend({i});
-        CHECK(bitwise_equal(alone[i], together[i]));
-        CHECK(bitwise_equal(reordered[i], together[i]));
-      }
-      // Scribbling over every block that sequence 1 does not own leaves its output unchanged.
-      std::vector<char> owned(w.num_blocks, 0);
-      for (int b : w.seqs[1].table) owned[b] = 1;
-      const size_t block_floats = size_t(w.kv_heads) * bs * w.d;
-      const auto noise = random_vec(w.kc.size(), 43, -50.f, 50.f);
-      for (int b = 0; b < w.num_blocks; ++b) {
-        if (owned[b]) continue;
-        for (size_t j = 0; j < block_floats; ++j) {
-          w.kc[b * block_floats + j] = noise[b * block_floats + j];
-          w.vc[b * block_floats + j] = -noise[b * block_floats + j];
+      for (int bs : {1, 4, 16}) {
+        CAPTURE(d);
+        CAPTURE(bs);
+        AttnWorld w(6, 2, d, bs, {0, 0, 0, 1, 1, 1}, {{0, 9}, {13, 4}, {40, 1}, {999, 1}}, 41);
+        w.write(w.all(), true);
+        w.write(w.all(), false);
+        const auto together = w.attend(w.all());
+        const auto reordered = w.attend({3, 2, 1, 0});
+        for (int i = 0; i < 4; ++i) {
+          CAPTURE(i);
+          const auto alone = w.attend({i});
+          CHECK(bitwise_equal(alone[i], together[i]));
+          CHECK(bitwise_equal(reordered[i], together[i]));
         }
+        // Scribbling over every block that sequence 1 does not own leaves its output unchanged.
+        std::vector<char> owned(w.num_blocks, 0);
+        for (int b : w.seqs[1].table) owned[b] = 1;
+        const size_t block_floats = size_t(w.kv_heads) * bs * w.d;
+        const auto noise = random_vec(w.kc.size(), 43, -50.f, 50.f);
+        for (int b = 0; b < w.num_blocks; ++b) {
+          if (owned[b]) continue;
+          for (size_t j = 0; j < block_floats; ++j) {
+            w.kc[b * block_floats + j] = noise[b * block_floats + j];
+            w.vc[b * block_floats + j] = -noise[b * block_floats + j];
+          }
+        }
+        CHECK(bitwise_equal(w.attend({1})[1], together[1]));
       }
-      CHECK(bitwise_equal(w.attend({1})[1], together[1]));
-    }
     }
   }
 
@@ -589,9 +592,9 @@ TEST_SUITE("cpu_ops") {
     w.plan_kv(p, &k, &v);
     CHECK_THROWS_AS(cpu::kv_write(w.view(), p, k.data(), v.data()), llama2::Error);
     std::vector<float> out(2 * 6);
-    CHECK_THROWS_AS(cpu::paged_attention(w.view(), p, w.seqs[0].q.data(), 2, w.kv_head_of,
-                                         out.data()),
-                    llama2::Error);
+    CHECK_THROWS_AS(
+        cpu::paged_attention(w.view(), p, w.seqs[0].q.data(), 2, w.kv_head_of, out.data()),
+        llama2::Error);
     // A block id beyond the cache is rejected too.
     StepPlan q = w.plan({0}, false);
     q.block_ids[q.seqs[0].table_begin + 2] = w.num_blocks;  // the block of position 8

@@ -86,8 +86,8 @@ TEST_SUITE("cpu_threads") {
     CHECK(llama2::parallel_parts(nullptr, int64_t{1} << 30, 100) == 1);
     CHECK(llama2::parallel_parts(&single, int64_t{1} << 30, 100) == 1);
     CHECK(llama2::parallel_parts(&pool, llama2::kMinParallelWork - 1, 100) == 1);
-    CHECK(llama2::parallel_parts(&pool, int64_t{1} << 30, 100) == 16);   // 4 per thread
-    CHECK(llama2::parallel_parts(&pool, int64_t{1} << 30, 3) == 3);      // fewer items
+    CHECK(llama2::parallel_parts(&pool, int64_t{1} << 30, 100) == 16);  // 4 per thread
+    CHECK(llama2::parallel_parts(&pool, int64_t{1} << 30, 3) == 3);     // fewer items
     CHECK(llama2::parallel_parts(&pool, llama2::kMinParallelWork, 100) == 2);
   }
 
@@ -151,7 +151,8 @@ TEST_SUITE("cpu_threads") {
         st.want_logits = 1;
         st.table_begin = int(plan.block_ids.size());
         st.table_len = (pos[s] + n_tok[s] + bs - 1) / bs;
-        for (int b = 0; b < st.table_len; ++b) plan.block_ids.push_back((next_block++ * 7) % blocks);
+        for (int b = 0; b < st.table_len; ++b)
+          plan.block_ids.push_back((next_block++ * 7) % blocks);
         for (int t = 0; t < n_tok[s]; ++t) plan.tokens.push_back(5);
         plan.seqs.push_back(st);
       }

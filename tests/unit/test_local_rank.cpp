@@ -23,9 +23,8 @@ TEST_SUITE("local_rank") {
   }
 
   TEST_CASE("agreeing variables: no note") {
-    for (const auto& [slurm, ompi] : {std::pair<const char*, const char*>{"3", "3"},
-                                      {"3", nullptr},
-                                      {nullptr, "3"}}) {
+    for (const auto& [slurm, ompi] :
+         {std::pair<const char*, const char*>{"3", "3"}, {"3", nullptr}, {nullptr, "3"}}) {
       const LocalRank r = llama2::resolve_local_rank(3, 8, slurm, ompi);
       CHECK(r.local_rank == 3);
       CHECK(r.local_size == 8);
@@ -58,7 +57,8 @@ TEST_SUITE("local_rank") {
     CHECK(r.local_rank == 2);
     CAPTURE(r.note);
     CHECK_FALSE(r.note.empty());
-    CHECK((contains(r.note, "SLURM_LOCALID=0") || contains(r.note, "OMPI_COMM_WORLD_LOCAL_RANK=1")));
+    CHECK(
+        (contains(r.note, "SLURM_LOCALID=0") || contains(r.note, "OMPI_COMM_WORLD_LOCAL_RANK=1")));
   }
 
   TEST_CASE("unparsable values count as disagreement") {

@@ -11,7 +11,6 @@
 
 #include "common/check.h"
 #include "common/model_config.h"
-
 #include "test_util.h"
 
 using llama2::ModelConfig;
@@ -47,8 +46,11 @@ json llama2_7b_json() {
 
 // Only the required keys, with odd values (hidden 120 = 6 heads x 20).
 json minimal_json() {
-  return json{{"hidden_size", 120},       {"intermediate_size", 389}, {"num_hidden_layers", 3},
-              {"num_attention_heads", 6}, {"vocab_size", 1001}};
+  return json{{"hidden_size", 120},
+              {"intermediate_size", 389},
+              {"num_hidden_layers", 3},
+              {"num_attention_heads", 6},
+              {"vocab_size", 1001}};
 }
 
 const char* kSrc = "/models/x/config.json";
@@ -232,9 +234,9 @@ TEST_SUITE("model_config") {
   }
 
   TEST_CASE("wrong types name the key") {
-    for (const char* key : {"hidden_size", "intermediate_size", "num_hidden_layers",
-                            "num_attention_heads", "num_key_value_heads", "vocab_size",
-                            "max_position_embeddings"}) {
+    for (const char* key :
+         {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+          "num_key_value_heads", "vocab_size", "max_position_embeddings"}) {
       CAPTURE(key);
       check_error_names(with(minimal_json(), key, "6"), {key, "must be an integer"});
       check_error_names(with(minimal_json(), key, 6.0), {key, "must be an integer"});
@@ -253,9 +255,9 @@ TEST_SUITE("model_config") {
   }
 
   TEST_CASE("non-positive and out-of-range values name the key") {
-    for (const char* key : {"hidden_size", "intermediate_size", "num_hidden_layers",
-                            "num_attention_heads", "num_key_value_heads", "vocab_size",
-                            "max_position_embeddings"}) {
+    for (const char* key :
+         {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+          "num_key_value_heads", "vocab_size", "max_position_embeddings"}) {
       CAPTURE(key);
       check_error_names(with(minimal_json(), key, 0), {key, "> 0"});
       check_error_names(with(minimal_json(), key, -6), {key});

@@ -16,9 +16,8 @@
 
 #include "common/check.h"
 #include "rank/safetensors.h"
-#include "tools/safetensors_writer.h"
-
 #include "test_util.h"
+#include "tools/safetensors_writer.h"
 
 namespace {
 

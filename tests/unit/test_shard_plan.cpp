@@ -29,10 +29,18 @@ ModelConfig config(int heads, int kv_heads, int head_dim, int intermediate, int 
   return c;
 }
 
-ModelConfig llama2_7b() { return config(32, 32, 128, 11008, 32000); }
-ModelConfig llama2_13b() { return config(40, 40, 128, 13824, 32000); }
-ModelConfig llama2_70b() { return config(64, 8, 128, 28672, 32000); }
-ModelConfig tiny() { return config(8, 2, 6, 389, 1001); }
+ModelConfig llama2_7b() {
+  return config(32, 32, 128, 11008, 32000);
+}
+ModelConfig llama2_13b() {
+  return config(40, 40, 128, 13824, 32000);
+}
+ModelConfig llama2_70b() {
+  return config(64, 8, 128, 28672, 32000);
+}
+ModelConfig tiny() {
+  return config(8, 2, 6, 389, 1001);
+}
 
 std::string shard_error(const ModelConfig& c, int tp) {
   try {
@@ -208,12 +216,12 @@ TEST_SUITE("shard_plan") {
         {64, 8, 32, 8, 389, 1001},  // kv < tp: each KV head replicated 4x
         {8, 2, 4, 6, 389, 1001},    // tiny, replicated 2x
         {8, 2, 8, 6, 389, 1001},
-        {12, 4, 12, 10, 37, 19},  // 12 heads on 12 ranks, KV 3x replicated, tiny vocab
-        {24, 4, 8, 6, 389, 1001},  // 3 heads per rank, groups of 6 span ranks
+        {12, 4, 12, 10, 37, 19},    // 12 heads on 12 ranks, KV 3x replicated, tiny vocab
+        {24, 4, 8, 6, 389, 1001},   // 3 heads per rank, groups of 6 span ranks
         {16, 1, 4, 10, 389, 1001},  // MQA
-        {6, 1, 3, 10, 100, 7},     // MQA, odd degree
-        {6, 1, 1, 10, 100, 7},     // single rank
-        {6, 6, 6, 10, 7, 6},       // one head and one vocab row per rank
+        {6, 1, 3, 10, 100, 7},      // MQA, odd degree
+        {6, 1, 1, 10, 100, 7},      // single rank
+        {6, 6, 6, 10, 7, 6},        // one head and one vocab row per rank
     };
     for (const Case& k : cases) {
       CAPTURE(k.heads);

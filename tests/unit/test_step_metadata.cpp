@@ -77,7 +77,8 @@ TEST_SUITE("step_metadata") {
     const int32_t* t = h.data();
     CHECK(std::vector<int32_t>(t + L.tokens_at(), t + L.tokens_at() + 4) ==
           std::vector<int32_t>{100, 101, 102, 200});
-    CHECK(std::vector<int32_t>(t + L.pos_at(), t + L.pos_at() + 4) == std::vector<int32_t>{0, 1, 2, 5});
+    CHECK(std::vector<int32_t>(t + L.pos_at(), t + L.pos_at() + 4) ==
+          std::vector<int32_t>{0, 1, 2, 5});
     // slot = block * 4 + offset: A in block 5 (20, 21, 22); B's position 5 is block 7 offset 1.
     CHECK(std::vector<int32_t>(t + L.slot_at(), t + L.slot_at() + 4) ==
           std::vector<int32_t>{20, 21, 22, 29});
@@ -134,17 +135,17 @@ TEST_SUITE("step_metadata") {
     CHECK(sh.decode_seqs == 4);  // padding included: the graph launches over the bucket
     CHECK(sh.decode_context == 8);
     const int32_t* t = h.data();
-    CHECK(t[L.slot_at()] == 1 * 4 + 0);  // position 4 = block table[1] = 1, offset 0
+    CHECK(t[L.slot_at()] == 1 * 4 + 0);      // position 4 = block table[1] = 1, offset 0
     CHECK(t[L.slot_at() + 1] == 6 * 4 + 0);  // position 0 of block 6
     // A context bound shortens the attention grid for the whole bucket; it must cover the step.
     CHECK(llama2::fill_step_metadata(p, L, 4, h.data(), 5).max_context == 5);
-    CHECK_THROWS(llama2::fill_step_metadata(p, L, 4, h.data(), 4));   // position 4 needs 5
-    CHECK_THROWS(llama2::fill_step_metadata(p, L, 4, h.data(), 9));   // beyond the layout
+    CHECK_THROWS(llama2::fill_step_metadata(p, L, 4, h.data(), 4));  // position 4 needs 5
+    CHECK_THROWS(llama2::fill_step_metadata(p, L, 4, h.data(), 9));  // beyond the layout
     for (int i = 2; i < 4; ++i) {
       CAPTURE(i);
       CHECK(t[L.tokens_at() + i] == 0);
-      CHECK(t[L.slot_at() + i] == -1);           // no KV written
-      CHECK(t[L.context_lens_at() + i] == 0);    // zero attention rows
+      CHECK(t[L.slot_at() + i] == -1);         // no KV written
+      CHECK(t[L.context_lens_at() + i] == 0);  // zero attention rows
       CHECK(t[L.logit_rows_at() + i] == i);
       CHECK(t[L.cu_tokens_at() + i + 1] == i + 1);
     }
@@ -184,7 +185,8 @@ TEST_SUITE("logits_gather") {
     std::vector<float> v(2 * 4);
     std::vector<int32_t> ids(2 * 4);
     llama2::local_candidates(logits.data(), 2, 3, 100, 4, v.data(), ids.data());
-    CHECK(std::vector<int32_t>(ids.begin(), ids.begin() + 4) == std::vector<int32_t>{101, 102, 100, -1});
+    CHECK(std::vector<int32_t>(ids.begin(), ids.begin() + 4) ==
+          std::vector<int32_t>{101, 102, 100, -1});
     CHECK(v[3] == -std::numeric_limits<float>::infinity());
     CHECK(ids[4] == 102);  // NaN first
     CHECK(ids[5] == 100);  // -0 == +0: lower id
@@ -234,7 +236,8 @@ TEST_SUITE("logits_gather") {
     for (int r = 0; r < 3; ++r) {
       std::vector<float> slice(rows * size[r]);
       for (int row = 0; row < rows; ++row)
-        for (int j = 0; j < size[r]; ++j) slice[row * size[r] + j] = full[row * vocab + begin[r] + j];
+        for (int j = 0; j < size[r]; ++j)
+          slice[row * size[r] + j] = full[row * vocab + begin[r] + j];
       std::vector<float> v(rows * k);
       std::vector<int32_t> ids(rows * k);
       llama2::local_candidates(slice.data(), rows, size[r], begin[r], k, v.data(), ids.data());
@@ -320,7 +323,8 @@ TEST_SUITE("backend_choice") {
   TEST_CASE("auto picks cuda only when built, a device is visible and the head size is supported") {
     CHECK(llama2::choose_backend("auto", 0, 128) == "cpu");
     CHECK(llama2::choose_backend("cpu", 2, 128) == "cpu");
-    CHECK(llama2::choose_backend("auto", 1, 128) == (llama2::cuda_backend_built() ? "cuda" : "cpu"));
+    CHECK(llama2::choose_backend("auto", 1, 128) ==
+          (llama2::cuda_backend_built() ? "cuda" : "cpu"));
     std::string note;
     CHECK(llama2::choose_backend("auto", 1, 16, &note) == "cpu");
     if (llama2::cuda_backend_built()) CHECK(note.find("head_dim 64 and 128") != std::string::npos);

@@ -1,6 +1,6 @@
 // Step plan wire format (src/common/step_plan.{h,cpp}). The expected wire of a small plan is
-// written out by hand from the documented layout (header of 7 ints, 6 ints per sequence, tokens, block ids);
-// each malformed buffer is derived from a valid one by changing one field.
+// written out by hand from the documented layout (header of 7 ints, 6 ints per sequence, tokens,
+// block ids); each malformed buffer is derived from a valid one by changing one field.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -21,8 +21,7 @@ constexpr int32_t kMagic = 0x4c325350;  // "L2SP"
 StepPlan forward_plan() {
   StepPlan p;
   p.kind = StepKind::kForward;
-  p.seqs = {SeqStep{11, 0, 3, 1, 0, 1}, SeqStep{12, 40, 1, 0, 1, 3},
-            SeqStep{13, 16, 2, 1, 4, 2}};
+  p.seqs = {SeqStep{11, 0, 3, 1, 0, 1}, SeqStep{12, 40, 1, 0, 1, 3}, SeqStep{13, 16, 2, 1, 4, 2}};
   p.tokens = {101, 102, 103, 201, 301, 302};
   p.block_ids = {7, 2, 9, 0, 5, 3};
   return p;
@@ -60,7 +59,9 @@ bool contains(const std::string& s, const std::string& needle) {
 }
 
 // Wire offsets of the fields of sequence `s` (header is 7 ints).
-size_t seq_field(int s, int field) { return 7 + 6 * size_t(s) + field; }
+size_t seq_field(int s, int field) {
+  return 7 + 6 * size_t(s) + field;
+}
 enum Field { kSeqId, kPosBegin, kNTokens, kWantLogits, kTableBegin, kTableLen };
 
 }  // namespace

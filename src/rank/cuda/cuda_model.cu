@@ -38,18 +38,22 @@
 namespace llama2 {
 namespace {
 
-template <typename T> struct TypeInfo;
-template <> struct TypeInfo<float> {
+template <typename T>
+struct TypeInfo;
+template <>
+struct TypeInfo<float> {
   static constexpr cudaDataType_t kCuda = CUDA_R_32F;
   static constexpr ncclDataType_t kNccl = ncclFloat32;
   static constexpr kernels::SourceType kSource = kernels::SourceType::kF32;
 };
-template <> struct TypeInfo<__half> {
+template <>
+struct TypeInfo<__half> {
   static constexpr cudaDataType_t kCuda = CUDA_R_16F;
   static constexpr ncclDataType_t kNccl = ncclFloat16;
   static constexpr kernels::SourceType kSource = kernels::SourceType::kF16;
 };
-template <> struct TypeInfo<__nv_bfloat16> {
+template <>
+struct TypeInfo<__nv_bfloat16> {
   static constexpr cudaDataType_t kCuda = CUDA_R_16BF;
   static constexpr ncclDataType_t kNccl = ncclBfloat16;
   static constexpr kernels::SourceType kSource = kernels::SourceType::kBF16;
@@ -95,8 +99,8 @@ class CudaModel final : public ModelRunner {
     // LLAMA2_GEMV=N: products of up to N rows (<= kGemvMaxRows) use the GEMV kernel, 0 sends
     // every product to cuBLAS (for comparing the two in a benchmark).
     const char* gemv = std::getenv("LLAMA2_GEMV");
-    gemv_rows_ = gemv == nullptr ? kDefaultGemvRows
-                                 : std::clamp(std::atoi(gemv), 0, kernels::kGemvMaxRows);
+    gemv_rows_ =
+        gemv == nullptr ? kDefaultGemvRows : std::clamp(std::atoi(gemv), 0, kernels::kGemvMaxRows);
     // LLAMA2_PDL=0 launches kernels without programmatic dependent launch (for comparison).
     const char* pdl = std::getenv("LLAMA2_PDL");
     kernels::set_programmatic_launch(pdl == nullptr || std::string(pdl) != "0");
@@ -130,8 +134,8 @@ class CudaModel final : public ModelRunner {
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     std::ostringstream os;
     os << "GPU " << opt_.device << " (" << device_name_ << ", " << kernels::dtype_name<T>()
-       << ", KV " << kernels::dtype_name<C>() << ", " << format_bytes(static_cast<int64_t>(free_b)) << " free of "
-       << format_bytes(static_cast<int64_t>(total_b)) << ")";
+       << ", KV " << kernels::dtype_name<C>() << ", " << format_bytes(static_cast<int64_t>(free_b))
+       << " free of " << format_bytes(static_cast<int64_t>(total_b)) << ")";
     return os.str();
   }
 
@@ -156,21 +160,21 @@ class CudaModel final : public ModelRunner {
     meta_host_ = PinnedBuffer(layout_.words() * sizeof(int32_t));
     meta_dev_ = DeviceBuffer(layout_.words() * sizeof(int32_t), "step metadata");
     const int32_t* m = meta_dev_.as<int32_t>();
-    dm_ = DeviceMeta{m + layout_.tokens_at(),     m + layout_.pos_at(),
-                     m + layout_.slot_at(),       m + layout_.logit_rows_at(),
-                     m + layout_.cu_tokens_at(),  m + layout_.pos_begin_at(),
+    dm_ = DeviceMeta{m + layout_.tokens_at(),       m + layout_.pos_at(),
+                     m + layout_.slot_at(),         m + layout_.logit_rows_at(),
+                     m + layout_.cu_tokens_at(),    m + layout_.pos_begin_at(),
                      m + layout_.context_lens_at(), m + layout_.block_tables_at()};
-    layer_elems_ = static_cast<size_t>(kv.num_blocks) * s_.num_kv_heads * kv.block_size * s_.head_dim;
+    layer_elems_ =
+        static_cast<size_t>(kv.num_blocks) * s_.num_kv_heads * kv.block_size * s_.head_dim;
     kv_ = DeviceBuffer(2 * c_.num_layers * layer_elems_ * sizeof(C), "KV cache");
     CUDA_CHECK(cudaMemsetAsync(kv_.as<void>(), 0, kv_.bytes(), stream_));
     // Decode attention workspace for every batch size and every context bound up to the longest
     // sequence (graphs pass their context bucket, mixed steps their longest decode row).
     size_t ws = 0;
     for (int b = 1; b <= opt_.max_batch; ++b) {
-      ws = std::max(ws, kernels::attention_decode_workspace_bytes(b, s_.num_heads, s_.num_kv_heads,
-                                                                   s_.head_dim,
-                                                                   layout_.max_blocks * kv.block_size,
-                                                                   decode_kernel_));
+      ws = std::max(ws, kernels::attention_decode_workspace_bytes(
+                            b, s_.num_heads, s_.num_kv_heads, s_.head_dim,
+                            layout_.max_blocks * kv.block_size, decode_kernel_));
     }
     decode_ws_ = DeviceBuffer(ws, "decode attention workspace");
     CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -215,7 +219,8 @@ class CudaModel final : public ModelRunner {
     // The previous step's copy has completed (forward ends with a stream wait), so the pinned
     // array may be rewritten; the graph reads meta_dev_ at fixed addresses.
     CUDA_CHECK(cudaMemcpyAsync(meta_dev_.as<void>(), meta_host_.as<void>(),
-                               shape.words_used * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+                               shape.words_used * sizeof(int32_t), cudaMemcpyHostToDevice,
+                               stream_));
     if (bucket > 0) {
       run_graph(shape);
     } else {
@@ -261,7 +266,8 @@ class CudaModel final : public ModelRunner {
     const int64_t gathered_cand = nccl_->rank() == 0 ? Rm * kMaxCandidates * s_.tp : 0;
     gathered_f32_ = buf(std::max(gathered_full, gathered_cand), sizeof(float), "gathered logits");
     gathered_ids_ = buf(gathered_cand, sizeof(int32_t), "gathered candidate ids");
-    host_f32_ = PinnedBuffer(static_cast<size_t>(std::max(gathered_full, gathered_cand)) * sizeof(float));
+    host_f32_ =
+        PinnedBuffer(static_cast<size_t>(std::max(gathered_full, gathered_cand)) * sizeof(float));
     host_ids_ = PinnedBuffer(static_cast<size_t>(gathered_cand) * sizeof(int32_t));
   }
 
@@ -299,7 +305,8 @@ class CudaModel final : public ModelRunner {
 
   // Decode-sized products (M <= kGemvMaxRows) stream the weights with our GEMV kernel; larger M
   // (prefill, big batches) are compute-bound tensor-core GEMMs for cuBLAS.
-  void gemm(const DeviceBuffer& x, const DeviceBuffer& w, const DeviceBuffer& y, int M, int N, int K) {
+  void gemm(const DeviceBuffer& x, const DeviceBuffer& w, const DeviceBuffer& y, int M, int N,
+            int K) {
     if (M <= gemv_rows_ &&
         kernels::launch_gemv<T>(x.as<T>(), w.as<T>(), y.as<T>(), M, N, K, stream_) == cudaSuccess) {
       return;
@@ -404,8 +411,8 @@ class CudaModel final : public ModelRunner {
       // One-row steps: gate|up GEMV with SwiGLU in its epilogue (one launch, no [T, 2F] buffer).
       mark("gate_up_gemm");
       if (T_ > gemv_rows_ ||
-          kernels::launch_gemv_gate_up_swiglu<T>(h_.as<T>(), L.gate_up.as<T>(), act_.as<T>(), T_,
-                                                 F, H, stream_) != cudaSuccess) {
+          kernels::launch_gemv_gate_up_swiglu<T>(h_.as<T>(), L.gate_up.as<T>(), act_.as<T>(), T_, F,
+                                                 H, stream_) != cudaSuccess) {
         gemm(h_, L.gate_up, gate_up_, T_, 2 * F, H);
         mark("swiglu");
         CUDA_CHECK(kernels::launch_swiglu<T>(gate_up_.as<T>(), T_, F, act_.as<T>(), stream_));
@@ -472,14 +479,16 @@ class CudaModel final : public ModelRunner {
                                            stream_));
       }
       const std::vector<size_t> counts(tp, static_cast<size_t>(rows) * k);
-      nccl_->gather_to_root(cand_values_.as<void>(), counts, ncclFloat32, gathered_f32_.as<void>(), stream_);
-      nccl_->gather_to_root(cand_ids_.as<void>(), counts, ncclInt32, gathered_ids_.as<void>(), stream_);
+      nccl_->gather_to_root(cand_values_.as<void>(), counts, ncclFloat32, gathered_f32_.as<void>(),
+                            stream_);
+      nccl_->gather_to_root(cand_ids_.as<void>(), counts, ncclInt32, gathered_ids_.as<void>(),
+                            stream_);
       const size_t n = static_cast<size_t>(rows) * k * tp;
       if (root) {
-        CUDA_CHECK(cudaMemcpyAsync(host_f32_.as<void>(), gathered_f32_.as<void>(), n * sizeof(float),
-                                   cudaMemcpyDeviceToHost, stream_));
-        CUDA_CHECK(cudaMemcpyAsync(host_ids_.as<void>(), gathered_ids_.as<void>(), n * sizeof(int32_t),
-                                   cudaMemcpyDeviceToHost, stream_));
+        CUDA_CHECK(cudaMemcpyAsync(host_f32_.as<void>(), gathered_f32_.as<void>(),
+                                   n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+        CUDA_CHECK(cudaMemcpyAsync(host_ids_.as<void>(), gathered_ids_.as<void>(),
+                                   n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
       }
       nccl_->synchronize(stream_);
       if (root && out != nullptr) {
@@ -492,11 +501,13 @@ class CudaModel final : public ModelRunner {
                                               logits_f32_.as<float>(), stream_));
     std::vector<size_t> counts(tp);
     size_t total = 0;
-    for (int r = 0; r < tp; ++r) total += counts[r] = static_cast<size_t>(rows) * all_shards_[r].vocab_size;
-    nccl_->gather_to_root(logits_f32_.as<void>(), counts, ncclFloat32, gathered_f32_.as<void>(), stream_);
+    for (int r = 0; r < tp; ++r)
+      total += counts[r] = static_cast<size_t>(rows) * all_shards_[r].vocab_size;
+    nccl_->gather_to_root(logits_f32_.as<void>(), counts, ncclFloat32, gathered_f32_.as<void>(),
+                          stream_);
     if (root) {
-      CUDA_CHECK(cudaMemcpyAsync(host_f32_.as<void>(), gathered_f32_.as<void>(), total * sizeof(float),
-                                 cudaMemcpyDeviceToHost, stream_));
+      CUDA_CHECK(cudaMemcpyAsync(host_f32_.as<void>(), gathered_f32_.as<void>(),
+                                 total * sizeof(float), cudaMemcpyDeviceToHost, stream_));
     }
     nccl_->synchronize(stream_);
     if (root && out != nullptr) {
@@ -527,15 +538,15 @@ class CudaModel final : public ModelRunner {
   DeviceBuffer decode_ws_, cublas_ws_;
   DeviceBuffer rope_table_;  // [max_seq_len, head_dim / 2] (cos, sin)
   // Activations, sized for max_step_tokens (T) and max_batch logit rows (R).
-  DeviceBuffer x_, h_, partial_;   // [T, H]
-  DeviceBuffer qkv_;               // [T, q_local + 2 kv_local]
-  DeviceBuffer attn_;              // [T, q_local]
-  DeviceBuffer gate_up_;           // [T, 2 F_local]
-  DeviceBuffer act_;               // [T, F_local]
-  DeviceBuffer last_;              // [R, H]
-  DeviceBuffer logits_;            // [R, vocab_local] in T
-  DeviceBuffer logits_f32_;        // [R, vocab_local] fp32
-  DeviceBuffer cand_values_, cand_ids_;      // [R, kMaxCandidates]
+  DeviceBuffer x_, h_, partial_;              // [T, H]
+  DeviceBuffer qkv_;                          // [T, q_local + 2 kv_local]
+  DeviceBuffer attn_;                         // [T, q_local]
+  DeviceBuffer gate_up_;                      // [T, 2 F_local]
+  DeviceBuffer act_;                          // [T, F_local]
+  DeviceBuffer last_;                         // [R, H]
+  DeviceBuffer logits_;                       // [R, vocab_local] in T
+  DeviceBuffer logits_f32_;                   // [R, vocab_local] fp32
+  DeviceBuffer cand_values_, cand_ids_;       // [R, kMaxCandidates]
   DeviceBuffer gathered_f32_, gathered_ids_;  // rank 0: [tp][R, k] or [R, vocab] (rank blocks)
   PinnedBuffer host_f32_, host_ids_;          // rank 0: the same on the host
   // (decode batch bucket, context bucket) -> graph
@@ -544,7 +555,9 @@ class CudaModel final : public ModelRunner {
 
 }  // namespace
 
-bool cuda_backend_built() { return true; }
+bool cuda_backend_built() {
+  return true;
+}
 
 std::unique_ptr<ModelRunner> make_cuda_runner(const ModelConfig& config, const ShardPlan& shard,
                                               const CudaRunnerOptions& options) {
@@ -561,7 +574,8 @@ std::unique_ptr<ModelRunner> make_cuda_runner(const ModelConfig& config, const S
     return std::make_unique<CudaModel<__half>>(config, shard, options);
   }
   if (options.dtype == "bf16") {
-    if (fp8) return std::make_unique<CudaModel<__nv_bfloat16, __nv_fp8_e4m3>>(config, shard, options);
+    if (fp8)
+      return std::make_unique<CudaModel<__nv_bfloat16, __nv_fp8_e4m3>>(config, shard, options);
     return std::make_unique<CudaModel<__nv_bfloat16>>(config, shard, options);
   }
   if (options.dtype == "fp32") return std::make_unique<CudaModel<float>>(config, shard, options);

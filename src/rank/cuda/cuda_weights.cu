@@ -1,11 +1,10 @@
-#include "rank/cuda/cuda_weights.h"
-
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
 
 #include "kernels/convert.cuh"
+#include "rank/cuda/cuda_weights.h"
 #include "rank/safetensors.h"
 #include "rank/weight_layout.h"
 
@@ -14,10 +13,14 @@ namespace {
 
 kernels::SourceType source_type(DType d) {
   switch (d) {
-    case DType::F32: return kernels::SourceType::kF32;
-    case DType::F16: return kernels::SourceType::kF16;
-    case DType::BF16: return kernels::SourceType::kBF16;
-    default: break;
+    case DType::F32:
+      return kernels::SourceType::kF32;
+    case DType::F16:
+      return kernels::SourceType::kF16;
+    case DType::BF16:
+      return kernels::SourceType::kBF16;
+    default:
+      break;
   }
   throw Error("unsupported checkpoint dtype (allowed: F32, F16, BF16)");
 }
@@ -58,8 +61,8 @@ class Filler {
     file_bytes_ += bytes;
     CUDA_CHECK(cudaMemcpyAsync(staging_.as<void>(), pinned_.as<void>(), bytes,
                                cudaMemcpyHostToDevice, stream_));
-    CUDA_CHECK(kernels::launch_convert<T>(staging_.as<void>(), source_type(info.dtype), n, out,
-                                          stream_));
+    CUDA_CHECK(
+        kernels::launch_convert<T>(staging_.as<void>(), source_type(info.dtype), n, out, stream_));
   }
 
   uint64_t bytes() const { return bytes_; }

@@ -29,8 +29,8 @@ struct CudaWeights {
   DeviceBuffer final_norm;  // [H]
   DeviceBuffer lm_head;     // [vocab_local, H]; empty when tied to embed
   std::vector<CudaLayerWeights> layers;
-  uint64_t bytes = 0;         // device bytes of all of the above
-  uint64_t file_bytes = 0;    // bytes read from the checkpoint (0 for synthetic weights)
+  uint64_t bytes = 0;       // device bytes of all of the above
+  uint64_t file_bytes = 0;  // bytes read from the checkpoint (0 for synthetic weights)
 };
 
 // Fills the shard in element type T (float, __half, __nv_bfloat16). From `store`: each slice is

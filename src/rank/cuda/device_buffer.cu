@@ -1,6 +1,6 @@
-#include "rank/cuda/device_buffer.h"
-
 #include <utility>
+
+#include "rank/cuda/device_buffer.h"
 
 namespace llama2 {
 

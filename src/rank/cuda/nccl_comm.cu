@@ -1,5 +1,3 @@
-#include "rank/cuda/nccl_comm.h"
-
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -8,14 +6,21 @@
 #include <thread>
 
 #include "common/check.h"
+#include "rank/cuda/nccl_comm.h"
 
 namespace llama2 {
 
 size_t nccl_type_bytes(ncclDataType_t type) {
   switch (type) {
-    case ncclFloat32: case ncclInt32: return 4;
-    case ncclFloat16: case ncclBfloat16: return 2;
-    default: LLAMA2_CHECK(false && "unsupported NCCL type"); return 0;
+    case ncclFloat32:
+    case ncclInt32:
+      return 4;
+    case ncclFloat16:
+    case ncclBfloat16:
+      return 2;
+    default:
+      LLAMA2_CHECK(false && "unsupported NCCL type");
+      return 0;
   }
 }
 
@@ -90,10 +95,17 @@ void NcclComm::all_reduce_sum(void* buf, size_t count, ncclDataType_t type, cuda
     const auto n = static_cast<int64_t>(count);
     cudaError_t rc = cudaErrorInvalidValue;
     switch (type) {
-      case ncclFloat16: rc = kernels::launch_allreduce(shared_, static_cast<__half*>(buf), n, stream); break;
-      case ncclBfloat16: rc = kernels::launch_allreduce(shared_, static_cast<__nv_bfloat16*>(buf), n, stream); break;
-      case ncclFloat32: rc = kernels::launch_allreduce(shared_, static_cast<float*>(buf), n, stream); break;
-      default: break;
+      case ncclFloat16:
+        rc = kernels::launch_allreduce(shared_, static_cast<__half*>(buf), n, stream);
+        break;
+      case ncclBfloat16:
+        rc = kernels::launch_allreduce(shared_, static_cast<__nv_bfloat16*>(buf), n, stream);
+        break;
+      case ncclFloat32:
+        rc = kernels::launch_allreduce(shared_, static_cast<float*>(buf), n, stream);
+        break;
+      default:
+        break;
     }
     // Every rank makes the same choice (same count, type and alignment rules), so a refused
     // launch (odd length, misaligned buffer) falls back to NCCL on all of them together.
@@ -120,7 +132,8 @@ void NcclComm::gather_to_root(const void* send, const std::vector<size_t>& count
       char* dst = static_cast<char*>(recv) + offset * bytes;
       if (r == 0) {
         if (counts[0] > 0) {
-          CUDA_CHECK(cudaMemcpyAsync(dst, send, counts[0] * bytes, cudaMemcpyDeviceToDevice, stream));
+          CUDA_CHECK(
+              cudaMemcpyAsync(dst, send, counts[0] * bytes, cudaMemcpyDeviceToDevice, stream));
         }
       } else if (counts[r] > 0) {
         NCCL_CHECK(ncclRecv(dst, counts[r], type, r, comm_, stream));

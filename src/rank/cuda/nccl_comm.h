@@ -29,9 +29,9 @@ class NcclComm {
   // kOneShotBytes go through the one-shot NVLink kernel when every rank is on this node and the
   // GPUs can map each other's memory (LLAMA2_CUSTOM_ALLREDUCE=0 turns it off); NCCL otherwise.
   void all_reduce_sum(void* buf, size_t count, ncclDataType_t type, cudaStream_t stream);
-  // 16 KB: one or two rows of a 7B/13B hidden state, one row of 70B. Measured on 2 H200 (7B decode):
-  // batch 1 (8 KB) 2.91 -> 2.68 ms per token; batch 8 (64 KB) 3.39 -> 3.57 ms, the single-block
-  // kernel is slower than NCCL there.
+  // 16 KB: one or two rows of a 7B/13B hidden state, one row of 70B. Measured on 2 H200 (7B
+  // decode): batch 1 (8 KB) 2.91 -> 2.68 ms per token; batch 8 (64 KB) 3.39 -> 3.57 ms, the
+  // single-block kernel is slower than NCCL there.
   static constexpr size_t kOneShotBytes = 16 * 1024;
   bool one_shot_enabled() const { return one_shot_; }
   // Every rank's send ([counts[rank]] elements) lands on rank 0 in rank order, back to back

@@ -1,11 +1,10 @@
-#include "rank/cuda/op_profiler.h"
-
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
 
 #include "common/check.h"
+#include "rank/cuda/op_profiler.h"
 
 namespace llama2 {
 

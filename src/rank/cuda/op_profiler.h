@@ -3,7 +3,8 @@
 // to the first mark's op, summed over layers. Steps run eagerly while it is on (events cannot be
 // timed inside a replayed graph), so launch gaps show up too, as they would without graphs.
 // Each rank prints one line per step on stderr:
-//   op-profile rank 0: tokens 512 seqs 512 logit_rows 512 | qkv_gemm 2.36 attention 1.10 ... | total 16.0 ms
+//   op-profile rank 0: tokens 512 seqs 512 logit_rows 512 | qkv_gemm 2.36 attention 1.10 ... |
+//   total 16.0 ms
 #pragma once
 
 #include <cuda_runtime.h>
