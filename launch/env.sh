@@ -15,7 +15,13 @@ LLAMA2_BUILD=${LLAMA2_BUILD:-$LLAMA2_ROOT/build}
 # llama2_build: configure (once) and build with ninja.
 llama2_build() {
   if [[ ! -f "$LLAMA2_BUILD/build.ninja" ]]; then
-    cmake -S "$LLAMA2_ROOT" -B "$LLAMA2_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
+    local launcher=()
+    # ccache (when installed) lets several work trees and rebuilds share compiled objects.
+    if command -v ccache >/dev/null; then
+      launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+    fi
+    cmake -S "$LLAMA2_ROOT" -B "$LLAMA2_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DLLAMA2_WERROR="${LLAMA2_WERROR:-ON}" "${launcher[@]}" "$@"
   fi
   cmake --build "$LLAMA2_BUILD" -j "$(nproc)"
 }
