@@ -42,8 +42,9 @@ int error_rank();
                      "MPI error code " + std::to_string(llama2_mpi_rc_)); \
   } while (0)
 
-// CUDA-side checks: available where the CUDA headers are included before this one.
-#if defined(CUDART_VERSION)
+// CUDA-side checks. Defined unconditionally: a macro only names cudaError_t, cublasStatus_t or
+// ncclResult_t where it is used, so the file that uses one includes that library's header, in any
+// order relative to this one (an #if on the library's version macro made include order matter).
 #define CUDA_CHECK(call)                                                     \
   do {                                                                       \
     cudaError_t llama2_cuda_rc_ = (call);                                    \
@@ -51,20 +52,15 @@ int error_rank();
                      std::string(cudaGetErrorName(llama2_cuda_rc_)) + ": " + \
                          cudaGetErrorString(llama2_cuda_rc_));               \
   } while (0)
-#endif
-#if defined(CUBLAS_VERSION) || defined(CUBLAS_VER_MAJOR)
 #define CUBLAS_CHECK(call)                                                        \
   do {                                                                            \
     cublasStatus_t llama2_cublas_rc_ = (call);                                    \
     LLAMA2_CHECK_MSG("cuBLAS", llama2_cublas_rc_ == CUBLAS_STATUS_SUCCESS, #call, \
                      std::string(cublasGetStatusString(llama2_cublas_rc_)));      \
   } while (0)
-#endif
-#if defined(NCCL_MAJOR)
 #define NCCL_CHECK(call)                                                \
   do {                                                                  \
     ncclResult_t llama2_nccl_rc_ = (call);                              \
     LLAMA2_CHECK_MSG("NCCL", llama2_nccl_rc_ == ncclSuccess, #call,     \
                      std::string(ncclGetErrorString(llama2_nccl_rc_))); \
   } while (0)
-#endif
