@@ -86,12 +86,35 @@ cxxopts::Options make_options() {
       "shards", "Number of safetensors files", cxxopts::value<int>()->default_value("1"))(
       "tie-embeddings", "Share the embedding with the LM head (no lm_head.weight)")(
       "seed", "Weight seed", cxxopts::value<uint64_t>()->default_value("1234"))(
+      "lm-head-near-ties",
+      "LM-head rows in groups of N near-copies (relative noise 1e-6), so that logits tie up to "
+      "rounding as a trained model's byte-fallback tokens do (1 = off)",
+      cxxopts::value<int>()->default_value("1"))(
       "corpus", "Tokenizer training text",
       cxxopts::value<std::string>()->default_value(LLAMA2_SOURCE_DIR "/data/corpus.txt"))(
       "tokenizer", "Copy this tokenizer.model instead of training one",
       cxxopts::value<std::string>())("force", "Overwrite an existing non-empty output directory")(
       "h,help", "Show this help");
   return opts;
+}
+
+// Makes the rows of `lm_head` [vocab, hidden] come in groups of `group` near-copies: every row of a
+// group is the group's first row times (1 + 1e-6 g), g ~ N(0, 1) per element. Their logits then
+// differ by ~1e-6 of their size, the size of the rounding differences between rank counts, which
+// is what trained checkpoints show for their 256 byte-fallback tokens (logits within ~1e-5) and
+// what random weights never do. A separate generator leaves every other tensor as without it.
+void make_near_ties(TensorToWrite& lm_head, int group, uint64_t seed) {
+  constexpr double kRelativeNoise = 1e-6;
+  const int64_t rows = lm_head.shape[0], cols = lm_head.shape[1];
+  Gaussian noise(seed ^ 0x9e3779b97f4a7c15ULL);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (r % group == 0) continue;
+    const float* first = lm_head.values.data() + (r - r % group) * cols;
+    float* row = lm_head.values.data() + r * cols;
+    for (int64_t c = 0; c < cols; ++c) {
+      row[c] = static_cast<float>(first[c] * (1.0 + kRelativeNoise * noise.next()));
+    }
+  }
 }
 
 }  // namespace
@@ -107,6 +130,7 @@ int run_make_test_model(int argc, char** argv) {
   const std::string out = args["out"].as<std::string>();
   const DType dtype = parse_dtype(args["dtype"].as<std::string>());
   const int shards = args["shards"].as<int>();
+  const int near_ties = args["lm-head-near-ties"].as<int>();
 
   ModelConfig c;
   c.hidden_size = args["hidden-size"].as<int>();
@@ -132,6 +156,14 @@ int run_make_test_model(int argc, char** argv) {
                 std::to_string(shards) + ")");
   }
 
+  if (near_ties < 1 || near_ties > c.vocab_size) {
+    throw Error("--lm-head-near-ties must be in [1, " + std::to_string(c.vocab_size) + "] (got " +
+                std::to_string(near_ties) + ")");
+  }
+  // Tied embeddings: the embedding matrix is the LM head.
+  const std::string lm_head_name =
+      c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+
   if (fs::exists(out) && !fs::is_empty(out) && !args.count("force")) {
     throw Error(out + " exists and is not empty (use --force to overwrite)");
   }
@@ -153,6 +185,9 @@ int run_make_test_model(int argc, char** argv) {
     const double std_dev = init_std(t, c);
     const double mean = t.full_shape.size() == 1 ? 1.0 : 0.0;
     for (float& v : w.values) v = static_cast<float>(mean + std_dev * rng.next());
+    if (near_ties > 1 && t.name == lm_head_name) {
+      make_near_ties(w, near_ties, args["seed"].as<uint64_t>());
+    }
     total_bytes += w.values.size() * dtype_size(dtype);
     const size_t f = std::min(i / per_file, static_cast<size_t>(shards - 1));
     files[f].push_back(std::move(w));
