@@ -18,6 +18,9 @@ namespace {
 // removed) instead of rounding noise. It can drop at most 1e-6 of probability mass.
 constexpr double kTopPSlack = 1e-6;
 
+// Sorted head length the top-p cut starts from (grown 4x as needed).
+constexpr size_t kFirstHead = 64;
+
 // [0, 1) with 53 random bits, computed here rather than by std::uniform_real_distribution, whose
 // algorithm the standard leaves to the library: a seed must give the same text everywhere.
 double uniform01(std::mt19937_64& rng) {
@@ -70,7 +73,7 @@ void Sampler::check_finite(const float* logits, size_t n, const int32_t* ids) {
 int Sampler::candidates_needed(const SamplingParams& p) {
   if (p.repetition_penalty != 1.0f) return 0;
   if (p.temperature == 0.0f) return 1;
-  if (p.top_k >= 1 && p.top_k <= kMaxCandidates) return p.top_k;
+  if (p.top_k >= 1 && p.top_k < kMaxCandidates) return kMaxCandidates;
   return 0;
 }
 
@@ -88,7 +91,7 @@ int Sampler::sample(std::vector<float>& logits, const std::vector<int>& context)
     }
     return static_cast<int>(best);
   }
-  return draw(logits.data(), logits.size());
+  return draw(logits.data(), nullptr, logits.size());
 }
 
 int Sampler::sample_candidates(const float* values, const int32_t* ids, int n) {
@@ -99,69 +102,95 @@ int Sampler::sample_candidates(const float* values, const int32_t* ids, int n) {
   LLAMA2_CHECK(n >= 1);
   check_finite(values, static_cast<size_t>(n), ids);
   if (params_.temperature == 0.0f) return ids[0];  // best first, ties by lower id
-  // The candidates are ordered with equal values by increasing id, so draw()'s tie rule (lower
-  // index first) is the full-vocabulary rule (lower id first).
-  return ids[draw(values, static_cast<size_t>(n))];
+  return ids[draw(values, ids, static_cast<size_t>(n))];
 }
 
-int Sampler::draw(const float* logits, size_t vocab) {
-  // Scaled in double: a tiny temperature would overflow float (HF would produce inf and fail).
+int Sampler::draw(const float* logits, const int32_t* ids, size_t n) {
   const double t = params_.temperature;
-  work_.resize(vocab);
+  const auto id_of = [ids](int i) { return ids != nullptr ? ids[i] : i; };
+  const auto value = [logits](int i) { return static_cast<double>(logits[i]); };
+  // -inf tokens (masked upstream) get probability 0 and never survive; leave them out early.
   order_.clear();
-  double max_logit = -std::numeric_limits<double>::infinity();
-  for (size_t i = 0; i < vocab; ++i) {
-    work_[i] = static_cast<double>(logits[i]) / t;
-    // -inf tokens (masked upstream) get probability 0 and never survive; leave them out early.
-    if (std::isfinite(work_[i])) {
+  double top = -std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i < n; ++i) {
+    if (std::isfinite(logits[i])) {
       order_.push_back(static_cast<int>(i));
-      max_logit = std::max(max_logit, work_[i]);
+      top = std::max(top, value(static_cast<int>(i)));
     }
   }
-  const auto before = [this](int a, int b) {
-    return work_[a] != work_[b] ? work_[a] > work_[b] : a < b;
+  const auto before = [&](int a, int b) {
+    return logits[a] != logits[b] ? logits[a] > logits[b] : id_of(a) < id_of(b);
+  };
+  // Half-width of the group of logits counted as equal to the cut value `cut`.
+  const auto tolerance = [top](double cut) {
+    return kTieTolerance * std::max(std::abs(top), std::abs(cut));
   };
 
   // Makes order_[0, n) the n best candidates in order, leaving the rest unsorted behind them.
-  // Sampling rarely needs more than a short sorted head (a nucleus, the tokens before the draw
-  // lands): sorting all 32000 ids up front cost ~2.5 ms per token, most of the sampler's time.
-  // Each call is O(V) plus the sort of the new part and heads grow geometrically: O(V log V).
+  // The cuts rarely need more than a short sorted head (the k best, a nucleus): sorting all 32000
+  // ids up front cost ~2.5 ms per token, most of the sampler's time. Each call is O(V) plus the
+  // sort of the new part and heads grow geometrically: O(V log V) at worst.
   size_t sorted = 0;
-  const auto sort_head = [&](size_t n) {
-    n = std::min(n, order_.size());
-    if (n <= sorted) return;
-    if (n < order_.size()) {
-      std::nth_element(order_.begin() + sorted, order_.begin() + (n - 1), order_.end(), before);
+  const auto sort_head = [&](size_t m) {
+    m = std::min(m, order_.size());
+    if (m <= sorted) return;
+    if (m < order_.size()) {
+      std::nth_element(order_.begin() + sorted, order_.begin() + (m - 1), order_.end(), before);
     }
-    std::sort(order_.begin() + sorted, order_.begin() + n, before);
-    sorted = n;
+    std::sort(order_.begin() + sorted, order_.begin() + m, before);
+    sorted = m;
   };
-  constexpr size_t kFirstHead = 64;
+  // Keeps the tokens whose logit is >= floor (> floor when strict). remove_if is stable, so the
+  // sorted head stays the best of what is left.
+  const auto keep_from = [&](double floor, bool strict) {
+    order_.erase(
+        std::remove_if(order_.begin(), order_.end(),
+                       [&](int i) { return strict ? value(i) <= floor : value(i) < floor; }),
+        order_.end());
+    sorted = std::min(sorted, order_.size());
+  };
 
-  // top-k as HF: remove tokens whose logit is < the k-th largest, so ties with the k-th all stay.
+  // top-k (HF: remove logits < the k-th largest, the cut value). When the next logit is outside
+  // the cut value's group, the k best stay, as in HF. When a group of near-equal logits straddles
+  // the cut, it is dropped whole, unless it holds the most probable token: then it is kept whole,
+  // at most its kMaxCandidates best when top_k < kMaxCandidates. Dropping never keeps a token
+  // outside the k best, so the candidates the ranks send (candidates_needed) hold every survivor;
+  // keeping the group would need every token near the k-th value, which can be hundreds (a
+  // trained model's byte-fallback tokens), and the full-logit and candidate paths would disagree:
+  // a request's tokens would depend on whether another request in its step forced full logits.
+  // (HF keeps exact ties with the k-th value: here they are such a group.)
   const size_t k = static_cast<size_t>(params_.top_k);
   if (k > 0 && k < order_.size()) {
-    sort_head(k);
-    const double kth = work_[order_[k - 1]];
-    order_.erase(
-        std::remove_if(order_.begin() + k, order_.end(), [&](int id) { return work_[id] < kth; }),
-        order_.end());
+    sort_head(k + 1);
+    const double cut = value(order_[k - 1]);
+    const double tol = tolerance(cut);
+    const bool straddles = value(order_[k]) >= cut - tol;
+    if (straddles && top > cut + tol) {
+      keep_from(cut + tol, /*strict=*/true);
+    } else {
+      keep_from(cut - tol, /*strict=*/false);  // the k best, or the group of the top
+      if (k < static_cast<size_t>(kMaxCandidates) && order_.size() > kMaxCandidates) {
+        sort_head(kMaxCandidates);
+        order_.resize(kMaxCandidates);
+      }
+    }
   }
 
-  // Unnormalised softmax over the top-k survivors, in place of the scaled logits.
-  double total = 0;
-  for (int id : order_) {
-    work_[id] = std::exp(work_[id] - max_logit);
-    total += work_[id];
-  }
+  // Softmax weights relative to the largest logit (a last-bit change of it scales all alike).
+  work_.resize(n);
+  for (int i : order_) work_[i] = std::exp((value(i) - top) / t);
 
-  // top-p as HF: in ascending order, remove tokens whose cumulative probability is <= 1 - top_p;
-  // the most probable token always stays. An ascending cumulative sum is a tail sum of the
+  // top-p (HF: in ascending order, remove tokens whose cumulative probability is <= 1 - top_p;
+  // the most probable token always stays). An ascending cumulative sum is a tail sum of the
   // descending order. Every token past a sorted head whose unsorted rest has mass <= the
-  // threshold is removed, so only that head needs sorting.
-  size_t kept = order_.size();
-  double mass = total;
+  // threshold is removed, so only that head needs sorting. Tail sums by rank are sums of order
+  // statistics: rounding moves them by last bits, whichever tokens hold the ranks. The group at
+  // the cut (the smallest kept logit) is kept whole: top-p promises the survivors at least top_p
+  // of the probability, which dropping a group of many near-equal tokens could break by far, and
+  // the cut always sees every survivor of top-k, so keeping costs nothing.
   if (params_.top_p < 1.0f) {
+    double total = 0;
+    for (int i : order_) total += work_[i];
     const double threshold = (1.0 - static_cast<double>(params_.top_p) + kTopPSlack) * total;
     double rest = 0;
     for (size_t head = kFirstHead;; head *= 4) {
@@ -170,26 +199,40 @@ int Sampler::draw(const float* logits, size_t vocab) {
       for (size_t i = sorted; i < order_.size(); ++i) rest += work_[order_[i]];
       if (rest <= threshold || sorted == order_.size()) break;
     }
-    kept = sorted;
+    size_t kept = sorted;
     double tail = rest;
     for (size_t i = sorted; i-- > 1;) {
       tail += work_[order_[i]];
       if (tail > threshold) break;  // tails only grow from here: every earlier token stays
       kept = i;
     }
-    mass = 0;
-    for (size_t i = kept; i-- > 0;) mass += work_[order_[i]];
+    const double cut = value(order_[kept - 1]);
+    keep_from(cut - tolerance(cut), /*strict=*/false);
   }
 
-  // Inverse CDF over the survivors, most probable first, sorting further only as the walk needs.
+  // Inverse CDF over the survivors in id order. Full logits are indexed by id: a pass over the
+  // vocabulary; candidates (at most kMaxCandidates) are sorted by id.
+  if (ids == nullptr) {
+    kept_.assign(n, 0);
+    for (int i : order_) kept_[i] = 1;
+    order_.clear();
+    for (size_t i = 0; i < n; ++i) {
+      if (kept_[i]) order_.push_back(static_cast<int>(i));
+    }
+  } else {
+    std::sort(order_.begin(), order_.end(), [ids](int a, int b) { return ids[a] < ids[b]; });
+  }
+  double mass = 0;
+  for (int i : order_) mass += work_[i];
   const double target = uniform01(rng_) * mass;
   double cumulative = 0;
-  for (size_t i = 0; i < kept; ++i) {
-    if (i == sorted) sort_head(std::max(kFirstHead, 4 * sorted));
-    cumulative += work_[order_[i]];
-    if (target < cumulative) return order_[i];
+  int last = order_.front();
+  for (int i : order_) {
+    cumulative += work_[i];
+    if (target < cumulative) return i;
+    if (work_[i] > 0) last = i;
   }
-  return order_[kept - 1];  // rounding left target just past the last cumulative sum
+  return last;  // rounding left target at the total: the last token that has any probability
 }
 
 }  // namespace llama2

@@ -4,9 +4,26 @@
 //   2. temperature == 0: argmax, ties to the lowest id (torch.argmax);
 //   3. else logits / temperature, then top-k, then top-p, then a draw from the softmax of the
 //      survivors.
-// The draw is one uniform number per step from std::mt19937_64, mapped by inverse CDF over the
-// survivors in descending probability (ties by id), so the token depends only on the logits, the
-// seed and the number of earlier calls, never on sort stability or the standard library.
+// A seed must give the same tokens whatever the rank count, and the rank count changes the
+// logits in their last bits (a different summation order in the tensor-parallel reductions). The
+// draw therefore depends on the logits only through quantities that such a change moves by a last
+// bit, never by a whole token:
+//   - The draw is one uniform number u per step from std::mt19937_64, mapped by inverse CDF over
+//     the survivors in vocabulary-id order. (In descending-probability order, two tokens whose
+//     logits differ by rounding swap places between rank counts, and every later boundary of the
+//     walk moves by a whole token's probability.) A last-bit change of one probability moves each
+//     boundary by a last bit, so it changes the token only when u lies within a last bit of a
+//     boundary.
+//   - The top-k and top-p cuts never split a group of near-equal logits: logits within
+//     kTieTolerance * max(|largest logit|, |cut value|) of the cut value (the smallest logit HF
+//     keeps) are kept or dropped together: top-p keeps such a group, top-k drops it unless it
+//     holds the most probable token (sampler.cpp says why). The cut value is an order statistic,
+//     which a last-bit change moves by a last bit whichever token holds it.
+// The softmax is taken relative to the largest logit, whose change scales every weight alike, and
+// its sum runs in id order. The groups are measured on the logits before the temperature: the
+// rounding noise is in the logits, and dividing by T scales noise and differences alike.
+// Greedy stays torch.argmax: two logits that differ only by rounding can still pick different
+// tokens at different rank counts there.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +36,14 @@ namespace llama2 {
 
 class Sampler {
  public:
+  // Logits closer to a cut value than this, relative to max(|largest logit|, |cut value|), are one
+  // group at that cut. Rank-count differences in fp32 are rounding: a few ulps (6e-8 relative
+  // each) of the values summed, grown over the layers; trained checkpoints hold groups (the
+  // byte-fallback tokens) within ~1e-5 absolute. 1e-5 relative covers both at logit sizes >= 1,
+  // and groups only tokens whose probabilities differ by a factor below exp(1e-5 * size / T):
+  // 1.0002 for size 20 at T = 1. fp16/bf16 rounding (CUDA) is far larger and not covered.
+  static constexpr double kTieTolerance = 1e-5;
+
   // `p` must pass validate_sampling (checked again here as an internal invariant). One Sampler per
   // request: its RNG advances with each sample() call, so a seed fixes the whole sequence.
   Sampler(const SamplingParams& p, uint64_t seed);
@@ -30,27 +55,30 @@ class Sampler {
   int sample(std::vector<float>& logits, const std::vector<int>& context);
 
   // The same choice from a row's best candidates (values/ids [n], best first, ties by lower id,
-  // as StepLogits gives them). Exact when candidates_needed(params) <= n: greedy needs the best
-  // one; top-k sampling never looks past the k best (HF also keeps every token tied with the
-  // k-th, which only differs when such ties run past the n-th candidate). Same errors as sample().
+  // as StepLogits gives them), bit for bit, when n >= candidates_needed(params). Same errors as
+  // sample().
   int sample_candidates(const float* values, const int32_t* ids, int n);
 
-  // How many candidates per row sample_candidates needs for `p`: 1 for greedy, top_k for top-k
-  // sampling (<= kMaxCandidates); 0 when it needs the full logits (a repetition penalty changes
-  // the ranking; plain temperature or top-p sampling reads the whole distribution).
+  // How many candidates per row sample_candidates needs for `p`: 1 for greedy; kMaxCandidates for
+  // top-k sampling with top_k < kMaxCandidates (the cut reads the value after the k-th, and keeps
+  // a group of near-equal logits that holds the most probable token whole, capped at
+  // kMaxCandidates); 0 when it needs the full logits (a repetition penalty changes the ranking;
+  // plain temperature or top-p sampling reads the whole distribution).
   static int candidates_needed(const SamplingParams& p);
 
  private:
   void apply_repetition_penalty(std::vector<float>& logits, const std::vector<int>& context);
   static void check_finite(const float* logits, size_t n, const int32_t* ids);
-  // Index into logits[0, n) drawn after temperature, top-k and top-p; equal values rank by index.
-  int draw(const float* logits, size_t n);
+  // Index into logits[0, n) drawn after temperature, top-k and top-p. ids: [n] the token id of
+  // each entry, or null when the index is the id. Equal logits rank by lower id.
+  int draw(const float* logits, const int32_t* ids, size_t n);
 
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::vector<uint8_t> seen_;  // [vocab] scratch for distinct context ids, all 0 between calls
-  std::vector<int> order_;     // [vocab] scratch: candidate ids, best first as far as sorted
-  std::vector<double> work_;   // [vocab] scratch: scaled logits, then probabilities
+  std::vector<uint8_t> kept_;  // [vocab] scratch: 1 for the survivors of the cuts
+  std::vector<int> order_;     // [vocab] scratch: candidate indices, best first as far as sorted
+  std::vector<double> work_;   // [vocab] scratch: softmax weights relative to the largest logit
 };
 
 }  // namespace llama2

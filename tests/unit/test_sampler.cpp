@@ -153,7 +153,7 @@ TEST_SUITE("sampling") {
     check_frequencies(histogram(params(0.5f), l, n), {0.0021, 0.0158, 0.1171, 0.8650}, n);
   }
 
-  TEST_CASE("top_k = 1 is greedy, except that HF keeps ties with the k-th value") {
+  TEST_CASE("top_k = 1 is greedy, except that ties with the most probable token stay") {
     std::vector<float> l;
     for (int i = 0; i < 50; ++i) l.push_back(std::sin(i * 1.7f) * 3.0f);
     int best = 0;
@@ -167,11 +167,11 @@ TEST_SUITE("sampling") {
     const auto tie = histogram(params(1.0f, 1), {3.0f, 3.0f, 0.0f}, 4000);
     CHECK(tie[2] == 0);
     check_frequencies(tie, {0.5, 0.5, 0.0}, 4000);
-    // {5, 4, 4, 4, 1}, top_k 2: the 2nd largest is 4, so ids 0..3 stay and only id 4 goes.
-    const auto tie4 = histogram(params(1.0f, 2), {5.0f, 4.0f, 4.0f, 4.0f, 1.0f}, 4000);
-    CHECK(tie4[4] == 0);
-    CHECK(tie4[2] > 0);
-    CHECK(tie4[3] > 0);
+    // {5, 4, 4, 4, 1}, top_k 2: the 2nd largest is 4, tied with the 3rd and 4th. HF keeps ids
+    // 0..3; here a group of equal (or near-equal) logits that straddles the cut goes whole unless
+    // it holds the most probable token (test_sampler_ties.cpp): only id 0.
+    const auto tie4 = histogram(params(1.0f, 2), {5.0f, 4.0f, 4.0f, 4.0f, 1.0f}, 500);
+    CHECK(tie4[0] == 500);
   }
 
   TEST_CASE("top_k = 3 keeps exactly the three largest, renormalised") {
@@ -218,13 +218,16 @@ TEST_SUITE("sampling") {
 
   TEST_CASE("top_p boundary on exactly representable probabilities") {
     // Four equal logits: probabilities are exactly 0.25 and cumulative sums exactly 0.25, 0.5,
-    // 0.75, 1. top_p 0.5: 1 - 0.5 = 0.5, two tokens removed; top_p 0.75: one removed. Equal
-    // probabilities are ordered by id, so the highest ids go first.
+    // 0.75, 1. HF's rule removes two tokens at top_p 0.5 and one at 0.75, chosen by its sort;
+    // the four are one group of equal logits at the cut, which top-p keeps whole.
     const std::vector<float> flat = {0.0f, 0.0f, 0.0f, 0.0f};
     const int n = 6000;
-    check_frequencies(histogram(params(1.0f, 0, 0.5f), flat, n), {0.5, 0.5, 0, 0}, n);
-    check_frequencies(histogram(params(1.0f, 0, 0.75f), flat, n), {1.0 / 3, 1.0 / 3, 1.0 / 3, 0},
-                      n);
+    check_frequencies(histogram(params(1.0f, 0, 0.5f), flat, n), {0.25, 0.25, 0.25, 0.25}, n);
+    check_frequencies(histogram(params(1.0f, 0, 0.75f), flat, n), {0.25, 0.25, 0.25, 0.25}, n);
+    // Exactly representable and distinct: 0.5, 0.25, 0.125, 0.125 (logits log2-spaced). top_p
+    // 0.75: remove ascending cumulative sums <= 0.25: both 0.125s (one group) go; 0.5, 0.25 stay.
+    const std::vector<float> halves = {0.0f, -0.6931472f, -1.3862944f, -1.3862944f};
+    check_frequencies(histogram(params(1.0f, 0, 0.75f), halves, n), {2.0 / 3, 1.0 / 3, 0, 0}, n);
   }
 
   TEST_CASE("top_k runs before top_p") {
@@ -255,54 +258,40 @@ TEST_SUITE("sampling") {
     check_frequencies(counts, p, n);
   }
 
-  TEST_CASE("each step is one mt19937_64 draw mapped by inverse CDF, most probable first") {
-    // probs 0.2, 0.7, 0.1 -> order id 1 (0.7), id 0 (0.2), id 2 (0.1):
-    //   u < 0.7 -> 1, u < 0.9 -> 0, else 2, with u = (next 64 bits >> 11) * 2^-53.
-    const auto l = log_probs({0.2, 0.7, 0.1});
-    std::mt19937_64 ref(2024);
-    Sampler s(params(1.0f), 2024);
-    for (int i = 0; i < 200; ++i) {
-      const double u = static_cast<double>(ref() >> 11) * 0x1.0p-53;
-      const int expected = u < 0.7 ? 1 : u < 0.9 ? 0 : 2;
-      std::vector<float> step = l;
-      CHECK(s.sample(step, {}) == expected);
-    }
-  }
-
-  TEST_CASE("large vocabularies: the walk and the nucleus reach past the first sorted ids") {
-    // 1000 logits falling by 0.01 per rank: the 64 most probable hold only ~47% of the mass, so
-    // about half of the draws land beyond them. The expected token is the first rank whose
-    // cumulative probability exceeds u, as in the test above. Both id orders.
+  TEST_CASE("large vocabularies: the walk is in id order, the nucleus reaches past 64 ids") {
+    // 1000 logits falling by 0.01 per rank: the 64 most probable hold only ~47% of the mass.
+    // The expected token is the first id whose cumulative probability, in id order, exceeds u
+    // (u = (next 64 bits >> 11) * 2^-53). Both id orders: most probable first and last.
     for (const bool ascending_ids : {false, true}) {
       CAPTURE(ascending_ids);
       const int vocab = 1000;
       std::vector<float> l(vocab);
       for (int r = 0; r < vocab; ++r) l[ascending_ids ? vocab - 1 - r : r] = -0.01f * r;
-      std::vector<double> p(vocab);  // by rank
+      std::vector<double> p(vocab);  // by id
       double z = 0;
-      for (int r = 0; r < vocab; ++r) z += p[r] = std::exp(static_cast<double>(-0.01f * r));
+      for (int id = 0; id < vocab; ++id) z += p[id] = std::exp(static_cast<double>(l[id]));
       std::mt19937_64 ref(77);
       Sampler s(params(1.0f), 77);
       int beyond_head = 0;
       for (int i = 0; i < 300; ++i) {
         const double u = static_cast<double>(ref() >> 11) * 0x1.0p-53;
-        int rank = 0;
-        for (double c = p[0] / z; rank + 1 < vocab && u >= c; c += p[++rank] / z) {
+        int id = 0;
+        for (double c = p[0] / z; id + 1 < vocab && u >= c; c += p[++id] / z) {
         }
-        beyond_head += rank >= 64;
+        beyond_head += (ascending_ids ? vocab - 1 - id : id) >= 64;
         std::vector<float> step = l;
-        CHECK(s.sample(step, {}) == (ascending_ids ? vocab - 1 - rank : rank));
+        CHECK(s.sample(step, {}) == id);
       }
       CHECK(beyond_head > 100);
     }
 
-    // 1000 equal logits, top_p 0.5: cumulative sums k / 1000 are exact; ranks whose tail
-    // (1000 - r) / 1000 is <= 0.5 go, so ids 0..499 stay (equal probabilities rank by id).
+    // 1000 equal logits, top_p 0.5: HF keeps 500 of them by its sort; they are one group of
+    // equal logits at the cut, kept whole: every id is drawn (20 expected draws each:
+    // P(some id never drawn) ~ 1000 e^-20).
     const auto counts = histogram(params(1.0f, 0, 0.5f), std::vector<float>(1000, 0.0f), 20000);
-    int low = 0, high = 0;
-    for (int id = 0; id < 1000; ++id) (id < 500 ? low : high) += counts[id] > 0;
-    CHECK(high == 0);
-    CHECK(low == 500);  // 40 expected draws each: P(some id never drawn) ~ 500 e^-40
+    int drawn = 0;
+    for (int id = 0; id < 1000; ++id) drawn += counts[id] > 0;
+    CHECK(drawn == 1000);
 
     // ids 0..63 at logit 0 (weight 1), ids 64..999 at -3 (weight e^-3 = 0.049787): Z = 64 +
     // 936 * 0.049787 = 110.601. top_p 0.57: remove cumulative <= 0.43. The 936 low ids sum to

@@ -293,11 +293,8 @@ TEST_SUITE("logits_gather") {
       std::vector<float> copy = logits;
       const int a = full.sample(copy, {});
       const int b = cand.sample_candidates(v.data(), ids.data(), k);
-      // Top-k ties with the k-th candidate may extend past the k candidates; the full path
-      // keeps them (HF). Only compare when the k-th value is strictly above the next one.
-      std::vector<float> sorted = logits;
-      std::sort(sorted.begin(), sorted.end(), std::greater<float>());
-      if (p.temperature > 0 && k < vocab && sorted[k - 1] == sorted[k]) continue;
+      // Ties at the k-th value included: a group that straddles the cut goes whole, so the
+      // survivors are always among the candidates.
       CHECK(a == b);
     }
   }
@@ -312,8 +309,12 @@ TEST_SUITE("logits_gather") {
     p.temperature = 0.8f;
     p.top_k = 0;
     CHECK(llama2::Sampler::candidates_needed(p) == 0);  // top-p / plain sampling reads everything
-    p.top_k = 40;
-    CHECK(llama2::Sampler::candidates_needed(p) == 40);
+    p.top_k = 40;  // the cut reads past the k-th value: always the most candidates
+    CHECK(llama2::Sampler::candidates_needed(p) == llama2::kMaxCandidates);
+    p.top_k = llama2::kMaxCandidates - 1;
+    CHECK(llama2::Sampler::candidates_needed(p) == llama2::kMaxCandidates);
+    p.top_k = llama2::kMaxCandidates;  // the value after the k-th is not among the candidates
+    CHECK(llama2::Sampler::candidates_needed(p) == 0);
     p.top_k = llama2::kMaxCandidates + 1;
     CHECK(llama2::Sampler::candidates_needed(p) == 0);
   }
