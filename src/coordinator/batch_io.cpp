@@ -19,8 +19,8 @@ double now_s() {
 }
 }  // namespace
 
-std::set<std::string> load_done_ids(const std::string& path) {
-  std::set<std::string> done;
+DoneLines load_done(const std::string& path) {
+  DoneLines done;
   std::ifstream in(path, std::ios::binary);
   if (!in) return done;
   std::stringstream ss;
@@ -35,11 +35,23 @@ std::set<std::string> load_done_ids(const std::string& path) {
   std::istringstream lines(all.substr(0, complete));
   std::string line;
   while (std::getline(lines, line)) {
-    auto j = nlohmann::json::parse(line, nullptr, false);
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_object()) continue;
     // Error lines count as done too: the same input line would fail the same way again.
-    if (j.is_object() && j.contains("custom_id") && j["custom_id"].is_string()) {
-      done.insert(j["custom_id"].get<std::string>());
+    const auto error = j.find("error");
+    const bool is_error = error != j.end();
+    const bool duplicate = is_error && error->is_object() &&
+                           error->value("code", nlohmann::json()) == "duplicate_custom_id";
+    const auto id = j.find("custom_id");
+    const auto line_no = j.find("line");
+    if (id != j.end() && id->is_string() && !duplicate) {
+      done.ids.insert(id->get<std::string>());
+    } else if (line_no != j.end() && line_no->is_number_unsigned()) {
+      done.lines.insert(line_no->get<size_t>());
+    } else {
+      continue;  // not a line this command writes
     }
+    done.errors += is_error;
   }
   return done;
 }

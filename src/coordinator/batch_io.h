@@ -9,9 +9,22 @@
 
 namespace llama2 {
 
-// custom_ids of complete result lines already in `path` (missing file: empty). A trailing partial
-// line (a job killed mid-write) is cut off the file so appending continues on a line boundary.
-std::set<std::string> load_done_ids(const std::string& path);
+// The input lines an existing output file already answers, for --resume.
+struct DoneLines {
+  std::set<std::string> ids;  // custom_ids answered (each the first input line with that id)
+  std::set<size_t> lines;     // 1-based numbers of input lines answered without a custom_id to
+                              // match: invalid JSON, no string custom_id, a repeated custom_id
+  size_t errors = 0;          // error lines among all of them
+};
+
+// Reads the complete lines of `path` (missing file: nothing done). A trailing partial line (a job
+// killed mid-write) is cut off the file so appending continues on a line boundary. An output line
+// answers its custom_id when it has one (a string) and is not a duplicate_custom_id error, else
+// the input line named by its "line" field (every error line has one). Keying the lines that have
+// no usable custom_id by line number is what makes resuming idempotent for them: matched by
+// custom_id they matched nothing and were answered again on every resume, and a duplicate's
+// error line claimed the id of the line it repeats.
+DoneLines load_done(const std::string& path);
 
 // Appends one JSON object per line; each line goes out in one write and is flushed at once.
 class ResultWriter {

@@ -56,11 +56,12 @@ cxxopts::Options batch_options() {
       "some lines invalid (error lines written); 1: the job failed; 2: usage.");
   opts.add_options()("i,input", "Input JSONL file", cxxopts::value<std::string>())(
       "o,output", "Output JSONL file (appended to with --resume)", cxxopts::value<std::string>())(
-      "resume", "Skip custom_ids already in --output and append the rest")(
-      "max-batch-size", "Sequences decoded together per step",
-      cxxopts::value<int>()->default_value("32"))("prefill-chunk",
-                                                  "Prompt tokens per step across sequences",
-                                                  cxxopts::value<int>()->default_value("512"))(
+      "resume",
+      "Skip the input lines already answered in --output (by custom_id, else by line number) "
+      "and append the rest")("max-batch-size", "Sequences decoded together per step",
+                             cxxopts::value<int>()->default_value("32"))(
+      "prefill-chunk", "Prompt tokens per step across sequences",
+      cxxopts::value<int>()->default_value("512"))(
       "kv-cache-blocks",
       "KV blocks to allocate (default: enough for max-batch-size of the longest request)",
       cxxopts::value<int>())("progress-interval",
@@ -94,7 +95,7 @@ int run_batch(int argc, char** argv, int rank) {
   defaults.seed.reset();  // per line: the line's own seed, else one derived from the job seed
 
   std::vector<BatchLine> lines;
-  std::set<std::string> done;
+  DoneLines done;
   SessionOptions sopts = session_options_from(args, opts.help());
   sopts.max_batch = std::max(1, max_batch);
   sopts.prefill_chunk = std::max(1, prefill_chunk);
@@ -113,7 +114,7 @@ int run_batch(int argc, char** argv, int rank) {
     std::ifstream in(in_path, std::ios::binary);
     if (!in) throw Error("--input " + in_path + ": cannot open");
     if (resume) {
-      done = load_done_ids(out_path);
+      done = load_done(out_path);
     } else if (std::ifstream probe(out_path, std::ios::binary | std::ios::ate);
                probe && probe.tellg() > 0) {
       throw Error("--output " + out_path +
@@ -123,33 +124,38 @@ int run_batch(int argc, char** argv, int rank) {
     std::set<std::string> seen;
     std::string text;
     int max_blocks = 1;
+    // Resume keys (DoneLines): the first line with a custom_id by that id, every other line by
+    // its number.
     for (size_t line_no = 1; std::getline(in, text); ++line_no) {
       if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
       BatchLine b;
       b.line_no = line_no;
       const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+      const bool has_id = j.is_object() && j.contains("custom_id") && j["custom_id"].is_string();
+      const std::string id = has_id ? j["custom_id"].get<std::string>() : std::string();
+      const bool first_with_id = has_id && seen.insert(id).second;
+      if (first_with_id ? done.ids.count(id) > 0 : done.lines.count(line_no) > 0) {
+        continue;  // resumed: already in the output
+      }
       if (j.is_discarded()) {
         b.req.error_code = "invalid_json";
         b.req.error_message = "line " + std::to_string(line_no) + " is not valid JSON";
-      } else if (!j.is_object() || !j.contains("custom_id") || !j["custom_id"].is_string()) {
+      } else if (!has_id) {
         b.req.error_code = "invalid_request";
         b.req.error_message = "\"custom_id\" (a string) is required";
+      } else if (!first_with_id) {
+        b.custom_id = id;
+        b.req.error_code = "duplicate_custom_id";
+        b.req.error_message = "custom_id \"" + id + "\" appears more than once in the input";
       } else {
-        b.custom_id = j["custom_id"];
-        const std::string id = b.custom_id.get<std::string>();
-        if (done.count(id)) continue;  // resumed: already in the output
-        if (!seen.insert(id).second) {
-          b.req.error_code = "duplicate_custom_id";
-          b.req.error_message = "custom_id \"" + id + "\" appears more than once in the input";
-        } else {
-          b.req = parse_request(j, defaults, tok, config, {"custom_id"});
-          if (b.req.ok()) {
-            if (!b.req.params.seed) b.req.params.seed = mix_seed(job_seed, id);
-            max_blocks = std::max(
-                max_blocks, BlockAllocator::blocks_for(
-                                static_cast<int>(b.req.prompt.size()) + b.req.params.max_new_tokens,
-                                sopts.block_size));
-          }
+        b.custom_id = id;
+        b.req = parse_request(j, defaults, tok, config, {"custom_id"});
+        if (b.req.ok()) {
+          if (!b.req.params.seed) b.req.params.seed = mix_seed(job_seed, id);
+          max_blocks = std::max(
+              max_blocks, BlockAllocator::blocks_for(
+                              static_cast<int>(b.req.prompt.size()) + b.req.params.max_new_tokens,
+                              sopts.block_size));
         }
       }
       lines.push_back(std::move(b));
@@ -210,7 +216,8 @@ int run_batch(int argc, char** argv, int rank) {
       progress.update(finished, failed, tokens);
     }
     progress.update(finished, failed, tokens, /*final=*/true);
-    code = failed > 0 ? kExitSomeLinesFailed : 0;
+    // Error lines of earlier runs of a resumed job count: the job as a whole had invalid lines.
+    code = failed + done.errors > 0 ? kExitSomeLinesFailed : 0;
   } catch (const std::exception& e) {
     // The workers are waiting for a plan: release them before reporting.
     engine.shutdown(1);
