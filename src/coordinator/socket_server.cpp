@@ -14,6 +14,7 @@
 
 #include "common/check.h"
 #include "common/frame.h"
+#include "coordinator/protocol.h"
 #include "coordinator/tokenizer.h"
 
 namespace llama2 {
@@ -150,7 +151,8 @@ void SocketServer::send(uint64_t conn, const json& event, const std::string& id,
 
 void SocketServer::send_quiet(uint64_t conn, std::string payload, const std::string& id,
                               bool final) {
-  const std::string frame = encode_frame(payload);
+  const std::string frame = event_frame(payload, id);  // never throws; an oversized event
+                                                       // becomes an internal error for `id`
   std::lock_guard<std::mutex> lock(mu_);
   auto it = conns_.find(conn);
   if (it == conns_.end()) return;  // the client left; its generations are being cancelled
@@ -179,11 +181,18 @@ std::string SocketServer::token_event(const std::string& id_json, int index, int
 }
 
 void SocketServer::reply(Conn& c, const json& event) {
-  c.outbox += encode_frame(event.dump(-1, ' ', false, json::error_handler_t::replace));
+  c.outbox += event_frame(event);
 }
 
 void SocketServer::error(Conn& c, const json& id, const std::string& code, const std::string& msg) {
-  reply(c, json{{"event", "error"}, {"id", id}, {"code", code}, {"message", msg}});
+  reply(c, error_event(id, code, msg));
+}
+
+ServeLimits SocketServer::limits() const {
+  ServeLimits l;
+  l.max_tokens = std::min(opts_.max_seq_len, opts_.kv_capacity_tokens);
+  l.request_timeout_ms = opts_.request_timeout_ms;
+  return l;
 }
 
 void SocketServer::accept_all() {
@@ -214,95 +223,67 @@ void SocketServer::close_conn(uint64_t id) {
 }
 
 void SocketServer::handle_frame(Conn& c, const std::string& payload) {
-  if (!is_valid_utf8(payload))
-    return error(c, nullptr, "invalid_request", "frame is not valid UTF-8");
-  if (json_nesting_exceeds(payload, kMaxJsonDepth)) {
-    return error(c, nullptr, "invalid_request",
-                 "frame nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels");
-  }
-  const json j = json::parse(payload, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return error(c, nullptr, "invalid_request", "frame is not valid JSON");
-  if (!j.is_object()) return error(c, nullptr, "invalid_request", "frame must be a JSON object");
-  const json id = j.contains("id") ? j["id"] : json(nullptr);
-  const auto op_it = j.find("op");
-  const std::string op = op_it != j.end() && op_it->is_string() ? op_it->get<std::string>() : "";
-  if (op == "generate") return handle_generate(c, j);
-  if (op == "cancel") {
-    if (!id.is_string() || !c.inflight.count(id.get<std::string>())) {
-      return error(c, id, "invalid_request",
-                   "cancel: no generation in flight with this \"id\" on this connection");
+  try {
+    FrameRequest r = decode_request(payload, defaults_, config_, limits());
+    switch (r.op) {
+      case FrameRequest::Op::kError:
+        return reply(c, r.error);
+      case FrameRequest::Op::kGenerate:
+        return handle_generate(c, std::move(r));
+      case FrameRequest::Op::kCancel:
+        return handle_cancel(c, r.id);
+      case FrameRequest::Op::kHealth:
+        return reply(c, health_());
+      case FrameRequest::Op::kStats:
+        return reply(c, json{{"event", "stats"}, {"text", stats_()}});
     }
-    ServeCommand cmd;
-    cmd.kind = ServeCommand::Kind::kCancel;
-    cmd.conn = c.id;
-    cmd.id = id.get<std::string>();
-    inbox_.push_back(std::move(cmd));
-    inbox_cv_.notify_one();
-    return;
+  } catch (const std::exception& e) {
+    // Unexpected (out of memory, say): this connection ends, the server and its other clients
+    // go on.
+    error(c, nullptr, "internal", std::string("the request could not be handled: ") + e.what());
+    c.close_after_flush = true;
   }
-  if (op == "health") return reply(c, health_());
-  if (op == "stats") return reply(c, json{{"event", "stats"}, {"text", stats_()}});
-  error(c, id, "invalid_request",
-        (op.empty() ? std::string("missing \"op\"") : "unknown op \"" + op + "\"") +
-            " (allowed: generate, cancel, health, stats)");
 }
 
-void SocketServer::handle_generate(Conn& c, const json& j) {
-  const json id = j.contains("id") ? j["id"] : json(nullptr);
-  if (!id.is_string() || id.get<std::string>().empty() || id.get<std::string>().size() > 128) {
-    return error(c, id, "invalid_request", "\"id\" must be a string of 1 to 128 bytes");
-  }
-  const std::string rid = id.get<std::string>();
-  if (c.inflight.count(rid)) {
+void SocketServer::handle_cancel(Conn& c, const std::string& id) {
+  if (!c.inflight.count(id)) {
     return error(c, id, "invalid_request",
-                 "\"id\" " + rid + " is already in flight on this connection");
-  }
-  if (draining_)
-    return error(c, id, "shutting_down",
-                 "the server is shutting down and accepts no new generations");
-  bool stream = true;
-  if (auto s = j.find("stream"); s != j.end() && !s->is_null()) {
-    if (!s->is_boolean())
-      return error(c, id, "invalid_request", "\"stream\" must be true or false");
-    stream = s->get<bool>();
-  }
-  int64_t timeout_ms = opts_.request_timeout_ms;
-  if (auto t = j.find("timeout_ms"); t != j.end() && !t->is_null()) {
-    if (!t->is_number_integer() || t->get<int64_t>() < 1) {
-      return error(c, id, "invalid_request",
-                   "\"timeout_ms\" must be an integer >= 1 (the server caps it at " +
-                       std::to_string(opts_.request_timeout_ms) + ")");
-    }
-    timeout_ms = std::min(t->get<int64_t>(), opts_.request_timeout_ms);
+                 "cancel: no generation in flight with this \"id\" on this connection");
   }
   ServeCommand cmd;
-  cmd.request = parse_request(j, defaults_, tok_, config_, {"op", "id", "stream", "timeout_ms"});
-  if (!cmd.request.ok()) return error(c, id, cmd.request.error_code, cmd.request.error_message);
-  const int64_t need =
-      static_cast<int64_t>(cmd.request.prompt.size()) + cmd.request.params.max_new_tokens;
-  if (need > opts_.max_seq_len || need > opts_.kv_capacity_tokens) {
-    return error(
-        c, id, "prompt_too_long",
-        "prompt (" + std::to_string(cmd.request.prompt.size()) + " tokens) + max_new_tokens (" +
-            std::to_string(cmd.request.params.max_new_tokens) + ") = " + std::to_string(need) +
-            " exceeds the server's limit of " +
-            std::to_string(std::min<int64_t>(opts_.max_seq_len, opts_.kv_capacity_tokens)) +
-            " tokens");
+  cmd.kind = ServeCommand::Kind::kCancel;
+  cmd.conn = c.id;
+  cmd.id = id;
+  inbox_.push_back(std::move(cmd));
+  inbox_cv_.notify_one();
+}
+
+void SocketServer::handle_generate(Conn& c, FrameRequest r) {
+  if (c.inflight.count(r.id)) {
+    return error(c, r.id, "invalid_request",
+                 "\"id\" " + quote(r.id) + " is already in flight on this connection");
   }
+  if (draining_)
+    return error(c, r.id, "shutting_down",
+                 "the server is shutting down and accepts no new generations");
+  const json refusal = tokenize_frame_request(r, tok_, config_, limits());
+  if (!refusal.is_null()) return reply(c, refusal);
   // Admission control happens here, on the I/O thread, so a full queue is answered at once.
   if (waiting_ >= opts_.max_queue) {
-    return error(c, id, "queue_full",
+    return error(c, r.id, "queue_full",
                  "queue is full (" + std::to_string(opts_.max_queue) +
                      " waiting, --max-queue); retry later");
   }
   ++waiting_;
-  c.inflight.insert(rid);
+  c.inflight.insert(r.id);
+  ServeCommand cmd;
   cmd.kind = ServeCommand::Kind::kGenerate;
   cmd.conn = c.id;
-  cmd.id = rid;
-  cmd.stream = stream;
+  cmd.id = r.id;
+  cmd.request = std::move(r.request);
+  cmd.stream = r.stream;
   cmd.arrival = Clock::now();
-  cmd.deadline = cmd.arrival + std::chrono::milliseconds(timeout_ms);
+  cmd.deadline = cmd.arrival + std::chrono::milliseconds(r.timeout_ms);
   inbox_.push_back(std::move(cmd));
   inbox_cv_.notify_one();
 }

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "common/model_config.h"
+#include "coordinator/protocol.h"
 #include "coordinator/request.h"
 
 namespace llama2 {
@@ -81,10 +82,12 @@ class SocketServer {
   void io_loop();
   void accept_all();
   void handle_frame(Conn& c, const std::string& payload);
-  void handle_generate(Conn& c, const nlohmann::json& j);
+  void handle_generate(Conn& c, FrameRequest r);
+  void handle_cancel(Conn& c, const std::string& id);
   void reply(Conn& c, const nlohmann::json& event);  // from the I/O thread, mu_ held
   void error(Conn& c, const nlohmann::json& id, const std::string& code, const std::string& msg);
   void close_conn(uint64_t id);
+  ServeLimits limits() const;
 
   ServerOptions opts_;
   const Tokenizer& tok_;
