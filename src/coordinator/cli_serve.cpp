@@ -19,6 +19,7 @@
 #include "coordinator/metrics.h"
 #include "coordinator/session.h"
 #include "coordinator/socket_server.h"
+#include "coordinator/token_bound.h"
 
 namespace llama2 {
 namespace {
@@ -150,6 +151,8 @@ int run_serve(int argc, char** argv, int rank) {
   if (rank != 0) return engine.worker_loop();
   if (!args.count("quiet")) std::cerr << engine.startup_report() << std::flush;
 
+  sopt.max_piece_bytes =
+      max_piece_bytes_for_bound(session_opts.model_dir + "/tokenizer.model", *session.tokenizer);
   ServeMetrics metrics;
   // The engine may have sized the cache from GPU memory: admission checks use what it allocated.
   sopt.kv_capacity_tokens = static_cast<int>(

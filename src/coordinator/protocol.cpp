@@ -2,6 +2,7 @@
 
 #include "common/check.h"
 #include "common/frame.h"
+#include "coordinator/token_bound.h"
 #include "coordinator/tokenizer.h"
 
 namespace llama2 {
@@ -24,9 +25,11 @@ std::string describe(const json& v) {
   return std::string(v.type_name());
 }
 
-std::string too_long(int64_t prompt_tokens, int max_new_tokens, int64_t limit) {
-  return "prompt (" + std::to_string(prompt_tokens) + " tokens) + max_new_tokens (" +
-         std::to_string(max_new_tokens) + ") = " + std::to_string(prompt_tokens + max_new_tokens) +
+std::string too_long(int64_t prompt_tokens, bool at_least, int max_new_tokens, int64_t limit,
+                     const std::string& prompt_what) {
+  return prompt_what + " (" + (at_least ? "at least " : "") + std::to_string(prompt_tokens) +
+         " tokens) + max_new_tokens (" + std::to_string(max_new_tokens) +
+         ") = " + std::to_string(prompt_tokens + max_new_tokens) +
          " exceeds the server's limit of " + std::to_string(limit) + " tokens";
 }
 
@@ -57,11 +60,19 @@ FrameRequest decode_generate(const json& j, const json& id, const SamplingParams
   r.request = parse_request_fields(j, defaults, config, {"op", "id", "stream", "timeout_ms"});
   if (!r.request.ok()) return refuse(id, r.request.error_code, r.request.error_message);
   const int max_new = r.request.params.max_new_tokens;
-  if (!r.request.text_pending &&
-      static_cast<int64_t>(r.request.prompt.size()) + max_new > limits.max_tokens) {
-    return refuse(
-        id, "prompt_too_long",
-        too_long(static_cast<int64_t>(r.request.prompt.size()), max_new, limits.max_tokens));
+  if (r.request.text_pending) {
+    // Refused here, without tokenizing, only when no tokenization could make it fit.
+    const size_t bytes = r.request.prompt_text.size();
+    const int64_t least = min_prompt_tokens(bytes, limits.max_piece_bytes);
+    if (least + max_new > limits.max_tokens) {
+      return refuse(id, "prompt_too_long",
+                    too_long(least, true, max_new, limits.max_tokens,
+                             "prompt of " + std::to_string(bytes) + " bytes"));
+    }
+  } else if (static_cast<int64_t>(r.request.prompt.size()) + max_new > limits.max_tokens) {
+    return refuse(id, "prompt_too_long",
+                  too_long(static_cast<int64_t>(r.request.prompt.size()), false, max_new,
+                           limits.max_tokens, "prompt"));
   }
   return r;
 }
@@ -132,7 +143,8 @@ json tokenize_frame_request(FrameRequest& r, const Tokenizer& tok, const ModelCo
   const auto tokens = static_cast<int64_t>(r.request.prompt.size());
   const int max_new = r.request.params.max_new_tokens;
   if (tokens + max_new > limits.max_tokens)
-    return error_event(r.id, "prompt_too_long", too_long(tokens, max_new, limits.max_tokens));
+    return error_event(r.id, "prompt_too_long",
+                       too_long(tokens, false, max_new, limits.max_tokens, "prompt"));
   return json();
 }
 

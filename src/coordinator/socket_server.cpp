@@ -48,6 +48,9 @@ struct SocketServer::Conn {
   FrameDecoder decoder;
   std::string outbox;
   std::set<std::string> inflight;  // request ids with a generation not finished yet
+  // Of those, the ids whose prompt a tokenizer worker holds, and whether a cancel came meanwhile
+  // (it is passed on once the engine knows the generation).
+  std::map<std::string, bool> tokenizing;
   bool close_after_flush = false;
 };
 
@@ -97,6 +100,8 @@ void SocketServer::start() {
   set_nonblocking(listen_fd_);
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) throw Error(std::string("eventfd(): ") + std::strerror(errno));
+  for (int i = 0; i < std::max(1, opts_.tokenizer_threads); ++i)
+    tokenizers_.emplace_back([this] { tokenizer_loop(); });
   io_ = std::thread([this] { io_loop(); });
 }
 
@@ -127,6 +132,10 @@ void SocketServer::stop(int flush_ms) {
   stop_ = true;
   wake();
   io_.join();
+  { std::lock_guard<std::mutex> lock(jobs_mu_); }  // a worker is waiting or will see stop_
+  jobs_cv_.notify_all();
+  for (auto& t : tokenizers_) t.join();
+  tokenizers_.clear();
   for (auto& kv : conns_) ::close(kv.second->fd);
   conns_.clear();
   ::close(listen_fd_);
@@ -192,6 +201,7 @@ ServeLimits SocketServer::limits() const {
   ServeLimits l;
   l.max_tokens = std::min(opts_.max_seq_len, opts_.kv_capacity_tokens);
   l.request_timeout_ms = opts_.request_timeout_ms;
+  l.max_piece_bytes = opts_.max_piece_bytes;
   return l;
 }
 
@@ -250,6 +260,10 @@ void SocketServer::handle_cancel(Conn& c, const std::string& id) {
     return error(c, id, "invalid_request",
                  "cancel: no generation in flight with this \"id\" on this connection");
   }
+  if (auto t = c.tokenizing.find(id); t != c.tokenizing.end()) {
+    t->second = true;  // passed on when the prompt is tokenized: the engine does not know it yet
+    return;
+  }
   ServeCommand cmd;
   cmd.kind = ServeCommand::Kind::kCancel;
   cmd.conn = c.id;
@@ -266,8 +280,6 @@ void SocketServer::handle_generate(Conn& c, FrameRequest r) {
   if (draining_)
     return error(c, r.id, "shutting_down",
                  "the server is shutting down and accepts no new generations");
-  const json refusal = tokenize_frame_request(r, tok_, config_, limits());
-  if (!refusal.is_null()) return reply(c, refusal);
   // Admission control happens here, on the I/O thread, so a full queue is answered at once.
   if (waiting_ >= opts_.max_queue) {
     return error(c, r.id, "queue_full",
@@ -276,16 +288,73 @@ void SocketServer::handle_generate(Conn& c, FrameRequest r) {
   }
   ++waiting_;
   c.inflight.insert(r.id);
+  TokenizeJob job{c.id, std::move(r), Clock::now()};
+  if (!job.request.request.text_pending) return enqueue_generate(c, std::move(job), json());
+  if (job.request.request.prompt_text.size() <= kInlineTokenizeBytes) {
+    const json refusal = tokenize_frame_request(job.request, tok_, config_, limits());
+    return enqueue_generate(c, std::move(job), refusal);
+  }
+  c.tokenizing[job.request.id] = false;
+  {
+    std::lock_guard<std::mutex> lock(jobs_mu_);  // lock order: mu_, then jobs_mu_
+    jobs_.push_back(std::move(job));
+  }
+  jobs_cv_.notify_one();
+}
+
+void SocketServer::enqueue_generate(Conn& c, TokenizeJob job, const json& refusal) {
+  const std::string id = job.request.id;
+  bool cancelled = false;
+  if (auto t = c.tokenizing.find(id); t != c.tokenizing.end()) {
+    cancelled = t->second;
+    c.tokenizing.erase(t);
+  }
+  if (!refusal.is_null() || draining_) {
+    --waiting_;
+    c.inflight.erase(id);
+    if (!refusal.is_null()) return reply(c, refusal);
+    return error(c, id, "shutting_down",
+                 "the server began shutting down while this prompt was being tokenized");
+  }
   ServeCommand cmd;
   cmd.kind = ServeCommand::Kind::kGenerate;
   cmd.conn = c.id;
-  cmd.id = r.id;
-  cmd.request = std::move(r.request);
-  cmd.stream = r.stream;
-  cmd.arrival = Clock::now();
-  cmd.deadline = cmd.arrival + std::chrono::milliseconds(r.timeout_ms);
+  cmd.id = id;
+  cmd.request = std::move(job.request.request);
+  cmd.stream = job.request.stream;
+  cmd.arrival = job.arrival;
+  cmd.deadline = job.arrival + std::chrono::milliseconds(job.request.timeout_ms);
   inbox_.push_back(std::move(cmd));
+  if (cancelled) {
+    ServeCommand cancel;
+    cancel.kind = ServeCommand::Kind::kCancel;
+    cancel.conn = c.id;
+    cancel.id = id;
+    inbox_.push_back(std::move(cancel));
+  }
   inbox_cv_.notify_one();
+}
+
+void SocketServer::tokenizer_loop() {
+  for (;;) {
+    TokenizeJob job;
+    {
+      std::unique_lock<std::mutex> lock(jobs_mu_);
+      jobs_cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
+      if (stop_) return;
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    const json refusal = tokenize_frame_request(job.request, tok_, config_, limits());
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = conns_.find(job.conn);
+    if (it == conns_.end()) {
+      --waiting_;  // the client left meanwhile; nothing to answer
+      continue;
+    }
+    enqueue_generate(*it->second, std::move(job), refusal);
+    wake();  // a refusal may wait in the outbox
+  }
 }
 
 void SocketServer::io_loop() {

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <filesystem>
 #include <memory>
 #include <mutex>
@@ -187,6 +188,27 @@ void scenario_tokenize() {
                                            std::to_string(lat.size()) +
                                            " probes) while three clients send " +
                                            std::to_string(bytes) + "-byte prompts (< 250 ms)");
+  }
+  // A generation cancelled while a worker tokenizes its prompt still ends with done/cancelled.
+  {
+    auto c = llama2::Client::connect(s.socket, 5000);
+    std::mutex mu;
+    std::condition_variable cv;
+    json last;
+    llama2::GenerateEvents ev;
+    ev.on_done = [&](const json& e) {
+      std::lock_guard<std::mutex> lock(mu);
+      last = e;
+      cv.notify_all();
+    };
+    ev.on_error = ev.on_done;
+    c->generate_async(json{{"id", "cut"}, {"prompt", prompt_text(40000)}, {"max_new_tokens", 16}},
+                      ev);
+    c->cancel("cut");
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait_for(lock, std::chrono::seconds(20), [&] { return !last.is_null(); });
+    check(last.value("finish_reason", "") == "cancelled",
+          "cancel while the prompt is tokenized -> done/cancelled: " + last.dump().substr(0, 160));
   }
   // A long prompt that fits is tokenized and served.
   auto c = llama2::Client::connect(s.socket, 5000);

@@ -1,13 +1,21 @@
-// The request path of `llama2 serve` without sockets (src/coordinator/protocol.h, request.h):
-// bounded quotes and echoed ids, frames that never throw.
+// The request path of `llama2 serve` without sockets (src/coordinator/protocol.h, request.h,
+// token_bound.h): bounded quotes and echoed ids, frames that never throw, the byte-length bound
+// on prompt tokens checked against the real tokenizer.
 #include <doctest/doctest.h>
+#include <sentencepiece_trainer.h>
+#include <stdlib.h>  // mkdtemp
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
+#include <unordered_map>
 
 #include "common/frame.h"
 #include "common/model_config.h"
 #include "coordinator/protocol.h"
 #include "coordinator/request.h"
+#include "coordinator/token_bound.h"
 #include "coordinator/tokenizer.h"
 
 namespace {
@@ -17,11 +25,21 @@ using nlohmann::json;
 
 const std::string kModel = LLAMA2_SOURCE_DIR "/tests/models/tiny-gqa";
 
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
 struct Fixture {
   llama2::ModelConfig config = llama2::load_model_config(kModel);
   llama2::Tokenizer tok{kModel + "/tokenizer.model"};
   llama2::ServeLimits limits;
-  Fixture() { limits.max_tokens = config.max_position_embeddings; }
+  Fixture() {
+    limits.max_tokens = config.max_position_embeddings;
+    limits.max_piece_bytes = llama2::max_piece_bytes_for_bound(kModel + "/tokenizer.model", tok);
+  }
   FrameRequest decode(const std::string& payload) const {
     return llama2::decode_request(payload, llama2::SamplingParams{}, config, limits);
   }
@@ -103,6 +121,93 @@ TEST_SUITE("protocol") {
     CHECK(replaced["id"] == "r2");
     CHECK(replaced["code"] == "internal");
     CHECK(replaced["message"].get<std::string>().find("stream") != std::string::npos);
+  }
+
+  TEST_CASE("the byte-length bound never exceeds the real token count") {
+    const Fixture f;
+    REQUIRE(f.limits.max_piece_bytes > 1);
+    // Every line of the corpus, runs of spaces, characters outside the vocabulary, and the whole
+    // corpus at once: ceil(bytes / longest piece) + 1 <= tokens, always.
+    std::vector<std::string> texts = {"",
+                                      " ",
+                                      std::string(1000, ' '),
+                                      "\xF0\x9F\x8D\x82\xE2\x82\xAC",
+                                      std::string(5000, 'a'),
+                                      read_all(LLAMA2_SOURCE_DIR "/data/corpus.txt")};
+    std::istringstream lines(texts.back());
+    for (std::string line; std::getline(lines, line);) texts.push_back(line);
+    for (const std::string& t : texts) {
+      const auto tokens = static_cast<int64_t>(f.tok.encode(t, true).size());
+      CHECK_MESSAGE(llama2::min_prompt_tokens(t.size(), f.limits.max_piece_bytes) <= tokens, t);
+    }
+  }
+
+  TEST_CASE("no bound for tokenizers that can shrink text or merge unknown characters") {
+    const auto base = std::filesystem::temp_directory_path() / "llama2_bound_XXXXXX";
+    std::string dir = base.string();
+    REQUIRE(mkdtemp(dir.data()) != nullptr);
+    const std::unordered_map<std::string, std::string> common = {
+        {"input", LLAMA2_SOURCE_DIR "/data/corpus.txt"},
+        {"vocab_size", "400"},
+        {"model_type", "bpe"},
+        {"character_coverage", "0.98"},
+        {"minloglevel", "2"},
+        {"num_threads", "1"}};
+    const std::vector<std::unordered_map<std::string, std::string>> variants = {
+        {{"byte_fallback", "true"},
+         {"normalization_rule_name", "nmt_nfkc"},
+         {"remove_extra_whitespaces", "false"}},
+        {{"byte_fallback", "true"},
+         {"normalization_rule_name", "identity"},
+         {"remove_extra_whitespaces", "true"}},
+        {{"byte_fallback", "false"},
+         {"normalization_rule_name", "identity"},
+         {"remove_extra_whitespaces", "false"}},
+    };
+    for (size_t i = 0; i < variants.size(); ++i) {
+      auto args = common;
+      args.insert(variants[i].begin(), variants[i].end());
+      std::string model;
+      REQUIRE(sentencepiece::SentencePieceTrainer::Train(args, nullptr, &model).ok());
+      const std::string path = dir + "/v" + std::to_string(i) + ".model";
+      std::ofstream(path, std::ios::binary) << model;
+      const llama2::Tokenizer tok(path);
+      CHECK(llama2::max_piece_bytes_for_bound(path, tok) == 0);
+    }
+    CHECK(llama2::max_piece_bytes_for_bound(dir + "/missing.model", Fixture().tok) == 0);
+    std::filesystem::remove_all(dir);
+  }
+
+  TEST_CASE("text prompts: refused by bytes when they cannot fit, tokenized otherwise") {
+    Fixture f;
+    f.limits.max_tokens = 64;
+    const int p = f.limits.max_piece_bytes;
+    // ceil(bytes / p) + 1 + max_new_tokens > 64: refused without tokenizing.
+    const std::string big(static_cast<size_t>(p) * 64, 'a');
+    FrameRequest r = f.decode(
+        json{{"op", "generate"}, {"id", "b"}, {"prompt", big}, {"max_new_tokens", 1}}.dump());
+    REQUIRE(r.op == FrameRequest::Op::kError);
+    CHECK(r.error["code"] == "prompt_too_long");
+    CHECK(r.error["message"].get<std::string>().find("at least") != std::string::npos);
+    // Within the bound: left to the tokenizer, then refused on the real count.
+    const std::string mid(static_cast<size_t>(p) * 30, 'a');
+    r = f.decode(
+        json{{"op", "generate"}, {"id", "m"}, {"prompt", mid}, {"max_new_tokens", 1}}.dump());
+    REQUIRE(r.op == FrameRequest::Op::kGenerate);
+    CHECK(r.request.text_pending);
+    const json refusal = llama2::tokenize_frame_request(r, f.tok, f.config, f.limits);
+    const auto tokens = f.tok.encode(mid, true).size();
+    if (tokens + 1 > 64) {
+      CHECK(refusal["code"] == "prompt_too_long");
+    } else {
+      CHECK(refusal.is_null());
+      CHECK(r.request.prompt.size() == tokens);
+    }
+    // A short prompt is tokenized and fits.
+    r = f.decode(R"({"op":"generate","id":"s","prompt":"Hello","max_new_tokens":4})");
+    REQUIRE(r.op == FrameRequest::Op::kGenerate);
+    CHECK(llama2::tokenize_frame_request(r, f.tok, f.config, f.limits).is_null());
+    CHECK(r.request.prompt == f.tok.encode("Hello", true));
   }
 
   TEST_CASE("ops, ids and values are refused with their own messages") {
