@@ -280,6 +280,15 @@ void SocketServer::handle_generate(Conn& c, FrameRequest r) {
   if (draining_)
     return error(c, r.id, "shutting_down",
                  "the server is shutting down and accepts no new generations");
+  // Checked before the queue: one connection must not take every batch slot and queue place
+  // while others wait behind it (admission itself stays FIFO across connections).
+  if (static_cast<int>(c.inflight.size()) >= opts_.max_inflight_per_connection) {
+    const std::string n = std::to_string(opts_.max_inflight_per_connection);
+    return error(c, r.id, "too_many_in_flight",
+                 "this connection already has " + n +
+                     " generations in flight (--max-inflight-per-connection " + n +
+                     "); wait for one to finish or use another connection");
+  }
   // Admission control happens here, on the I/O thread, so a full queue is answered at once.
   if (waiting_ >= opts_.max_queue) {
     return error(c, r.id, "queue_full",

@@ -30,12 +30,13 @@ class Tokenizer;
 
 struct ServerOptions {
   std::string socket_path;
-  int max_queue = 256;                  // generations waiting for admission
-  int max_seq_len = 0;                  // prompt + max_new_tokens limit
-  int kv_capacity_tokens = 0;           // what the KV cache can hold for one request
-  int64_t request_timeout_ms = 600000;  // default and cap of a request's timeout_ms
-  int max_piece_bytes = 0;              // token_bound.h: 0, no byte-length refusal of prompts
-  int tokenizer_threads = 2;            // workers tokenizing long text prompts
+  int max_queue = 256;                   // generations waiting for admission
+  int max_seq_len = 0;                   // prompt + max_new_tokens limit
+  int kv_capacity_tokens = 0;            // what the KV cache can hold for one request
+  int64_t request_timeout_ms = 600000;   // default and cap of a request's timeout_ms
+  int max_inflight_per_connection = 16;  // generations one connection may have unfinished
+  int max_piece_bytes = 0;               // token_bound.h: 0, no byte-length refusal of prompts
+  int tokenizer_threads = 2;             // workers tokenizing long text prompts
 };
 
 // Text prompts up to this size are tokenized on the I/O thread itself (well under a millisecond,

@@ -247,7 +247,13 @@ void scenario_per_connection() {
   check(r.value("event", "") == "done" && ms < 3000,
         "another client is served in " + std::to_string(static_cast<int>(ms)) +
             " ms (< 3000): " + r.dump().substr(0, 160));
-  const json h = victim->health(5000);
+  // The victim's own sequence may still count for a moment after its done event.
+  json h;
+  for (int i = 0; i < 100; ++i) {
+    h = victim->health(5000);
+    if (h.value("running", 0) <= 2 && h.value("queued", 99) == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   check(h.value("running", 0) <= 2 && h.value("queued", 99) == 0,
         "the pipelining connection holds at most 2 of 4 slots and no queue place: " + h.dump());
   int capped = 0;
