@@ -100,6 +100,8 @@ void SocketServer::start() {
   set_nonblocking(listen_fd_);
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) throw Error(std::string("eventfd(): ") + std::strerror(errno));
+  spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (spare_fd_ < 0) throw Error(std::string("open(/dev/null): ") + std::strerror(errno));
   for (int i = 0; i < std::max(1, opts_.tokenizer_threads); ++i)
     tokenizers_.emplace_back([this] { tokenizer_loop(); });
   io_ = std::thread([this] { io_loop(); });
@@ -140,7 +142,8 @@ void SocketServer::stop(int flush_ms) {
   conns_.clear();
   ::close(listen_fd_);
   ::close(wake_fd_);
-  listen_fd_ = wake_fd_ = -1;
+  ::close(spare_fd_);
+  listen_fd_ = wake_fd_ = spare_fd_ = -1;
   ::unlink(opts_.socket_path.c_str());
 }
 
@@ -205,10 +208,43 @@ ServeLimits SocketServer::limits() const {
   return l;
 }
 
+bool SocketServer::refuse_one_connection(int accept_errno) {
+  // Without a free descriptor a pending connection can be neither accepted nor refused: it would
+  // wait in the backlog while poll() reports the listening socket readable again at once (a
+  // spin). The spare descriptor makes room to accept it, say why, and close it.
+  if (spare_fd_ >= 0) {
+    ::close(spare_fd_);
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    const int accept_error = errno;
+    if (fd >= 0) {
+      const std::string frame =
+          event_frame(error_event(nullptr, "too_many_connections",
+                                  std::string("the server cannot take another connection now (") +
+                                      std::strerror(accept_errno) + "); retry later"));
+      [[maybe_unused]] ssize_t n =
+          ::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      ::close(fd);
+    }
+    spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (spare_fd_ >= 0 && fd >= 0) return true;  // refused one; there may be more
+    if (spare_fd_ >= 0 && (accept_error == EAGAIN || accept_error == EWOULDBLOCK)) return false;
+  }
+  // No spare (the descriptor went elsewhere) or the accept failed: stop polling the listening
+  // socket for a moment instead of spinning on it.
+  accept_paused_until_ = Clock::now() + std::chrono::milliseconds(100);
+  return false;
+}
+
 void SocketServer::accept_all() {
   for (;;) {
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;  // EAGAIN: no more pending connections (or a transient error)
+    if (fd < 0) {
+      const int e = errno;
+      if (e == EINTR) continue;
+      if ((e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) && refuse_one_connection(e))
+        continue;
+      return;  // EAGAIN: no more pending connections
+    }
     auto c = std::make_unique<Conn>();
     c->fd = fd;
     std::lock_guard<std::mutex> lock(mu_);
@@ -374,7 +410,8 @@ void SocketServer::io_loop() {
     fds.clear();
     ids.clear();
     fds.push_back({wake_fd_, POLLIN, 0});
-    fds.push_back({listen_fd_, static_cast<short>(draining_ ? 0 : POLLIN), 0});
+    const bool accepting = !draining_ && Clock::now() >= accept_paused_until_;
+    fds.push_back({listen_fd_, static_cast<short>(accepting ? POLLIN : 0), 0});
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (auto& [id, c] : conns_) {
@@ -384,13 +421,13 @@ void SocketServer::io_loop() {
         ids.push_back(id);
       }
     }
-    if (::poll(fds.data(), fds.size(), 1000) < 0 && errno != EINTR) break;
+    if (::poll(fds.data(), fds.size(), accepting ? 1000 : 100) < 0 && errno != EINTR) break;
     if (fds[0].revents & POLLIN) {
       uint64_t drained;
       while (::read(wake_fd_, &drained, sizeof(drained)) > 0) {
       }
     }
-    if (!draining_ && (fds[1].revents & POLLIN)) accept_all();
+    if (accepting && !draining_ && (fds[1].revents & POLLIN)) accept_all();
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < ids.size(); ++i) {
       auto it = conns_.find(ids[i]);

@@ -97,6 +97,9 @@ class SocketServer {
   };
   void io_loop();
   void accept_all();
+  // At the fd limit: accepts one pending connection on the spare descriptor, answers it with an
+  // error and closes it; false when there is nothing more to accept now (or accepting paused).
+  bool refuse_one_connection(int accept_errno);
   void handle_frame(Conn& c, const std::string& payload);
   void handle_generate(Conn& c, FrameRequest r);
   void handle_cancel(Conn& c, const std::string& id);
@@ -117,6 +120,8 @@ class SocketServer {
 
   int listen_fd_ = -1;
   int wake_fd_ = -1;
+  int spare_fd_ = -1;  // held in reserve: at the fd limit it is freed to accept-and-refuse
+  std::chrono::steady_clock::time_point accept_paused_until_{};
   std::thread io_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> draining_{false};

@@ -310,7 +310,7 @@ void scenario_fd_limit() {
                                                                std::to_string(low.rlim_cur) + " (" +
                                                                std::to_string(used) + " open)");
   std::vector<std::unique_ptr<RawConn>> held;
-  int served = 0, refused = 0, hung = 0;
+  int served = 0, refused = 0, told = 0, hung = 0;
   double slowest = 0;
   for (int i = 0; i < 12; ++i) {
     auto c = std::make_unique<RawConn>(s.socket);
@@ -327,6 +327,7 @@ void scenario_fd_limit() {
     } else if (got == RawConn::Got::kClosed ||
                (got == RawConn::Got::kFrame && e.value("event", "") == "error")) {
       ++refused;
+      told += e.value("code", "") == "too_many_connections";
       held.push_back(std::move(c));
     } else {
       ++hung;
@@ -334,10 +335,21 @@ void scenario_fd_limit() {
       if (hung == 3) break;
     }
   }
-  check(served >= 1 && refused >= 1 && hung == 0,
+  check(served >= 1 && refused >= 1 && told >= 1 && hung == 0,
         "at the fd limit: " + std::to_string(served) + " served, " + std::to_string(refused) +
-            " refused promptly, " + std::to_string(hung) + " without an answer in 2 s (slowest " +
+            " refused promptly (" + std::to_string(told) + " with too_many_connections), " +
+            std::to_string(hung) + " without an answer in 2 s (slowest " +
             std::to_string(static_cast<int>(slowest)) + " ms)");
+  // Through the client library: the request fails with server_unavailable, saying why.
+  try {
+    auto c = llama2::Client::connect(s.socket, 2000);
+    const json r = c->generate(json{{"prompt", "x"}, {"max_new_tokens", 1}}, 5000);
+    check(r.value("code", "") == "server_unavailable" &&
+              r.value("message", "").find("too_many_connections") != std::string::npos,
+          "client library at the fd limit: " + r.dump().substr(0, 240));
+  } catch (const std::exception& e) {
+    check(false, std::string("client library at the fd limit: ") + e.what());
+  }
   const double cpu0 = cpu_seconds(rank0);
   std::this_thread::sleep_for(std::chrono::seconds(2));  // the measurement window
   const double cpu = cpu_seconds(rank0) - cpu0;
