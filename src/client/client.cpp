@@ -83,6 +83,9 @@ struct ClientConnection {
   bool closed = false;         // the reader has stopped: new requests fail at once
   bool closing = false;        // ~Client asked for the close
   std::string close_reason;    // first cause recorded (write failure) wins
+  // The last id-less error nobody waited for: the server's reason when it then hangs up (e.g.
+  // too_many_connections at its fd limit, or a framing error).
+  std::string server_notice;
   std::unordered_map<std::string, std::shared_ptr<Pending>> pending;
   std::deque<std::shared_ptr<Waiter>> waiters;
 
@@ -181,7 +184,13 @@ void dispatch(ClientConnection& c, const json& event) {
   }
   if (*type != "health" && *type != "stats" && *type != "error") return;
   std::lock_guard<std::mutex> lock(c.mu);
-  if (c.waiters.empty()) return;  // e.g. an id-less invalid_request nobody is waiting for
+  if (c.waiters.empty()) {
+    // e.g. an id-less error nobody waits for; kept as the likely reason of a close that follows
+    const std::string* code = string_field(event, "code");
+    const std::string* message = string_field(event, "message");
+    if (*type == "error") c.server_notice = (code ? *code : "?") + ": " + (message ? *message : "");
+    return;
+  }
   c.waiters.front()->result = event;
   c.waiters.front()->done = true;
   c.waiters.pop_front();
@@ -195,7 +204,10 @@ void fail_all(ClientConnection& c, const std::string& reason) {
   {
     std::lock_guard<std::mutex> lock(c.mu);
     c.closed = true;
-    if (c.close_reason.empty()) c.close_reason = c.closing ? "closed by the client" : reason;
+    if (c.close_reason.empty()) {
+      c.close_reason = c.closing ? "closed by the client" : reason;
+      if (!c.closing && !c.server_notice.empty()) c.close_reason += " (" + c.server_notice + ")";
+    }
     error = client_error_event(nullptr, "server_unavailable", c.unavailable_message());
     for (auto& w : c.waiters) {
       w->result = error;
@@ -212,7 +224,7 @@ void fail_all(ClientConnection& c, const std::string& reason) {
 }
 
 void reader_loop(const std::shared_ptr<ClientConnection>& c) {
-  FrameDecoder decoder;
+  FrameDecoder decoder(kMaxEventFrameBytes);  // events may be longer than requests
   std::vector<char> buf(64 * 1024);
   std::string reason;
   for (;;) {

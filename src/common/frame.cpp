@@ -4,10 +4,10 @@
 
 namespace llama2 {
 
-std::string encode_frame(const std::string& payload) {
-  if (payload.size() < kMinFrameBytes || payload.size() > kMaxFrameBytes) {
+std::string encode_frame(const std::string& payload, uint32_t max_payload) {
+  if (payload.size() < kMinFrameBytes || payload.size() > max_payload) {
     throw Error("frame payload of " + std::to_string(payload.size()) + " bytes is outside [" +
-                std::to_string(kMinFrameBytes) + ", " + std::to_string(kMaxFrameBytes) + "]");
+                std::to_string(kMinFrameBytes) + ", " + std::to_string(max_payload) + "]");
   }
   const auto n = static_cast<uint32_t>(payload.size());
   std::string out;
@@ -36,10 +36,10 @@ FrameDecoder::Status FrameDecoder::next(std::string* payload, std::string* error
   if (buffered() < 4) return Status::kNeedMore;
   const auto* p = reinterpret_cast<const unsigned char*>(buf_.data() + pos_);
   const uint32_t n = (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
-  if (n < kMinFrameBytes || n > kMaxFrameBytes) {
+  if (n < kMinFrameBytes || n > max_payload_) {
     failed_ = true;
     *error = "frame length " + std::to_string(n) + " is outside [" +
-             std::to_string(kMinFrameBytes) + ", " + std::to_string(kMaxFrameBytes) + "]";
+             std::to_string(kMinFrameBytes) + ", " + std::to_string(max_payload_) + "]";
     return Status::kError;
   }
   if (buffered() < 4 + static_cast<size_t>(n)) return Status::kNeedMore;

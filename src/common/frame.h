@@ -8,11 +8,18 @@
 
 namespace llama2 {
 
-constexpr uint32_t kMinFrameBytes = 2;        // "{}"
-constexpr uint32_t kMaxFrameBytes = 1 << 20;  // 1 MiB: a 32k-token prompt as text fits easily
+constexpr uint32_t kMinFrameBytes = 2;  // "{}"
+// Client -> server (requests): 1 MiB, a 32k-token prompt as text fits easily. The server refuses
+// a longer frame (framing error, connection closed) so a client cannot make it buffer more.
+constexpr uint32_t kMaxFrameBytes = 1 << 20;
+// Server -> client (events): 16 MiB. Events that quote client input are bounded (a few KB), but a
+// legitimate event can be large: a non-streamed `done` carries the whole text and every token id
+// (100k+ tokens fit). The server never sends a larger frame: such an event is replaced by an
+// `internal` error of its request. Clients (the C++ library, the JVM shim) accept up to this.
+constexpr uint32_t kMaxEventFrameBytes = 16u << 20;
 
-// length prefix + payload; Error when the payload is outside [kMinFrameBytes, kMaxFrameBytes].
-std::string encode_frame(const std::string& payload);
+// length prefix + payload; Error when the payload is outside [kMinFrameBytes, max_payload].
+std::string encode_frame(const std::string& payload, uint32_t max_payload = kMaxFrameBytes);
 
 // Both ends refuse deeply nested JSON before parsing it: nlohmann/json parses iteratively but
 // copies and dumps recursively, so a 1 MiB frame of brackets would overflow the stack.
@@ -29,6 +36,9 @@ bool json_nesting_exceeds(const std::string& text, int max_depth);
 class FrameDecoder {
  public:
   enum class Status { kFrame, kNeedMore, kError };
+  // Frames longer than `max_payload` are errors: kMaxFrameBytes on the server, which reads
+  // requests; kMaxEventFrameBytes in clients, which read events.
+  explicit FrameDecoder(uint32_t max_payload = kMaxFrameBytes) : max_payload_(max_payload) {}
   void feed(const char* data, size_t n);
   // kFrame: *payload holds the next frame. kNeedMore: wait for more bytes. kError: the length
   // prefix is out of range (*error says so); the stream cannot be resynchronised after that.
@@ -38,6 +48,7 @@ class FrameDecoder {
  private:
   std::string buf_;
   size_t pos_ = 0;  // consumed prefix of buf_ (compacted lazily to keep feed() amortised O(n))
+  uint32_t max_payload_;
   bool failed_ = false;
 };
 

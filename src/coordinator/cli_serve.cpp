@@ -19,6 +19,7 @@
 #include "coordinator/metrics.h"
 #include "coordinator/session.h"
 #include "coordinator/socket_server.h"
+#include "coordinator/token_bound.h"
 
 namespace llama2 {
 namespace {
@@ -68,6 +69,10 @@ cxxopts::Options serve_options() {
       cxxopts::value<int>()->default_value("32"))(
       "max-queue", "Generations waiting for admission before queue_full",
       cxxopts::value<int>()->default_value("256"))(
+      "max-inflight-per-connection",
+      "Unfinished generations one connection may have before too_many_in_flight (default: half "
+      "of --max-batch-size, at least 1)",
+      cxxopts::value<int>())(
       "max-seq-len", "Prompt + max_new_tokens limit (default: the model's max_position_embeddings)",
       cxxopts::value<int>())("kv-cache-blocks",
                              "KV blocks (default: cuda, what --gpu-memory-fraction leaves; cpu, "
@@ -103,6 +108,10 @@ int run_serve(int argc, char** argv, int rank) {
 
   const int max_batch = args["max-batch-size"].as<int>();
   const int max_queue = args["max-queue"].as<int>();
+  // Half the batch slots: a connection that pipelines without reading leaves the rest to others.
+  const int max_inflight = args.count("max-inflight-per-connection")
+                               ? args["max-inflight-per-connection"].as<int>()
+                               : std::max(1, max_batch / 2);
   const int prefill_chunk = args["prefill-chunk"].as<int>();
   const int64_t request_timeout = args["request-timeout-ms"].as<int64_t>();
   const int64_t shutdown_timeout = args["shutdown-timeout-ms"].as<int64_t>();
@@ -110,6 +119,7 @@ int run_serve(int argc, char** argv, int rank) {
   ServerOptions sopt;
   sopt.socket_path = args["socket"].as<std::string>();
   sopt.max_queue = max_queue;
+  sopt.max_inflight_per_connection = max_inflight;
   sopt.request_timeout_ms = request_timeout;
 
   SessionOptions session_opts = session_options_from(args, opts.help());
@@ -124,6 +134,7 @@ int run_serve(int argc, char** argv, int rank) {
         };
         at_least(max_batch, 1, "--max-batch-size");
         at_least(max_queue, 0, "--max-queue");
+        at_least(max_inflight, 1, "--max-inflight-per-connection");
         at_least(prefill_chunk, 1, "--prefill-chunk");
         at_least(request_timeout, 1, "--request-timeout-ms");
         at_least(shutdown_timeout, 0, "--shutdown-timeout-ms");
@@ -150,6 +161,8 @@ int run_serve(int argc, char** argv, int rank) {
   if (rank != 0) return engine.worker_loop();
   if (!args.count("quiet")) std::cerr << engine.startup_report() << std::flush;
 
+  sopt.max_piece_bytes =
+      max_piece_bytes_for_bound(session_opts.model_dir + "/tokenizer.model", *session.tokenizer);
   ServeMetrics metrics;
   // The engine may have sized the cache from GPU memory: admission checks use what it allocated.
   sopt.kv_capacity_tokens = static_cast<int>(

@@ -1,5 +1,7 @@
-// One generation request as the batch file and (later) the socket protocol express it: a JSON
-// object with a prompt (text or token ids) and sampling values overriding the defaults.
+// One generation request as the batch file and the socket protocol express it: a JSON object with
+// a prompt (text or token ids) and sampling values overriding the defaults. Validation is split in
+// two so that the socket thread can refuse bad requests at once and leave the one slow part,
+// tokenizing a long text prompt, to another thread.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -15,9 +17,11 @@ namespace llama2 {
 class Tokenizer;
 
 struct ParsedRequest {
-  std::vector<int> prompt;  // token ids (BOS added to text prompts)
-  SamplingParams params;    // defaults overridden by the request's keys, validated
-  std::string error_code;   // "" when valid; else invalid_request | prompt_too_long
+  std::vector<int> prompt;  // token ids (BOS added to text prompts), once known
+  std::string prompt_text;  // a text prompt parse_request_fields() left to tokenize_request()
+  bool text_pending = false;
+  SamplingParams params;   // defaults overridden by the request's keys, validated
+  std::string error_code;  // "" when valid; else invalid_request | prompt_too_long
   std::string error_message;
   bool ok() const { return error_code.empty(); }
 };
@@ -25,9 +29,29 @@ struct ParsedRequest {
 // Keys every request may carry besides `extra_keys` (e.g. custom_id, id, stream).
 extern const std::set<std::string> kRequestKeys;
 
-// Parses `obj`. Never throws for bad input: the problem (unknown key, wrong type, missing or
-// double prompt, token id outside the vocabulary, value out of range, too long) is returned as
-// error_code + a message naming the key and the allowed values.
+// Client text quoted in an error message: at most this many bytes of it.
+constexpr size_t kMaxQuoteBytes = 200;
+
+// `text` in double quotes when it has at most kMaxQuoteBytes bytes; else its first bytes (cut at
+// a character boundary) and the original length: "abc..." (1048576 bytes). Messages quote client
+// input only through this (or quote_json), so an error reply stays small whatever was sent.
+std::string quote(const std::string& text);
+// A JSON value quoted the same way: a string as above, anything else dumped and then cut.
+std::string quote_json(const nlohmann::json& value);
+
+// Everything but tokenizing: unknown keys, sampling values, exactly one prompt, token ids inside
+// the vocabulary and, for token ids, the length against max_position_embeddings. A text prompt is
+// moved to prompt_text (text_pending) for tokenize_request(). Never throws for bad input: the
+// problem is returned as error_code + a message naming the key and the allowed values.
+ParsedRequest parse_request_fields(const nlohmann::json& obj, const SamplingParams& defaults,
+                                   const ModelConfig& config,
+                                   const std::set<std::string>& extra_keys);
+
+// Tokenizes a pending text prompt (BOS first) and checks its length; a no-op when the request is
+// not ok() or has no pending text. Safe to call from any thread (Tokenizer::encode is const).
+void tokenize_request(ParsedRequest& r, const Tokenizer& tok, const ModelConfig& config);
+
+// Both steps (the batch command's path).
 ParsedRequest parse_request(const nlohmann::json& obj, const SamplingParams& defaults,
                             const Tokenizer& tok, const ModelConfig& config,
                             const std::set<std::string>& extra_keys);

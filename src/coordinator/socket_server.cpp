@@ -14,6 +14,7 @@
 
 #include "common/check.h"
 #include "common/frame.h"
+#include "coordinator/protocol.h"
 #include "coordinator/tokenizer.h"
 
 namespace llama2 {
@@ -47,6 +48,9 @@ struct SocketServer::Conn {
   FrameDecoder decoder;
   std::string outbox;
   std::set<std::string> inflight;  // request ids with a generation not finished yet
+  // Of those, the ids whose prompt a tokenizer worker holds, and whether a cancel came meanwhile
+  // (it is passed on once the engine knows the generation).
+  std::map<std::string, bool> tokenizing;
   bool close_after_flush = false;
 };
 
@@ -96,6 +100,10 @@ void SocketServer::start() {
   set_nonblocking(listen_fd_);
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) throw Error(std::string("eventfd(): ") + std::strerror(errno));
+  spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (spare_fd_ < 0) throw Error(std::string("open(/dev/null): ") + std::strerror(errno));
+  for (int i = 0; i < std::max(1, opts_.tokenizer_threads); ++i)
+    tokenizers_.emplace_back([this] { tokenizer_loop(); });
   io_ = std::thread([this] { io_loop(); });
 }
 
@@ -126,11 +134,16 @@ void SocketServer::stop(int flush_ms) {
   stop_ = true;
   wake();
   io_.join();
+  { std::lock_guard<std::mutex> lock(jobs_mu_); }  // a worker is waiting or will see stop_
+  jobs_cv_.notify_all();
+  for (auto& t : tokenizers_) t.join();
+  tokenizers_.clear();
   for (auto& kv : conns_) ::close(kv.second->fd);
   conns_.clear();
   ::close(listen_fd_);
   ::close(wake_fd_);
-  listen_fd_ = wake_fd_ = -1;
+  ::close(spare_fd_);
+  listen_fd_ = wake_fd_ = spare_fd_ = -1;
   ::unlink(opts_.socket_path.c_str());
 }
 
@@ -150,7 +163,8 @@ void SocketServer::send(uint64_t conn, const json& event, const std::string& id,
 
 void SocketServer::send_quiet(uint64_t conn, std::string payload, const std::string& id,
                               bool final) {
-  const std::string frame = encode_frame(payload);
+  const std::string frame = event_frame(payload, id);  // never throws; an oversized event
+                                                       // becomes an internal error for `id`
   std::lock_guard<std::mutex> lock(mu_);
   auto it = conns_.find(conn);
   if (it == conns_.end()) return;  // the client left; its generations are being cancelled
@@ -179,17 +193,58 @@ std::string SocketServer::token_event(const std::string& id_json, int index, int
 }
 
 void SocketServer::reply(Conn& c, const json& event) {
-  c.outbox += encode_frame(event.dump(-1, ' ', false, json::error_handler_t::replace));
+  c.outbox += event_frame(event);
 }
 
 void SocketServer::error(Conn& c, const json& id, const std::string& code, const std::string& msg) {
-  reply(c, json{{"event", "error"}, {"id", id}, {"code", code}, {"message", msg}});
+  reply(c, error_event(id, code, msg));
+}
+
+ServeLimits SocketServer::limits() const {
+  ServeLimits l;
+  l.max_tokens = std::min(opts_.max_seq_len, opts_.kv_capacity_tokens);
+  l.request_timeout_ms = opts_.request_timeout_ms;
+  l.max_piece_bytes = opts_.max_piece_bytes;
+  return l;
+}
+
+bool SocketServer::refuse_one_connection(int accept_errno) {
+  // Without a free descriptor a pending connection can be neither accepted nor refused: it would
+  // wait in the backlog while poll() reports the listening socket readable again at once (a
+  // spin). The spare descriptor makes room to accept it, say why, and close it.
+  if (spare_fd_ >= 0) {
+    ::close(spare_fd_);
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    const int accept_error = errno;
+    if (fd >= 0) {
+      const std::string frame =
+          event_frame(error_event(nullptr, "too_many_connections",
+                                  std::string("the server cannot take another connection now (") +
+                                      std::strerror(accept_errno) + "); retry later"));
+      [[maybe_unused]] ssize_t n =
+          ::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      ::close(fd);
+    }
+    spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (spare_fd_ >= 0 && fd >= 0) return true;  // refused one; there may be more
+    if (spare_fd_ >= 0 && (accept_error == EAGAIN || accept_error == EWOULDBLOCK)) return false;
+  }
+  // No spare (the descriptor went elsewhere) or the accept failed: stop polling the listening
+  // socket for a moment instead of spinning on it.
+  accept_paused_until_ = Clock::now() + std::chrono::milliseconds(100);
+  return false;
 }
 
 void SocketServer::accept_all() {
   for (;;) {
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;  // EAGAIN: no more pending connections (or a transient error)
+    if (fd < 0) {
+      const int e = errno;
+      if (e == EINTR) continue;
+      if ((e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) && refuse_one_connection(e))
+        continue;
+      return;  // EAGAIN: no more pending connections
+    }
     auto c = std::make_unique<Conn>();
     c->fd = fd;
     std::lock_guard<std::mutex> lock(mu_);
@@ -214,97 +269,137 @@ void SocketServer::close_conn(uint64_t id) {
 }
 
 void SocketServer::handle_frame(Conn& c, const std::string& payload) {
-  if (!is_valid_utf8(payload))
-    return error(c, nullptr, "invalid_request", "frame is not valid UTF-8");
-  if (json_nesting_exceeds(payload, kMaxJsonDepth)) {
-    return error(c, nullptr, "invalid_request",
-                 "frame nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels");
-  }
-  const json j = json::parse(payload, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return error(c, nullptr, "invalid_request", "frame is not valid JSON");
-  if (!j.is_object()) return error(c, nullptr, "invalid_request", "frame must be a JSON object");
-  const json id = j.contains("id") ? j["id"] : json(nullptr);
-  const auto op_it = j.find("op");
-  const std::string op = op_it != j.end() && op_it->is_string() ? op_it->get<std::string>() : "";
-  if (op == "generate") return handle_generate(c, j);
-  if (op == "cancel") {
-    if (!id.is_string() || !c.inflight.count(id.get<std::string>())) {
-      return error(c, id, "invalid_request",
-                   "cancel: no generation in flight with this \"id\" on this connection");
+  try {
+    FrameRequest r = decode_request(payload, defaults_, config_, limits());
+    switch (r.op) {
+      case FrameRequest::Op::kError:
+        return reply(c, r.error);
+      case FrameRequest::Op::kGenerate:
+        return handle_generate(c, std::move(r));
+      case FrameRequest::Op::kCancel:
+        return handle_cancel(c, r.id);
+      case FrameRequest::Op::kHealth:
+        return reply(c, health_());
+      case FrameRequest::Op::kStats:
+        return reply(c, json{{"event", "stats"}, {"text", stats_()}});
     }
-    ServeCommand cmd;
-    cmd.kind = ServeCommand::Kind::kCancel;
-    cmd.conn = c.id;
-    cmd.id = id.get<std::string>();
-    inbox_.push_back(std::move(cmd));
-    inbox_cv_.notify_one();
-    return;
+  } catch (const std::exception& e) {
+    // Unexpected (out of memory, say): this connection ends, the server and its other clients
+    // go on.
+    error(c, nullptr, "internal", std::string("the request could not be handled: ") + e.what());
+    c.close_after_flush = true;
   }
-  if (op == "health") return reply(c, health_());
-  if (op == "stats") return reply(c, json{{"event", "stats"}, {"text", stats_()}});
-  error(c, id, "invalid_request",
-        (op.empty() ? std::string("missing \"op\"") : "unknown op \"" + op + "\"") +
-            " (allowed: generate, cancel, health, stats)");
 }
 
-void SocketServer::handle_generate(Conn& c, const json& j) {
-  const json id = j.contains("id") ? j["id"] : json(nullptr);
-  if (!id.is_string() || id.get<std::string>().empty() || id.get<std::string>().size() > 128) {
-    return error(c, id, "invalid_request", "\"id\" must be a string of 1 to 128 bytes");
-  }
-  const std::string rid = id.get<std::string>();
-  if (c.inflight.count(rid)) {
+void SocketServer::handle_cancel(Conn& c, const std::string& id) {
+  if (!c.inflight.count(id)) {
     return error(c, id, "invalid_request",
-                 "\"id\" " + rid + " is already in flight on this connection");
+                 "cancel: no generation in flight with this \"id\" on this connection");
   }
-  if (draining_)
-    return error(c, id, "shutting_down",
-                 "the server is shutting down and accepts no new generations");
-  bool stream = true;
-  if (auto s = j.find("stream"); s != j.end() && !s->is_null()) {
-    if (!s->is_boolean())
-      return error(c, id, "invalid_request", "\"stream\" must be true or false");
-    stream = s->get<bool>();
-  }
-  int64_t timeout_ms = opts_.request_timeout_ms;
-  if (auto t = j.find("timeout_ms"); t != j.end() && !t->is_null()) {
-    if (!t->is_number_integer() || t->get<int64_t>() < 1) {
-      return error(c, id, "invalid_request",
-                   "\"timeout_ms\" must be an integer >= 1 (the server caps it at " +
-                       std::to_string(opts_.request_timeout_ms) + ")");
-    }
-    timeout_ms = std::min(t->get<int64_t>(), opts_.request_timeout_ms);
+  if (auto t = c.tokenizing.find(id); t != c.tokenizing.end()) {
+    t->second = true;  // passed on when the prompt is tokenized: the engine does not know it yet
+    return;
   }
   ServeCommand cmd;
-  cmd.request = parse_request(j, defaults_, tok_, config_, {"op", "id", "stream", "timeout_ms"});
-  if (!cmd.request.ok()) return error(c, id, cmd.request.error_code, cmd.request.error_message);
-  const int64_t need =
-      static_cast<int64_t>(cmd.request.prompt.size()) + cmd.request.params.max_new_tokens;
-  if (need > opts_.max_seq_len || need > opts_.kv_capacity_tokens) {
-    return error(
-        c, id, "prompt_too_long",
-        "prompt (" + std::to_string(cmd.request.prompt.size()) + " tokens) + max_new_tokens (" +
-            std::to_string(cmd.request.params.max_new_tokens) + ") = " + std::to_string(need) +
-            " exceeds the server's limit of " +
-            std::to_string(std::min<int64_t>(opts_.max_seq_len, opts_.kv_capacity_tokens)) +
-            " tokens");
+  cmd.kind = ServeCommand::Kind::kCancel;
+  cmd.conn = c.id;
+  cmd.id = id;
+  inbox_.push_back(std::move(cmd));
+  inbox_cv_.notify_one();
+}
+
+void SocketServer::handle_generate(Conn& c, FrameRequest r) {
+  if (c.inflight.count(r.id)) {
+    return error(c, r.id, "invalid_request",
+                 "\"id\" " + quote(r.id) + " is already in flight on this connection");
+  }
+  if (draining_)
+    return error(c, r.id, "shutting_down",
+                 "the server is shutting down and accepts no new generations");
+  // Checked before the queue: one connection must not take every batch slot and queue place
+  // while others wait behind it (admission itself stays FIFO across connections).
+  if (static_cast<int>(c.inflight.size()) >= opts_.max_inflight_per_connection) {
+    const std::string n = std::to_string(opts_.max_inflight_per_connection);
+    return error(c, r.id, "too_many_in_flight",
+                 "this connection already has " + n +
+                     " generations in flight (--max-inflight-per-connection " + n +
+                     "); wait for one to finish or use another connection");
   }
   // Admission control happens here, on the I/O thread, so a full queue is answered at once.
   if (waiting_ >= opts_.max_queue) {
-    return error(c, id, "queue_full",
+    return error(c, r.id, "queue_full",
                  "queue is full (" + std::to_string(opts_.max_queue) +
                      " waiting, --max-queue); retry later");
   }
   ++waiting_;
-  c.inflight.insert(rid);
+  c.inflight.insert(r.id);
+  TokenizeJob job{c.id, std::move(r), Clock::now()};
+  if (!job.request.request.text_pending) return enqueue_generate(c, std::move(job), json());
+  if (job.request.request.prompt_text.size() <= kInlineTokenizeBytes) {
+    const json refusal = tokenize_frame_request(job.request, tok_, config_, limits());
+    return enqueue_generate(c, std::move(job), refusal);
+  }
+  c.tokenizing[job.request.id] = false;
+  {
+    std::lock_guard<std::mutex> lock(jobs_mu_);  // lock order: mu_, then jobs_mu_
+    jobs_.push_back(std::move(job));
+  }
+  jobs_cv_.notify_one();
+}
+
+void SocketServer::enqueue_generate(Conn& c, TokenizeJob job, const json& refusal) {
+  const std::string id = job.request.id;
+  bool cancelled = false;
+  if (auto t = c.tokenizing.find(id); t != c.tokenizing.end()) {
+    cancelled = t->second;
+    c.tokenizing.erase(t);
+  }
+  if (!refusal.is_null() || draining_) {
+    --waiting_;
+    c.inflight.erase(id);
+    if (!refusal.is_null()) return reply(c, refusal);
+    return error(c, id, "shutting_down",
+                 "the server began shutting down while this prompt was being tokenized");
+  }
+  ServeCommand cmd;
   cmd.kind = ServeCommand::Kind::kGenerate;
   cmd.conn = c.id;
-  cmd.id = rid;
-  cmd.stream = stream;
-  cmd.arrival = Clock::now();
-  cmd.deadline = cmd.arrival + std::chrono::milliseconds(timeout_ms);
+  cmd.id = id;
+  cmd.request = std::move(job.request.request);
+  cmd.stream = job.request.stream;
+  cmd.arrival = job.arrival;
+  cmd.deadline = job.arrival + std::chrono::milliseconds(job.request.timeout_ms);
   inbox_.push_back(std::move(cmd));
+  if (cancelled) {
+    ServeCommand cancel;
+    cancel.kind = ServeCommand::Kind::kCancel;
+    cancel.conn = c.id;
+    cancel.id = id;
+    inbox_.push_back(std::move(cancel));
+  }
   inbox_cv_.notify_one();
+}
+
+void SocketServer::tokenizer_loop() {
+  for (;;) {
+    TokenizeJob job;
+    {
+      std::unique_lock<std::mutex> lock(jobs_mu_);
+      jobs_cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
+      if (stop_) return;
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    const json refusal = tokenize_frame_request(job.request, tok_, config_, limits());
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = conns_.find(job.conn);
+    if (it == conns_.end()) {
+      --waiting_;  // the client left meanwhile; nothing to answer
+      continue;
+    }
+    enqueue_generate(*it->second, std::move(job), refusal);
+    wake();  // a refusal may wait in the outbox
+  }
 }
 
 void SocketServer::io_loop() {
@@ -315,7 +410,8 @@ void SocketServer::io_loop() {
     fds.clear();
     ids.clear();
     fds.push_back({wake_fd_, POLLIN, 0});
-    fds.push_back({listen_fd_, static_cast<short>(draining_ ? 0 : POLLIN), 0});
+    const bool accepting = !draining_ && Clock::now() >= accept_paused_until_;
+    fds.push_back({listen_fd_, static_cast<short>(accepting ? POLLIN : 0), 0});
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (auto& [id, c] : conns_) {
@@ -325,13 +421,13 @@ void SocketServer::io_loop() {
         ids.push_back(id);
       }
     }
-    if (::poll(fds.data(), fds.size(), 1000) < 0 && errno != EINTR) break;
+    if (::poll(fds.data(), fds.size(), accepting ? 1000 : 100) < 0 && errno != EINTR) break;
     if (fds[0].revents & POLLIN) {
       uint64_t drained;
       while (::read(wake_fd_, &drained, sizeof(drained)) > 0) {
       }
     }
-    if (!draining_ && (fds[1].revents & POLLIN)) accept_all();
+    if (accepting && !draining_ && (fds[1].revents & POLLIN)) accept_all();
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < ids.size(); ++i) {
       auto it = conns_.find(ids[i]);

@@ -1,7 +1,9 @@
 // Rank 0's Unix-socket front end (docs/PROTOCOL.md). One I/O thread polls the listening socket and
 // every connection, decodes frames, validates requests (answering bad ones, queue-full, health and
 // stats itself, at once) and hands generate/cancel/disconnect commands to the engine thread, which
-// sends events back through send(). The engine thread never blocks on a socket.
+// sends events back through send(). The engine thread never blocks on a socket. Text prompts
+// longer than kInlineTokenizeBytes are tokenized by a small pool of worker threads, so that a
+// client sending megabytes of prompt cannot stall the I/O thread (and with it every client).
 #pragma once
 
 #include <atomic>
@@ -16,8 +18,10 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/model_config.h"
+#include "coordinator/protocol.h"
 #include "coordinator/request.h"
 
 namespace llama2 {
@@ -26,11 +30,18 @@ class Tokenizer;
 
 struct ServerOptions {
   std::string socket_path;
-  int max_queue = 256;                  // generations waiting for admission
-  int max_seq_len = 0;                  // prompt + max_new_tokens limit
-  int kv_capacity_tokens = 0;           // what the KV cache can hold for one request
-  int64_t request_timeout_ms = 600000;  // default and cap of a request's timeout_ms
+  int max_queue = 256;                   // generations waiting for admission
+  int max_seq_len = 0;                   // prompt + max_new_tokens limit
+  int kv_capacity_tokens = 0;            // what the KV cache can hold for one request
+  int64_t request_timeout_ms = 600000;   // default and cap of a request's timeout_ms
+  int max_inflight_per_connection = 16;  // generations one connection may have unfinished
+  int max_piece_bytes = 0;               // token_bound.h: 0, no byte-length refusal of prompts
+  int tokenizer_threads = 2;             // workers tokenizing long text prompts
 };
+
+// Text prompts up to this size are tokenized on the I/O thread itself (well under a millisecond,
+// and their order of arrival is kept); longer ones go to the tokenizer workers.
+constexpr size_t kInlineTokenizeBytes = 4096;
 
 struct ServeCommand {
   enum class Kind { kGenerate, kCancel, kDisconnect } kind = Kind::kGenerate;
@@ -78,13 +89,27 @@ class SocketServer {
 
  private:
   struct Conn;
+  // A generation waiting for its prompt to be tokenized.
+  struct TokenizeJob {
+    uint64_t conn = 0;
+    FrameRequest request;
+    std::chrono::steady_clock::time_point arrival;
+  };
   void io_loop();
   void accept_all();
+  // At the fd limit: accepts one pending connection on the spare descriptor, answers it with an
+  // error and closes it; false when there is nothing more to accept now (or accepting paused).
+  bool refuse_one_connection(int accept_errno);
   void handle_frame(Conn& c, const std::string& payload);
-  void handle_generate(Conn& c, const nlohmann::json& j);
+  void handle_generate(Conn& c, FrameRequest r);
+  void handle_cancel(Conn& c, const std::string& id);
+  // mu_ held: a tokenized generation (or its refusal) goes on to the engine.
+  void enqueue_generate(Conn& c, TokenizeJob job, const nlohmann::json& refusal);
+  void tokenizer_loop();
   void reply(Conn& c, const nlohmann::json& event);  // from the I/O thread, mu_ held
   void error(Conn& c, const nlohmann::json& id, const std::string& code, const std::string& msg);
   void close_conn(uint64_t id);
+  ServeLimits limits() const;
 
   ServerOptions opts_;
   const Tokenizer& tok_;
@@ -95,6 +120,8 @@ class SocketServer {
 
   int listen_fd_ = -1;
   int wake_fd_ = -1;
+  int spare_fd_ = -1;  // held in reserve: at the fd limit it is freed to accept-and-refuse
+  std::chrono::steady_clock::time_point accept_paused_until_{};
   std::thread io_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> draining_{false};
@@ -105,6 +132,11 @@ class SocketServer {
   uint64_t next_conn_ = 1;
   std::deque<ServeCommand> inbox_;
   std::condition_variable inbox_cv_;
+
+  std::mutex jobs_mu_;  // guards jobs_ (never held together with mu_ by the workers)
+  std::condition_variable jobs_cv_;
+  std::deque<TokenizeJob> jobs_;
+  std::vector<std::thread> tokenizers_;
 };
 
 }  // namespace llama2

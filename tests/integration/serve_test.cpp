@@ -361,7 +361,10 @@ void test_malformed(const Server& s) {
 }
 
 void test_queue_full() {
-  Server s("qfull", {"--max-batch-size", "1", "--max-queue", "2", "--cpu-threads", "1"},
+  // One connection holds the three requests that fill the server.
+  Server s("qfull",
+           {"--max-batch-size", "1", "--max-queue", "2", "--cpu-threads", "1",
+            "--max-inflight-per-connection", "8"},
            g_slow_model);
   auto c = llama2::Client::connect(s.socket, 2000);
   std::atomic<int> ended{0}, first_tokens{0};

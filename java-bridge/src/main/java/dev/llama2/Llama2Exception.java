@@ -37,6 +37,7 @@ public class Llama2Exception extends RuntimeException {
     String m = message == null || message.isEmpty() ? code : message;
     switch (code == null ? "" : code) {
       case "queue_full": return new QueueFullException(m, requestId);
+      case "too_many_in_flight": return new TooManyInFlightException(m, requestId);
       case "prompt_too_long": return new PromptTooLongException(m, requestId);
       case "timeout": return new GenerationTimeoutException(m, requestId, null);
       case "invalid_request": return new InvalidRequestException(m, requestId);

@@ -74,7 +74,9 @@ final class TestServer implements AutoCloseable {
 
   /** The tiny model with default limits, shared by the test classes of this JVM. */
   static synchronized TestServer tiny() throws IOException, InterruptedException {
-    if (tiny == null) tiny = new TestServer("tiny", MODEL);
+    // One shared client runs 32 generations at once (ConcurrencyTest): above the default
+    // per-connection cap (half of --max-batch-size), so the cap is raised for these tests.
+    if (tiny == null) tiny = new TestServer("tiny", MODEL, "--max-inflight-per-connection", "64");
     return tiny;
   }
 
@@ -87,7 +89,7 @@ final class TestServer implements AutoCloseable {
       // One thread per rank whatever the machine: the slow tests count on a generation lasting
       // seconds (about 900 tokens/s here at 2 ranks).
       slow = new TestServer("slow", slowModel(), "--max-batch-size", "1", "--max-queue", "1",
-          "--cpu-threads", "1");
+          "--cpu-threads", "1", "--max-inflight-per-connection", "4");
     }
     return slow;
   }
