@@ -148,17 +148,20 @@ inline std::vector<pid_t> find_processes(const std::string& argv0_suffix, const 
   return out;
 }
 
-// A `mpirun -np 2 llama2 serve --backend cpu --quiet` in its own process group.
+// A `mpirun -np NP llama2 serve --backend BACKEND --quiet` (default 2 ranks, cpu) in its own
+// process group.
 struct Server {
   pid_t pid = -1;
   std::string socket, log;
 
   Server(const std::string& mpirun, const std::string& llama2, const std::string& model,
-         const std::string& dir, const std::string& name, const std::vector<std::string>& extra) {
+         const std::string& dir, const std::string& name, const std::vector<std::string>& extra,
+         int np = 2, const std::string& backend = "cpu") {
     socket = dir + "/" + name + ".sock";
     log = dir + "/" + name + ".log";
-    std::vector<std::string> args = {mpirun,     "2",    llama2,    "serve",     "--model", model,
-                                     "--socket", socket, "--quiet", "--backend", "cpu"};
+    std::vector<std::string> args = {mpirun, std::to_string(np), llama2, "serve",   "--model",
+                                     model,  "--socket",         socket, "--quiet", "--backend",
+                                     backend};
     args.insert(args.end(), extra.begin(), extra.end());
     pid = fork();
     if (pid == 0) {
