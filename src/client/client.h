@@ -12,7 +12,9 @@
 // ordinary `{"event":"error","id":...,"code":...,"message":...}` objects:
 //   server_unavailable  the connection is gone (server killed or shut down, socket error, a frame
 //                       the client cannot decode, or this Client was destroyed); every request in
-//                       flight on the connection gets it, and so does every later request.
+//                       flight on the connection gets it, and so does every later request. When
+//                       the server said why before hanging up (an id-less error such as
+//                       too_many_connections), the message ends with that error.
 //   timeout             the blocking call's own deadline passed; for generate() a `cancel` has been
 //                       sent so the server frees the sequence (its late events are dropped).
 #pragma once
