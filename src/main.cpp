@@ -10,6 +10,7 @@
 #include "common/check.h"
 #include "coordinator/cli_common.h"
 #include "coordinator/commands.h"
+#include "coordinator/mpi_program.h"
 #include "rank/comm.h"
 
 namespace {
@@ -29,7 +30,7 @@ const char* kUsage =
     "  client            send one request to a running `llama2 serve` (no MPI needed)\n";
 
 int run_mpi_command(int (*fn)(int, char**, int), int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  llama2::init_mpi(&argc, &argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   llama2::set_error_rank(rank);

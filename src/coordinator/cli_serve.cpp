@@ -1,5 +1,6 @@
 // `llama2 serve`: rank 0 serves the socket protocol (docs/PROTOCOL.md) with continuous batching;
-// the other ranks run the worker loop. SIGTERM/SIGINT drain gracefully and exit 0.
+// the other ranks run the worker loop. SIGTERM/SIGINT drain gracefully and exit 0; a step that
+// stalls past --step-timeout-ms ends the job with exit code 3 (coordinator/watchdog.h).
 #include <mpi.h>
 #include <signal.h>
 #include <unistd.h>
@@ -20,6 +21,7 @@
 #include "coordinator/session.h"
 #include "coordinator/socket_server.h"
 #include "coordinator/token_bound.h"
+#include "coordinator/watchdog.h"
 
 namespace llama2 {
 namespace {
@@ -52,6 +54,7 @@ void install_signal_handlers() {
 // Where each engine-side request id sends its events.
 struct Route {
   uint64_t conn = 0;
+  uint64_t serial = 0;  // the socket server's number for this generation
   std::string id;
   std::string id_json;  // id serialized once for the token events
   bool stream = true;
@@ -83,7 +86,11 @@ cxxopts::Options serve_options() {
       "request-timeout-ms", "Default and maximum per-request timeout",
       cxxopts::value<int64_t>()->default_value("600000"))(
       "shutdown-timeout-ms", "How long in-flight requests may finish after SIGTERM",
-      cxxopts::value<int64_t>()->default_value("30000"));
+      cxxopts::value<int64_t>()->default_value("30000"))(
+      "step-timeout-ms",
+      "A step running longer than this is stalled: every client gets an internal error and the "
+      "job exits with code 3 (0: never)",
+      cxxopts::value<int64_t>()->default_value("60000"));
   add_engine_options(opts);
   add_sampling_options(opts);
   return opts;
@@ -115,6 +122,7 @@ int run_serve(int argc, char** argv, int rank) {
   const int prefill_chunk = args["prefill-chunk"].as<int>();
   const int64_t request_timeout = args["request-timeout-ms"].as<int64_t>();
   const int64_t shutdown_timeout = args["shutdown-timeout-ms"].as<int64_t>();
+  const std::chrono::milliseconds step_timeout(args["step-timeout-ms"].as<int64_t>());
   SamplingParams defaults = sampling_from_options(args);
   ServerOptions sopt;
   sopt.socket_path = args["socket"].as<std::string>();
@@ -138,6 +146,7 @@ int run_serve(int argc, char** argv, int rank) {
         at_least(prefill_chunk, 1, "--prefill-chunk");
         at_least(request_timeout, 1, "--request-timeout-ms");
         at_least(shutdown_timeout, 0, "--shutdown-timeout-ms");
+        at_least(step_timeout.count(), 0, "--step-timeout-ms");
         if (std::string bad = validate_sampling(defaults, 1, config.max_position_embeddings);
             !bad.empty())
           throw Error(bad);
@@ -173,7 +182,10 @@ int run_serve(int argc, char** argv, int rank) {
   auto health = [&]() {
     const Gauges g = metrics.gauges();
     return json{{"event", "health"},
-                {"status", server && server->draining() ? "draining" : "ready"},
+                {"status", !server              ? "ready"
+                           : server->stalled()  ? "stalled"
+                           : server->draining() ? "draining"
+                                                : "ready"},
                 {"ranks", engine.shard().tp},
                 {"backend", engine.backend()},
                 {"dtype", engine.dtype()},
@@ -214,7 +226,7 @@ int run_serve(int argc, char** argv, int rank) {
     r.last_token = now;
     if (r.stream)
       server->send_quiet(r.conn, SocketServer::token_event(r.id_json, index, token, piece), r.id,
-                         false);
+                         r.serial, false);
   };
   cb.on_done = [&](const GenResult& res) {
     auto it = routes.find(res.id);
@@ -245,7 +257,7 @@ int run_serve(int argc, char** argv, int rank) {
         ev["token_ids"] = res.tokens;
       }
     }
-    server->send(r.conn, ev, r.id, true);
+    server->send(r.conn, ev, r.id, r.serial, true);
     routes.erase(it);
     refresh_gauges();
   };
@@ -263,6 +275,13 @@ int run_serve(int argc, char** argv, int rank) {
   std::cerr << "llama2 serve: listening on " << sopt.socket_path << " (max batch " << max_batch
             << ", max queue " << max_queue << ", max seq len " << sopt.max_seq_len << ", KV "
             << session.num_blocks << " blocks x " << session.block_size << ")" << std::endl;
+  // Started once the socket exists: from here on a stalled step ends the job (watchdog.h).
+  StepWatchdog watchdog(
+      step_timeout, [&] { return engine_step_clock(engine); },
+      [&](const StepClock& clock) {
+        end_job_after_stall(stall_message(clock, step_timeout, engine.describe_stall()), *server,
+                            engine);
+      });
 
   std::mt19937_64 seeder(random_seed());
   int64_t next_id = 0;
@@ -273,19 +292,27 @@ int run_serve(int argc, char** argv, int rank) {
       if (cmd.kind == ServeCommand::Kind::kGenerate) {
         const int64_t id = next_id++;
         const uint64_t seed = cmd.request.params.seed.value_or(seeder());
-        routes[id] = Route{
-            cmd.conn,    cmd.id, json(cmd.id).dump(-1, ' ', false, json::error_handler_t::replace),
-            cmd.stream,  false,  cmd.arrival,
-            cmd.arrival, seed};
+        Route& r = routes[id];
+        r.conn = cmd.conn;
+        r.serial = cmd.serial;
+        r.id = cmd.id;
+        r.id_json = json(cmd.id).dump(-1, ' ', false, json::error_handler_t::replace);
+        r.stream = cmd.stream;
+        r.arrival = r.last_token = cmd.arrival;
+        r.seed = seed;
         gen.add(GenRequest{id, cmd.request.prompt, cmd.request.params, seed, cmd.deadline});
       } else {
-        // Cancel one id, or everything of a connection that went away.
+        // Cancel one id, or everything of a connection that went away, or free a generation the
+        // socket thread already ended at its deadline (found by serial: the id may be reused).
+        const bool expired = cmd.kind == ServeCommand::Kind::kExpired;
         std::vector<int64_t> hit;
         for (const auto& [id, r] : routes) {
-          if (r.conn == cmd.conn && (cmd.kind == ServeCommand::Kind::kDisconnect || r.id == cmd.id))
+          if (expired ? r.serial == cmd.serial
+                      : r.conn == cmd.conn &&
+                            (cmd.kind == ServeCommand::Kind::kDisconnect || r.id == cmd.id))
             hit.push_back(id);
         }
-        for (int64_t id : hit) gen.cancel(id, "cancelled");
+        for (int64_t id : hit) gen.cancel(id, expired ? "timeout" : "cancelled");
       }
     }
     if (g_stop && !server->draining()) {

@@ -10,9 +10,20 @@
 
 namespace llama2 {
 
+void init_mpi(int* argc, char*** argv) {
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  if (provided < MPI_THREAD_FUNNELED) {
+    std::cerr << "llama2: the MPI library provides thread level " << provided
+              << "; llama2 needs MPI_THREAD_FUNNELED (" << MPI_THREAD_FUNNELED
+              << ": helper threads that never call MPI)" << std::endl;
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+}
+
 int run_mpi_program(const std::string& prog, int argc, char** argv,
                     const std::function<int(int, char**, int, int)>& fn) {
-  MPI_Init(&argc, &argv);
+  init_mpi(&argc, &argv);
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);

@@ -8,7 +8,14 @@
 
 namespace llama2 {
 
-// MPI_Init, fn(argc, argv, rank, size), MPI_Finalize; returns fn's exit code. A UsageError (every
+// MPI_Init_thread asking for MPI_THREAD_FUNNELED, the level the program relies on: rank 0 runs
+// threads besides the one that calls MPI (the socket I/O thread, the step watchdog, the CPU
+// backend's pool), and none of them ever calls MPI. In particular the watchdog ends a stalled job
+// with _exit, not MPI_Abort (coordinator/watchdog.h), so nothing needs MPI_THREAD_MULTIPLE and its
+// locking on every call. Aborts the job with a message if the library offers less.
+void init_mpi(int* argc, char*** argv);
+
+// init_mpi, fn(argc, argv, rank, size), MPI_Finalize; returns fn's exit code. A UsageError (every
 // rank parsed the same argv) prints its message and the help once and returns kExitUsage; a
 // ReportedError (raised on every rank alike) prints once and returns 1; any other exception is
 // known to this rank only, so it prints "<prog>: rank R: fatal: ..." and aborts the whole job.

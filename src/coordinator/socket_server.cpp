@@ -8,6 +8,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <vector>
@@ -42,12 +43,22 @@ sockaddr_un make_addr(const std::string& path) {
 }
 }  // namespace
 
+// What the I/O thread knows of a generation it handed to the engine, enough to answer it alone.
+struct InFlight {
+  uint64_t serial = 0;
+  Clock::time_point arrival, deadline;
+  bool stream = true;
+  size_t prompt_tokens = 0;
+  int tokens_sent = 0;  // token events queued for the client
+  std::optional<uint64_t> seed;
+};
+
 struct SocketServer::Conn {
   uint64_t id = 0;
   int fd = -1;
   FrameDecoder decoder;
   std::string outbox;
-  std::set<std::string> inflight;  // request ids with a generation not finished yet
+  std::map<std::string, InFlight> inflight;  // by request id: generations not finished yet
   // Of those, the ids whose prompt a tokenizer worker holds, and whether a cancel came meanwhile
   // (it is passed on once the engine knows the generation).
   std::map<std::string, bool> tokenizing;
@@ -156,20 +167,29 @@ std::deque<ServeCommand> SocketServer::take_commands(std::chrono::milliseconds w
   return out;
 }
 
-void SocketServer::send(uint64_t conn, const json& event, const std::string& id, bool final) {
-  send_quiet(conn, event.dump(-1, ' ', false, json::error_handler_t::replace), id, final);
+void SocketServer::send(uint64_t conn, const json& event, const std::string& id, uint64_t serial,
+                        bool final) {
+  send_quiet(conn, event.dump(-1, ' ', false, json::error_handler_t::replace), id, serial, final);
   wake();
 }
 
 void SocketServer::send_quiet(uint64_t conn, std::string payload, const std::string& id,
-                              bool final) {
+                              uint64_t serial, bool final) {
   const std::string frame = event_frame(payload, id);  // never throws; an oversized event
                                                        // becomes an internal error for `id`
   std::lock_guard<std::mutex> lock(mu_);
   auto it = conns_.find(conn);
   if (it == conns_.end()) return;  // the client left; its generations are being cancelled
   Conn& c = *it->second;
-  if (final) c.inflight.erase(id);
+  // Already answered by the I/O thread (deadline, fail_all): the client may even have reused the
+  // id for a new generation, which the serial tells apart.
+  const auto f = c.inflight.find(id);
+  if (f == c.inflight.end() || f->second.serial != serial) return;
+  if (final) {
+    c.inflight.erase(f);
+  } else {
+    ++f->second.tokens_sent;
+  }
   if (c.outbox.size() + frame.size() > kMaxOutboxBytes) {
     c.close_after_flush = true;  // a client that does not read: stop feeding it
     return;
@@ -190,6 +210,82 @@ std::string SocketServer::token_event(const std::string& id_json, int index, int
   out += std::to_string(token);
   out += '}';
   return out;
+}
+
+void SocketServer::fail_all(const std::string& code, const std::string& message) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stalled_ = true;
+    draining_ = true;
+    for (auto& [cid, c] : conns_) {
+      for (const auto& [id, f] : c->inflight) error(*c, id, code, message);
+      c->inflight.clear();
+      c->tokenizing.clear();  // their jobs find no generation when they come back
+    }
+  }
+  wake();
+}
+
+void SocketServer::remove_socket_file() {
+  ::unlink(opts_.socket_path.c_str());
+}
+
+uint64_t SocketServer::track(Conn& c, const FrameRequest& r, Clock::time_point arrival) {
+  InFlight f;
+  f.serial = next_serial_++;
+  f.arrival = arrival;
+  f.deadline = arrival + std::chrono::milliseconds(r.timeout_ms);
+  f.stream = r.stream;
+  f.prompt_tokens = r.request.prompt.size();  // a text prompt: set once it is tokenized
+  f.seed = r.request.params.seed;
+  next_expiry_ = std::min(next_expiry_, f.deadline + kDeadlineGrace);
+  c.inflight[r.id] = f;
+  return f.serial;
+}
+
+void SocketServer::expire_overdue(Clock::time_point now) {
+  if (now < next_expiry_) return;
+  next_expiry_ = Clock::time_point::max();
+  for (auto& [cid, c] : conns_) {
+    for (auto it = c->inflight.begin(); it != c->inflight.end();) {
+      const InFlight& f = it->second;
+      if (f.deadline + kDeadlineGrace > now) {
+        next_expiry_ = std::min(next_expiry_, f.deadline + kDeadlineGrace);
+        ++it;
+        continue;
+      }
+      // What the client has seen is all this thread can report: the tokens it sent, and (for a
+      // non-streamed generation, whose text is with the engine) no text.
+      json done{
+          {"event", "done"},
+          {"id", it->first},
+          {"finish_reason", "timeout"},
+          {"usage", {{"prompt_tokens", f.prompt_tokens}, {"completion_tokens", f.tokens_sent}}},
+          {"timings", {{"total_s", std::chrono::duration<double>(now - f.arrival).count()}}}};
+      if (f.seed) done["seed"] = *f.seed;
+      if (!f.stream) {
+        done["text"] = "";
+        done["token_ids"] = json::array();
+      }
+      reply(*c, done);
+      if (c->tokenizing.erase(it->first) == 0) {  // else the engine has not heard of it yet
+        ServeCommand cmd;
+        cmd.kind = ServeCommand::Kind::kExpired;
+        cmd.conn = cid;
+        cmd.id = it->first;
+        cmd.serial = f.serial;
+        inbox_.push_back(std::move(cmd));
+        inbox_cv_.notify_one();
+      }
+      it = c->inflight.erase(it);
+    }
+  }
+}
+
+int SocketServer::poll_timeout_ms(Clock::time_point now) const {
+  if (next_expiry_ == Clock::time_point::max()) return 1000;
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(next_expiry_ - now).count();
+  return static_cast<int>(std::clamp<int64_t>(left, 0, 1000));
 }
 
 void SocketServer::reply(Conn& c, const json& event) {
@@ -332,8 +428,9 @@ void SocketServer::handle_generate(Conn& c, FrameRequest r) {
                      " waiting, --max-queue); retry later");
   }
   ++waiting_;
-  c.inflight.insert(r.id);
-  TokenizeJob job{c.id, std::move(r), Clock::now()};
+  const Clock::time_point arrival = Clock::now();
+  const uint64_t serial = track(c, r, arrival);
+  TokenizeJob job{c.id, std::move(r), arrival, serial};
   if (!job.request.request.text_pending) return enqueue_generate(c, std::move(job), json());
   if (job.request.request.prompt_text.size() <= kInlineTokenizeBytes) {
     const json refusal = tokenize_frame_request(job.request, tok_, config_, limits());
@@ -349,6 +446,13 @@ void SocketServer::handle_generate(Conn& c, FrameRequest r) {
 
 void SocketServer::enqueue_generate(Conn& c, TokenizeJob job, const json& refusal) {
   const std::string id = job.request.id;
+  // Answered meanwhile by this thread (deadline, fail_all): the engine never hears of it, and the
+  // id may already belong to a newer generation, which the serial tells apart.
+  const auto f = c.inflight.find(id);
+  if (f == c.inflight.end() || f->second.serial != job.serial) {
+    --waiting_;
+    return;
+  }
   bool cancelled = false;
   if (auto t = c.tokenizing.find(id); t != c.tokenizing.end()) {
     cancelled = t->second;
@@ -356,19 +460,21 @@ void SocketServer::enqueue_generate(Conn& c, TokenizeJob job, const json& refusa
   }
   if (!refusal.is_null() || draining_) {
     --waiting_;
-    c.inflight.erase(id);
+    c.inflight.erase(f);
     if (!refusal.is_null()) return reply(c, refusal);
     return error(c, id, "shutting_down",
                  "the server began shutting down while this prompt was being tokenized");
   }
+  f->second.prompt_tokens = job.request.request.prompt.size();
   ServeCommand cmd;
   cmd.kind = ServeCommand::Kind::kGenerate;
   cmd.conn = c.id;
+  cmd.serial = job.serial;
   cmd.id = id;
   cmd.request = std::move(job.request.request);
   cmd.stream = job.request.stream;
   cmd.arrival = job.arrival;
-  cmd.deadline = job.arrival + std::chrono::milliseconds(job.request.timeout_ms);
+  cmd.deadline = f->second.deadline;
   inbox_.push_back(std::move(cmd));
   if (cancelled) {
     ServeCommand cancel;
@@ -410,10 +516,12 @@ void SocketServer::io_loop() {
     fds.clear();
     ids.clear();
     fds.push_back({wake_fd_, POLLIN, 0});
-    const bool accepting = !draining_ && Clock::now() >= accept_paused_until_;
+    const bool accepting = accepts_connections() && Clock::now() >= accept_paused_until_;
     fds.push_back({listen_fd_, static_cast<short>(accepting ? POLLIN : 0), 0});
+    int timeout_ms = accepting ? 1000 : 100;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      timeout_ms = std::min(timeout_ms, poll_timeout_ms(Clock::now()));
       for (auto& [id, c] : conns_) {
         short ev = POLLIN;
         if (!c->outbox.empty()) ev |= POLLOUT;
@@ -421,14 +529,15 @@ void SocketServer::io_loop() {
         ids.push_back(id);
       }
     }
-    if (::poll(fds.data(), fds.size(), accepting ? 1000 : 100) < 0 && errno != EINTR) break;
+    if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) break;
     if (fds[0].revents & POLLIN) {
       uint64_t drained;
       while (::read(wake_fd_, &drained, sizeof(drained)) > 0) {
       }
     }
-    if (accepting && !draining_ && (fds[1].revents & POLLIN)) accept_all();
+    if (accepting && accepts_connections() && (fds[1].revents & POLLIN)) accept_all();
     std::lock_guard<std::mutex> lock(mu_);
+    expire_overdue(Clock::now());
     for (size_t i = 0; i < ids.size(); ++i) {
       auto it = conns_.find(ids[i]);
       if (it == conns_.end()) continue;

@@ -1,9 +1,10 @@
 // Rank 0's Unix-socket front end (docs/PROTOCOL.md). One I/O thread polls the listening socket and
 // every connection, decodes frames, validates requests (answering bad ones, queue-full, health and
 // stats itself, at once) and hands generate/cancel/disconnect commands to the engine thread, which
-// sends events back through send(). The engine thread never blocks on a socket. Text prompts
-// longer than kInlineTokenizeBytes are tokenized by a small pool of worker threads, so that a
-// client sending megabytes of prompt cannot stall the I/O thread (and with it every client).
+// sends events back through send(). The engine thread never blocks on a socket, and the I/O thread
+// never waits for the engine: deadlines and disconnects hold even while a step is stuck. Text
+// prompts longer than kInlineTokenizeBytes are tokenized by a small pool of worker threads, so that
+// a client sending megabytes of prompt cannot stall the I/O thread (and with it every client).
 #pragma once
 
 #include <atomic>
@@ -15,7 +16,7 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <set>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -44,8 +45,11 @@ struct ServerOptions {
 constexpr size_t kInlineTokenizeBytes = 4096;
 
 struct ServeCommand {
-  enum class Kind { kGenerate, kCancel, kDisconnect } kind = Kind::kGenerate;
+  // kExpired: the I/O thread has already answered generation `serial` (its deadline passed while
+  // the engine was inside a step); the engine only has to end it and free its blocks.
+  enum class Kind { kGenerate, kCancel, kDisconnect, kExpired } kind = Kind::kGenerate;
   uint64_t conn = 0;
+  uint64_t serial = 0;    // kGenerate, kExpired: the server's own number for the generation
   std::string id;         // the client's request id
   ParsedRequest request;  // kGenerate
   bool stream = true;
@@ -70,11 +74,15 @@ class SocketServer {
 
   // Engine thread: commands that arrived, waiting up to `wait` for the first one.
   std::deque<ServeCommand> take_commands(std::chrono::milliseconds wait);
-  // Engine thread: queue an event for a connection (dropped if it has gone). `final` ends `id`.
-  void send(uint64_t conn, const nlohmann::json& event, const std::string& id, bool final);
+  // Engine thread: queue an event of generation `serial` (client id `id`) for a connection;
+  // dropped if the connection has gone or the generation was already answered here (deadline,
+  // fail_all). `final` ends it.
+  void send(uint64_t conn, const nlohmann::json& event, const std::string& id, uint64_t serial,
+            bool final);
   // Engine thread: queue an already serialized event without waking the I/O thread; the engine
   // calls wake() once after a step (one eventfd write per step instead of one per token).
-  void send_quiet(uint64_t conn, std::string payload, const std::string& id, bool final);
+  void send_quiet(uint64_t conn, std::string payload, const std::string& id, uint64_t serial,
+                  bool final);
   // The `token` event's JSON, the same bytes as dumping the object, built without one: at
   // saturation rank 0 emits ~10k of them per second between engine steps (GPUs idle meanwhile).
   // `id_json` is the request id already serialized as a JSON string.
@@ -83,6 +91,17 @@ class SocketServer {
   // Engine thread: a queued generation left the waiting queue (admitted or finished).
   void left_queue() { --waiting_; }
   int waiting() const { return waiting_; }
+  // A generation whose deadline passed more than this long ago while the engine did not end it (it
+  // is inside a long or stalled step) is answered by the I/O thread itself: `done` with
+  // finish_reason "timeout". Before that the engine ends it at its next step, with its text.
+  static constexpr std::chrono::milliseconds kDeadlineGrace{250};
+  // Any thread (the step watchdog): ends every generation in flight with an error event (`code`,
+  // `message`) and marks the server stalled: `health` can report it (connections are still
+  // accepted for that), new generations get shutting_down.
+  void fail_all(const std::string& code, const std::string& message);
+  bool stalled() const { return stalled_; }
+  // Removes the socket file now (the watchdog ends the process without stop()).
+  void remove_socket_file();
   // Wakes the I/O thread (also called from the signal handler path through wake_fd()).
   void wake();
   int wake_fd() const { return wake_fd_; }
@@ -94,6 +113,7 @@ class SocketServer {
     uint64_t conn = 0;
     FrameRequest request;
     std::chrono::steady_clock::time_point arrival;
+    uint64_t serial = 0;  // the generation's entry in Conn::inflight
   };
   void io_loop();
   void accept_all();
@@ -110,6 +130,13 @@ class SocketServer {
   void error(Conn& c, const nlohmann::json& id, const std::string& code, const std::string& msg);
   void close_conn(uint64_t id);
   ServeLimits limits() const;
+  // mu_ held. Records a generation admitted at `arrival`; returns its serial.
+  uint64_t track(Conn& c, const FrameRequest& r, std::chrono::steady_clock::time_point arrival);
+  // mu_ held. Answers the generations past deadline + kDeadlineGrace and tells the engine.
+  void expire_overdue(std::chrono::steady_clock::time_point now);
+  // mu_ held. How long poll() may sleep: until the next deadline to enforce, at most 1 s.
+  int poll_timeout_ms(std::chrono::steady_clock::time_point now) const;
+  bool accepts_connections() const { return !draining_ || stalled_; }
 
   ServerOptions opts_;
   const Tokenizer& tok_;
@@ -125,12 +152,16 @@ class SocketServer {
   std::thread io_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> draining_{false};
+  std::atomic<bool> stalled_{false};
   std::atomic<int> waiting_{0};
 
   std::mutex mu_;  // guards conns_ (outboxes, in-flight ids) and inbox_
   std::map<uint64_t, std::unique_ptr<Conn>> conns_;
   uint64_t next_conn_ = 1;
   std::deque<ServeCommand> inbox_;
+  uint64_t next_serial_ = 1;
+  // No tracked generation must be answered by the I/O thread before this (deadline + grace).
+  std::chrono::steady_clock::time_point next_expiry_ = std::chrono::steady_clock::time_point::max();
   std::condition_variable inbox_cv_;
 
   std::mutex jobs_mu_;  // guards jobs_ (never held together with mu_ by the workers)

@@ -2,13 +2,14 @@
 
 #include "common/check.h"
 #include "rank/comm.h"
+#include "rank/step_heartbeat.h"
 
 namespace llama2 {
 namespace {
 
 class MpiComm final : public Comm {
  public:
-  explicit MpiComm(MPI_Comm comm) : comm_(comm) {
+  MpiComm(MPI_Comm comm, StepHeartbeat* beat) : comm_(comm), beat_(beat) {
     MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
     MPI_CHECK(MPI_Comm_size(comm_, &size_));
   }
@@ -18,6 +19,7 @@ class MpiComm final : public Comm {
   void all_reduce_sum(float* data, size_t n) override {
     if (size_ == 1) return;
     LLAMA2_CHECK(n <= static_cast<size_t>(INT_MAX));
+    Point p(beat_, SyncPoint::kAllReduce);
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm_));
   }
 
@@ -29,22 +31,35 @@ class MpiComm final : public Comm {
   }
 
  private:
+  // Publishes the collective as a synchronizing point for its duration.
+  struct Point {
+    Point(StepHeartbeat* b, SyncPoint kind) : beat(b) {
+      if (beat) beat->arrive(kind);
+    }
+    ~Point() {
+      if (beat) beat->pass();
+    }
+    StepHeartbeat* beat;
+  };
+
   void gather(const void* send, const std::vector<int>& counts, void* recv, MPI_Datatype type) {
     LLAMA2_CHECK(static_cast<int>(counts.size()) == size_);
     std::vector<int> displs(size_, 0);
     for (int r = 1; r < size_; ++r) displs[r] = displs[r - 1] + counts[r - 1];
+    Point p(beat_, SyncPoint::kGather);
     MPI_CHECK(
         MPI_Gatherv(send, counts[rank_], type, recv, counts.data(), displs.data(), type, 0, comm_));
   }
 
   MPI_Comm comm_;
+  StepHeartbeat* beat_;
   int rank_ = 0, size_ = 1;
 };
 
 }  // namespace
 
-std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm) {
-  return std::make_unique<MpiComm>(comm);
+std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm, StepHeartbeat* beat) {
+  return std::make_unique<MpiComm>(comm, beat);
 }
 
 void agree_on_errors(MPI_Comm comm, const std::string& local_error) {
@@ -63,14 +78,11 @@ void agree_on_errors(MPI_Comm comm, const std::string& local_error) {
   throw ReportedError(msg);
 }
 
-void broadcast_words(MPI_Comm comm, std::vector<int32_t>* words) {
-  int rank = 0;
-  MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  long long n = rank == 0 ? static_cast<long long>(words->size()) : 0;
-  MPI_CHECK(MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, comm));
-  LLAMA2_CHECK(n >= 0 && n <= INT_MAX);
-  if (rank != 0) words->resize(static_cast<size_t>(n));
-  if (n > 0) MPI_CHECK(MPI_Bcast(words->data(), static_cast<int>(n), MPI_INT32_T, 0, comm));
+#ifndef LLAMA2_HAVE_CUDA
+// No NCCL communicator exists in a build without CUDA (rank/cuda/nccl_comm.cu defines it there).
+int abort_device_collectives(std::chrono::milliseconds) {
+  return 0;
 }
+#endif
 
 }  // namespace llama2

@@ -1,8 +1,12 @@
 #include "rank/engine.h"
 
 #include <algorithm>
+#include <chrono>
+#include <climits>
 #include <cstdlib>
+#include <iostream>
 #include <sstream>
+#include <thread>
 
 #include "common/capacity.h"
 #include "common/check.h"
@@ -35,7 +39,44 @@ std::string gather_lines(MPI_Comm comm, const std::string& line) {
   return all;
 }
 
+// LLAMA2_TEST_STALL's sleep, said on stderr so that a test log shows where the stall came from.
+void stall_for_test(const StallHook& hook, int rank) {
+  std::cerr << "llama2: rank " << rank << ": LLAMA2_TEST_STALL: step " << hook.step << " sleeps "
+            << (hook.ms > 0 ? std::to_string(hook.ms) + " ms" : "for ever") << std::endl;
+  do {
+    std::this_thread::sleep_for(std::chrono::milliseconds(hook.ms > 0 ? hook.ms : 3600000));
+  } while (hook.ms == 0);
+}
+
 }  // namespace
+
+StallHook parse_stall_hook(const char* text) {
+  StallHook h;
+  if (text == nullptr || *text == '\0') return h;
+  const std::string s = text;
+  std::vector<int64_t> v;  // STEP, RANK, MS: unsigned decimal fields separated by ':'
+  bool ok = true;
+  for (size_t pos = 0; ok;) {
+    const size_t end = s.find(':', pos);
+    const std::string field = s.substr(pos, end == std::string::npos ? end : end - pos);
+    ok = !field.empty() && field.size() <= 12 &&
+         field.find_first_not_of("0123456789") == std::string::npos;
+    if (ok) v.push_back(std::stoll(field));
+    if (end == std::string::npos) break;
+    pos = end + 1;
+  }
+  ok = ok && v.size() <= 3 && v[0] >= 1 && (v.size() < 2 || v[1] <= INT_MAX);
+  if (!ok) {
+    throw Error(
+        "LLAMA2_TEST_STALL must be STEP[:RANK[:MS]] with STEP >= 1, RANK >= 0 and MS >= 0 "
+        "(0: for ever), e.g. 5:1:3000 (got \"" +
+        s + "\")");
+  }
+  h.step = v[0];
+  h.rank = v.size() > 1 ? static_cast<int>(v[1]) : 0;
+  h.ms = v.size() > 2 ? v[2] : 0;
+  return h;
+}
 
 std::string choose_backend(const std::string& requested, int visible_devices, int head_dim,
                            std::string* note) {
@@ -120,6 +161,8 @@ RankEngine::RankEngine(const EngineSpec& spec, const ModelConfig& config, MPI_Co
   const LocalRank local = resolve_local_rank(shm_rank, shm_size, std::getenv("SLURM_LOCALID"),
                                              std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"));
   const int devices = visible_cuda_devices();
+  beat_ = std::make_unique<StepHeartbeat>(comm_);
+  plans_ = std::make_unique<PlanChannel>(comm_, beat_.get());
 
   std::string error;
   std::unique_ptr<WeightStore> weights;
@@ -133,6 +176,7 @@ RankEngine::RankEngine(const EngineSpec& spec, const ModelConfig& config, MPI_Co
                   "per GPU: start at most " +
                   std::to_string(devices) + " rank(s) per node, or use --backend cpu");
     }
+    stall_hook_ = parse_stall_hook(std::getenv("LLAMA2_TEST_STALL"));
     dtype_ = choose_dtype(spec.dtype, backend_, config_.torch_dtype);
     kv_dtype_ = choose_kv_dtype(spec.kv_cache_dtype, backend_, dtype_);
     shard_ = make_shard_plan(config_, size_, rank_);
@@ -153,7 +197,7 @@ RankEngine::RankEngine(const EngineSpec& spec, const ModelConfig& config, MPI_Co
   }
   agree_on_errors(comm_, error);
 
-  tp_comm_ = make_mpi_comm(comm_);
+  tp_comm_ = make_mpi_comm(comm_, beat_.get());
   const int device = device_for_local_rank(local.local_rank, devices);
   try {
     if (backend_ == "cuda") {
@@ -239,15 +283,20 @@ void RankEngine::size_kv_cache(const EngineSpec& spec) {
 
 RankEngine::~RankEngine() = default;
 
-void RankEngine::run_local(const StepPlan& plan, StepLogits* logits) {
+void RankEngine::run_step(const StepPlan& plan, StepLogits* logits) {
+  const int64_t step = ++steps_;
+  if (rank_ != 0) beat_->begin_step(step);  // rank 0 began it before handing out the plan
+  if (stall_hook_.step == step && stall_hook_.rank == rank_) stall_for_test(stall_hook_, rank_);
   runner_->forward(plan, rank_ == 0 ? logits : nullptr);
+  beat_->end_step(step);
 }
 
 void RankEngine::execute(const StepPlan& plan, StepLogits* logits) {
   LLAMA2_CHECK(rank_ == 0);
-  std::vector<int32_t> wire = encode_step_plan(plan);
-  broadcast_words(comm_, &wire);
-  run_local(plan, logits);
+  // The step's clock starts before the hand-over: a worker that never takes its plan stalls it.
+  beat_->begin_step(steps_ + 1);
+  plans_->send(encode_step_plan(plan));
+  run_step(plan, logits);
 }
 
 void RankEngine::execute(const StepPlan& plan, std::vector<float>* logits) {
@@ -262,19 +311,23 @@ void RankEngine::shutdown(int exit_code) {
   StepPlan plan;
   plan.kind = StepKind::kShutdown;
   plan.exit_code = exit_code;
-  std::vector<int32_t> wire = encode_step_plan(plan);
-  broadcast_words(comm_, &wire);
+  plans_->send(encode_step_plan(plan));
 }
 
 int RankEngine::worker_loop() {
   LLAMA2_CHECK(rank_ != 0);
   std::vector<int32_t> wire;
   for (;;) {
-    broadcast_words(comm_, &wire);
+    plans_->receive(&wire);
     const StepPlan plan = decode_step_plan(wire);
     if (plan.kind == StepKind::kShutdown) return plan.exit_code;
-    run_local(plan, nullptr);
+    run_step(plan, nullptr);
   }
+}
+
+std::string RankEngine::describe_stall() const {
+  LLAMA2_CHECK(rank_ == 0);
+  return llama2::describe_stall(beat_->snapshot(), StepHeartbeat::now_ns());
 }
 
 }  // namespace llama2

@@ -13,6 +13,7 @@
 #include "common/step_executor.h"
 #include "rank/comm.h"
 #include "rank/model_runner.h"
+#include "rank/step_heartbeat.h"
 
 namespace llama2 {
 
@@ -50,6 +51,17 @@ std::string choose_dtype(const std::string& requested, const std::string& backen
 std::string choose_kv_dtype(const std::string& requested, const std::string& backend,
                             const std::string& dtype);
 
+// A test hook (LLAMA2_TEST_STALL=STEP[:RANK[:MS]], read once when the engine starts): rank RANK
+// (default 0) sleeps MS milliseconds (default 0: for ever) at the start of step STEP (steps count
+// from 1), to exercise the step watchdog on any backend and at any TP degree, TP 1 included.
+struct StallHook {
+  int64_t step = 0;  // 0: off
+  int rank = 0;
+  int64_t ms = 0;  // 0: for ever
+};
+// Parses the variable's value ("" or null: off); Error naming the expected form otherwise.
+StallHook parse_stall_hook(const char* text);
+
 class RankEngine final : public StepExecutor {
  public:
   // Collective over `comm`: validates the checkpoint, loads this rank's shard and allocates its KV
@@ -64,8 +76,17 @@ class RankEngine final : public StepExecutor {
   int vocab_size() const override { return config_.vocab_size; }
   // Rank 0: tell the workers to leave their loop with `exit_code`.
   void shutdown(int exit_code);
-  // Other ranks: receive plans and run them until a shutdown plan; returns its exit code.
+  // Other ranks: receive plans and run them until a shutdown plan; returns its exit code. An idle
+  // worker naps between polls for the next plan (PlanChannel) instead of spinning.
   int worker_loop();
+
+  // This rank's step counters (any thread; a few atomic loads): the step watchdog's clock.
+  RankBeat progress() const { return beat_->self(); }
+  // Rank 0, any thread, no MPI call: which rank a stalled step waits for (describe_stall()).
+  std::string describe_stall() const;
+  // Any thread: aborts this process's NCCL communicators (abort_device_collectives); the caller
+  // must end the process next.
+  int abort_collectives(std::chrono::milliseconds wait) { return abort_device_collectives(wait); }
 
   const ModelConfig& config() const { return config_; }
   const ShardPlan& shard() const { return shard_; }
@@ -77,7 +98,7 @@ class RankEngine final : public StepExecutor {
   std::string startup_report() const { return report_; }
 
  private:
-  void run_local(const StepPlan& plan, StepLogits* logits);
+  void run_step(const StepPlan& plan, StepLogits* logits);
   void size_kv_cache(const EngineSpec& spec);
 
   ModelConfig config_;
@@ -87,6 +108,10 @@ class RankEngine final : public StepExecutor {
   std::string backend_, dtype_, kv_dtype_, backend_note_;
   std::string report_;
   KvCacheSpec kv_;
+  StallHook stall_hook_;
+  int64_t steps_ = 0;  // steps run so far, the same count on every rank
+  std::unique_ptr<StepHeartbeat> beat_;
+  std::unique_ptr<PlanChannel> plans_;
   std::unique_ptr<Comm> tp_comm_;
   std::unique_ptr<ModelRunner> runner_;
 };

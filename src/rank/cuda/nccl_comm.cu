@@ -1,14 +1,35 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/check.h"
+#include "rank/comm.h"
 #include "rank/cuda/nccl_comm.h"
 
 namespace llama2 {
+namespace {
+// The step watchdog's abort request (abort_device_collectives): set once, never cleared, since the
+// process ends right after. Communicators waiting in synchronize() see it and abort themselves.
+std::atomic<bool> g_abort_requested{false};
+std::atomic<int> g_waiting{0};  // threads inside synchronize() on a communicator
+std::atomic<int> g_aborted{0};  // communicators aborted on request
+}  // namespace
+
+int abort_device_collectives(std::chrono::milliseconds wait) {
+  g_abort_requested = true;
+  const auto until = std::chrono::steady_clock::now() + wait;
+  while (g_aborted < g_waiting && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return g_aborted;
+}
 
 size_t nccl_type_bytes(ncclDataType_t type) {
   switch (type) {
@@ -158,12 +179,31 @@ void NcclComm::check_async() {
               "for details)");
 }
 
+void NcclComm::abort_on_request() {
+  if (!g_abort_requested.load(std::memory_order_relaxed)) return;
+  // On this thread, the only one that issues this communicator's NCCL calls (NCCL calls on one
+  // communicator must not run on two threads at once): the abort makes the NCCL kernels and
+  // proxy threads give up, so that the process the watchdog is ending does not leave the GPU
+  // busy with a collective that can never complete.
+  aborted_ = true;
+  (void)ncclCommAbort(comm_);
+  ++g_aborted;
+  // The watchdog ends the process now; returning or throwing would unwind the serve loop under
+  // the socket server the watchdog is still using.
+  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+}
+
 void NcclComm::synchronize(cudaStream_t stream) {
   if (comm_ == nullptr) {
     CUDA_CHECK(cudaStreamSynchronize(stream));
     return;
   }
+  struct Waiting {  // counted while polling, so that an abort request knows whom to wait for
+    Waiting() { ++g_waiting; }
+    ~Waiting() { --g_waiting; }
+  } waiting;
   for (;;) {
+    abort_on_request();
     const cudaError_t rc = cudaStreamQuery(stream);
     if (rc == cudaSuccess) break;
     if (rc != cudaErrorNotReady) CUDA_CHECK(rc);

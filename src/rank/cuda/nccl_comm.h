@@ -39,11 +39,14 @@ class NcclComm {
   void gather_to_root(const void* send, const std::vector<size_t>& counts, ncclDataType_t type,
                       void* recv, cudaStream_t stream);
   // Waits for `stream`; while waiting polls ncclCommGetAsyncError, and on a failure aborts the
-  // communicator (so no rank stays blocked in a collective) and throws Error naming it.
+  // communicator (so no rank stays blocked in a collective) and throws Error naming it. When the
+  // step watchdog asks for it (abort_device_collectives in rank/comm.h), aborts the communicator
+  // and never returns: the watchdog is ending the process.
   void synchronize(cudaStream_t stream);
 
  private:
   void check_async();
+  void abort_on_request();
   void setup_one_shot(MPI_Comm mpi);
 
   int rank_ = 0, size_ = 1;
