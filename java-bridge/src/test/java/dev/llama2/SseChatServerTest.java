@@ -1,16 +1,18 @@
 package dev.llama2;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
-import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.llama2.example.SseChatServer;
 import java.io.BufferedReader;
+import java.io.IOException;
 import java.io.InputStreamReader;
 import java.io.OutputStream;
 import java.lang.management.ManagementFactory;
 import java.lang.management.ThreadMXBean;
+import java.net.InetAddress;
 import java.net.InetSocketAddress;
+import java.net.NetworkInterface;
 import java.net.Socket;
 import java.net.URI;
 import java.net.URLEncoder;
@@ -20,8 +22,10 @@ import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeAll;
@@ -44,9 +48,11 @@ class SseChatServerTest {
   static void start() throws Exception {
     engine = TestServer.slow();
     client = Llama2Client.connect(engine.socket);
-    // One generation at a time, 300 ms for a permit, 60 s per generation.
+    // One generation at a time, 300 ms for a permit, 60 s per generation, 5 handler threads, a
+    // heartbeat every 500 ms.
     sse = new SseChatServer(client, new InetSocketAddress("127.0.0.1", 0),
-        new SseChatServer.Config(1, Duration.ofMillis(300), Duration.ofSeconds(60), 128));
+        new SseChatServer.Config(1, Duration.ofMillis(300), Duration.ofSeconds(60), 128, 5,
+            Duration.ofMillis(500)));
     sse.start();
   }
 
@@ -69,12 +75,15 @@ class SseChatServerTest {
     return URLEncoder.encode(s, StandardCharsets.UTF_8);
   }
 
-  /** The text of an SSE body: JSON-decoded data lines up to [DONE]; fails on anything else. */
+  /**
+   * The text of an SSE body: JSON-decoded data lines up to [DONE]; comments (the heartbeat) are
+   * skipped; fails on anything else.
+   */
   static String textOf(List<String> lines) {
     StringBuilder text = new StringBuilder();
     boolean done = false;
     for (String line : lines) {
-      if (line.isEmpty()) continue;
+      if (line.isEmpty() || line.startsWith(":")) continue;
       assertTrue(!done, "nothing after [DONE]: " + line);
       assertTrue(line.startsWith("data: "), "SSE data line: " + line);
       String data = line.substring(6);
@@ -212,8 +221,7 @@ class SseChatServerTest {
       now[0] = THREADS.getThreadCount();
       return now[0] <= before + 8;
     });
-    // Known defect (issue 14): expected to fail until the example bounds and ends its threads.
-    assertFalse(back, "threads: " + before + " before the burst, " + now[0] + " 20 s after");
+    assertTrue(back, "threads: " + before + " before the burst, " + now[0] + " 20 s after");
   }
 
   /**
@@ -234,12 +242,55 @@ class SseChatServerTest {
         queued.close();
         boolean cancelled = TestServer.await(Duration.ofSeconds(10),
             () -> Json.num(engine.health(), "queued", 0) == 0);
-        // Known defect (issue 14): expected to fail until the example notices the disconnect.
-        assertFalse(cancelled, "queued generation cancelled after its client left: " + engine.health());
+        assertTrue(cancelled, "queued generation cancelled after its client left: " + engine.health());
       } finally {
         running.close();
       }
     }
+  }
+
+  /**
+   * The example as a program: it listens on the loopback address unless told otherwise (not on
+   * every interface), and refuses an unknown option naming the allowed ones.
+   */
+  @Test
+  void mainListensOnLoopbackByDefault() throws Exception {
+    String java = ProcessHandle.current().info().command().orElse("java");
+    List<String> cmd = List.of(java, "-cp", System.getProperty("llama2.classpath"),
+        "-Djna.library.path=" + System.getProperty("jna.library.path"),
+        "dev.llama2.example.SseChatServer", "--socket", engine.socket, "--port", "0");
+    Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
+    try {
+      BufferedReader out = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8));
+      String line = out.readLine();
+      while (line != null && !line.startsWith("SSE chat on ")) line = out.readLine();  // JVM notes
+      assertTrue(line != null && line.startsWith("SSE chat on http://127.0.0.1:"), "banner: " + line);
+      int port = Integer.parseInt(line.replaceAll(".*:(\\d+)/chat.*", "$1"));
+      HttpResponse<String> r = HTTP.send(HttpRequest.newBuilder(
+          URI.create("http://127.0.0.1:" + port + "/health")).build(), HttpResponse.BodyHandlers.ofString());
+      assertEquals(200, r.statusCode(), r.body());
+      // Not reachable through another address of this machine (when it has one).
+      for (InetAddress a : Collections.list(NetworkInterface.getNetworkInterfaces()).stream()
+          .flatMap(i -> Collections.list(i.getInetAddresses()).stream())
+          .filter(a -> !a.isLoopbackAddress() && !a.isLinkLocalAddress()).toList()) {
+        try (Socket s = new Socket()) {
+          s.connect(new InetSocketAddress(a, port), 2000);
+          throw new AssertionError("the example accepted a connection on " + a.getHostAddress());
+        } catch (IOException refused) {
+          // expected: nothing listens there
+        }
+      }
+    } finally {
+      p.destroy();
+      p.waitFor(10, TimeUnit.SECONDS);
+    }
+    Process bad = new ProcessBuilder(java, "-cp", System.getProperty("llama2.classpath"),
+        "dev.llama2.example.SseChatServer", "--socket", engine.socket, "--host", "0.0.0.0")
+        .redirectErrorStream(true).start();
+    assertTrue(bad.waitFor(30, TimeUnit.SECONDS));
+    String msg = new String(bad.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+    assertEquals(2, bad.exitValue(), msg);
+    assertTrue(msg.startsWith("unknown option '--host' (allowed: --socket --bind --port"), msg);
   }
 
   @Test
