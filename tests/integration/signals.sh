@@ -3,7 +3,8 @@
 # CPU backend and a real `llama2 client` stream in flight:
 #   sigint   SIGINT to the wrapper (a terminal's Ctrl-C reaches only the wrapper's process group)
 #   mixed    systemd's KillMode=mixed: SIGTERM to the main process (the wrapper) only, SIGKILL to
-#            whatever is left after TimeoutStopSec -- nothing may be left
+#            whatever is left after TimeoutStopSec (that of launch/systemd/llama2.service) --
+#            the wrapper must be done by then and nothing may be left
 #   all      SIGTERM to every process of the job at once (systemd KillMode=control-group, Slurm
 #            scancel): the wrapper, mpirun, every rank
 #   rank0    SIGTERM to rank 0 alone
@@ -125,15 +126,16 @@ rank0_pid() {  # the llama2 process (not a wrapper) of the job with OMPI_COMM_WO
 # `done`) or either (done or shutting_down). PIDS: the job's processes before the signal, none may survive.
 check_end() {
   local name=$1 n=$2 expect=$3; shift 3
+  local deadline=${STOP_DEADLINE:-150}
   # shellcheck disable=SC2153  # FAILURES: lib.sh's count
   local t0=$SECONDS rc crc p left=() failures=$FAILURES
-  wait_for "$JOB" 150; rc=$?
+  wait_for "$JOB" "$deadline"; rc=$?
   local secs=$((SECONDS - t0))
   wait_for "$CLIENT" 30; crc=$?
   # What systemd would SIGKILL after TimeoutStopSec: anything of the job still running.
   for p in "$@"; do alive "$p" && left+=("$p $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-80)"); done
   if [[ $rc -eq 0 ]]; then pass "$name: wrapper exit 0 (${secs}s after the signal)"
-  else fail "$name: wrapper exit $rc (124: still running after 150 s)"; fi
+  else fail "$name: wrapper exit $rc (124: still running after $deadline s)"; fi
   if [[ ! -e "$SOCK" ]]; then pass "$name: socket file removed"; else fail "$name: socket file left behind"; fi
   if [[ ${#left[@]} -eq 0 ]]; then pass "$name: no process of the job left"
   else fail "$name: ${#left[@]} process(es) left: ${left[*]}"; fi
@@ -183,12 +185,14 @@ if start_job sigint --shutdown-timeout-ms 120000 && start_stream sigint 100; the
   check_end sigint 100 complete $before
 fi
 
-# ---- systemd KillMode=mixed: SIGTERM to the main process only; a short drain cuts the stream.
+# ---- systemd KillMode=mixed (launch/systemd/llama2.service): SIGTERM to the main process only,
+# SIGKILL to what is left after TimeoutStopSec. A short drain cuts the stream.
 if start_job mixed --shutdown-timeout-ms 300 && start_stream mixed 480; then
   before=$(descendants "$JOB")
   kill -TERM "$JOB"
   # shellcheck disable=SC2086
-  check_end mixed 480 either $before
+  STOP_DEADLINE=$(sed -n 's/^TimeoutStopSec=//p' "$ROOT/launch/systemd/llama2.service") \
+    check_end mixed 480 either $before
 fi
 
 # ---- SIGTERM to every process of the job at once (scancel, KillMode=control-group).

@@ -420,6 +420,28 @@ expect_rc mr.nocmd 2
 mr mr.badn -- -n zero --dry-run -- generate
 expect_rc mr.badn 2
 
+# ============================================================================ systemd unit
+UNIT=$ROOT/launch/systemd/llama2.service
+unit_get() { sed -n "s/^$1=//p" "$UNIT"; }
+expect_eq "unit: KillMode=mixed (SIGTERM to the wrapper only)" "$(unit_get KillMode)" mixed
+expect_eq "unit: the wrapper is the main process" "$(unit_get ExecStart | cut -d' ' -f1)" /opt/llama2/launch/llama2-mpirun
+stop_s=$(unit_get TimeoutStopSec)
+drain_ms=$(grep -v '^#' "$UNIT" | grep -o -- '--shutdown-timeout-ms [0-9][0-9]*' | cut -d' ' -f2)
+if [[ -n "$drain_ms" && "$stop_s" =~ ^[0-9]+$ ]] && ((stop_s * 1000 >= drain_ms + 10000)); then
+  pass "unit: TimeoutStopSec=$stop_s covers the drain (${drain_ms} ms) + 10 s"
+else
+  fail "unit: TimeoutStopSec='$stop_s' does not cover --shutdown-timeout-ms '$drain_ms' + 10 s"
+fi
+if command -v systemd-analyze >/dev/null 2>&1; then
+  # The unit as installed from this checkout (verify checks that ExecStart is executable).
+  sed "s|/opt/llama2|$ROOT|g" "$UNIT" >"$TMP/llama2.service"
+  run unit.verify systemd-analyze verify "$TMP/llama2.service"
+  expect_rc unit.verify 0
+  expect_eq "unit.verify: no warnings" "$(cat "$TMP/unit.verify.out" "$TMP/unit.verify.err")" ""
+else
+  echo "skip: systemd-analyze not installed; the unit file is not verified"
+fi
+
 # ============================================================================ gpu-check.sh
 # The fake nvidia-smi prints canned files from $FAKE_SMI (a directory): header, gpus.csv (the
 # --query-gpu fields gpu-check asks for, in its order), apps.csv, topo, and fails if "broken" exists.
