@@ -4,73 +4,14 @@
 # are written to a temporary directory. Prints "N passed, M failed" last; exit 1 on any failure.
 #   usage: bash tests/launch/test_launch.sh
 # shellcheck disable=SC2016  # single-quoted snippets are for the inner shells
-set -u
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-PASSES=0 FAILURES=0
-pass() { PASSES=$((PASSES + 1)); echo "ok: $*"; }
-fail() { FAILURES=$((FAILURES + 1)); echo "FAIL: $*"; }
-
-# A clean environment: nothing from the caller's shell (env.sh, Slurm, CUDA) leaks in.
-for v in $(compgen -e | grep -E '^(NCCL_|LLAMA2_|SLURM_|CUDA_VISIBLE_DEVICES$|CUDA_DEVICE_MAX_CONNECTIONS$|OMP_NUM_THREADS$|NVIDIA_SMI$|TORCH_SYMM_MEM_|NVSHMEM_|MPIRUN$|NVCC$)'); do
-  unset "$v"
-done
-
-MPIRUN_SH=$ROOT/launch/llama2-mpirun
-CHECK=$ROOT/launch/gpu-check.sh
-SBATCH=$ROOT/launch/slurm/llama2.sbatch
-MAP=$ROOT/launch/slurm/replica_map.sh
-
-# run NAME CMD... : stdout, stderr and exit status to $TMP/NAME.{out,err,rc}
-run() {
-  local name=$1; shift
-  "$@" >"$TMP/$name.out" 2>"$TMP/$name.err"
-  echo $? >"$TMP/$name.rc"
-}
-show() { sed 's/^/    | /' "$TMP/$1.out" "$TMP/$1.err"; }
-# runv NAME VARS... -- CMD... : run with VAR=VALUE exported (VAR=-: unset) in a subshell — like
-# env(1) without its exec.
-runv() {
-  local name=$1; shift
-  local vars=()
-  while [[ "$1" != "--" ]]; do vars+=("$1"); shift; done
-  shift
-  (
-    for v in "${vars[@]}"; do
-      if [[ "$v" == *=- ]]; then unset "${v%=-}"; else export "${v?}"; fi
-    done
-    "$@"
-  ) >"$TMP/$name.out" 2>"$TMP/$name.err"
-  echo $? >"$TMP/$name.rc"
-}
-# slurp FILE -> REPLY (no fork: this machine class forks slowly and the suite must stay < 10 s)
-slurp() { REPLY=""; IFS= read -r -d '' REPLY <"$1" || true; }
-expect_rc() {  # NAME RC
-  local got; slurp "$TMP/$1.rc"; got=${REPLY%$'\n'}
-  if [[ "$got" == "$2" ]]; then pass "$1: exit $2"; else fail "$1: exit $got, expected $2"; show "$1"; fi
-}
-expect_out() {  # NAME STRING : stdout contains STRING (fixed string)
-  slurp "$TMP/$1.out"
-  if [[ "$REPLY" == *"$2"* ]]; then pass "$1: stdout has '$2'"; else fail "$1: stdout lacks '$2'"; show "$1"; fi
-}
-expect_not_out() {
-  slurp "$TMP/$1.out"
-  if [[ "$REPLY" != *"$2"* ]]; then pass "$1: stdout has no '$2'"; else fail "$1: stdout has '$2'"; show "$1"; fi
-}
-expect_err() {
-  slurp "$TMP/$1.err"
-  if [[ "$REPLY" == *"$2"* ]]; then pass "$1: stderr has '$2'"; else fail "$1: stderr lacks '$2'"; show "$1"; fi
-}
-expect_eq() {  # LABEL GOT WANT
-  if [[ "$2" == "$3" ]]; then pass "$1"; else fail "$1: got '$2', expected '$3'"; fi
-}
+# shellcheck source=tests/launch/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # ============================================================================ syntax
-for f in "$ROOT"/launch/*.sh "$ROOT"/launch/llama2-mpirun "$ROOT"/launch/slurm/*; do
+for f in "$ROOT"/launch/*.sh "$MPIRUN_SH" "$RANK_SH" "$ROOT"/launch/slurm/*; do
   if bash -n "$f" 2>"$TMP/syntax.err"; then pass "bash -n ${f#"$ROOT"/}"; else fail "bash -n ${f#"$ROOT"/}: $(cat "$TMP/syntax.err")"; fi
 done
-for f in "$MPIRUN_SH" "$CHECK" "$SBATCH"; do
+for f in "$MPIRUN_SH" "$RANK_SH" "$CHECK" "$SBATCH"; do
   if [[ -x "$f" ]]; then pass "executable: ${f#"$ROOT"/}"; else fail "not executable: ${f#"$ROOT"/}"; fi
 done
 
@@ -183,7 +124,7 @@ mr() {  # NAME VARS... -- ARGS... : llama2-mpirun with a fixed machine (no GPU, 
 mr mr.root _LLAMA2_TEST_UID=0 -- -n 2 --dry-run -- generate --model /m --prompt "a b"
 expect_rc mr.root 0
 expect_eq "mr.root: command" "$(cat "$TMP/mr.root.out")" \
-  "mpirun -np 2 --allow-run-as-root --map-by slot --bind-to none -x NCCL_NVLS_ENABLE=0 -x TORCH_SYMM_MEM_DISABLE_MULTICAST=1 -x NVSHMEM_DISABLE_NVLS=1 $L2 generate --model /m --prompt a\\ b"
+  "mpirun -np 2 --allow-run-as-root --map-by slot --bind-to none --mca btl self,vader --mca oob_tcp_if_include lo -x NCCL_NVLS_ENABLE=0 -x TORCH_SYMM_MEM_DISABLE_MULTICAST=1 -x NVSHMEM_DISABLE_NVLS=1 -x NCCL_SOCKET_IFNAME=lo $RANK_SH $L2 generate --model /m --prompt a\\ b"
 mr mr.user _LLAMA2_TEST_UID=1000 -- -n 2 --dry-run -- generate --model /m
 expect_out mr.user "mpirun -np 2 "
 expect_not_out mr.user "--allow-run-as-root"
@@ -230,7 +171,36 @@ expect_err mr.numa_many "4 ranks > 2 NUMA node(s)"
 mr mr.over _LLAMA2_TEST_CORES=2 -- -n 4 --dry-run -- generate
 expect_out mr.over "--oversubscribe"
 mr mr.extra -- -n 2 --mpirun-arg --host --mpirun-arg node7:2 --dry-run -- batch --model /m
-expect_out mr.extra "-x NVSHMEM_DISABLE_NVLS=1 --host node7:2 $L2 batch --model /m"
+expect_out mr.extra "-x NVSHMEM_DISABLE_NVLS=1 --host node7:2 $RANK_SH $L2 batch --model /m"
+
+# Where Open MPI may talk (--net) and the SIGKILL delay of serve (above the drain).
+expect_not_out mr.extra "oob_tcp_if_include"      # --host names another node: TCP between hosts
+expect_not_out mr.extra "NCCL_SOCKET_IFNAME"
+expect_err mr.extra "--net auto: tcp (--host names node7)"
+mr mr.hostlocal _LLAMA2_TEST_HOSTNAME=gpu1.example.org -- -n 2 --mpirun-arg --host --mpirun-arg gpu1:2 --dry-run -- generate
+expect_out mr.hostlocal "--mca oob_tcp_if_include lo"
+mr mr.slurm SLURM_JOB_ID=5 SLURM_JOB_NUM_NODES=2 -- -n 2 --dry-run -- generate
+expect_not_out mr.slurm "oob_tcp_if_include"
+expect_out mr.slurm "--mca btl self,vader"         # a TP group is one node whatever the job
+expect_err mr.slurm "Slurm job 5: ranks may run on another node"
+mr mr.slurm1 SLURM_JOB_ID=5 SLURM_JOB_NUM_NODES=1 SLURMD_NODENAME=gpu1 _LLAMA2_TEST_HOSTNAME=gpu1 -- -n 2 --dry-run -- generate
+expect_out mr.slurm1 "--mca oob_tcp_if_include lo"
+mr mr.netlocal SLURM_JOB_ID=5 -- -n 2 --net local --dry-run -- generate
+expect_out mr.netlocal "--mca oob_tcp_if_include lo"
+mr mr.nettcp -- -n 2 --net tcp --dry-run -- generate
+expect_not_out mr.nettcp "oob_tcp_if_include"
+mr mr.netbad -- -n 2 --net wifi --dry-run -- generate
+expect_rc mr.netbad 2
+expect_err mr.netbad "--net 'wifi': use auto, local or tcp"
+mr mr.usermca OMPI_MCA_btl=self,tcp NCCL_SOCKET_IFNAME=ib0 -- -n 2 --mpirun-arg --mca --mpirun-arg oob_tcp_if_include --mpirun-arg eth0 --dry-run -- generate
+expect_not_out mr.usermca "--mca btl"
+expect_not_out mr.usermca "oob_tcp_if_include lo"
+expect_out mr.usermca "-x NCCL_SOCKET_IFNAME=ib0"
+mr mr.serve -- -n 2 --dry-run -- serve --model /m --socket /s --shutdown-timeout-ms 4500
+expect_out mr.serve "--mca odls_base_sigkill_timeout 15 "
+mr mr.servedef -- -n 2 --dry-run -- serve --model /m --socket /s
+expect_out mr.servedef "--mca odls_base_sigkill_timeout 40 "
+expect_not_out mr.root "odls_base_sigkill_timeout"   # generate: nothing to drain
 
 # Real (non-dry) mode execs mpirun with the same argv; quoting survives.
 mr mr.exec MPIRUN="$FAKEBIN/fake-mpirun" _LLAMA2_TEST_UID=0 -- -n 2 -q -- generate --prompt "it's a \"test\""

@@ -5,9 +5,14 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.llama2.example.SseChatServer;
 import java.io.BufferedReader;
+import java.io.IOException;
 import java.io.InputStreamReader;
 import java.io.OutputStream;
+import java.lang.management.ManagementFactory;
+import java.lang.management.ThreadMXBean;
+import java.net.InetAddress;
 import java.net.InetSocketAddress;
+import java.net.NetworkInterface;
 import java.net.Socket;
 import java.net.URI;
 import java.net.URLEncoder;
@@ -16,15 +21,21 @@ import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collections;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
-/** The SSE example in front of the slow model: streaming to [DONE], 429, disconnect, health. */
+/**
+ * The SSE example in front of the slow model: streaming to [DONE], 429, disconnect (while
+ * streaming and while queued), threads after a burst of disconnects, health.
+ */
 @Timeout(90)
 class SseChatServerTest {
   static TestServer engine;
@@ -37,9 +48,11 @@ class SseChatServerTest {
   static void start() throws Exception {
     engine = TestServer.slow();
     client = Llama2Client.connect(engine.socket);
-    // One generation at a time, 300 ms for a permit, 60 s per generation.
+    // One generation at a time, 300 ms for a permit, 60 s per generation, 5 handler threads, a
+    // heartbeat every 500 ms.
     sse = new SseChatServer(client, new InetSocketAddress("127.0.0.1", 0),
-        new SseChatServer.Config(1, Duration.ofMillis(300), Duration.ofSeconds(60), 128));
+        new SseChatServer.Config(1, Duration.ofMillis(300), Duration.ofSeconds(60), 128, 5,
+            Duration.ofMillis(500)));
     sse.start();
   }
 
@@ -62,12 +75,15 @@ class SseChatServerTest {
     return URLEncoder.encode(s, StandardCharsets.UTF_8);
   }
 
-  /** The text of an SSE body: JSON-decoded data lines up to [DONE]; fails on anything else. */
+  /**
+   * The text of an SSE body: JSON-decoded data lines up to [DONE]; comments (the heartbeat) are
+   * skipped; fails on anything else.
+   */
   static String textOf(List<String> lines) {
     StringBuilder text = new StringBuilder();
     boolean done = false;
     for (String line : lines) {
-      if (line.isEmpty()) continue;
+      if (line.isEmpty() || line.startsWith(":")) continue;
       assertTrue(!done, "nothing after [DONE]: " + line);
       assertTrue(line.startsWith("data: "), "SSE data line: " + line);
       String data = line.substring(6);
@@ -115,9 +131,24 @@ class SseChatServerTest {
     assertTrue(tooLong.body().contains("prompt_too_long"), tooLong.body());
   }
 
+  /** A raw HTTP/1.1 request for a long /chat generation, nothing read yet. */
+  static Socket sendChat(SseChatServer server, String prompt) throws Exception {
+    Socket s = new Socket("127.0.0.1", server.port());
+    s.setSoTimeout(30000);
+    OutputStream out = s.getOutputStream();
+    out.write(("GET /chat?prompt=" + enc(prompt) + "&max_new_tokens=4000&ignore_eos=true HTTP/1.1\r\n"
+        + "Host: localhost\r\nAccept: text/event-stream\r\n\r\n").getBytes(StandardCharsets.US_ASCII));
+    out.flush();
+    return s;
+  }
+
   /** A raw HTTP/1.1 connection reading /chat up to its first data line. */
   static Socket openStream(String prompt) throws Exception {
-    Socket s = new Socket("127.0.0.1", sse.port());
+    return openStream(sse, prompt);
+  }
+
+  static Socket openStream(SseChatServer server, String prompt) throws Exception {
+    Socket s = new Socket("127.0.0.1", server.port());
     s.setSoTimeout(30000);
     OutputStream out = s.getOutputStream();
     out.write(("GET /chat?prompt=" + enc(prompt) + "&max_new_tokens=4000&ignore_eos=true HTTP/1.1\r\n"
@@ -165,6 +196,101 @@ class SseChatServerTest {
     }
     // The next write fails, which closes the TokenStream, which cancels the generation.
     assertTrue(engine.awaitIdle(Duration.ofSeconds(15)), "cancelled after disconnect: " + engine.health());
+  }
+
+  static final ThreadMXBean THREADS = ManagementFactory.getThreadMXBean();
+
+  /**
+   * 40 clients ask for long generations and go away at once (one of them gets the only slot, the
+   * others wait for it and are answered 429). Within 20 s the JVM has about as many threads as
+   * before: the example must neither keep a thread per connection it ever had nor leave threads
+   * behind for clients that are gone (it grew 26 -> 76 threads after such bursts).
+   */
+  @Test
+  void burstOfDisconnectsLeavesNoThreads() throws Exception {
+    int before = THREADS.getThreadCount();
+    List<Socket> burst = new ArrayList<>();
+    try {
+      burst.add(openStream("the one that streams"));
+      for (int i = 0; i < 39; i++) burst.add(sendChat(sse, "burst " + i));
+    } finally {
+      for (Socket s : burst) s.close();
+    }
+    int[] now = {0};
+    boolean back = TestServer.await(Duration.ofSeconds(20), () -> {
+      now[0] = THREADS.getThreadCount();
+      return now[0] <= before + 8;
+    });
+    assertTrue(back, "threads: " + before + " before the burst, " + now[0] + " 20 s after");
+  }
+
+  /**
+   * A client that goes away while its generation waits in the engine's queue (before its first
+   * token) must cancel it at once, not hold a slot, a permit and a thread until its timeout.
+   */
+  @Test
+  void disconnectWhileQueuedCancelsTheGeneration() throws Exception {
+    // Two generations at once in front of an engine with one batch slot and one queue place.
+    try (SseChatServer two = new SseChatServer(client, new InetSocketAddress("127.0.0.1", 0),
+        new SseChatServer.Config(2, Duration.ofMillis(300), Duration.ofSeconds(60), 128))) {
+      two.start();
+      Socket running = openStream(two, "the one that runs");
+      try {
+        Socket queued = sendChat(two, "the one that waits");
+        assertTrue(TestServer.await(Duration.ofSeconds(10),
+            () -> Json.num(engine.health(), "queued", 0) == 1), "queued: " + engine.health());
+        queued.close();
+        boolean cancelled = TestServer.await(Duration.ofSeconds(10),
+            () -> Json.num(engine.health(), "queued", 0) == 0);
+        assertTrue(cancelled, "queued generation cancelled after its client left: " + engine.health());
+      } finally {
+        running.close();
+      }
+    }
+  }
+
+  /**
+   * The example as a program: it listens on the loopback address unless told otherwise (not on
+   * every interface), and refuses an unknown option naming the allowed ones.
+   */
+  @Test
+  void mainListensOnLoopbackByDefault() throws Exception {
+    String java = ProcessHandle.current().info().command().orElse("java");
+    List<String> cmd = List.of(java, "-cp", System.getProperty("llama2.classpath"),
+        "-Djna.library.path=" + System.getProperty("jna.library.path"),
+        "dev.llama2.example.SseChatServer", "--socket", engine.socket, "--port", "0");
+    Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
+    try {
+      BufferedReader out = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8));
+      String line = out.readLine();
+      while (line != null && !line.startsWith("SSE chat on ")) line = out.readLine();  // JVM notes
+      assertTrue(line != null && line.startsWith("SSE chat on http://127.0.0.1:"), "banner: " + line);
+      int port = Integer.parseInt(line.replaceAll(".*:(\\d+)/chat.*", "$1"));
+      HttpResponse<String> r = HTTP.send(HttpRequest.newBuilder(
+          URI.create("http://127.0.0.1:" + port + "/health")).build(), HttpResponse.BodyHandlers.ofString());
+      assertEquals(200, r.statusCode(), r.body());
+      // Not reachable through another address of this machine (when it has one).
+      for (InetAddress a : Collections.list(NetworkInterface.getNetworkInterfaces()).stream()
+          .flatMap(i -> Collections.list(i.getInetAddresses()).stream())
+          .filter(a -> !a.isLoopbackAddress() && !a.isLinkLocalAddress()).toList()) {
+        try (Socket s = new Socket()) {
+          s.connect(new InetSocketAddress(a, port), 2000);
+          throw new AssertionError("the example accepted a connection on " + a.getHostAddress());
+        } catch (IOException refused) {
+          // expected: nothing listens there
+        }
+      }
+    } finally {
+      p.destroy();
+      p.waitFor(10, TimeUnit.SECONDS);
+    }
+    Process bad = new ProcessBuilder(java, "-cp", System.getProperty("llama2.classpath"),
+        "dev.llama2.example.SseChatServer", "--socket", engine.socket, "--host", "0.0.0.0")
+        .redirectErrorStream(true).start();
+    assertTrue(bad.waitFor(30, TimeUnit.SECONDS));
+    String msg = new String(bad.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+    assertEquals(2, bad.exitValue(), msg);
+    assertTrue(msg.startsWith("unknown option '--host' (allowed: --socket --bind --port"), msg);
   }
 
   @Test

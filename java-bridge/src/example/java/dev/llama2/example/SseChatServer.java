@@ -2,24 +2,28 @@ package dev.llama2.example;
 
 import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpServer;
+import dev.llama2.Generation;
 import dev.llama2.GenerationParams;
 import dev.llama2.Json;
 import dev.llama2.Llama2Client;
 import dev.llama2.Llama2Exception;
-import dev.llama2.TokenStream;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.OutputStream;
+import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.net.URLDecoder;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
-import java.util.concurrent.ExecutorService;
-import java.util.concurrent.Executors;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.Semaphore;
+import java.util.concurrent.ThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 
 /**
  * Example: an HTTP front end on the JDK's own {@code com.sun.net.httpserver} that streams tokens as
@@ -33,29 +37,60 @@ import java.util.concurrent.TimeUnit;
  *       started is one {@code event: error} with {@code {"code", "message"}}.</li>
  *   <li>At most {@code maxConcurrent} generations at once (a {@link Semaphore}); a request that gets
  *       no permit within {@code permitWait} is answered 429 with {@code Retry-After}.</li>
- *   <li>Every generation has a timeout ({@code generationTimeout}); a client that disconnects
- *       cancels its generation (the next write fails and closing the TokenStream cancels it).</li>
+ *   <li>Every generation has a timeout ({@code generationTimeout}). A client that disconnects
+ *       cancels its generation: the next write fails. While no token comes (the generation waits
+ *       in the engine's queue, or the engine is slow) an SSE comment ({@code : waiting}) is written
+ *       every {@code heartbeat}, so a client that left is noticed then too.</li>
+ *   <li>At most {@code handlerThreads} HTTP handler threads (idle ones end after 10 s); further
+ *       requests wait for one in arrival order. A burst of connections costs no thread per
+ *       connection.</li>
  *   <li>{@code GET /health}: the engine's health JSON passed through (503 when unavailable).</li>
  * </ul>
  *
  * <p>Run: {@code java -Djna.library.path=build/java-bridge -cp
  * build/java-bridge/llama2-java.jar:build/java-bridge/llama2-java-example.jar:/usr/share/java/jna.jar
- * dev.llama2.example.SseChatServer --socket /tmp/llama2.sock --port 8080}
+ * dev.llama2.example.SseChatServer --socket /tmp/llama2.sock --port 8080} (listens on
+ * 127.0.0.1 unless given {@code --bind ADDRESS}).
  */
 public final class SseChatServer implements AutoCloseable {
-  /** Settings of the example. */
+  /**
+   * Settings of the example. {@code handlerThreads} bounds the HTTP handler threads: the
+   * {@code maxConcurrent} streams hold one each, the rest wait for a permit, answer 429 or serve
+   * /health. {@code heartbeat}: how long a stream may stay silent before an SSE comment is written
+   * (how soon a client that left is noticed while no token comes).
+   */
   public record Config(int maxConcurrent, Duration permitWait, Duration generationTimeout,
-                       int defaultMaxNewTokens) {
+                       int defaultMaxNewTokens, int handlerThreads, Duration heartbeat) {
+    public Config {
+      if (maxConcurrent < 1) throw new IllegalArgumentException("maxConcurrent must be >= 1");
+      if (handlerThreads <= maxConcurrent) {
+        throw new IllegalArgumentException("handlerThreads (" + handlerThreads
+            + ") must exceed maxConcurrent (" + maxConcurrent + "): 429s and /health need threads too");
+      }
+      if (heartbeat.isNegative() || heartbeat.isZero()) {
+        throw new IllegalArgumentException("heartbeat must be > 0");
+      }
+    }
+
+    /** {@code maxConcurrent + 16} handler threads, a 2 s heartbeat. */
+    public Config(int maxConcurrent, Duration permitWait, Duration generationTimeout,
+                  int defaultMaxNewTokens) {
+      this(maxConcurrent, permitWait, generationTimeout, defaultMaxNewTokens, maxConcurrent + 16,
+          Duration.ofSeconds(2));
+    }
+
     public static Config defaults() {
       return new Config(4, Duration.ofSeconds(2), Duration.ofSeconds(60), 128);
     }
   }
 
+  private static final Object END = new Object();  // the generation ended (queue marker)
+
   private final Llama2Client client;
   private final Config config;
   private final Semaphore permits;
   private final HttpServer http;
-  private final ExecutorService executor;
+  private final ThreadPoolExecutor executor;
 
   public SseChatServer(Llama2Client client, InetSocketAddress address, Config config)
       throws IOException {
@@ -63,13 +98,18 @@ public final class SseChatServer implements AutoCloseable {
     this.config = config;
     this.permits = new Semaphore(config.maxConcurrent(), /*fair=*/true);
     this.http = HttpServer.create(address, 0);
-    // Unbounded pool: the semaphore is the bound on generations; waiting for a permit or
-    // answering 429 must not queue behind running streams.
-    this.executor = Executors.newCachedThreadPool(r -> {
-      Thread t = new Thread(r, "sse-http");
-      t.setDaemon(true);
-      return t;
-    });
+    // A bounded pool. A cached pool (the first version of this example) started a thread for
+    // every connection of a burst and kept each for 60 s: 50 clients that came and went left 50
+    // idle threads. Here requests beyond handlerThreads wait in the pool's queue (FIFO), and idle
+    // threads end after 10 s.
+    AtomicInteger n = new AtomicInteger();
+    this.executor = new ThreadPoolExecutor(config.handlerThreads(), config.handlerThreads(),
+        10, TimeUnit.SECONDS, new LinkedBlockingQueue<>(), r -> {
+          Thread t = new Thread(r, "sse-http-" + n.incrementAndGet());
+          t.setDaemon(true);
+          return t;
+        });
+    executor.allowCoreThreadTimeOut(true);
     http.setExecutor(executor);
     http.createContext("/chat", this::chat);
     http.createContext("/health", this::health);
@@ -132,34 +172,66 @@ public final class SseChatServer implements AutoCloseable {
 
   private void streamCompletion(HttpExchange ex, String prompt, GenerationParams params)
       throws IOException {
-    try (TokenStream tokens = client.tokens(prompt, params)) {
-      // Wait for the first token before committing to 200, so that errors the engine answers at
-      // once (queue_full, prompt_too_long, ...) get a proper status code.
-      boolean any;
-      try {
-        any = tokens.hasNext();
-      } catch (Llama2Exception e) {
-        sendJson(ex, statusOf(e), error(e.code(), e.getMessage()));
-        return;
+    // Pieces arrive on the client's reader thread; this thread takes them with a time limit, so
+    // that it can write a heartbeat while none comes (a blocking iterator would sit here, with
+    // its thread and permit, until the generation ended, however long ago the client left).
+    LinkedBlockingQueue<Object> pieces = new LinkedBlockingQueue<>();
+    Generation g;
+    try {
+      g = client.stream(prompt, params, (text, index, tokenId) -> pieces.add(text));
+    } catch (Llama2Exception e) {  // e.g. the client is closed
+      sendJson(ex, statusOf(e), error(e.code(), e.getMessage()));
+      return;
+    }
+    g.completion().whenComplete((c, e) -> pieces.add(END));
+    long heartbeatMs = config.heartbeat().toMillis();
+    try {
+      // Wait for the first token (up to one heartbeat) before committing to 200, so that errors
+      // the engine answers at once (queue_full, prompt_too_long, ...) get a proper status code.
+      Object o = pieces.poll(heartbeatMs, TimeUnit.MILLISECONDS);
+      if (o == END) {
+        Llama2Exception failure = failureOf(g);
+        if (failure != null) {
+          sendJson(ex, statusOf(failure), error(failure.code(), failure.getMessage()));
+          return;
+        }
       }
       ex.getResponseHeaders().set("Content-Type", "text/event-stream; charset=utf-8");
       ex.getResponseHeaders().set("Cache-Control", "no-cache");
       ex.sendResponseHeaders(200, 0);  // chunked
       OutputStream out = ex.getResponseBody();
-      try {
-        while (any) {
-          String piece = tokens.next();
-          if (!piece.isEmpty()) {
-            // IOException here = the client went away: leaving the try closes the TokenStream,
-            // which cancels the generation and frees its KV blocks at once.
-            write(out, "data: " + Json.quote(piece) + "\n\n");
-          }
-          any = tokens.hasNext();
+      // An IOException from a write = the client went away: the finally block cancels the
+      // generation, which frees its KV blocks at once.
+      for (; o != END; o = pieces.poll(heartbeatMs, TimeUnit.MILLISECONDS)) {
+        if (o == null) {
+          write(out, ": waiting\n\n");  // an SSE comment: clients ignore it
+        } else if (!((String) o).isEmpty()) {
+          write(out, "data: " + Json.quote((String) o) + "\n\n");
         }
-        write(out, "data: [DONE]\n\n");
-      } catch (Llama2Exception e) {
-        write(out, "event: error\ndata: " + error(e.code(), e.getMessage()) + "\n\n");
       }
+      Llama2Exception failure = failureOf(g);
+      if (failure != null) {
+        write(out, "event: error\ndata: " + error(failure.code(), failure.getMessage()) + "\n\n");
+      } else {
+        write(out, "data: [DONE]\n\n");
+      }
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();  // the server is closing
+    } finally {
+      g.cancel();  // a no-op once the generation has ended
+    }
+  }
+
+  /** The failure of an ended generation, or null when it completed. */
+  private static Llama2Exception failureOf(Generation g) throws InterruptedException {
+    try {
+      g.completion().get();
+      return null;
+    } catch (ExecutionException e) {
+      Throwable cause = e.getCause();
+      return cause instanceof Llama2Exception
+          ? (Llama2Exception) cause
+          : new Llama2Exception("internal", String.valueOf(cause), g.requestId(), cause);
     }
   }
 
@@ -273,27 +345,55 @@ public final class SseChatServer implements AutoCloseable {
     out.flush();
   }
 
-  /** {@code --socket PATH [--port 8080] [--max-concurrent 4] [--permit-wait-ms 2000] [--timeout-ms 60000]}. */
+  private static final String USAGE = "usage: SseChatServer --socket PATH [--bind 127.0.0.1] "
+      + "[--port 8080] [--max-concurrent 4] [--permit-wait-ms 2000] [--timeout-ms 60000]";
+  private static final List<String> OPTIONS = List.of("--socket", "--bind", "--port",
+      "--max-concurrent", "--permit-wait-ms", "--timeout-ms");
+
+  /**
+   * {@code --socket PATH [--bind 127.0.0.1] [--port 8080] [--max-concurrent 4]
+   * [--permit-wait-ms 2000] [--timeout-ms 60000]}. It listens on the loopback address unless
+   * {@code --bind} names another (e.g. {@code 0.0.0.0} for every interface, behind a proxy that
+   * does TLS and authentication: the example does neither).
+   */
   public static void main(String[] argv) throws Exception {
     Map<String, String> opt = new HashMap<>();
-    for (int i = 0; i + 1 < argv.length; i += 2) opt.put(argv[i], argv[i + 1]);
+    for (int i = 0; i < argv.length; i += 2) {
+      if (!OPTIONS.contains(argv[i]) || i + 1 >= argv.length) {
+        System.err.println((OPTIONS.contains(argv[i]) ? argv[i] + " needs a value"
+            : "unknown option '" + argv[i] + "' (allowed: " + String.join(" ", OPTIONS) + ")")
+            + "\n" + USAGE);
+        System.exit(2);
+      }
+      opt.put(argv[i], argv[i + 1]);
+    }
     String socket = opt.get("--socket");
     if (socket == null) {
-      System.err.println("usage: SseChatServer --socket PATH [--port 8080] [--max-concurrent 4] "
-          + "[--permit-wait-ms 2000] [--timeout-ms 60000]");
+      System.err.println("--socket is required\n" + USAGE);
       System.exit(2);
     }
-    Config cfg = new Config(Integer.parseInt(opt.getOrDefault("--max-concurrent", "4")),
-        Duration.ofMillis(Long.parseLong(opt.getOrDefault("--permit-wait-ms", "2000"))),
-        Duration.ofMillis(Long.parseLong(opt.getOrDefault("--timeout-ms", "60000"))), 128);
+    Config cfg;
+    InetSocketAddress address;
+    try {
+      cfg = new Config(Integer.parseInt(opt.getOrDefault("--max-concurrent", "4")),
+          Duration.ofMillis(Long.parseLong(opt.getOrDefault("--permit-wait-ms", "2000"))),
+          Duration.ofMillis(Long.parseLong(opt.getOrDefault("--timeout-ms", "60000"))), 128);
+      String bind = opt.get("--bind");
+      InetAddress host = bind == null ? InetAddress.getLoopbackAddress() : InetAddress.getByName(bind);
+      address = new InetSocketAddress(host, Integer.parseInt(opt.getOrDefault("--port", "8080")));
+    } catch (IllegalArgumentException | IOException e) {  // NumberFormatException included
+      System.err.println("bad option value: " + e.getMessage() + "\n" + USAGE);
+      System.exit(2);
+      return;
+    }
     Llama2Client client = Llama2Client.connect(socket);
-    SseChatServer server = new SseChatServer(client,
-        new InetSocketAddress(Integer.parseInt(opt.getOrDefault("--port", "8080"))), cfg);
+    SseChatServer server = new SseChatServer(client, address, cfg);
     Runtime.getRuntime().addShutdownHook(new Thread(() -> {
       server.close();
       client.close();
     }));
     server.start();
-    System.err.println("SSE chat on http://localhost:" + server.port() + "/chat?prompt=Hello");
+    System.err.println("SSE chat on http://" + address.getAddress().getHostAddress() + ":"
+        + server.port() + "/chat?prompt=Hello");
   }
 }

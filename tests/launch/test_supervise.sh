@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# The signal handling of launch/llama2-mpirun with a fake mpirun (no MPI needed): which process
+# gets which signal, the exit statuses, a stop before rank 0 runs, a second signal, a lingering
+# mpirun; and the systemd unit (launch/systemd/llama2.service). The same paths with real MPI and a
+# real server: tests/integration/signals.sh. Prints "N passed, M failed" last; exit 1 on failure.
+#   usage: bash tests/launch/test_supervise.sh
+# shellcheck source=tests/launch/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+FAKEBIN=$TMP/bin
+mkdir -p "$FAKEBIN"
+NO_SMI=$TMP/no-such-nvidia-smi
+
+# ---- supervision (signals), with a fake mpirun that starts the ranks like Open MPI (each rank in
+# its own process group, the rank program from llama2-rank on) and fake `serve` ranks that log the
+# signals they get. FAKE_MPIRUN_GO=FILE: start the ranks only once FILE exists.
+# FAKE_MPIRUN_LINGER=1: on SIGTERM keep running (Open MPI 4.1 sleeps through its kill sequence).
+cat >"$FAKEBIN/sup-mpirun" <<'EOF'
+#!/usr/bin/env bash
+np=1 prog=()
+while (($#)); do case "$1" in -np) np=$2; shift 2 ;; */llama2-rank) prog=("$@"); break ;; *) shift ;; esac; done
+signalled=0
+trap 'signalled=1' TERM INT
+exec 3<> <(:)
+if [[ -n "${FAKE_MPIRUN_GO-}" ]]; then until [[ -e "$FAKE_MPIRUN_GO" ]]; do read -t 0.02 -u 3; done; fi
+set -m
+pids=()
+for ((r = 0; r < np; r++)); do OMPI_COMM_WORLD_RANK=$r "${prog[@]}" & pids+=($!); done
+set +m
+rc=0
+for p in "${pids[@]}"; do
+  while :; do wait "$p"; s=$?; kill -0 "$p" 2>/dev/null || break; done
+  if ((s > 128)); then wait "$p" 2>/dev/null; t=$?; [[ $t -ne 127 ]] && s=$t; fi
+  [[ $rc -ne 0 ]] || rc=$s
+done
+if ((signalled)); then
+  [[ "${FAKE_MPIRUN_LINGER-}" == 1 ]] && read -t 30 -u 3
+  exit 1
+fi
+exit "$rc"
+EOF
+# Like serve, rank 0 stops on SIGTERM and the others follow it (here: when rank 0 logged its stop).
+# FAKE_HOLD=1: rank 0 catches SIGTERM but does not stop; FAKE_RC: every rank's exit status.
+cat >"$FAKEBIN/sup-llama2" <<'EOF'
+#!/usr/bin/env bash
+r=${OMPI_COMM_WORLD_RANK:-?} stop=0
+trap 'echo "rank $r: TERM" >>"$FAKE_LOG"; [[ "${FAKE_HOLD-}" == 1 || $r != 0 ]] || stop=1' TERM
+echo "rank $r: started" >>"$FAKE_LOG"
+exec 3<> <(:)
+end=$((SECONDS + 20))
+until ((stop || SECONDS >= end)); do
+  read -t 0.05 -u 3
+  [[ $r != 0 ]] && grep -q "rank 0: stopped" "$FAKE_LOG" && stop=1
+done
+echo "rank $r: stopped" >>"$FAKE_LOG"
+exit "${FAKE_RC:-0}"
+EOF
+chmod +x "$FAKEBIN"/sup-*
+# sup NAME VARS... -- WRAPPER_ARGS... : the wrapper in the background (own process group, so that
+# SIGINT is not ignored), its pid in SUP_PID; the fake ranks log to $TMP/NAME.log.
+sup() {
+  local name=$1; shift
+  local vars=()
+  while [[ "$1" != "--" ]]; do vars+=("$1"); shift; done
+  shift
+  : >"$TMP/$name.log"
+  mkdir -p "$TMP/$name.d"  # TMPDIR of the wrapper: its state directory is found there
+  set -m
+  (
+    export TMPDIR=$TMP/$name.d
+    for v in "${vars[@]}"; do export "${v?}"; done
+    exec "$MPIRUN_SH" "$@"
+  ) >"$TMP/$name.out" 2>"$TMP/$name.err" &
+  SUP_PID=$!
+  set +m
+}
+sup_env=(MPIRUN="$FAKEBIN/sup-mpirun" LLAMA2_BIN="$FAKEBIN/sup-llama2" NVIDIA_SMI="$NO_SMI" _LLAMA2_TEST_GRACE_S=1)
+exec {nap}<> <(:)
+until_pid0() {  # NAME : wait (up to 10 s) until rank 0's llama2-rank has written its pid
+  local i f
+  for ((i = 0; i < 500; i++)); do
+    for f in "$TMP/$1.d"/llama2-mpirun.*/rank0.child; do [[ -s "$f" ]] && return 0; done
+    read -r -t 0.02 -u "$nap"
+  done
+  fail "$1: rank 0 never wrote its pid"; show "$1"; return 1
+}
+until_log() {  # NAME PATTERN COUNT : wait (up to 10 s) until the fake ranks logged PATTERN COUNT times
+  local i n
+  for ((i = 0; i < 500; i++)); do
+    n=$(grep -c -- "$2" "$TMP/$1.log")
+    [[ $n -ge $3 ]] && return 0
+    read -r -t 0.02 -u "$nap"
+  done
+  fail "$1: '$2' not logged $3 time(s)"; show "$1"; return 1
+}
+sup_end() {  # NAME : wait (up to 20 s) for the wrapper; its status to $TMP/NAME.rc
+  local i
+  for ((i = 0; i < 1000; i++)); do kill -0 "$SUP_PID" 2>/dev/null || break; read -r -t 0.02 -u "$nap"; done
+  if kill -0 "$SUP_PID" 2>/dev/null; then kill -KILL -- "-$SUP_PID" 2>/dev/null; fi
+  wait "$SUP_PID"; echo $? >"$TMP/$1.rc"
+}
+expect_log() {  # NAME COUNT PATTERN
+  local n; n=$(grep -c -- "$3" "$TMP/$1.log")
+  if [[ $n -eq $2 ]]; then pass "$1: '$3' logged $2 time(s)"; else fail "$1: '$3' logged $n time(s), expected $2"; show "$1"; cat "$TMP/$1.log"; fi
+}
+
+# SIGINT to the wrapper: SIGTERM to rank 0 only; the job ends 0.
+sup sup.int "${sup_env[@]}" FAKE_LOG="$TMP/sup.int.log" -- -n 2 -q -- serve --model /m
+until_log sup.int started 2 && until_pid0 sup.int && kill -INT "$SUP_PID"
+sup_end sup.int
+expect_rc sup.int 0
+expect_log sup.int 1 "rank 0: TERM"
+expect_log sup.int 0 "rank 1: TERM"
+expect_log sup.int 2 "stopped"
+expect_err sup.int "SIGINT: SIGTERM to rank 0"
+# SIGTERM to every process at once; mpirun, signalled too, lingers: ended once every rank is done.
+sup sup.all "${sup_env[@]}" FAKE_LOG="$TMP/sup.all.log" FAKE_MPIRUN_LINGER=1 -- -n 2 -q -- serve --model /m
+tree_pids() {  # PID: PID and all its descendants
+  local -A kids=()
+  local pid ppid queue=("$1") out=()
+  while read -r pid ppid; do kids[$ppid]+=" $pid"; done < <(ps -e -o pid=,ppid=)
+  while ((${#queue[@]})); do
+    out+=("${queue[0]}")
+    # shellcheck disable=SC2206
+    queue=("${queue[@]:1}" ${kids[${queue[0]}]-})
+  done
+  echo "${out[@]}"
+}
+# shellcheck disable=SC2046
+until_log sup.all started 2 && until_pid0 sup.all && kill -TERM $(tree_pids "$SUP_PID") 2>/dev/null
+sup_end sup.all
+expect_rc sup.all 0
+expect_err sup.all "SIGKILL to mpirun"
+expect_err sup.all "every rank (2) exited 0: exit 0"
+# A rank that fails decides the status, signal or not.
+sup sup.fail "${sup_env[@]}" FAKE_LOG="$TMP/sup.fail.log" FAKE_RC=3 -- -n 2 -q -- serve --model /m
+until_log sup.fail started 2 && until_pid0 sup.fail && kill -TERM "$SUP_PID"
+sup_end sup.fail
+expect_rc sup.fail 3
+# A stop asked for before rank 0 runs reaches it when it starts.
+sup sup.early "${sup_env[@]}" FAKE_LOG="$TMP/sup.early.log" FAKE_MPIRUN_GO="$TMP/sup.early.go" -- -n 2 -- serve --model /m
+for ((i = 0; i < 500; i++)); do [[ -s "$TMP/sup.early.err" ]] && break; read -r -t 0.02 -u "$nap"; done  # "+ mpirun ..."
+kill -TERM "$SUP_PID"
+until grep -q "rank 0 is starting" "$TMP/sup.early.err" || ((i++ > 1000)); do read -r -t 0.02 -u "$nap"; done
+: >"$TMP/sup.early.go"
+sup_end sup.early
+expect_rc sup.early 0
+expect_err sup.early "rank 0 is starting; it will be stopped as soon as it runs"
+expect_log sup.early 1 "rank 0: TERM"
+# A second signal ends the job now: SIGKILL to the ranks that do not stop.
+sup sup.twice "${sup_env[@]}" FAKE_LOG="$TMP/sup.twice.log" FAKE_HOLD=1 -- -n 2 -q -- serve --model /m
+until_log sup.twice started 2 && until_pid0 sup.twice && kill -TERM "$SUP_PID" && until_log sup.twice "rank 0: TERM" 1 && kill -TERM "$SUP_PID"
+sup_end sup.twice
+expect_rc sup.twice 137
+expect_err sup.twice "second signal (SIGTERM): ending the job now (SIGKILL to 2 rank(s) on this host)"
+
+# ============================================================================ systemd unit
+UNIT=$ROOT/launch/systemd/llama2.service
+unit_get() { sed -n "s/^$1=//p" "$UNIT"; }
+expect_eq "unit: KillMode=mixed (SIGTERM to the wrapper only)" "$(unit_get KillMode)" mixed
+expect_eq "unit: the wrapper is the main process" "$(unit_get ExecStart | cut -d' ' -f1)" /opt/llama2/launch/llama2-mpirun
+stop_s=$(unit_get TimeoutStopSec)
+drain_ms=$(grep -v '^#' "$UNIT" | grep -o -- '--shutdown-timeout-ms [0-9][0-9]*' | cut -d' ' -f2)
+if [[ -n "$drain_ms" && "$stop_s" =~ ^[0-9]+$ ]] && ((stop_s * 1000 >= drain_ms + 10000)); then
+  pass "unit: TimeoutStopSec=$stop_s covers the drain (${drain_ms} ms) + 10 s"
+else
+  fail "unit: TimeoutStopSec='$stop_s' does not cover --shutdown-timeout-ms '$drain_ms' + 10 s"
+fi
+if command -v systemd-analyze >/dev/null 2>&1; then
+  # The unit as installed from this checkout (verify checks that ExecStart is executable).
+  sed "s|/opt/llama2|$ROOT|g" "$UNIT" >"$TMP/llama2.service"
+  run unit.verify systemd-analyze verify "$TMP/llama2.service"
+  expect_rc unit.verify 0
+  expect_eq "unit.verify: no warnings" "$(cat "$TMP/unit.verify.out" "$TMP/unit.verify.err")" ""
+else
+  echo "skip: systemd-analyze not installed; the unit file is not verified"
+fi
+
+echo "$PASSES passed, $FAILURES failed"
+[[ $FAILURES -eq 0 ]]
