@@ -240,7 +240,18 @@ void RankEngine::size_kv_cache(const EngineSpec& spec) {
 RankEngine::~RankEngine() = default;
 
 void RankEngine::run_local(const StepPlan& plan, StepLogits* logits) {
+  if (plan.kind == StepKind::kScore) {  // a worker's share of a score step (rank 0: score())
+    runner_->score(plan, nullptr);
+    return;
+  }
   runner_->forward(plan, rank_ == 0 ? logits : nullptr);
+}
+
+void RankEngine::score(const StepPlan& plan, std::vector<double>* logprobs) {
+  LLAMA2_CHECK(rank_ == 0 && plan.kind == StepKind::kScore);
+  std::vector<int32_t> wire = encode_step_plan(plan);
+  broadcast_words(comm_, &wire);
+  runner_->score(plan, logprobs);
 }
 
 void RankEngine::execute(const StepPlan& plan, StepLogits* logits) {

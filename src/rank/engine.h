@@ -62,6 +62,10 @@ class RankEngine final : public StepExecutor {
   // The same with full logits [rows, vocab] (plan.candidates must be 0).
   void execute(const StepPlan& plan, std::vector<float>* logits);
   int vocab_size() const override { return config_.vocab_size; }
+  // Rank 0: broadcast a StepKind::kScore plan and run it; `logprobs` gets log p(targets[t]) of
+  // every scored row in token order (ModelRunner::score), computed from per-rank vocabulary
+  // slices without gathering full logits.
+  void score(const StepPlan& plan, std::vector<double>* logprobs);
   // Rank 0: tell the workers to leave their loop with `exit_code`.
   void shutdown(int exit_code);
   // Other ranks: receive plans and run them until a shutdown plan; returns its exit code.
