@@ -13,7 +13,7 @@ if [[ "${DEMO_SKIP_SETUP:-0}" != 1 ]]; then
 fi
 model="$LLAMA2_ROOT/models/docs-8m"
 prompt=${1:-"The database server"}
-flags=(-n 64 --temperature 0.7 --top-p 0.9 --seed 42 --backend cpu)
+flags=(-n 64 --temperature 0.7 --top-p 0.9 --repetition-penalty 1.15 --seed 42 --backend cpu)
 echo "+ mpirun -np 2 llama2 generate --model $model --prompt \"$prompt\" ${flags[*]}"
 mpirun --oversubscribe -np 2 -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS \
   "$LLAMA2_BUILD/llama2" generate --model "$model" --prompt "$prompt" "${flags[@]}"

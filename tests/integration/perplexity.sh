@@ -11,7 +11,9 @@ NPS=${6:-1 2}
 
 # Every (context, stride) of the fixture at every rank count: same token count, perplexity within
 # 1e-4 relative of HF's (fp32 on both sides: only summation order differs).
-configs=$(python3 -c 'import json,sys; print(" ".join(f"{r[\"context\"]}:{r[\"stride\"]}" for r in json.load(open(sys.argv[1]))["results"]))' "$FIXTURE")
+configs=$(python3 -c 'import json, sys
+print(" ".join("%d:%d" % (r["context"], r["stride"]) for r in json.load(open(sys.argv[1]))["results"]))' "$FIXTURE")
+[[ -n $configs ]] || fail "no (context, stride) configurations read from $FIXTURE"
 for np in $NPS; do
   for cfg in $configs; do
     n=${cfg%:*} s=${cfg#*:}

@@ -196,6 +196,23 @@ TEST_SUITE("step_plan") {
     }
   }
 
+  TEST_CASE("score plan round trip carries one target per token after the block ids") {
+    StepPlan p = forward_plan();
+    p.kind = StepKind::kScore;
+    p.targets = {102, 103, -1, -1, 302, 7};
+    const std::vector<int32_t> w = llama2::encode_step_plan(p);
+    REQUIRE(w.size() == 7 + 3 * 6 + 6 + 6 + 6);
+    CHECK(std::vector<int32_t>(w.end() - 6, w.end()) == p.targets);
+    const StepPlan q = llama2::decode_step_plan(w);
+    check_same(p, q);
+    CHECK(q.targets == p.targets);
+    CHECK(q.score_rows() == 4);
+    // A forward plan has no targets on the wire; a score wire without them is malformed.
+    CHECK(llama2::decode_step_plan(llama2::encode_step_plan(forward_plan())).targets.empty());
+    std::vector<int32_t> short_wire(w.begin(), w.end() - 1);
+    CHECK(contains(decode_error(short_wire), "length mismatch"));
+  }
+
   TEST_CASE("the error type is llama2::Error") {
     CHECK_THROWS_AS(llama2::decode_step_plan({1, 2, 3}), llama2::Error);
   }
