@@ -47,8 +47,8 @@ for row in rows:
     if base is None:
         base = r["perplexity"]
     diff = r["perplexity"] - base
-    lines.append(f"| {backend} | {r['dtype']} | {r['kv_cache_dtype']} | {r['ranks']} | {r['perplexity']:.4f} | "
-                 f"{r['mean_nll']:.6f} | {diff:+.4f} ({diff / base:+.3%}) | {r['tokens_per_s']:.0f} |")
+    lines.append(f"| {backend} | {r['dtype']} | {r['kv_cache_dtype']} | {r['ranks']} | {r['perplexity']:.6f} | "
+                 f"{r['mean_nll']:.7f} | {diff:+.2e} ({diff / base:+.1e} relative) | {r['tokens_per_s']:.0f} |")
 open(os.path.join(out, "table.md"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY

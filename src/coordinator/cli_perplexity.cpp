@@ -107,8 +107,6 @@ std::pair<double, int64_t> score_windows(RankEngine& engine, const std::vector<i
   };
   size_t i = 0;
   while (i < windows.size()) {
-    StepPlan plan;
-    plan.kind = StepKind::kScore;
     const Window& w = windows[i];
     if (w.end - w.begin > chunk) {  // alone, in chunks that extend its KV cache
       for (int from = w.begin; from < w.end; from += chunk) {
@@ -120,6 +118,8 @@ std::pair<double, int64_t> score_windows(RankEngine& engine, const std::vector<i
       ++i;
       continue;
     }
+    StepPlan plan;  // whole windows, one sequence each
+    plan.kind = StepKind::kScore;
     int tokens = 0, slot = 0;
     while (i < windows.size() && slot < max_seqs &&
            tokens + (windows[i].end - windows[i].begin) <= chunk) {

@@ -143,7 +143,7 @@ TEST_SUITE("step_plan") {
     }
     SUBCASE("unknown kind") {
       CHECK(contains(bad([](auto& w) { w[1] = 0; }), "unknown kind"));
-      CHECK(contains(bad([](auto& w) { w[1] = 3; }), "unknown kind"));
+      CHECK(contains(bad([](auto& w) { w[1] = 4; }), "unknown kind"));
       CHECK(contains(bad([](auto& w) { w[1] = -1; }), "unknown kind"));
     }
     SUBCASE("length mismatch") {

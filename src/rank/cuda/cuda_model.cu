@@ -24,7 +24,6 @@
 #include "kernels/dtype.cuh"
 #include "kernels/embedding.cuh"
 #include "kernels/gemv.cuh"
-#include "kernels/logsumexp.cuh"
 #include "kernels/rmsnorm.cuh"
 #include "kernels/rope_kv.cuh"
 #include "kernels/sampling.cuh"
@@ -32,6 +31,7 @@
 #include "rank/cuda/cuda_weights.h"
 #include "rank/cuda/nccl_comm.h"
 #include "rank/cuda/op_profiler.h"
+#include "rank/cuda/score_head.cuh"
 #include "rank/logits_gather.h"
 #include "rank/model_runner.h"
 #include "rank/step_metadata.h"
@@ -210,67 +210,32 @@ class CudaModel final : public ModelRunner {
   }
 
   // A kScore step: the forward pass of every token (no graph: want_logits is 0 everywhere, so
-  // body() computes no logit rows), then the LM head over all T normed rows in chunks of
-  // kScoreRows, each chunk reduced to (max, sum of exp, target logit) per row on the GPU;
-  // [T, 3] floats per rank go to rank 0, which combines them (combine_logsumexp).
+  // body() computes no logit rows), then ScoreHead over all T normed rows.
   void score(const StepPlan& plan, std::vector<double>* logprobs) override {
     LLAMA2_CHECK(kv_.bytes() > 0 && plan.kind == StepKind::kScore);
-    const int T_ = plan.total_tokens(), H = c_.hidden_size, Vl = s_.vocab_size, tp = s_.tp;
-    LLAMA2_CHECK(plan.targets.size() == static_cast<size_t>(T_));
+    LLAMA2_CHECK(plan.targets.size() == plan.tokens.size());
     for (int32_t t : plan.targets) {
       if (t >= c_.vocab_size) {
         throw Error("score step: target id " + std::to_string(t) +
                     " is outside the vocabulary [0, " + std::to_string(c_.vocab_size) + ")");
       }
     }
-    const bool root = nccl_->rank() == 0;
-    if (score_targets_.bytes() == 0) {  // first score step: its buffers, sized for a full step
-      const int64_t Tm = opt_.max_step_tokens;
-      score_logits_ = DeviceBuffer(static_cast<size_t>(kScoreRows) * Vl * sizeof(T), "score logits");
-      score_targets_ = DeviceBuffer(static_cast<size_t>(Tm) * sizeof(int32_t), "score targets");
-      score_part_ = DeviceBuffer(static_cast<size_t>(Tm) * 3 * sizeof(float), "score slices");
-      score_all_ = DeviceBuffer(root ? static_cast<size_t>(Tm) * 3 * tp * sizeof(float) : 0,
-                                "gathered score slices");
-      score_host_ = PinnedBuffer(root ? static_cast<size_t>(Tm) * 3 * tp * sizeof(float) : 0);
+    if (!score_head_) {
+      score_head_ = std::make_unique<ScoreHead<T>>(opt_.max_step_tokens, s_, nccl_->rank() == 0);
     }
     if (plan.seqs.empty()) {
-      if (root && logprobs != nullptr) logprobs->clear();
+      if (logprobs != nullptr) logprobs->clear();
       return;
     }
     const StepShape shape = fill_step_metadata(plan, layout_, 0, meta_host_.as<int32_t>());
     CUDA_CHECK(cudaMemcpyAsync(meta_dev_.as<void>(), meta_host_.as<void>(),
                                shape.words_used * sizeof(int32_t), cudaMemcpyHostToDevice,
                                stream_));
-    // Pageable source: the copy is staged before the call returns, so `plan` may go away.
-    CUDA_CHECK(cudaMemcpyAsync(score_targets_.as<void>(), plan.targets.data(),
-                               plan.targets.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
-                               stream_));
     body(shape);
     const DeviceBuffer& head = c_.tie_word_embeddings ? weights_.embed : weights_.lm_head;
-    for (int r0 = 0; r0 < T_; r0 += kScoreRows) {
-      const int n = std::min(kScoreRows, T_ - r0);
-      gemm_xwt(cublas_, TypeInfo<T>::kCuda, h_.as<T>() + static_cast<int64_t>(r0) * H,
-               head.as<T>(), score_logits_.as<T>(), n, Vl, H);
-      CUDA_CHECK(kernels::launch_slice_logsumexp<T>(
-          score_logits_.as<T>(), Vl, n, Vl, s_.vocab_begin, score_targets_.as<int32_t>() + r0,
-          score_part_.as<float>() + static_cast<int64_t>(r0) * 3, stream_));
-    }
-    const std::vector<size_t> counts(tp, static_cast<size_t>(T_) * 3);
-    nccl_->gather_to_root(score_part_.as<void>(), counts, ncclFloat32, score_all_.as<void>(),
-                          stream_);
-    if (root) {
-      CUDA_CHECK(cudaMemcpyAsync(score_host_.as<void>(), score_all_.as<void>(),
-                                 counts[0] * tp * sizeof(float), cudaMemcpyDeviceToHost, stream_));
-    }
-    nccl_->synchronize(stream_);
-    if (!root || logprobs == nullptr) return;
-    std::vector<double> all(static_cast<size_t>(T_));
-    combine_logsumexp(score_host_.as<float>(), all_shards_, T_, plan.targets.data(), nullptr,
-                      all.data());
-    logprobs->clear();
-    for (int t = 0; t < T_; ++t) {
-      if (plan.targets[t] >= 0) logprobs->push_back(all[t]);
-    }
+    score_head_->run(h_.as<T>(), head.as<T>(), TypeInfo<T>::kCuda, plan.total_tokens(),
+                     c_.hidden_size, plan.targets, all_shards_, s_, *nccl_, cublas_, stream_,
+                     logprobs);
   }
 
   void forward(const StepPlan& plan, StepLogits* out) override {
@@ -614,13 +579,7 @@ class CudaModel final : public ModelRunner {
   DeviceBuffer cand_values_, cand_ids_;       // [R, kMaxCandidates]
   DeviceBuffer gathered_f32_, gathered_ids_;  // rank 0: [tp][R, k] or [R, vocab] (rank blocks)
   PinnedBuffer host_f32_, host_ids_;          // rank 0: the same on the host
-  // kScore steps, allocated by the first one: LM-head rows per chunk, and the slice summaries.
-  static constexpr int kScoreRows = 512;
-  DeviceBuffer score_logits_;   // [kScoreRows, vocab_local] in T
-  DeviceBuffer score_targets_;  // [T] int32 global target ids (-1: not scored)
-  DeviceBuffer score_part_;     // [T, 3] fp32: this rank's (max, sum exp, target logit) per row
-  DeviceBuffer score_all_;      // rank 0: [tp][T, 3]
-  PinnedBuffer score_host_;     // rank 0: the same on the host
+  std::unique_ptr<ScoreHead<T>> score_head_;  // kScore steps; made by the first one
   // (decode batch bucket, context bucket) -> graph
   std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
 };
