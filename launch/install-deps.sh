@@ -9,6 +9,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libsentencepiece-dev nlohmann-json3-dev libcxxopts-dev doctest-dev
   python3  # test helpers (model-file corruption, JSON checks)
+  wamerican  # the English word list the demo's readability test checks against
 )
 if [[ "${1:-}" == "--java" ]]; then
   packages+=(default-jdk-headless libjna-java junit5)

@@ -25,7 +25,9 @@ const char* kUsage =
     "  generate          generate text for one prompt (streams to stdout)\n"
     "  batch             run a JSONL file of prompts as one job (resumable)\n"
     "  serve             serve generations on a Unix socket (docs/PROTOCOL.md)\n"
+    "  perplexity        teacher-forced log-likelihood of a text file (sliding windows)\n"
     "  make-test-model   write a small random model directory with its own tokenizer\n"
+    "  train-tokenizer   train a SentencePiece tokenizer (Llama conventions) on a corpus\n"
     "  plan              capacity planner: memory per GPU for a TP degree (no MPI needed)\n"
     "  client            send one request to a running `llama2 serve` (no MPI needed)\n";
 
@@ -83,6 +85,10 @@ int main(int argc, char** argv) {
   if (cmd == "serve") return run_mpi_command(llama2::run_serve, sub_argc, sub_argv);
   if (cmd == "make-test-model") {
     return run_local_command(llama2::run_make_test_model, sub_argc, sub_argv);
+  }
+  if (cmd == "perplexity") return run_mpi_command(llama2::run_perplexity, sub_argc, sub_argv);
+  if (cmd == "train-tokenizer") {
+    return run_local_command(llama2::run_train_tokenizer, sub_argc, sub_argv);
   }
   if (cmd == "plan") return run_local_command(llama2::run_plan, sub_argc, sub_argv);
   if (cmd == "client") return run_local_command(llama2::run_client, sub_argc, sub_argv);

@@ -16,6 +16,12 @@ int StepPlan::logit_rows() const {
   return n;
 }
 
+int StepPlan::score_rows() const {
+  int n = 0;
+  for (int32_t t : targets) n += t >= 0 ? 1 : 0;
+  return n;
+}
+
 void append_seq(StepPlan* plan, int32_t seq_id, int32_t pos_begin, const int32_t* tokens,
                 int32_t n_tokens, bool want_logits, const int32_t* table, int32_t table_len) {
   SeqStep s;
@@ -46,6 +52,10 @@ std::vector<int32_t> encode_step_plan(const StepPlan& p) {
   }
   w.insert(w.end(), p.tokens.begin(), p.tokens.end());
   w.insert(w.end(), p.block_ids.begin(), p.block_ids.end());
+  if (p.kind == StepKind::kScore) {
+    LLAMA2_CHECK(p.targets.size() == p.tokens.size());
+    w.insert(w.end(), p.targets.begin(), p.targets.end());
+  }
   return w;
 }
 
@@ -55,14 +65,17 @@ StepPlan decode_step_plan(const std::vector<int32_t>& w) {
   if (w.size() < kHeader || w[0] != kMagic) throw bad("missing header");
   StepPlan p;
   p.kind = static_cast<StepKind>(w[1]);
-  if (p.kind != StepKind::kForward && p.kind != StepKind::kShutdown) throw bad("unknown kind");
+  if (p.kind != StepKind::kForward && p.kind != StepKind::kShutdown && p.kind != StepKind::kScore) {
+    throw bad("unknown kind");
+  }
+  const int64_t n_targets = p.kind == StepKind::kScore ? w[5] : 0;  // one per token
   p.exit_code = w[2];
   p.candidates = w[3];
   if (p.candidates < 0 || p.candidates > kMaxCandidates) throw bad("candidates out of range");
   const int64_t n_seqs = w[4], n_tokens = w[5], n_blocks = w[6];
   if (n_seqs < 0 || n_tokens < 0 || n_blocks < 0 ||
       static_cast<int64_t>(w.size()) !=
-          static_cast<int64_t>(kHeader) + n_seqs * kSeqFields + n_tokens + n_blocks) {
+          static_cast<int64_t>(kHeader) + n_seqs * kSeqFields + n_tokens + n_blocks + n_targets) {
     throw bad("length mismatch");
   }
   size_t i = kHeader;
@@ -79,7 +92,9 @@ StepPlan decode_step_plan(const std::vector<int32_t>& w) {
   if (token_sum != n_tokens) throw bad("token count mismatch");
   p.tokens.assign(w.begin() + i, w.begin() + i + n_tokens);
   i += n_tokens;
-  p.block_ids.assign(w.begin() + i, w.end());
+  p.block_ids.assign(w.begin() + i, w.begin() + i + n_blocks);
+  i += n_blocks;
+  p.targets.assign(w.begin() + i, w.end());
   return p;
 }
 

@@ -11,6 +11,11 @@ namespace llama2 {
 enum class StepKind : int32_t {
   kForward = 1,   // run the forward pass described by `seqs`
   kShutdown = 2,  // leave the worker loop; `exit_code` is the process exit status
+  // Run the forward pass of `seqs` and score every token row t with targets[t] >= 0: the
+  // log-probability of token targets[t] at the position after t (log-softmax of the raw logits).
+  // Each rank reduces its vocabulary slice (max, sum of exponentials, the target's logit when it
+  // owns it) and rank 0 combines them: full logits never leave a rank. want_logits is ignored.
+  kScore = 3,
 };
 
 // One sequence's part of a step: `n_tokens` new tokens at positions [pos_begin,
@@ -36,9 +41,11 @@ struct StepPlan {
   std::vector<SeqStep> seqs;
   std::vector<int32_t> tokens;     // [sum of n_tokens], sequence after sequence
   std::vector<int32_t> block_ids;  // [sum of table_len], the block tables back to back
+  std::vector<int32_t> targets;    // kScore: [total_tokens], target id of each row, -1 = unscored
 
   int total_tokens() const { return static_cast<int>(tokens.size()); }
   int logit_rows() const;  // number of sequences with want_logits
+  int score_rows() const;  // kScore: number of targets >= 0
 };
 
 // Appends one sequence's part of a step: `n_tokens` new tokens at positions [pos_begin,

@@ -8,6 +8,10 @@ int run_generate(int argc, char** argv, int rank);
 int run_batch(int argc, char** argv, int rank);
 int run_serve(int argc, char** argv, int rank);
 int run_make_test_model(int argc, char** argv);
+// No MPI: a SentencePiece tokenizer trained on a corpus (tools/train_tokenizer.h).
+int run_train_tokenizer(int argc, char** argv);
+// Teacher-forced log-likelihood of a text file (sliding windows), under mpirun.
+int run_perplexity(int argc, char** argv, int rank);
 // No MPI: capacity planning from config.json or a preset (exit 0 fits, 1 does not fit).
 int run_plan(int argc, char** argv);
 // No MPI: one request to a running `llama2 serve` (exit 0 done, 1 error event or no server).

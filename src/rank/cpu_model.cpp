@@ -115,6 +115,30 @@ class CpuModel final : public ModelRunner {
     return n * sizeof(float);
   }
 
+  void score(const StepPlan& plan, std::vector<double>* logprobs) override {
+    LLAMA2_CHECK(plan.kind == StepKind::kScore && plan.targets.size() == plan.tokens.size());
+    std::vector<int32_t> targets;  // [rows] the scored rows' targets, in token order
+    for (int32_t t : plan.targets) {
+      if (t >= c_.vocab_size) {
+        throw Error("score step: target id " + std::to_string(t) +
+                    " is outside the vocabulary [0, " + std::to_string(c_.vocab_size) + ")");
+      }
+      if (t >= 0) targets.push_back(t);
+    }
+    local_logits(plan);
+    const int rows = static_cast<int>(targets.size());
+    std::vector<float> part(static_cast<size_t>(rows) * kSliceLseFields);
+    slice_logsumexp(ws_.logits.data(), rows, s_.vocab_size, s_.vocab_begin, targets.data(),
+                    part.data());
+    const bool root = comm_.rank() == 0;
+    std::vector<float> all(root ? part.size() * s_.tp : 0);
+    comm_.gather_to_root(part.data(), std::vector<int>(s_.tp, static_cast<int>(part.size())),
+                         all.data());
+    if (!root || logprobs == nullptr) return;
+    logprobs->resize(static_cast<size_t>(rows));
+    combine_logsumexp(all.data(), all_shards_, rows, targets.data(), nullptr, logprobs->data());
+  }
+
   void forward(const StepPlan& plan, StepLogits* out) override {
     local_logits(plan);
     const std::vector<float>& local = ws_.logits;  // [rows, vocab_local]
@@ -161,8 +185,27 @@ class CpuModel final : public ModelRunner {
     const StepPlan* plan = nullptr;  // those sequences: the step's own plan, or `part`
     StepPlan part;                   // a split step's share, with its block tables rebased
     int t0 = 0, t1 = 0, r0 = 0, r1 = 0;
-    cpu::RopeTable rope;  // [t1 - t0] rows
+    std::vector<int> head_rows;  // [r1 - r0] token rows (from t0) that go through the LM head
+    cpu::RopeTable rope;         // [t1 - t0] rows
   };
+
+  // The token rows of `p` whose logits a step produces: the last token of each sequence that
+  // wants logits, or in a kScore step every row with a target.
+  static std::vector<int> head_rows(const StepPlan& p) {
+    std::vector<int> rows;
+    if (p.kind == StepKind::kScore) {
+      for (int t = 0; t < p.total_tokens(); ++t) {
+        if (p.targets[t] >= 0) rows.push_back(t);
+      }
+      return rows;
+    }
+    int t_end = 0;
+    for (const SeqStep& sq : p.seqs) {
+      t_end += sq.n_tokens;
+      if (sq.want_logits) rows.push_back(t_end - 1);
+    }
+    return rows;
+  }
 
   // Whether steps with several sequences are split by sequence (CpuSplit).
   bool split_by_sequence() const {
@@ -174,11 +217,10 @@ class CpuModel final : public ModelRunner {
   void set_group(RowGroup* g, const StepPlan* p, int t0, int r0) {
     g->plan = p;
     g->t0 = g->t1 = t0;
-    g->r0 = g->r1 = r0;
-    for (const SeqStep& sq : p->seqs) {
-      g->t1 += sq.n_tokens;
-      g->r1 += sq.want_logits ? 1 : 0;
-    }
+    for (const SeqStep& sq : p->seqs) g->t1 += sq.n_tokens;
+    g->head_rows = head_rows(*p);
+    g->r0 = r0;
+    g->r1 = r0 + static_cast<int>(g->head_rows.size());
     const std::vector<int32_t> positions = cpu::plan_positions(*p);
     g->rope = cpu::rope_table(positions.data(), g->t1 - g->t0, s_.head_dim, c_.rope_theta);
   }
@@ -217,6 +259,7 @@ class CpuModel final : public ModelRunner {
       // Its sequences with their own block tables, rebased (every group's tables together are one
       // copy of the step's, not one per group).
       StepPlan& part = groups_[g].part;
+      part.kind = plan.kind;
       part.seqs.assign(plan.seqs.begin() + first_seq[g], plan.seqs.begin() + first_seq[g + 1]);
       part.block_ids.clear();
       for (SeqStep& sq : part.seqs) {
@@ -226,8 +269,13 @@ class CpuModel final : public ModelRunner {
         sq.table_begin = static_cast<int32_t>(part.block_ids.size());
         part.block_ids.insert(part.block_ids.end(), begin, begin + sq.table_len);
       }
+      int t1 = t;
+      for (const SeqStep& sq : part.seqs) t1 += sq.n_tokens;
+      part.tokens.assign(plan.tokens.begin() + t, plan.tokens.begin() + t1);
+      if (plan.kind == StepKind::kScore) {
+        part.targets.assign(plan.targets.begin() + t, plan.targets.begin() + t1);
+      }
       set_group(&groups_[g], &part, t, r);
-      part.tokens.assign(plan.tokens.begin() + t, plan.tokens.begin() + groups_[g].t1);
       t = groups_[g].t1;
       r = groups_[g].r1;
     }
@@ -247,13 +295,10 @@ class CpuModel final : public ModelRunner {
     float* partial = ws.partial.data() + int64_t{g.t0} * H;  // [T, H] this rank's part of a sum
     if (stage > 0) cpu::add_inplace(x, partial, int64_t{T} * H);
     if (stage == 2 * c_.num_layers) {
-      // Only the last token of sequences that asked for logits goes through the norm and head.
+      // Only the rows whose logits the step returns go through the norm and head.
       float* last = ws.last.data() + int64_t{g.r0} * H;  // [r1 - r0, H]
-      int t_end = 0, r = 0;
-      for (const SeqStep& sq : g.plan->seqs) {
-        t_end += sq.n_tokens;
-        if (sq.want_logits) std::copy_n(x + int64_t{t_end - 1} * H, H, last + int64_t{r++} * H);
-      }
+      int r = 0;
+      for (int t : g.head_rows) std::copy_n(x + int64_t{t} * H, H, last + int64_t{r++} * H);
       cpu::rmsnorm(last, final_norm_.data(), r, H, c_.rms_norm_eps, last);
       cpu::linear(last, lm_head_, r, ws.logits.data() + int64_t{g.r0} * s_.vocab_size,
                   s_.vocab_size, ops);
@@ -314,7 +359,8 @@ class CpuModel final : public ModelRunner {
     }
   }
 
-  // Leaves ws_.logits [plan.logit_rows(), shard.vocab_size]: this rank's vocabulary slice.
+  // Leaves ws_.logits [head rows, shard.vocab_size]: this rank's vocabulary slice of the rows
+  // head_rows(plan) names.
   void local_logits(const StepPlan& plan) {
     const int T = plan.total_tokens(), H = c_.hidden_size, d = s_.head_dim;
     const int nq = s_.num_heads * d, nkv = s_.num_kv_heads * d, F = s_.ffn_size;
@@ -331,8 +377,9 @@ class CpuModel final : public ModelRunner {
     sized(&ws.gate_up, T * layers_[0].w_gate_up.ld);  // [T, gate | up | padding]
     sized(&ws.act, T * F);                            // [T, ffn_local]
     sized(&ws.partial, T * H);                        // [T, H] this rank's row-split sum
-    sized(&ws.last, plan.logit_rows() * H);           // [rows, H]
-    sized(&ws.logits, int64_t{plan.logit_rows()} * s_.vocab_size);  // [rows, vocab_local]
+    const int rows = static_cast<int>(head_rows(plan).size());
+    sized(&ws.last, int64_t{rows} * H);                // [rows, H]
+    sized(&ws.logits, int64_t{rows} * s_.vocab_size);  // [rows, vocab_local]
     cpu::embedding(plan.tokens.data(), T, embed_.data(), s_.vocab_begin, s_.vocab_size, H,
                    ws.x.data());
     // Vocab-parallel embedding: one rank owns each row.

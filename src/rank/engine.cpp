@@ -283,12 +283,23 @@ void RankEngine::size_kv_cache(const EngineSpec& spec) {
 
 RankEngine::~RankEngine() = default;
 
-void RankEngine::run_step(const StepPlan& plan, StepLogits* logits) {
+void RankEngine::run_step(const StepPlan& plan, StepLogits* logits, std::vector<double>* logprobs) {
   const int64_t step = ++steps_;
   if (rank_ != 0) beat_->begin_step(step);  // rank 0 began it before handing out the plan
   if (stall_hook_.step == step && stall_hook_.rank == rank_) stall_for_test(stall_hook_, rank_);
-  runner_->forward(plan, rank_ == 0 ? logits : nullptr);
+  if (plan.kind == StepKind::kScore) {
+    runner_->score(plan, rank_ == 0 ? logprobs : nullptr);
+  } else {
+    runner_->forward(plan, rank_ == 0 ? logits : nullptr);
+  }
   beat_->end_step(step);
+}
+
+void RankEngine::score(const StepPlan& plan, std::vector<double>* logprobs) {
+  LLAMA2_CHECK(rank_ == 0 && plan.kind == StepKind::kScore);
+  beat_->begin_step(steps_ + 1);
+  plans_->send(encode_step_plan(plan));
+  run_step(plan, nullptr, logprobs);
 }
 
 void RankEngine::execute(const StepPlan& plan, StepLogits* logits) {

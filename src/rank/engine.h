@@ -74,6 +74,10 @@ class RankEngine final : public StepExecutor {
   // The same with full logits [rows, vocab] (plan.candidates must be 0).
   void execute(const StepPlan& plan, std::vector<float>* logits);
   int vocab_size() const override { return config_.vocab_size; }
+  // Rank 0: broadcast a StepKind::kScore plan and run it; `logprobs` gets log p(targets[t]) of
+  // every scored row in token order (ModelRunner::score), computed from per-rank vocabulary
+  // slices without gathering full logits.
+  void score(const StepPlan& plan, std::vector<double>* logprobs);
   // Rank 0: tell the workers to leave their loop with `exit_code`.
   void shutdown(int exit_code);
   // Other ranks: receive plans and run them until a shutdown plan; returns its exit code. An idle
@@ -98,7 +102,8 @@ class RankEngine final : public StepExecutor {
   std::string startup_report() const { return report_; }
 
  private:
-  void run_step(const StepPlan& plan, StepLogits* logits);
+  // A forward step (logits on rank 0) or a score step (log-probabilities on rank 0).
+  void run_step(const StepPlan& plan, StepLogits* logits, std::vector<double>* logprobs = nullptr);
   void size_kv_cache(const EngineSpec& spec);
 
   ModelConfig config_;

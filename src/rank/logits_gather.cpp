@@ -120,4 +120,49 @@ void stitch_vocab_slices(const float* gathered, const std::vector<ShardPlan>& sh
   }
 }
 
+void slice_logsumexp(const float* logits, int rows, int vocab_local, int vocab_begin,
+                     const int32_t* targets, float* out) {
+  for (int r = 0; r < rows; ++r) {
+    const float* row = logits + static_cast<int64_t>(r) * vocab_local;
+    float m = -std::numeric_limits<float>::infinity();
+    for (int j = 0; j < vocab_local; ++j) m = std::max(m, row[j]);
+    // Summed in double: the CPU result is the oracle the GPU kernel's fp32 sum is compared with.
+    double sum = 0.0;
+    if (vocab_local > 0 && std::isfinite(m)) {
+      for (int j = 0; j < vocab_local; ++j) sum += std::exp(static_cast<double>(row[j] - m));
+    }
+    const int32_t t = targets != nullptr ? targets[r] : -1;
+    const bool owned = t >= vocab_begin && t < vocab_begin + vocab_local;
+    out[r * kSliceLseFields + 0] = m;
+    out[r * kSliceLseFields + 1] = static_cast<float>(sum);
+    out[r * kSliceLseFields + 2] = owned ? row[t - vocab_begin] : 0.f;
+  }
+}
+
+void combine_logsumexp(const float* gathered, const std::vector<ShardPlan>& shards, int rows,
+                       const int32_t* targets, double* lse, double* logprob) {
+  const int64_t stride = static_cast<int64_t>(rows) * kSliceLseFields;  // one rank's block
+  for (int r = 0; r < rows; ++r) {
+    double m = -std::numeric_limits<double>::infinity();
+    for (size_t k = 0; k < shards.size(); ++k) {
+      m = std::max(m, static_cast<double>(gathered[k * stride + r * kSliceLseFields]));
+    }
+    double sum = 0.0;
+    for (size_t k = 0; k < shards.size(); ++k) {
+      const float* f = gathered + k * stride + r * kSliceLseFields;
+      if (f[1] > 0.f) sum += static_cast<double>(f[1]) * std::exp(static_cast<double>(f[0]) - m);
+    }
+    const double row_lse = m + std::log(sum);
+    if (lse != nullptr) lse[r] = row_lse;
+    if (targets == nullptr || logprob == nullptr) continue;
+    logprob[r] = std::numeric_limits<double>::quiet_NaN();
+    for (size_t k = 0; k < shards.size(); ++k) {
+      const ShardPlan& s = shards[k];
+      if (targets[r] >= s.vocab_begin && targets[r] < s.vocab_begin + s.vocab_size) {
+        logprob[r] = static_cast<double>(gathered[k * stride + r * kSliceLseFields + 2]) - row_lse;
+      }
+    }
+  }
+}
+
 }  // namespace llama2

@@ -26,6 +26,28 @@ void merge_candidates(const float* values, const int32_t* ids, int ranks, int ro
 void stitch_vocab_slices(const float* gathered, const std::vector<ShardPlan>& shards, int rows,
                          int vocab, StepLogits* out);
 
+// A log-softmax over a vocabulary split across ranks, without moving the logits: each rank reduces
+// its slice of a row to three floats, rank 0 combines them. The per-slice part runs where the
+// logits are (here on the CPU, kernels::launch_slice_logsumexp on the GPU, same layout); the
+// combination is this file's. Used by `perplexity` (kScore steps); a sampled token's logprob is
+// the same computation with the sampled id as the target.
+//
+// One row's slice summary, 3 floats: [max over the slice, sum over the slice of exp(x - max),
+// the target's logit when vocab_begin <= target < vocab_begin + vocab_local, else 0].
+constexpr int kSliceLseFields = 3;
+
+// logits [rows, vocab_local] fp32; targets [rows] global ids (-1: none) or nullptr;
+// out [rows, kSliceLseFields]. An empty slice gives (-inf, 0, 0).
+void slice_logsumexp(const float* logits, int rows, int vocab_local, int vocab_begin,
+                     const int32_t* targets, float* out);
+
+// gathered: [rank][rows, kSliceLseFields], every rank's slice summaries in rank order. Writes the
+// log-sum-exp of each row over the whole vocabulary into lse[rows] (if not nullptr) and, when
+// targets is given, log p(targets[r]) = logit - lse into logprob[rows] (NaN for a target outside
+// the vocabulary). Computed in double: the error is that of the fp32 inputs alone.
+void combine_logsumexp(const float* gathered, const std::vector<ShardPlan>& shards, int rows,
+                       const int32_t* targets, double* lse, double* logprob);
+
 // True when a is ranked before b: larger value first, NaN before everything, equal values (and
 // -0 == +0) by lower id. The order of kernels::launch_topk.
 bool candidate_before(float va, int32_t ia, float vb, int32_t ib);

@@ -29,6 +29,11 @@ class ModelRunner {
   // Collective: runs `plan` on this rank's shard and gathers the logit rows (plan.candidates
   // decides full rows or candidates) to rank 0, which receives them in `out` (nullptr elsewhere).
   virtual void forward(const StepPlan& plan, StepLogits* out) = 0;
+  // Collective: runs a StepKind::kScore plan. Each rank reduces its vocabulary slice of every
+  // scored row (slice_logsumexp in logits_gather.h) and rank 0 combines the slices: `logprobs`
+  // (rank 0; nullptr elsewhere) gets log p(targets[t]) for every t with targets[t] >= 0, in token
+  // order. Error for a target outside the vocabulary.
+  virtual void score(const StepPlan& plan, std::vector<double>* logprobs) = 0;
   // KV blocks (of `block_size` tokens) that the memory left after the weights and activation
   // buffers holds, under this backend's memory policy; -1 when memory does not bound it (CPU).
   virtual int64_t kv_blocks_that_fit(int block_size) const = 0;

@@ -12,7 +12,11 @@
 namespace llama2 {
 
 void train_tokenizer(const std::string& corpus_path, const std::string& model_prefix,
-                     int vocab_size) {
+                     int vocab_size, double character_coverage) {
+  if (!(character_coverage > 0.0 && character_coverage <= 1.0)) {
+    throw Error("tokenizer character_coverage must be in (0, 1] (got " +
+                std::to_string(character_coverage) + ")");
+  }
   if (vocab_size < kMinTokenizerVocab) {
     throw Error("tokenizer vocab_size " + std::to_string(vocab_size) +
                 " is too small: byte fallback takes 259 ids (<unk>, <s>, </s>, 256 bytes), so "
@@ -51,7 +55,7 @@ void train_tokenizer(const std::string& corpus_path, const std::string& model_pr
       // Measured on data/corpus.txt: 0.995 keeps 354 distinct characters (CJK singletons
       // included), more than a 512 vocabulary can hold after the 259 fixed ids; 0.98 keeps ~125,
       // leaving room for ~130 merges, and the rare tail (most CJK, all emoji) falls back to bytes.
-      {"character_coverage", "0.98"},
+      {"character_coverage", std::to_string(character_coverage)},
       // Determinism: one thread, every sentence read in file order (no sampling, no shuffle).
       {"num_threads", "1"},
       {"input_sentence_size", "0"},

@@ -147,9 +147,86 @@ bool same_bits(const std::vector<StepLogits>& a, const std::vector<StepLogits>& 
   return true;
 }
 
+// A kScore step's log-probabilities on `tp` in-process ranks (rank 0's result).
+std::vector<double> run_score(const StepPlan& plan, int tp, int threads, CpuSplit split) {
+  const llama2::ModelConfig c = llama2::load_model_config(kModel);
+  const llama2::WeightStore w = llama2::WeightStore::open(kModel);
+  ThreadGroup group(tp);
+  std::vector<double> out;
+  auto rank_main = [&](int rank) {
+    ThreadComm comm(group, rank);
+    auto runner =
+        llama2::make_cpu_runner(c, llama2::make_shard_plan(c, tp, rank), w, comm, threads, split);
+    runner->allocate_kv({kBlockSize, 4 * kBlocksPerSeq});
+    runner->score(plan, rank == 0 ? &out : nullptr);
+  };
+  std::vector<std::thread> others;
+  for (int r = 1; r < tp; ++r) others.emplace_back(rank_main, r);
+  rank_main(0);
+  for (auto& t : others) t.join();
+  return out;
+}
+
 }  // namespace
 
 TEST_SUITE("cpu_model") {
+  TEST_CASE("score steps: each row's log p(target) is the log-softmax of that row's full logits") {
+    // Three sequences in one kScore step; rows with target -1 are skipped.
+    const std::vector<int> lens = {9, 1, 6};
+    StepPlan plan;
+    plan.kind = llama2::StepKind::kScore;
+    std::vector<std::vector<int32_t>> tokens(3), tables(3);
+    for (int s = 0; s < 3; ++s) {
+      for (int b = 0; b < kBlocksPerSeq; ++b) tables[s].push_back(s * kBlocksPerSeq + b);
+      for (int i = 0; i < lens[s] + 1; ++i) tokens[s].push_back(3 + (s * 71 + i * 29) % 500);
+      llama2::append_seq(&plan, s, 0, tokens[s].data(), lens[s], false, tables[s].data(),
+                         kBlocksPerSeq);
+      for (int i = 0; i < lens[s]; ++i) plan.targets.push_back(i % 4 == 2 ? -1 : tokens[s][i + 1]);
+    }
+    // The reference: each prefix as its own prefill step with full logits of its last row.
+    std::vector<double> want;
+    for (int s = 0; s < 3; ++s) {
+      Script sc;
+      for (int i = 0; i < lens[s]; ++i) {
+        if (i % 4 == 2) continue;
+        StepPlan p;
+        llama2::append_seq(&p, s, 0, tokens[s].data(), i + 1, true, tables[s].data(),
+                           kBlocksPerSeq);
+        sc.plans.push_back(p);
+      }
+      const auto logits = run(sc, 1, 1, CpuSplit::kAuto);
+      for (size_t k = 0, i = 0; k < logits.size(); ++k, ++i) {
+        if (i % 4 == 2) ++i;
+        const std::vector<float>& row = logits[k].values;
+        double m = -INFINITY, sum = 0;
+        for (float x : row) m = std::max(m, double(x));
+        for (float x : row) sum += std::exp(double(x) - m);
+        want.push_back(row[tokens[s][i + 1]] - (m + std::log(sum)));
+      }
+    }
+    REQUIRE(plan.score_rows() == static_cast<int>(want.size()));
+    for (int tp : {1, 2}) {
+      for (CpuSplit split : {CpuSplit::kColumns, CpuSplit::kRows}) {
+        CAPTURE(tp);
+        const std::vector<double> got = run_score(plan, tp, 2, split);
+        REQUIRE(got.size() == want.size());
+        for (size_t i = 0; i < got.size(); ++i) {
+          CAPTURE(i);
+          CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-5));
+        }
+      }
+    }
+    // A target outside the vocabulary is refused, naming it.
+    plan.targets[0] = 100000;
+    std::string msg;
+    try {
+      run_score(plan, 1, 1, CpuSplit::kAuto);
+    } catch (const llama2::Error& e) {
+      msg = e.what();
+    }
+    CHECK(msg.find("target id 100000 is outside the vocabulary [0, 512)") != std::string::npos);
+  }
+
   TEST_CASE("a step's logits have the same bits however its sequences are spread over threads") {
     const Script sc = make_script();
     const auto one = run(sc, 1, 1, CpuSplit::kAuto);

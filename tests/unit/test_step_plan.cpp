@@ -143,7 +143,7 @@ TEST_SUITE("step_plan") {
     }
     SUBCASE("unknown kind") {
       CHECK(contains(bad([](auto& w) { w[1] = 0; }), "unknown kind"));
-      CHECK(contains(bad([](auto& w) { w[1] = 3; }), "unknown kind"));
+      CHECK(contains(bad([](auto& w) { w[1] = 4; }), "unknown kind"));
       CHECK(contains(bad([](auto& w) { w[1] = -1; }), "unknown kind"));
     }
     SUBCASE("length mismatch") {
@@ -194,6 +194,23 @@ TEST_SUITE("step_plan") {
       CHECK(contains(bad([](auto& w) { w[seq_field(0, kNTokens)] = 2; }), "token count"));
       CHECK(contains(bad([](auto& w) { w[seq_field(2, kNTokens)] = 5; }), "token count"));
     }
+  }
+
+  TEST_CASE("score plan round trip carries one target per token after the block ids") {
+    StepPlan p = forward_plan();
+    p.kind = StepKind::kScore;
+    p.targets = {102, 103, -1, -1, 302, 7};
+    const std::vector<int32_t> w = llama2::encode_step_plan(p);
+    REQUIRE(w.size() == 7 + 3 * 6 + 6 + 6 + 6);
+    CHECK(std::vector<int32_t>(w.end() - 6, w.end()) == p.targets);
+    const StepPlan q = llama2::decode_step_plan(w);
+    check_same(p, q);
+    CHECK(q.targets == p.targets);
+    CHECK(q.score_rows() == 4);
+    // A forward plan has no targets on the wire; a score wire without them is malformed.
+    CHECK(llama2::decode_step_plan(llama2::encode_step_plan(forward_plan())).targets.empty());
+    std::vector<int32_t> short_wire(w.begin(), w.end() - 1);
+    CHECK(contains(decode_error(short_wire), "length mismatch"));
   }
 
   TEST_CASE("the error type is llama2::Error") {

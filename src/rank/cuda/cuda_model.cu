@@ -31,6 +31,7 @@
 #include "rank/cuda/cuda_weights.h"
 #include "rank/cuda/nccl_comm.h"
 #include "rank/cuda/op_profiler.h"
+#include "rank/cuda/score_head.cuh"
 #include "rank/logits_gather.h"
 #include "rank/model_runner.h"
 #include "rank/step_metadata.h"
@@ -206,6 +207,35 @@ class CudaModel final : public ModelRunner {
       forward(decode, nullptr);
     }
     CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  // A kScore step: the forward pass of every token (no graph: want_logits is 0 everywhere, so
+  // body() computes no logit rows), then ScoreHead over all T normed rows.
+  void score(const StepPlan& plan, std::vector<double>* logprobs) override {
+    LLAMA2_CHECK(kv_.bytes() > 0 && plan.kind == StepKind::kScore);
+    LLAMA2_CHECK(plan.targets.size() == plan.tokens.size());
+    for (int32_t t : plan.targets) {
+      if (t >= c_.vocab_size) {
+        throw Error("score step: target id " + std::to_string(t) +
+                    " is outside the vocabulary [0, " + std::to_string(c_.vocab_size) + ")");
+      }
+    }
+    if (!score_head_) {
+      score_head_ = std::make_unique<ScoreHead<T>>(opt_.max_step_tokens, s_, nccl_->rank() == 0);
+    }
+    if (plan.seqs.empty()) {
+      if (logprobs != nullptr) logprobs->clear();
+      return;
+    }
+    const StepShape shape = fill_step_metadata(plan, layout_, 0, meta_host_.as<int32_t>());
+    CUDA_CHECK(cudaMemcpyAsync(meta_dev_.as<void>(), meta_host_.as<void>(),
+                               shape.words_used * sizeof(int32_t), cudaMemcpyHostToDevice,
+                               stream_));
+    body(shape);
+    const DeviceBuffer& head = c_.tie_word_embeddings ? weights_.embed : weights_.lm_head;
+    score_head_->run(h_.as<T>(), head.as<T>(), TypeInfo<T>::kCuda, plan.total_tokens(),
+                     c_.hidden_size, plan.targets, all_shards_, s_, *nccl_, cublas_, stream_,
+                     logprobs);
   }
 
   void forward(const StepPlan& plan, StepLogits* out) override {
@@ -549,6 +579,7 @@ class CudaModel final : public ModelRunner {
   DeviceBuffer cand_values_, cand_ids_;       // [R, kMaxCandidates]
   DeviceBuffer gathered_f32_, gathered_ids_;  // rank 0: [tp][R, k] or [R, vocab] (rank blocks)
   PinnedBuffer host_f32_, host_ids_;          // rank 0: the same on the host
+  std::unique_ptr<ScoreHead<T>> score_head_;  // kScore steps; made by the first one
   // (decode batch bucket, context bucket) -> graph
   std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
 };
