@@ -35,7 +35,8 @@ struct Sample {
   pid_t pid = -1;
   long rss_kb = -1;
   int fds = -1;
-  long gpu_mib = -1;  // -1 where nvidia-smi is absent or does not list the process
+  long gpu_mib = -1;  // the process's device memory (GPU 0's total where nvidia-smi does not
+                      // list the process); -1 on the CPU backend
 };
 
 long rss_kb(pid_t pid) {
@@ -72,11 +73,26 @@ long gpu_mib(const std::string& table, pid_t pid) {
   return -1;
 }
 
+// Memory used on the whole of GPU 0, for nodes whose nvidia-smi cannot see the processes of this
+// container (then the per-process figure is missing and the device's total stands in for it: the
+// node runs nothing else).
+long gpu0_used_mib(const std::string& dir) {
+  const std::string out = dir + "/nvidia-smi-used.csv";
+  const std::string cmd =
+      "nvidia-smi --id=0 --query-gpu=memory.used --format=csv,noheader,nounits > " + out +
+      " 2>/dev/null";
+  if (std::system(cmd.c_str()) != 0) return -1;
+  return std::atol(read_file(out).c_str());
+}
+
 std::vector<Sample> sample_ranks(const Server& server, const std::string& dir, bool cuda) {
   const std::string table = cuda ? gpu_processes(dir) : "";
+  const long device_total = cuda ? gpu0_used_mib(dir) : -1;
   std::vector<Sample> out;
   for (pid_t pid : find_processes("llama2", server.socket, false)) {
-    out.push_back(Sample{pid, rss_kb(pid), fd_count(pid), cuda ? gpu_mib(table, pid) : -1});
+    long mib = cuda ? gpu_mib(table, pid) : -1;
+    if (cuda && mib < 0) mib = device_total;
+    out.push_back(Sample{pid, rss_kb(pid), fd_count(pid), mib});
   }
   std::sort(out.begin(), out.end(), [](const Sample& a, const Sample& b) { return a.pid < b.pid; });
   return out;
