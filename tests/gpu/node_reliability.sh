@@ -9,6 +9,7 @@
 #      compare with the RESULTS.md row measured before the serve-path changes.
 #
 #   bash tests/gpu/node_reliability.sh OUTDIR        (each step's log in OUTDIR; exit 1 if any failed)
+#   SKIP_SATURATION=1 leaves out d.
 set -uo pipefail  # no -e: every step runs and reports
 OUT=${1:?usage: node_reliability.sh OUTDIR}
 mkdir -p "$OUT"
@@ -32,6 +33,6 @@ step watchdog_cuda build-gpu/tests/llama2_watchdog_test build-gpu/llama2 \
   tests/models/small-d128-f16 tests/integration/mpirun.sh hook cuda
 LLAMA2_TEST_TIMEOUT=400 step soak_cuda build-gpu/tests/llama2_serve_soak build-gpu/llama2 \
   models/docs-8m tests/integration/mpirun.sh --np 1 --backend cuda --record "$OUT/soak_cuda.txt"
-SKIP_BUILD=1 step saturation bash benchmarks/serve/saturation_ab.sh "$OUT/saturation" \
+[[ ${SKIP_SATURATION:-0} == 1 ]] || SKIP_BUILD=1 step saturation bash benchmarks/serve/saturation_ab.sh "$OUT/saturation" \
   LLAMA2_WARMUP 1
 exit $status
