@@ -204,10 +204,10 @@ void fail_all(ClientConnection& c, const std::string& reason) {
   {
     std::lock_guard<std::mutex> lock(c.mu);
     c.closed = true;
-    if (c.close_reason.empty()) {
-      c.close_reason = c.closing ? "closed by the client" : reason;
-      if (!c.closing && !c.server_notice.empty()) c.close_reason += " (" + c.server_notice + ")";
-    }
+    if (c.close_reason.empty()) c.close_reason = c.closing ? "closed by the client" : reason;
+    // Whatever was noticed first (often a write into the closed socket), the server's own word
+    // says why.
+    if (!c.closing && !c.server_notice.empty()) c.close_reason += " (" + c.server_notice + ")";
     error = client_error_event(nullptr, "server_unavailable", c.unavailable_message());
     for (auto& w : c.waiters) {
       w->result = error;
