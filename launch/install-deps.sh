@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian/Ubuntu packages llama2 builds and tests with. Idempotent: packages already
 # present are not touched, and apt is not even consulted when nothing is missing.
-#   usage: launch/install-deps.sh [--java]     (--java: also the JDK, JNA and JUnit 5)
+#   usage: launch/install-deps.sh [--java|--test]
+#     --java: also the JDK, JNA and JUnit 5;
+#     --test: --java and the test tools (clang 14 with libFuzzer for the fuzz test, clang-format 14)
 set -euo pipefail
 
 packages=(
@@ -11,9 +13,15 @@ packages=(
   python3  # test helpers (model-file corruption, JSON checks)
   wamerican  # the English word list the demo's readability test checks against
 )
-if [[ "${1:-}" == "--java" ]]; then
-  packages+=(default-jdk-headless libjna-java junit5)
-fi
+case "${1:-}" in
+  "") ;;
+  --java) packages+=(default-jdk-headless libjna-java junit5) ;;
+  --test) packages+=(default-jdk-headless libjna-java junit5 clang-14 libclang-rt-14-dev clang-format-14) ;;
+  *)
+    echo "install-deps: unknown option '$1' (allowed: --java, --test)" >&2
+    exit 2
+    ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do

@@ -4,7 +4,7 @@
 #   usage: launch/test.sh [extra ctest args]
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
-"$LLAMA2_ROOT/launch/install-deps.sh" --java
+"$LLAMA2_ROOT/launch/install-deps.sh" --test
 llama2_build
 cd "$LLAMA2_BUILD"
 ctest --output-on-failure -j "$(nproc)" "$@"
