@@ -1,7 +1,7 @@
-// Test harness for `llama2 serve` end-to-end tests: a real `mpirun -np 2 llama2 serve` in its own
-// process group, the processes of its job found through /proc, and raw socket connections that
-// read frames with a hand-written decoder (so that a bug shared by the server and the client
-// library's framing cannot hide).
+// Test harness for `llama2 serve` end-to-end tests: checks, a server job the tests wait for (on
+// server_job.h), the processes of a job found through /proc, and raw socket connections that read
+// frames with a hand-written decoder (so that a bug shared by the server and the client library's
+// framing cannot hide).
 #pragma once
 
 #include <dirent.h>
@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "client/client.h"
+#include "server_job.h"
 
 namespace serve_harness {
 
@@ -50,12 +51,7 @@ inline double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
 
-inline std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using llama2_test::read_file;
 
 // 4-byte big-endian length + payload, written by hand.
 inline std::string frame_of(const std::string& payload) {
@@ -148,57 +144,18 @@ inline std::vector<pid_t> find_processes(const std::string& argv0_suffix, const 
   return out;
 }
 
-// A `mpirun -np NP llama2 serve --backend BACKEND --quiet` (default 2 ranks, cpu) in its own
-// process group.
-struct Server {
-  pid_t pid = -1;
-  std::string socket, log;
-
+// A server job (server_job.h: its own process group, every rank killed at the end) that the tests
+// wait for: a server that does not come up is a failed check.
+struct Server : llama2_test::ServerJob {
   Server(const std::string& mpirun, const std::string& llama2, const std::string& model,
          const std::string& dir, const std::string& name, const std::vector<std::string>& extra,
-         int np = 2, const std::string& backend = "cpu") {
-    socket = dir + "/" + name + ".sock";
-    log = dir + "/" + name + ".log";
-    std::vector<std::string> args = {mpirun, std::to_string(np), llama2, "serve",   "--model",
-                                     model,  "--socket",         socket, "--quiet", "--backend",
-                                     backend};
-    args.insert(args.end(), extra.begin(), extra.end());
-    pid = fork();
-    if (pid == 0) {
-      setpgid(0, 0);
-      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    for (int i = 0; i < 600; ++i) {  // up to 60 s for MPI start-up and model load
-      try {
-        llama2::Client::connect(socket, 100);
-        return;
-      } catch (const std::exception&) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      }
-    }
-    check(false, "server " + name + " did not come up; log: " + log);
+         int np = 2, const std::string& backend = "cpu")
+      : ServerJob(mpirun, llama2, dir, name, np, model, extra, {}, backend) {
+    if (!wait_up(60)) check(false, "server " + name + " did not come up; log: " + log);
   }
-  pid_t rank0() const {
-    const auto pids = find_processes("llama2", socket, true);
-    return pids.empty() ? -1 : pids.front();
-  }
+  pid_t rank0() const { return rank_pid(0); }
   // True while mpirun has not exited.
-  bool running() {
-    if (pid <= 0) return false;
-    int status = 0;
-    if (waitpid(pid, &status, WNOHANG) == pid) {
-      pid = -1;
-      return false;
-    }
-    return true;
-  }
+  bool running() { return wait_exit(0) == -1; }
   // A health answer on a fresh connection within `timeout_ms`: the server still serves.
   bool healthy(int timeout_ms = 5000) const {
     try {
@@ -206,13 +163,6 @@ struct Server {
       return c->health(timeout_ms).value("event", "") == "health";
     } catch (const std::exception&) {
       return false;
-    }
-  }
-  std::string log_text() const { return read_file(log); }
-  ~Server() {
-    if (pid > 0) {
-      kill(-pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
     }
   }
 };
