@@ -124,7 +124,6 @@ class CudaModel final : public ModelRunner {
     if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
   }
 
-  std::string backend_name() const override { return "cuda"; }
   int dtype_bytes() const override { return sizeof(T); }
   int kv_dtype_bytes() const override { return sizeof(C); }
   uint64_t weight_bytes() const override { return weights_.bytes; }
