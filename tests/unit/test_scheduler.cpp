@@ -1,0 +1,567 @@
+// The continuous-batching scheduler (coordinator/generator.{h,cpp}) driven through its StepExecutor
+// seam by a fake engine. The fake returns a deterministic token per (sequence, position) and
+// checks every plan it receives the way an engine would depend on it: positions continue where the
+// sequence left off, decode rows feed back the token sampled last, prompts arrive in order, block
+// tables cover the positions, keep their prefix and never share a block with a live sequence.
+// The hand-written cases pin FIFO admission, the prefill budget, cancel and expiry at each stage;
+// the random test replays random operations against a small reference model of the policy.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <climits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/check.h"
+#include "common/model_config.h"
+#include "common/step_executor.h"
+#include "coordinator/block_allocator.h"
+#include "coordinator/generator.h"
+#include "coordinator/tokenizer.h"
+
+namespace {
+
+using llama2::BlockAllocator;
+using llama2::Generator;
+using llama2::GenRequest;
+using llama2::GenResult;
+using llama2::StepPlan;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kEos = 2;
+constexpr int kVocab = 512;  // the tiny test models' vocabulary
+
+const llama2::Tokenizer& tokenizer() {
+  static const llama2::Tokenizer tok(LLAMA2_SOURCE_DIR "/tests/models/tiny-gqa/tokenizer.model");
+  return tok;
+}
+
+// The token the fake engine predicts for position `pos` of sequence `seq` (never EOS).
+int token_at(int64_t seq, int pos) {
+  return 3 + static_cast<int>((seq * 31 + pos * 7) % 250);
+}
+
+std::vector<int> prompt_of(int64_t id, int len) {
+  std::vector<int> p(len);
+  for (int i = 0; i < len; ++i) p[i] = 3 + static_cast<int>((id * 13 + i) % 300);
+  return p;
+}
+
+class FakeEngine final : public llama2::StepExecutor {
+ public:
+  FakeEngine(int num_blocks, int block_size) : num_blocks_(num_blocks), block_size_(block_size) {}
+
+  // What the engine must see of request `id`, and where (if anywhere) it predicts EOS.
+  void expect(int64_t id, const std::vector<int>& prompt, std::optional<int> eos_pos) {
+    Seq& q = seqs_[id];
+    q.prompt = prompt;
+    q.eos_pos = eos_pos;
+  }
+  void finished(int64_t id) { finished_.insert(id); }
+
+  std::vector<StepPlan> plans;
+  std::vector<int> prefill_tokens;  // prompt tokens in each plan
+
+  void execute(const StepPlan& plan, llama2::StepLogits* out) override {
+    plans.push_back(plan);
+    REQUIRE(plan.kind == llama2::StepKind::kForward);
+    REQUIRE(!plan.seqs.empty());
+    // Greedy requests: the best candidate is enough (0 = full rows, only when no row wants any).
+    REQUIRE((plan.candidates >= 1 || plan.logit_rows() == 0));
+    std::set<int> step_blocks;
+    size_t tok_off = 0;
+    int prefill = 0;
+    out->rows = 0;
+    out->width = plan.candidates;
+    out->values.clear();
+    out->ids.clear();
+    for (const auto& s : plan.seqs) {
+      INFO("seq " << s.seq_id << " pos_begin " << s.pos_begin << " n_tokens " << s.n_tokens);
+      REQUIRE(seqs_.count(s.seq_id) == 1);
+      REQUIRE(finished_.count(s.seq_id) == 0);  // a finished sequence never runs again
+      Seq& q = seqs_[s.seq_id];
+      const int P = static_cast<int>(q.prompt.size());
+      REQUIRE(s.n_tokens >= 1);
+      REQUIRE(s.pos_begin == q.fed);
+      REQUIRE(tok_off + s.n_tokens <= plan.tokens.size());
+      for (int i = 0; i < s.n_tokens; ++i) {
+        const int pos = s.pos_begin + i;
+        const int want = pos < P ? q.prompt[pos] : q.sampled.at(pos - P);
+        REQUIRE(plan.tokens[tok_off + i] == want);
+        prefill += pos < P ? 1 : 0;
+      }
+      tok_off += static_cast<size_t>(s.n_tokens);
+      REQUIRE(s.table_len == BlockAllocator::blocks_for(s.pos_begin + s.n_tokens, block_size_));
+      const int32_t* table = plan.block_ids.data() + s.table_begin;
+      for (int i = 0; i < s.table_len; ++i) {
+        const int b = table[i];
+        REQUIRE(b >= 0);
+        REQUIRE(b < num_blocks_);
+        REQUIRE(step_blocks.insert(b).second);  // no block twice in one step
+        if (i < static_cast<int>(q.table.size())) REQUIRE(q.table[i] == b);  // prefix kept
+        auto owner = owner_.find(b);
+        if (owner != owner_.end() && owner->second != s.seq_id) {
+          REQUIRE(finished_.count(owner->second) == 1);  // reused only after its owner ended
+        }
+        owner_[b] = s.seq_id;
+      }
+      q.table.assign(table, table + s.table_len);
+      q.fed = s.pos_begin + s.n_tokens;
+      REQUIRE(s.want_logits == (q.fed >= P ? 1 : 0));
+      if (!s.want_logits) continue;
+      const int next = q.eos_pos && *q.eos_pos == q.fed ? kEos : token_at(s.seq_id, q.fed);
+      q.sampled.push_back(next);
+      ++out->rows;
+      for (int c = 0; c < plan.candidates; ++c) {  // best first, then strictly worse ones
+        out->values.push_back(10.f - static_cast<float>(c));
+        out->ids.push_back(c == 0 ? next : (next + c) % kVocab);
+      }
+    }
+    prefill_tokens.push_back(prefill);
+  }
+  int vocab_size() const override { return kVocab; }
+
+ private:
+  struct Seq {
+    std::vector<int> prompt;
+    std::optional<int> eos_pos;
+    int fed = 0;               // positions already in the (fake) KV cache
+    std::vector<int> sampled;  // tokens returned so far
+    std::vector<int> table;
+  };
+  int num_blocks_, block_size_;
+  std::map<int64_t, Seq> seqs_;
+  std::set<int64_t> finished_;
+  std::map<int, int64_t> owner_;  // last sequence that held each block
+};
+
+using Plan = std::vector<std::array<int, 3>>;
+
+// A generator over a fake engine, recording what the callbacks report.
+struct Harness {
+  BlockAllocator blocks;
+  FakeEngine engine;
+  llama2::ModelConfig config;
+  std::vector<int64_t> admitted;
+  std::vector<std::pair<int64_t, std::string>> done;  // (id, finish_reason) in callback order
+  std::map<int64_t, GenResult> results;
+  std::unique_ptr<Generator> gen;
+
+  Harness(int num_blocks, int block_size, int max_batch, int prefill_chunk)
+      : blocks(num_blocks, block_size), engine(num_blocks, block_size) {
+    config.vocab_size = kVocab;
+    config.eos_token_id = kEos;
+    config.max_position_embeddings = 4096;
+    llama2::GeneratorCallbacks cb;
+    cb.on_admit = [this](int64_t id) { admitted.push_back(id); };
+    cb.on_done = [this](const GenResult& r) {
+      done.emplace_back(r.id, r.finish_reason);
+      CHECK(results.count(r.id) == 0);  // one done per request
+      results[r.id] = r;
+      engine.finished(r.id);
+    };
+    gen = std::make_unique<Generator>(engine, tokenizer(), config, blocks,
+                                      llama2::GeneratorOptions{max_batch, prefill_chunk}, cb);
+  }
+
+  void add(int64_t id, int prompt_len, int max_new, std::optional<int> eos_index = std::nullopt,
+           Clock::time_point deadline = Clock::time_point::max()) {
+    GenRequest r;
+    r.id = id;
+    r.prompt = prompt_of(id, prompt_len);
+    r.params.temperature = 0.f;
+    r.params.max_new_tokens = max_new;
+    r.deadline = deadline;
+    std::optional<int> eos_pos;
+    if (eos_index) eos_pos = prompt_len + *eos_index;
+    engine.expect(id, r.prompt, eos_pos);
+    gen->add(std::move(r));
+  }
+  // (seq_id, pos_begin, n_tokens) of the last plan.
+  std::vector<std::array<int, 3>> last_plan() const {
+    std::vector<std::array<int, 3>> v;
+    for (const auto& s : engine.plans.back().seqs) v.push_back({s.seq_id, s.pos_begin, s.n_tokens});
+    return v;
+  }
+  void run_until_idle() {
+    for (int i = 0; i < 10000 && !gen->idle(); ++i) gen->step();
+    REQUIRE(gen->idle());
+  }
+};
+
+// The policy the generator promises, written as plainly as possible: FIFO admission while a batch
+// slot is free and the whole prompt + max_new_tokens fits in free blocks; each step decodes every
+// sequence past its prompt (admission order), then hands the prefill budget to prompts in
+// admission order; a sequence ends on EOS, on max_new_tokens, on cancel or on its deadline.
+class ReferenceScheduler {
+ public:
+  struct Req {
+    int64_t id = 0;
+    int prompt_len = 0, max_new = 0;
+    std::optional<int> eos_index;
+    int deadline_h =
+        INT32_MAX;  // hours after `base` (INT32_MAX: none; -1: already past when added)
+    int cached = 0;
+    std::vector<int> tokens;
+    int blocks = 0;
+  };
+  ReferenceScheduler(int num_blocks, int block_size, int max_batch, int chunk)
+      : free_(num_blocks), block_size_(block_size), max_batch_(max_batch), chunk_(chunk) {}
+
+  std::vector<std::pair<int64_t, std::string>> done;
+  std::map<int64_t, std::vector<int>> tokens;  // of finished requests
+
+  void add(Req r) { queue_.push_back(std::move(r)); }
+  // The step's plan as (seq, pos_begin, n_tokens), and the tokens it generates.
+  std::pair<Plan, int> step(int now_h) {
+    expire(now_h);
+    while (!queue_.empty() && static_cast<int>(running_.size()) < max_batch_) {
+      Req& r = queue_.front();
+      const int need = BlockAllocator::blocks_for(r.prompt_len + r.max_new, block_size_);
+      if (need > free_) break;
+      free_ -= need;
+      r.blocks = need;
+      running_.push_back(std::move(r));
+      queue_.erase(queue_.begin());
+    }
+    Plan plan;
+    std::vector<Req*> order;
+    for (auto& r : running_) {
+      if (r.cached >= r.prompt_len) {
+        plan.push_back({static_cast<int>(r.id), r.cached, 1});
+        order.push_back(&r);
+      }
+    }
+    int budget = chunk_;
+    for (auto& r : running_) {
+      if (r.cached >= r.prompt_len || budget == 0) continue;
+      const int n = std::min(budget, r.prompt_len - r.cached);
+      plan.push_back({static_cast<int>(r.id), r.cached, n});
+      order.push_back(&r);
+      budget -= n;
+    }
+    int generated = 0;
+    std::set<int64_t> ended;
+    for (size_t i = 0; i < plan.size(); ++i) {
+      Req& r = *order[i];
+      r.cached += plan[i][2];
+      if (r.cached < r.prompt_len) continue;
+      const int index = static_cast<int>(r.tokens.size());
+      const bool eos = r.eos_index && *r.eos_index == index;
+      r.tokens.push_back(eos ? kEos : token_at(r.id, r.cached));
+      ++generated;
+      if (eos || index + 1 >= r.max_new) {
+        finish(r, eos ? "stop" : "length");
+        ended.insert(r.id);
+      }
+    }
+    running_.erase(std::remove_if(running_.begin(), running_.end(),
+                                  [&](const Req& r) { return ended.count(r.id) == 1; }),
+                   running_.end());
+    return {plan, generated};
+  }
+  bool cancel(int64_t id, const std::string& reason) {
+    auto match = [id](const Req& r) { return r.id == id; };
+    if (auto it = std::find_if(queue_.begin(), queue_.end(), match); it != queue_.end()) {
+      finish(*it, reason);
+      queue_.erase(it);
+      return true;
+    }
+    if (auto it = std::find_if(running_.begin(), running_.end(), match); it != running_.end()) {
+      finish(*it, reason);
+      running_.erase(it);
+      return true;
+    }
+    return false;
+  }
+  int expire(int now_h) {
+    std::vector<int64_t> ids;
+    for (const auto& r : queue_)
+      if (r.deadline_h <= now_h) ids.push_back(r.id);
+    for (const auto& r : running_)
+      if (r.deadline_h <= now_h) ids.push_back(r.id);
+    for (int64_t id : ids) cancel(id, "timeout");
+    return static_cast<int>(ids.size());
+  }
+  std::vector<int64_t> active() const {
+    std::vector<int64_t> ids;
+    for (const auto& r : queue_) ids.push_back(r.id);
+    for (const auto& r : running_) ids.push_back(r.id);
+    return ids;
+  }
+  size_t queued() const { return queue_.size(); }
+  size_t running() const { return running_.size(); }
+  int used_blocks(int num_blocks) const { return num_blocks - free_; }
+
+ private:
+  void finish(Req& r, const std::string& reason) {
+    free_ += r.blocks;
+    r.blocks = 0;
+    done.emplace_back(r.id, reason);
+    tokens[r.id] = r.tokens;
+  }
+
+  std::vector<Req> queue_, running_;
+  int free_, block_size_, max_batch_, chunk_;
+};
+
+}  // namespace
+
+TEST_SUITE("scheduler") {
+  TEST_CASE("FIFO admission under KV pressure: the head waits, nothing overtakes it") {
+    // 8 blocks of 4 tokens. Request 1 reserves 6 blocks (20 prompt + 4 new), request 2 also 6,
+    // request 3 only 1: it would fit beside request 1 but must wait behind request 2.
+    Harness h(8, 4, 4, 64);
+    h.add(1, 20, 4);
+    h.add(2, 20, 4);
+    h.add(3, 2, 2);
+    CHECK(h.gen->step() == 1);
+    CHECK(h.admitted == std::vector<int64_t>{1});
+    CHECK(h.gen->running() == 1);
+    CHECK(h.gen->queued() == 2);
+    CHECK(h.blocks.used_blocks() == 6);
+    for (int i = 0; i < 3; ++i) h.gen->step();  // request 1: tokens 2..4, then done
+    CHECK(h.done == std::vector<std::pair<int64_t, std::string>>{{1, "length"}});
+    CHECK(h.blocks.used_blocks() == 0);
+    h.gen->step();  // 2 admitted first; 3 fits beside it now (6 + 1 of 8 blocks)
+    CHECK(h.admitted == std::vector<int64_t>{1, 2, 3});
+    CHECK(h.last_plan() == Plan{{2, 0, 20}, {3, 0, 2}});
+    h.run_until_idle();
+    CHECK(h.blocks.used_blocks() == 0);
+    CHECK(h.results.at(3).tokens == std::vector<int>{token_at(3, 2), token_at(3, 3)});
+  }
+
+  TEST_CASE("FIFO admission: batch slots are taken in arrival order") {
+    Harness h(64, 4, 2, 64);
+    for (int id = 1; id <= 5; ++id) h.add(id, 3, 2);
+    h.gen->step();
+    CHECK(h.admitted == std::vector<int64_t>{1, 2});
+    h.run_until_idle();
+    CHECK(h.admitted == std::vector<int64_t>{1, 2, 3, 4, 5});
+    CHECK(h.blocks.used_blocks() == 0);
+  }
+
+  TEST_CASE("a request that can never fit is refused at add() and changes nothing") {
+    Harness h(4, 4, 4, 64);
+    h.add(1, 3, 2);
+    CHECK_THROWS_AS(h.add(2, 14, 3), llama2::Error);  // 17 positions: 5 blocks of 4 > 4
+    CHECK(h.gen->queued() == 1);
+    h.run_until_idle();
+    CHECK(h.done == std::vector<std::pair<int64_t, std::string>>{{1, "length"}});
+  }
+
+  // Expected failure, reported rather than fixed here (generator.cpp is being split by another
+  // change): add() takes an empty prompt, and the next step() would decode from context.back() of
+  // an empty vector. The front ends never pass one (text prompts get BOS, token lists must be
+  // non-empty), so only the Generator's own contract is open.
+  TEST_CASE("add() refuses an empty prompt" * doctest::should_fail()) {
+    Harness h(8, 4, 1, 4);
+    CHECK_THROWS_AS(h.add(1, 0, 2), llama2::Error);
+  }
+
+  TEST_CASE("chunked prefill: at most prefill_chunk prompt tokens per step, decodes first") {
+    Harness h(64, 4, 4, 5);
+    h.add(1, 12, 3);
+    h.add(2, 7, 2);
+    h.gen->step();
+    CHECK(h.last_plan() == Plan{{1, 0, 5}});
+    h.gen->step();
+    CHECK(h.last_plan() == Plan{{1, 5, 5}});
+    h.gen->step();  // the rest of 1's prompt, then 2 gets what is left of the budget
+    CHECK(h.last_plan() == Plan{{1, 10, 2}, {2, 0, 3}});
+    CHECK(h.engine.plans.back().seqs[0].want_logits == 1);
+    CHECK(h.engine.plans.back().seqs[1].want_logits == 0);
+    h.gen->step();  // 1 decodes (one row, first), 2 finishes its prompt
+    CHECK(h.last_plan() == Plan{{1, 12, 1}, {2, 3, 4}});
+    h.gen->step();
+    CHECK(h.last_plan() == Plan{{1, 13, 1}, {2, 7, 1}});
+    h.run_until_idle();
+    CHECK(h.engine.prefill_tokens == std::vector<int>{5, 5, 5, 4, 0});
+    CHECK(h.results.at(1).tokens ==
+          std::vector<int>{token_at(1, 12), token_at(1, 13), token_at(1, 14)});
+    CHECK(h.blocks.used_blocks() == 0);
+  }
+
+  TEST_CASE("EOS ends a sequence with finish_reason stop, EOS included in its tokens") {
+    Harness h(64, 4, 4, 64);
+    h.add(1, 4, 10, /*eos_index=*/2);
+    h.run_until_idle();
+    CHECK(h.done == std::vector<std::pair<int64_t, std::string>>{{1, "stop"}});
+    CHECK(h.results.at(1).tokens == std::vector<int>{token_at(1, 4), token_at(1, 5), kEos});
+    CHECK(h.blocks.used_blocks() == 0);
+  }
+
+  TEST_CASE("cancel at every stage frees the blocks at once") {
+    Harness h(64, 4, 1, 4);  // one batch slot: 2 waits in the queue while 1 runs
+    h.add(1, 10, 5);         // 15 positions: 4 blocks
+    h.add(2, 3, 2);
+    h.add(3, 3, 2);
+    CHECK_FALSE(h.gen->cancel(99, "cancelled"));
+    int64_t cancelled = 0;
+
+    SUBCASE("queued") {
+      h.gen->step();
+      cancelled = 2;
+      CHECK(h.gen->cancel(2, "cancelled"));
+      CHECK(h.gen->queued() == 1);
+      CHECK(h.blocks.used_blocks() == 4);  // only 1's
+      CHECK(h.results.at(2).tokens.empty());
+    }
+    SUBCASE("mid-prefill") {
+      h.gen->step();  // 4 of 1's 10 prompt tokens
+      CHECK(h.last_plan() == Plan{{1, 0, 4}});
+      cancelled = 1;
+      CHECK(h.gen->cancel(1, "cancelled"));
+      CHECK(h.gen->running() == 0);
+      CHECK(h.blocks.used_blocks() == 0);
+      CHECK(h.results.at(1).tokens.empty());
+      h.gen->step();  // the slot goes to 2
+      CHECK(h.last_plan() == Plan{{2, 0, 3}});
+    }
+    SUBCASE("decoding") {
+      for (int i = 0; i < 4; ++i) h.gen->step();  // 3 prefill chunks, then one decode step
+      CHECK(h.results.count(1) == 0);
+      cancelled = 1;
+      CHECK(h.gen->cancel(1, "cancelled"));
+      CHECK(h.blocks.used_blocks() == 0);
+      CHECK(h.results.at(1).tokens == std::vector<int>{token_at(1, 10), token_at(1, 11)});
+    }
+    CHECK(h.results.at(cancelled).finish_reason == "cancelled");
+    CHECK_FALSE(h.gen->cancel(cancelled, "cancelled"));  // an id ends once
+    h.run_until_idle();
+    CHECK(h.blocks.used_blocks() == 0);
+    CHECK(h.results.size() == 3);
+  }
+
+  TEST_CASE("expiry at every stage: finish_reason timeout, blocks freed") {
+    // Deadlines far in the future of the real clock (step() expires against Clock::now()), moved
+    // past by calling expire() with a later instant: no sleeps, no timing dependence.
+    const auto base = Clock::now() + std::chrono::hours(1000);
+    const auto later = base + std::chrono::hours(1);
+    Harness h(64, 4, 1, 4);
+    h.add(1, 10, 5, std::nullopt, base);
+    h.add(2, 3, 2, std::nullopt, base);
+    h.add(3, 3, 2);  // no deadline
+
+    SUBCASE("queued") {
+      h.gen->step();
+      CHECK(h.gen->expire(later) == 2);
+      CHECK(h.done == std::vector<std::pair<int64_t, std::string>>{{2, "timeout"}, {1, "timeout"}});
+    }
+    SUBCASE("mid-prefill") {
+      h.gen->step();
+      CHECK(h.gen->expire(base - std::chrono::hours(1)) == 0);  // not yet
+      CHECK(h.gen->expire(base) == 2);                          // at the deadline
+      CHECK(h.results.at(1).tokens.empty());
+    }
+    SUBCASE("decoding") {
+      for (int i = 0; i < 4; ++i) h.gen->step();
+      CHECK(h.gen->expire(later) == 2);
+      CHECK(h.results.at(1).tokens.size() == 2);
+    }
+    SUBCASE("already past when added: step() ends it before it runs") {
+      h.add(4, 3, 2, std::nullopt, Clock::now() - std::chrono::seconds(1));
+      h.gen->step();
+      CHECK(h.done == std::vector<std::pair<int64_t, std::string>>{{4, "timeout"}});
+      CHECK(h.gen->cancel(1, "cancelled"));
+      CHECK(h.gen->cancel(2, "cancelled"));
+    }
+    CHECK(h.blocks.used_blocks() == 0);
+    CHECK(h.results.at(1).finish_reason != "length");
+    h.run_until_idle();
+    CHECK(h.results.at(3).finish_reason == "length");
+    CHECK(h.blocks.used_blocks() == 0);
+  }
+
+  TEST_CASE("random adds, steps, cancels and expiries agree with the reference; no block leaks") {
+    // Virtual hours after `base` stand for deadlines; the real clock never reaches them, so only
+    // expire(base + t) calls (and deadlines already past when added) end requests by time.
+    const auto base = Clock::now() + std::chrono::hours(100000);
+    for (uint32_t seed = 1; seed <= 150; ++seed) {
+      std::mt19937 rng(seed);
+      auto pick = [&rng](int lo, int hi) {
+        return std::uniform_int_distribution<int>(lo, hi)(rng);
+      };
+      const int num_blocks = pick(2, 24), block_size = pick(1, 8);
+      const int max_batch = pick(1, 6), chunk = pick(1, 16);
+      INFO("seed " << seed << ": " << num_blocks << " blocks of " << block_size << ", batch "
+                   << max_batch << ", chunk " << chunk);
+      Harness h(num_blocks, block_size, max_batch, chunk);
+      ReferenceScheduler ref(num_blocks, block_size, max_batch, chunk);
+      int64_t next_id = 1;
+      int now_h = 0;
+      for (int op = 0; op < 300; ++op) {
+        INFO("op " << op);
+        const int what = pick(0, 99);
+        if (what < 30) {
+          ReferenceScheduler::Req r;
+          r.id = next_id++;
+          r.prompt_len = pick(1, 30);
+          r.max_new = pick(1, 10);
+          if (pick(0, 3) == 0) r.eos_index = pick(0, r.max_new - 1);
+          const int d = pick(0, 9);
+          if (d == 0) r.deadline_h = -1;
+          if (d >= 7) r.deadline_h = now_h + pick(0, 20);
+          const auto deadline = r.deadline_h == INT32_MAX ? Clock::time_point::max()
+                                : r.deadline_h < 0        ? Clock::now() - std::chrono::hours(1)
+                                                          : base + std::chrono::hours(r.deadline_h);
+          const bool fits =
+              BlockAllocator::blocks_for(r.prompt_len + r.max_new, block_size) <= num_blocks;
+          if (fits) {
+            h.add(r.id, r.prompt_len, r.max_new, r.eos_index, deadline);
+            ref.add(r);
+          } else {
+            CHECK_THROWS_AS(h.add(r.id, r.prompt_len, r.max_new, r.eos_index, deadline),
+                            llama2::Error);
+          }
+        } else if (what < 75) {
+          const size_t plans = h.engine.plans.size();
+          const int got = h.gen->step();
+          // The generator's own expire(Clock::now()) only reaches deadlines already past.
+          const auto [want_plan, want_generated] = ref.step(-1);
+          CHECK(got == want_generated);
+          if (want_plan.empty()) {
+            CHECK(h.engine.plans.size() == plans);
+          } else {
+            REQUIRE(h.engine.plans.size() == plans + 1);
+            CHECK(h.last_plan() == want_plan);
+            CHECK(h.engine.prefill_tokens.back() <= chunk);
+          }
+        } else if (what < 88) {
+          const std::vector<int64_t> active = ref.active();
+          const int64_t id = active.empty() || pick(0, 4) == 0
+                                 ? pick(1, static_cast<int>(next_id))  // maybe finished or unknown
+                                 : active[pick(0, static_cast<int>(active.size()) - 1)];
+          CHECK(h.gen->cancel(id, "cancelled") == ref.cancel(id, "cancelled"));
+        } else {
+          now_h += pick(0, 5);
+          CHECK(h.gen->expire(base + std::chrono::hours(now_h)) == ref.expire(now_h));
+        }
+        REQUIRE(h.done == ref.done);
+        REQUIRE(h.gen->queued() == ref.queued());
+        REQUIRE(h.gen->running() == ref.running());
+        REQUIRE(h.blocks.used_blocks() == ref.used_blocks(num_blocks));
+      }
+      // Drain half the runs, shut the other half down: every block comes back either way.
+      if (seed % 2 == 0) {
+        h.run_until_idle();
+        while (ref.queued() + ref.running() > 0) ref.step(-1);
+      } else {
+        h.gen->cancel_all("shutting_down");
+        for (int64_t id : ref.active()) ref.cancel(id, "shutting_down");
+      }
+      CHECK(h.done == ref.done);
+      CHECK(h.gen->idle());
+      CHECK(h.blocks.used_blocks() == 0);
+      CHECK(h.blocks.free_blocks() == num_blocks);
+      for (const auto& [id, toks] : ref.tokens) CHECK(h.results.at(id).tokens == toks);
+    }
+  }
+}
