@@ -1,3 +1,6 @@
+#include <string>
+
+#include "common/check.h"
 #include "kernels/allreduce.cuh"
 #include "kernels/dtype.cuh"
 
@@ -84,14 +87,21 @@ size_t allreduce_buffer_bytes(int ranks, size_t max_bytes) {
 template <typename T>
 cudaError_t launch_allreduce(const AllReduceShared& shared, T* data, int64_t n,
                              cudaStream_t stream) {
-  if (shared.ranks < 1 || shared.ranks > kAllReduceMaxRanks || n < 0 ||
-      static_cast<size_t>(n) * sizeof(T) > shared.max_bytes || n % kVec16<T> != 0 ||
-      shared.max_bytes % 16 != 0 || !is_aligned(data, 16)) {
-    return cudaErrorInvalidValue;
-  }
+  LLAMA2_LAUNCH_REQUIRE(shared.ranks >= 1 && shared.ranks <= kAllReduceMaxRanks,
+                        "ranks " + std::to_string(shared.ranks) + ", allowed 1.." +
+                            std::to_string(kAllReduceMaxRanks));
+  LLAMA2_LAUNCH_REQUIRE(n >= 0, "n " + std::to_string(n));
+  LLAMA2_LAUNCH_REQUIRE(
+      static_cast<size_t>(n) * sizeof(T) <= shared.max_bytes,
+      std::to_string(n * sizeof(T)) + " bytes, buffers of " + std::to_string(shared.max_bytes));
+  LLAMA2_LAUNCH_REQUIRE(n % kVec16<T> == 0, "n " + std::to_string(n) + " is not a multiple of " +
+                                                std::to_string(kVec16<T>) + " (16 bytes)");
+  LLAMA2_LAUNCH_REQUIRE(shared.max_bytes % 16 == 0,
+                        "max_bytes " + std::to_string(shared.max_bytes));
+  LLAMA2_LAUNCH_REQUIRE(is_aligned(data, 16), "");
   Params p{shared.rank, shared.ranks, shared.max_bytes, {}};
   for (int r = 0; r < shared.ranks; ++r) {
-    if (shared.buffers[r] == nullptr) return cudaErrorInvalidValue;
+    LLAMA2_LAUNCH_REQUIRE(shared.buffers[r] != nullptr, "rank " + std::to_string(r));
     p.buffers[r] = static_cast<char*>(shared.buffers[r]);
   }
   return launch_kernel(allreduce_kernel<T>, 1, kThreads, 0, stream, p, data, n);

@@ -1,6 +1,8 @@
 #include <climits>
 #include <cmath>
+#include <string>
 
+#include "common/check.h"
 #include "kernels/attention_decode.cuh"
 #include "kernels/decode_plan.cuh"
 #include "kernels/dtype.cuh"
@@ -447,7 +449,7 @@ static cudaError_t run_decode(const DecodeParams<T, C>& p, bool warp, int num_se
   const dim3 grid(p.num_parts, kv_heads, num_seqs);
   if (warp) {
     const int64_t items = static_cast<int64_t>(p.num_parts) * kv_heads * num_seqs;
-    if (items > INT_MAX) return cudaErrorInvalidValue;
+    LLAMA2_LAUNCH_REQUIRE(items <= INT_MAX, std::to_string(items) + " warp items");
     launch_kernel(decode_warp_kernel<T, C, D>, dim3(static_cast<unsigned>(ceil_div(items, kWarps))),
                   kThreads, 0, stream, p, static_cast<int>(items));
   } else if (p.group == 1) {
@@ -467,25 +469,36 @@ template <typename T, typename C>
 cudaError_t launch_attention_decode(const DecodeAttentionArgs<T, C>& a, cudaStream_t stream) {
   const auto& c = a.cache;
   const int d = c.head_dim;
-  if (a.num_seqs < 0 || a.heads <= 0 || c.kv_heads <= 0 || a.heads % c.kv_heads != 0 ||
-      a.heads / c.kv_heads > kMaxGroup || c.block_size <= 0 || c.num_blocks <= 0 ||
-      a.max_context <= 0 || a.num_seqs > 65535) {
-    return cudaErrorInvalidValue;
-  }
-  if (ceil_div(a.max_context, c.block_size) > a.max_blocks) return cudaErrorInvalidValue;
+  LLAMA2_LAUNCH_REQUIRE(a.num_seqs >= 0 && a.num_seqs <= 65535,
+                        "num_seqs " + std::to_string(a.num_seqs) + ", allowed 0..65535");
+  LLAMA2_LAUNCH_REQUIRE(
+      a.heads > 0 && c.kv_heads > 0 && a.heads % c.kv_heads == 0,
+      "heads " + std::to_string(a.heads) + ", kv_heads " + std::to_string(c.kv_heads));
+  LLAMA2_LAUNCH_REQUIRE(
+      a.heads / c.kv_heads <= kMaxGroup,
+      "group " + std::to_string(a.heads / c.kv_heads) + ", at most " + std::to_string(kMaxGroup));
+  LLAMA2_LAUNCH_REQUIRE(c.block_size > 0 && c.num_blocks > 0,
+                        "block_size " + std::to_string(c.block_size) + ", num_blocks " +
+                            std::to_string(c.num_blocks));
+  LLAMA2_LAUNCH_REQUIRE(a.max_context > 0, "max_context " + std::to_string(a.max_context));
+  LLAMA2_LAUNCH_REQUIRE(ceil_div(a.max_context, c.block_size) <= a.max_blocks,
+                        "max_context " + std::to_string(a.max_context) + " needs more than " +
+                            std::to_string(a.max_blocks) + " blocks of " +
+                            std::to_string(c.block_size));
   // Cache rows are indexed in int32 (units of head_dim elements).
-  if (static_cast<int64_t>(c.num_blocks) * c.kv_heads * c.block_size > INT32_MAX) {
-    return cudaErrorInvalidValue;
-  }
-  if (a.q_stride < static_cast<int64_t>(a.heads) * d || a.q_stride % kVec16<T> != 0) {
-    return cudaErrorInvalidValue;
-  }
+  LLAMA2_LAUNCH_REQUIRE(static_cast<int64_t>(c.num_blocks) * c.kv_heads * c.block_size <= INT32_MAX,
+                        std::to_string(c.num_blocks) + " blocks");
+  LLAMA2_LAUNCH_REQUIRE(
+      a.q_stride >= static_cast<int64_t>(a.heads) * d && a.q_stride % kVec16<T> == 0,
+      "q_stride " + std::to_string(a.q_stride));
   if (a.num_seqs == 0) return cudaSuccess;
-  if (a.q == nullptr || c.k == nullptr || c.v == nullptr || a.block_tables == nullptr ||
-      a.context_lens == nullptr || a.out == nullptr || !is_aligned(a.q, 16) ||
-      !is_aligned(c.k, 16) || !is_aligned(c.v, 16) || !is_aligned(a.out, 16)) {
-    return cudaErrorInvalidValue;
-  }
+  LLAMA2_LAUNCH_REQUIRE(d == 64 || d == 128,
+                        "head_dim " + std::to_string(d) + " is not instantiated (64, 128)");
+  LLAMA2_LAUNCH_REQUIRE(a.q != nullptr && c.k != nullptr && c.v != nullptr && a.out != nullptr, "");
+  LLAMA2_LAUNCH_REQUIRE(a.block_tables != nullptr && a.context_lens != nullptr, "");
+  LLAMA2_LAUNCH_REQUIRE(
+      is_aligned(a.q, 16) && is_aligned(c.k, 16) && is_aligned(c.v, 16) && is_aligned(a.out, 16),
+      "16-byte alignment");
   DecodeParams<T, C> p{};
   p.q = a.q;
   p.q_stride = a.q_stride;
@@ -505,10 +518,11 @@ cudaError_t launch_attention_decode(const DecodeAttentionArgs<T, C>& a, cudaStre
   p.out = a.out;
   if (p.num_parts > 1) {
     const size_t entries = static_cast<size_t>(a.num_seqs) * a.heads * p.num_parts;
-    if (a.workspace == nullptr || !is_aligned(a.workspace, 16) ||
-        a.workspace_bytes < sizeof(float) * entries * (d + 2)) {
-      return cudaErrorInvalidValue;
-    }
+    LLAMA2_LAUNCH_REQUIRE(a.workspace != nullptr && is_aligned(a.workspace, 16),
+                          std::to_string(p.num_parts) + " partitions need a workspace");
+    LLAMA2_LAUNCH_REQUIRE(a.workspace_bytes >= sizeof(float) * entries * (d + 2),
+                          "workspace of " + std::to_string(a.workspace_bytes) + " bytes, " +
+                              std::to_string(sizeof(float) * entries * (d + 2)) + " needed");
     p.part_acc = static_cast<float*>(a.workspace);
     p.part_max = p.part_acc + entries * d;
     p.part_sum = p.part_max + entries;
@@ -519,7 +533,7 @@ cudaError_t launch_attention_decode(const DecodeAttentionArgs<T, C>& a, cudaStre
     case 128:
       return run_decode<T, C, 128>(p, plan.warp, a.num_seqs, c.kv_heads, stream);
     default:
-      return cudaErrorInvalidValue;  // head_dim not instantiated
+      return cudaErrorInvalidValue;  // refused above
   }
 }
 

@@ -2,8 +2,10 @@
 
 #include <climits>
 #include <cmath>
+#include <string>
 #include <type_traits>
 
+#include "common/check.h"
 #include "kernels/attention_prefill.cuh"
 #include "kernels/dtype.cuh"
 
@@ -439,24 +441,31 @@ template <typename T, typename C>
 cudaError_t launch_attention_prefill(const PrefillAttentionArgs<T, C>& a, cudaStream_t stream) {
   const auto& c = a.cache;
   const int d = c.head_dim;
-  if (a.num_seqs < 0 || a.num_seqs > 65535 || a.heads <= 0 || c.kv_heads <= 0 ||
-      a.heads % c.kv_heads != 0 || c.block_size <= 0 || c.num_blocks <= 0 || a.max_blocks <= 0 ||
-      a.max_new_tokens < 0 || ceil_div(a.max_new_tokens, kBQ) > 65535) {
-    return cudaErrorInvalidValue;
-  }
-  if (a.q_stride < static_cast<int64_t>(a.heads) * d || a.q_stride % kVec16<T> != 0) {
-    return cudaErrorInvalidValue;
-  }
+  LLAMA2_LAUNCH_REQUIRE(a.num_seqs >= 0 && a.num_seqs <= 65535,
+                        "num_seqs " + std::to_string(a.num_seqs) + ", allowed 0..65535");
+  LLAMA2_LAUNCH_REQUIRE(
+      a.heads > 0 && c.kv_heads > 0 && a.heads % c.kv_heads == 0,
+      "heads " + std::to_string(a.heads) + ", kv_heads " + std::to_string(c.kv_heads));
+  LLAMA2_LAUNCH_REQUIRE(c.block_size > 0 && c.num_blocks > 0 && a.max_blocks > 0,
+                        "block_size " + std::to_string(c.block_size) + ", num_blocks " +
+                            std::to_string(c.num_blocks) + ", max_blocks " +
+                            std::to_string(a.max_blocks));
+  LLAMA2_LAUNCH_REQUIRE(a.max_new_tokens >= 0 && ceil_div(a.max_new_tokens, kBQ) <= 65535,
+                        "max_new_tokens " + std::to_string(a.max_new_tokens));
+  LLAMA2_LAUNCH_REQUIRE(
+      a.q_stride >= static_cast<int64_t>(a.heads) * d && a.q_stride % kVec16<T> == 0,
+      "q_stride " + std::to_string(a.q_stride));
   // Cache rows are indexed in int32 (units of head_dim elements).
-  if (static_cast<int64_t>(c.num_blocks) * c.kv_heads * c.block_size > INT32_MAX) {
-    return cudaErrorInvalidValue;
-  }
+  LLAMA2_LAUNCH_REQUIRE(static_cast<int64_t>(c.num_blocks) * c.kv_heads * c.block_size <= INT32_MAX,
+                        std::to_string(c.num_blocks) + " blocks");
   if (a.num_seqs == 0 || a.max_new_tokens == 0) return cudaSuccess;
-  if (a.q == nullptr || c.k == nullptr || c.v == nullptr || a.block_tables == nullptr ||
-      a.cu_tokens == nullptr || a.pos_begin == nullptr || a.out == nullptr ||
-      !is_aligned(a.q, 16) || !is_aligned(c.k, 16) || !is_aligned(c.v, 16)) {
-    return cudaErrorInvalidValue;
-  }
+  LLAMA2_LAUNCH_REQUIRE(d == 64 || d == 128,
+                        "head_dim " + std::to_string(d) + " is not instantiated (64, 128)");
+  LLAMA2_LAUNCH_REQUIRE(a.q != nullptr && c.k != nullptr && c.v != nullptr && a.out != nullptr, "");
+  LLAMA2_LAUNCH_REQUIRE(
+      a.block_tables != nullptr && a.cu_tokens != nullptr && a.pos_begin != nullptr, "");
+  LLAMA2_LAUNCH_REQUIRE(is_aligned(a.q, 16) && is_aligned(c.k, 16) && is_aligned(c.v, 16),
+                        "16-byte alignment");
   PrefillParams<T, C> p{};
   p.q = a.q;
   p.q_stride = a.q_stride;
@@ -478,7 +487,7 @@ cudaError_t launch_attention_prefill(const PrefillAttentionArgs<T, C>& a, cudaSt
     case 128:
       return run_prefill<T, C, 128>(p, a, stream);
     default:
-      return cudaErrorInvalidValue;  // head_dim not instantiated
+      return cudaErrorInvalidValue;  // refused above
   }
 }
 

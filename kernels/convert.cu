@@ -1,5 +1,7 @@
 #include <algorithm>
+#include <string>
 
+#include "common/check.h"
 #include "kernels/convert.cuh"
 #include "kernels/dtype.cuh"
 
@@ -56,10 +58,11 @@ int grid_for(int64_t n) {
 template <typename T>
 cudaError_t launch_convert(const void* src, SourceType type, int64_t n, T* dst,
                            cudaStream_t stream) {
-  if (n < 0 || static_cast<int>(type) < 0 || static_cast<int>(type) > 2)
-    return cudaErrorInvalidValue;
+  LLAMA2_LAUNCH_REQUIRE(n >= 0, "n " + std::to_string(n));
+  LLAMA2_LAUNCH_REQUIRE(static_cast<int>(type) >= 0 && static_cast<int>(type) <= 2,
+                        "source type " + std::to_string(static_cast<int>(type)));
   if (n == 0) return cudaSuccess;
-  if (src == nullptr || dst == nullptr) return cudaErrorInvalidValue;
+  LLAMA2_LAUNCH_REQUIRE(src != nullptr && dst != nullptr, "");
   launch_kernel(convert_kernel<T>, grid_for(n), kThreads, 0, stream, src, type, n, dst);
   return cudaGetLastError();
 }
@@ -67,9 +70,9 @@ cudaError_t launch_convert(const void* src, SourceType type, int64_t n, T* dst,
 template <typename T>
 cudaError_t launch_fill_uniform(T* dst, int64_t n, uint64_t seed, float mean, float scale,
                                 cudaStream_t stream) {
-  if (n < 0) return cudaErrorInvalidValue;
+  LLAMA2_LAUNCH_REQUIRE(n >= 0, "n " + std::to_string(n));
   if (n == 0) return cudaSuccess;
-  if (dst == nullptr) return cudaErrorInvalidValue;
+  LLAMA2_LAUNCH_REQUIRE(dst != nullptr, "");
   launch_kernel(fill_uniform_kernel<T>, grid_for(n), kThreads, 0, stream, dst, n, seed, mean,
                 scale);
   return cudaGetLastError();

@@ -1,5 +1,7 @@
 #include <algorithm>
+#include <string>
 
+#include "common/check.h"
 #include "kernels/dtype.cuh"
 #include "kernels/embedding.cuh"
 
@@ -26,12 +28,14 @@ static __global__ void embedding_kernel(const int32_t* tokens, const T* table, i
 template <typename T>
 cudaError_t launch_embedding(const int32_t* tokens, int n_tokens, const T* table, int vocab_begin,
                              int vocab_local, int hidden, T* out, cudaStream_t stream) {
-  if (n_tokens < 0 || hidden <= 0 || vocab_local < 0 || vocab_begin < 0)
-    return cudaErrorInvalidValue;
+  LLAMA2_LAUNCH_REQUIRE(n_tokens >= 0, "n_tokens " + std::to_string(n_tokens));
+  LLAMA2_LAUNCH_REQUIRE(hidden > 0, "hidden " + std::to_string(hidden));
+  LLAMA2_LAUNCH_REQUIRE(vocab_local >= 0 && vocab_begin >= 0,
+                        "vocab_begin " + std::to_string(vocab_begin) + ", vocab_local " +
+                            std::to_string(vocab_local));
   if (n_tokens == 0) return cudaSuccess;
-  if (tokens == nullptr || out == nullptr || (vocab_local > 0 && table == nullptr)) {
-    return cudaErrorInvalidValue;
-  }
+  LLAMA2_LAUNCH_REQUIRE(tokens != nullptr && out != nullptr, "");
+  LLAMA2_LAUNCH_REQUIRE(vocab_local == 0 || table != nullptr, "");
   constexpr int V = kVec16<T>;
   const bool vec = hidden % V == 0 && is_aligned(table, 16) && is_aligned(out, 16);
   const int n_vec = vec ? hidden / V : hidden;

@@ -1,3 +1,6 @@
+#include <string>
+
+#include "common/check.h"
 #include "kernels/activation.cuh"
 #include "kernels/dtype.cuh"
 #include "kernels/gemv.cuh"
@@ -83,12 +86,16 @@ void launch_m(const T* x, const T* w, T* y, int N, int K, cudaStream_t stream) {
 }
 
 template <typename T, bool kGateUp>
-cudaError_t launch(const T* x, const T* w, T* y, int M, int N, int K, cudaStream_t stream) {
-  if (M < 1 || M > kGemvMaxRows || N < 1 || K < 1 || K % kVec16<T> != 0)
-    return cudaErrorInvalidValue;
-  if (x == nullptr || w == nullptr || y == nullptr || !is_aligned(x, 16) || !is_aligned(w, 16)) {
-    return cudaErrorInvalidValue;
-  }
+cudaError_t launch_gemv_kind(const T* x, const T* w, T* y, int M, int N, int K,
+                             cudaStream_t stream) {
+  LLAMA2_LAUNCH_REQUIRE(M >= 1 && M <= kGemvMaxRows,
+                        "M " + std::to_string(M) + ", allowed 1.." + std::to_string(kGemvMaxRows));
+  LLAMA2_LAUNCH_REQUIRE(N >= 1, "N " + std::to_string(N));
+  LLAMA2_LAUNCH_REQUIRE(K >= 1 && K % kVec16<T> == 0,
+                        "K " + std::to_string(K) + " must be a positive multiple of " +
+                            std::to_string(kVec16<T>) + " (16 bytes)");
+  LLAMA2_LAUNCH_REQUIRE(x != nullptr && w != nullptr && y != nullptr, "");
+  LLAMA2_LAUNCH_REQUIRE(is_aligned(x, 16) && is_aligned(w, 16), "16-byte alignment");
   switch (M) {
     case 1:
       launch_m<T, 1, kGateUp>(x, w, y, N, K, stream);
@@ -122,13 +129,13 @@ cudaError_t launch(const T* x, const T* w, T* y, int M, int N, int K, cudaStream
 
 template <typename T>
 cudaError_t launch_gemv(const T* x, const T* w, T* y, int M, int N, int K, cudaStream_t stream) {
-  return launch<T, false>(x, w, y, M, N, K, stream);
+  return launch_gemv_kind<T, false>(x, w, y, M, N, K, stream);
 }
 
 template <typename T>
 cudaError_t launch_gemv_gate_up_swiglu(const T* x, const T* w_gate_up, T* act, int M, int F, int K,
                                        cudaStream_t stream) {
-  return launch<T, true>(x, w_gate_up, act, M, F, K, stream);
+  return launch_gemv_kind<T, true>(x, w_gate_up, act, M, F, K, stream);
 }
 
 #define LLAMA2_INSTANTIATE(T)                                                               \

@@ -5,13 +5,25 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 namespace llama2::kernels {
 
 constexpr int kGemvMaxRows = 8;
 
+// True when launch_gemv and launch_gemv_gate_up_swiglu take these operands: 1 <= M <=
+// kGemvMaxRows, K a positive multiple of 16 bytes, x and w 16-byte aligned. The caller decides
+// with it before launching (cuBLAS otherwise), so a launch error is never mistaken for "use
+// cuBLAS instead".
+template <typename T>
+inline bool gemv_fits(const T* x, const T* w, int M, int K) {
+  constexpr int kVec = static_cast<int>(16 / sizeof(T));
+  return M >= 1 && M <= kGemvMaxRows && K >= 1 && K % kVec == 0 &&
+         reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
+}
+
 // y[m, n] = round_T(sum_k x[m, k] * w[n, k]) for m < M, n < N, fp32 accumulation.
-// Needs 1 <= M <= kGemvMaxRows, K % (16 / sizeof(T)) == 0 and 16-byte aligned x and w
-// (cudaErrorInvalidValue otherwise: the caller falls back to cuBLAS).
+// Needs gemv_fits(x, w, M, K) and N >= 1 (cudaErrorInvalidValue and the failed check otherwise).
 // Launch: 256 threads = 8 warps per block, each warp owns 2 consecutive rows of W and walks K in
 // 16-byte pieces (lane j reads piece j, j + 32, ...: one 512-byte coalesced segment per row and
 // step, 4 steps unrolled so ~8 loads per lane are in flight); x is read through the L1 cache (it

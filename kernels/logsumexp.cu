@@ -1,5 +1,7 @@
 #include <cmath>
+#include <string>
 
+#include "common/check.h"
 #include "kernels/dtype.cuh"
 #include "kernels/logsumexp.cuh"
 #include "kernels/reduce.cuh"
@@ -70,10 +72,14 @@ template <typename T>
 cudaError_t launch_slice_logsumexp(const T* logits, int64_t ld, int rows, int vocab_local,
                                    int vocab_begin, const int32_t* targets, float* out,
                                    cudaStream_t stream) {
-  if (rows < 0 || vocab_local <= 0 || vocab_begin < 0 || ld < vocab_local)
-    return cudaErrorInvalidValue;
+  LLAMA2_LAUNCH_REQUIRE(rows >= 0, "rows " + std::to_string(rows));
+  LLAMA2_LAUNCH_REQUIRE(vocab_local > 0 && vocab_begin >= 0,
+                        "vocab_begin " + std::to_string(vocab_begin) + ", vocab_local " +
+                            std::to_string(vocab_local));
+  LLAMA2_LAUNCH_REQUIRE(ld >= vocab_local, "ld " + std::to_string(ld) + ", vocab_local " +
+                                               std::to_string(vocab_local));
   if (rows == 0) return cudaSuccess;
-  if (logits == nullptr || out == nullptr) return cudaErrorInvalidValue;
+  LLAMA2_LAUNCH_REQUIRE(logits != nullptr && out != nullptr, "");
   launch_kernel(slice_logsumexp_kernel<T>, rows, kThreads, 0, stream, logits, ld, vocab_local,
                 vocab_begin, targets, out);
   return cudaGetLastError();

@@ -1,5 +1,7 @@
 #include <algorithm>
+#include <string>
 
+#include "common/check.h"
 #include "kernels/dtype.cuh"
 #include "kernels/reduce.cuh"
 #include "kernels/rmsnorm.cuh"
@@ -85,18 +87,16 @@ int row_threads(int n_vec) {
   return static_cast<int>(std::min<int64_t>(512, ceil_div(n_vec, 32) * 32));
 }
 
-bool bad_shape(int n_rows, int hidden, float eps) {
-  return n_rows < 0 || hidden <= 0 || !(eps >= 0.f);
-}
-
 }  // namespace
 
 template <typename T>
 cudaError_t launch_rmsnorm(const T* x, const T* weight, int n_rows, int hidden, float eps, T* out,
                            cudaStream_t stream) {
-  if (bad_shape(n_rows, hidden, eps)) return cudaErrorInvalidValue;
+  LLAMA2_LAUNCH_REQUIRE(n_rows >= 0, "n_rows " + std::to_string(n_rows));
+  LLAMA2_LAUNCH_REQUIRE(hidden > 0, "hidden " + std::to_string(hidden));
+  LLAMA2_LAUNCH_REQUIRE(eps >= 0.f, "eps " + std::to_string(eps));
   if (n_rows == 0) return cudaSuccess;
-  if (x == nullptr || weight == nullptr || out == nullptr) return cudaErrorInvalidValue;
+  LLAMA2_LAUNCH_REQUIRE(x != nullptr && weight != nullptr && out != nullptr, "");
   constexpr int V = kVec16<T>;
   if (can_vectorize<T>(hidden, x, weight, out, out)) {
     launch_kernel(rmsnorm_kernel<T, V>, n_rows, row_threads(hidden / V), 0, stream, x, weight,
@@ -111,12 +111,13 @@ cudaError_t launch_rmsnorm(const T* x, const T* weight, int n_rows, int hidden, 
 template <typename T>
 cudaError_t launch_add_rmsnorm(T* residual, const T* x, const T* weight, int n_rows, int hidden,
                                float eps, T* out, cudaStream_t stream) {
-  if (bad_shape(n_rows, hidden, eps)) return cudaErrorInvalidValue;
+  LLAMA2_LAUNCH_REQUIRE(n_rows >= 0, "n_rows " + std::to_string(n_rows));
+  LLAMA2_LAUNCH_REQUIRE(hidden > 0, "hidden " + std::to_string(hidden));
+  LLAMA2_LAUNCH_REQUIRE(eps >= 0.f, "eps " + std::to_string(eps));
   if (n_rows == 0) return cudaSuccess;
-  if (residual == nullptr || x == nullptr || weight == nullptr || out == nullptr ||
-      out == residual) {
-    return cudaErrorInvalidValue;
-  }
+  LLAMA2_LAUNCH_REQUIRE(residual != nullptr && x != nullptr && weight != nullptr && out != nullptr,
+                        "");
+  LLAMA2_LAUNCH_REQUIRE(out != residual, "the sum stays in residual, the norm goes to out");
   constexpr int V = kVec16<T>;
   if (can_vectorize<T>(hidden, residual, x, weight, out)) {
     launch_kernel(add_rmsnorm_kernel<T, V>, n_rows, row_threads(hidden / V), 0, stream, residual, x,

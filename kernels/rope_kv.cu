@@ -1,6 +1,8 @@
 #include <cmath>
+#include <string>
 #include <type_traits>
 
+#include "common/check.h"
 #include "kernels/dtype.cuh"
 #include "kernels/rope_kv.cuh"
 
@@ -149,26 +151,37 @@ cudaError_t launch_rope_kv(T* q, int64_t q_stride, const T* k, int64_t k_stride,
                            const RopeFreqs& freqs, const PagedKvCache<C>& cache,
                            cudaStream_t stream) {
   const int d = cache.head_dim;
-  if (tokens.n_tokens < 0 || heads <= 0 || cache.kv_heads <= 0 || cache.block_size <= 0 ||
-      cache.num_blocks <= 0 || freqs.head_dim != d) {
-    return cudaErrorInvalidValue;
-  }
-  if (q_stride < static_cast<int64_t>(heads) * d ||
-      k_stride < static_cast<int64_t>(cache.kv_heads) * d ||
-      v_stride < static_cast<int64_t>(cache.kv_heads) * d) {
-    return cudaErrorInvalidValue;
-  }
+  LLAMA2_LAUNCH_REQUIRE(tokens.n_tokens >= 0, "n_tokens " + std::to_string(tokens.n_tokens));
+  LLAMA2_LAUNCH_REQUIRE(
+      heads > 0 && cache.kv_heads > 0,
+      "heads " + std::to_string(heads) + ", kv_heads " + std::to_string(cache.kv_heads));
+  LLAMA2_LAUNCH_REQUIRE(cache.block_size > 0 && cache.num_blocks > 0,
+                        "block_size " + std::to_string(cache.block_size) + ", num_blocks " +
+                            std::to_string(cache.num_blocks));
+  LLAMA2_LAUNCH_REQUIRE(freqs.head_dim == d, "freqs for head_dim " +
+                                                 std::to_string(freqs.head_dim) +
+                                                 ", cache head_dim " + std::to_string(d));
+  LLAMA2_LAUNCH_REQUIRE(q_stride >= static_cast<int64_t>(heads) * d,
+                        "q_stride " + std::to_string(q_stride) + " < heads * head_dim " +
+                            std::to_string(static_cast<int64_t>(heads) * d));
+  LLAMA2_LAUNCH_REQUIRE(k_stride >= static_cast<int64_t>(cache.kv_heads) * d &&
+                            v_stride >= static_cast<int64_t>(cache.kv_heads) * d,
+                        "k_stride " + std::to_string(k_stride) + ", v_stride " +
+                            std::to_string(v_stride) + " < kv_heads * head_dim " +
+                            std::to_string(static_cast<int64_t>(cache.kv_heads) * d));
   if (tokens.n_tokens == 0) return cudaSuccess;
-  if (q == nullptr || k == nullptr || v == nullptr || tokens.pos == nullptr ||
-      tokens.slot == nullptr || cache.k == nullptr || cache.v == nullptr) {
-    return cudaErrorInvalidValue;
-  }
+  LLAMA2_LAUNCH_REQUIRE(d == 64 || d == 128,
+                        "head_dim " + std::to_string(d) + " is not instantiated (64, 128)");
+  LLAMA2_LAUNCH_REQUIRE(q != nullptr && k != nullptr && v != nullptr, "");
+  LLAMA2_LAUNCH_REQUIRE(tokens.pos != nullptr && tokens.slot != nullptr, "");
+  LLAMA2_LAUNCH_REQUIRE(cache.k != nullptr && cache.v != nullptr, "");
   // 16-byte pieces throughout: every row start must be 16-byte aligned.
   constexpr int V = kVec16<T>;
-  if (!is_aligned(q, 16) || !is_aligned(k, 16) || !is_aligned(v, 16) || !is_aligned(cache.k, 16) ||
-      !is_aligned(cache.v, 16) || q_stride % V != 0 || k_stride % V != 0 || v_stride % V != 0) {
-    return cudaErrorInvalidValue;
-  }
+  LLAMA2_LAUNCH_REQUIRE(is_aligned(q, 16) && is_aligned(k, 16) && is_aligned(v, 16) &&
+                            is_aligned(cache.k, 16) && is_aligned(cache.v, 16),
+                        "16-byte alignment");
+  LLAMA2_LAUNCH_REQUIRE(q_stride % V == 0 && k_stride % V == 0 && v_stride % V == 0,
+                        "strides must be multiples of " + std::to_string(V) + " elements");
   const RopeKvParams<T> p{q_stride,       k_stride,         v_stride,   heads,
                           cache.kv_heads, cache.block_size, tokens.pos, tokens.slot};
   constexpr int kThreads = 128;
@@ -182,7 +195,7 @@ cudaError_t launch_rope_kv(T* q, int64_t q_stride, const T* k, int64_t k_stride,
                     cache.k, cache.v, p, freqs);
       break;
     default:
-      return cudaErrorInvalidValue;  // head_dim not instantiated
+      break;  // refused above
   }
   return cudaGetLastError();
 }

@@ -1,6 +1,8 @@
 #include <climits>
 #include <cmath>
+#include <string>
 
+#include "common/check.h"
 #include "kernels/dtype.cuh"
 #include "kernels/reduce.cuh"
 #include "kernels/sampling.cuh"
@@ -190,11 +192,14 @@ static __global__ void __launch_bounds__(kThreads)
 template <typename T>
 cudaError_t launch_argmax(const T* logits, int64_t ld, int rows, int vocab_local, int vocab_begin,
                           float* out_value, int32_t* out_index, cudaStream_t stream) {
-  if (rows < 0 || vocab_local <= 0 || vocab_begin < 0 || ld < vocab_local)
-    return cudaErrorInvalidValue;
+  LLAMA2_LAUNCH_REQUIRE(rows >= 0, "rows " + std::to_string(rows));
+  LLAMA2_LAUNCH_REQUIRE(vocab_local > 0 && vocab_begin >= 0,
+                        "vocab_begin " + std::to_string(vocab_begin) + ", vocab_local " +
+                            std::to_string(vocab_local));
+  LLAMA2_LAUNCH_REQUIRE(ld >= vocab_local, "ld " + std::to_string(ld) + ", vocab_local " +
+                                               std::to_string(vocab_local));
   if (rows == 0) return cudaSuccess;
-  if (logits == nullptr || out_value == nullptr || out_index == nullptr)
-    return cudaErrorInvalidValue;
+  LLAMA2_LAUNCH_REQUIRE(logits != nullptr && out_value != nullptr && out_index != nullptr, "");
   launch_kernel(argmax_kernel<T>, rows, kThreads, 0, stream, logits, ld, vocab_local, vocab_begin,
                 out_value, out_index);
   return cudaGetLastError();
@@ -203,13 +208,16 @@ cudaError_t launch_argmax(const T* logits, int64_t ld, int rows, int vocab_local
 template <typename T>
 cudaError_t launch_topk(const T* logits, int64_t ld, int rows, int vocab_local, int vocab_begin,
                         int k, float* out_values, int32_t* out_indices, cudaStream_t stream) {
-  if (rows < 0 || vocab_local <= 0 || vocab_begin < 0 || ld < vocab_local || k < 1 ||
-      k > kTopKMax) {
-    return cudaErrorInvalidValue;
-  }
+  LLAMA2_LAUNCH_REQUIRE(rows >= 0, "rows " + std::to_string(rows));
+  LLAMA2_LAUNCH_REQUIRE(vocab_local > 0 && vocab_begin >= 0,
+                        "vocab_begin " + std::to_string(vocab_begin) + ", vocab_local " +
+                            std::to_string(vocab_local));
+  LLAMA2_LAUNCH_REQUIRE(ld >= vocab_local, "ld " + std::to_string(ld) + ", vocab_local " +
+                                               std::to_string(vocab_local));
+  LLAMA2_LAUNCH_REQUIRE(k >= 1 && k <= kTopKMax,
+                        "k " + std::to_string(k) + ", allowed 1.." + std::to_string(kTopKMax));
   if (rows == 0) return cudaSuccess;
-  if (logits == nullptr || out_values == nullptr || out_indices == nullptr)
-    return cudaErrorInvalidValue;
+  LLAMA2_LAUNCH_REQUIRE(logits != nullptr && out_values != nullptr && out_indices != nullptr, "");
   launch_kernel(topk_kernel<T>, rows, kThreads, 0, stream, logits, ld, vocab_local, vocab_begin, k,
                 out_values, out_indices);
   return cudaGetLastError();

@@ -1,5 +1,7 @@
 #include <algorithm>
+#include <string>
 
+#include "common/check.h"
 #include "kernels/activation.cuh"
 #include "kernels/dtype.cuh"
 #include "kernels/swiglu.cuh"
@@ -28,9 +30,10 @@ static __global__ void swiglu_kernel(const T* __restrict__ gate_up, int64_t n_to
 
 template <typename T>
 cudaError_t launch_swiglu(const T* gate_up, int n_tokens, int ffn, T* out, cudaStream_t stream) {
-  if (n_tokens < 0 || ffn <= 0) return cudaErrorInvalidValue;
+  LLAMA2_LAUNCH_REQUIRE(n_tokens >= 0, "n_tokens " + std::to_string(n_tokens));
+  LLAMA2_LAUNCH_REQUIRE(ffn > 0, "ffn " + std::to_string(ffn));
   if (n_tokens == 0) return cudaSuccess;
-  if (gate_up == nullptr || out == nullptr) return cudaErrorInvalidValue;
+  LLAMA2_LAUNCH_REQUIRE(gate_up != nullptr && out != nullptr, "");
   constexpr int V = kVec16<T>;
   const bool vec = ffn % V == 0 && is_aligned(gate_up, 16) && is_aligned(out, 16);
   const int64_t work = static_cast<int64_t>(n_tokens) * (vec ? ffn / V : ffn);

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 tool=${CLANG_FORMAT:-clang-format-14}
 if ! command -v "$tool" >/dev/null; then
-  echo "check-format: $tool not found (launch/install-deps.sh installs clang-format-14)" >&2
+  echo "check-format: $tool not found (launch/install-deps.sh --test installs it)" >&2
   exit 2
 fi
 mapfile -d '' files < <(find src kernels tests benchmarks java-bridge/native -type f \

@@ -25,6 +25,36 @@ int error_rank();
 [[noreturn]] void fail_check(const char* kind, const char* expr, const std::string& detail,
                              const char* file, int line);
 
+// Why the last kernel launcher on this thread refused its arguments, in the words of the failed
+// check, e.g. "launch_rmsnorm: hidden > 0 failed (hidden 0)"; "" when none. Launchers keep the
+// house signature (they return cudaErrorInvalidValue) and record the reason with
+// LLAMA2_LAUNCH_REQUIRE; CUDA_CHECK takes it, so the user reads the check instead of "invalid
+// argument". Thread-local like cudaGetLastError, and header-only so that the kernels library
+// needs nothing else from the engine.
+inline std::string& launch_error_slot() {
+  thread_local std::string text;
+  return text;
+}
+inline void set_launch_error(const char* launcher, const char* check, const std::string& detail) {
+  std::string& text = launch_error_slot();
+  text = std::string(launcher) + ": " + check + " failed";
+  if (!detail.empty()) text += " (" + detail + ")";
+}
+// The recorded reason, which is cleared.
+inline std::string take_launch_error() {
+  std::string text;
+  text.swap(launch_error_slot());
+  return text;
+}
+// CUDA_CHECK's detail: the error's name and text, then the launcher's reason when a launcher
+// refused its arguments (only cudaErrorInvalidValue comes from a refusal).
+inline std::string cuda_error_detail(const char* name, const char* text, bool invalid_value) {
+  std::string detail = std::string(name) + ": " + text;
+  std::string reason = take_launch_error();
+  if (invalid_value && !reason.empty()) detail += "; " + reason;
+  return detail;
+}
+
 }  // namespace llama2
 
 #define LLAMA2_CHECK_MSG(kind, cond, expr_text, detail)                               \
@@ -45,12 +75,13 @@ int error_rank();
 // CUDA-side checks. Defined unconditionally: a macro only names cudaError_t, cublasStatus_t or
 // ncclResult_t where it is used, so the file that uses one includes that library's header, in any
 // order relative to this one (an #if on the library's version macro made include order matter).
-#define CUDA_CHECK(call)                                                     \
-  do {                                                                       \
-    cudaError_t llama2_cuda_rc_ = (call);                                    \
-    LLAMA2_CHECK_MSG("CUDA", llama2_cuda_rc_ == cudaSuccess, #call,          \
-                     std::string(cudaGetErrorName(llama2_cuda_rc_)) + ": " + \
-                         cudaGetErrorString(llama2_cuda_rc_));               \
+#define CUDA_CHECK(call)                                                                     \
+  do {                                                                                       \
+    cudaError_t llama2_cuda_rc_ = (call);                                                    \
+    LLAMA2_CHECK_MSG("CUDA", llama2_cuda_rc_ == cudaSuccess, #call,                          \
+                     ::llama2::cuda_error_detail(cudaGetErrorName(llama2_cuda_rc_),          \
+                                                 cudaGetErrorString(llama2_cuda_rc_),        \
+                                                 llama2_cuda_rc_ == cudaErrorInvalidValue)); \
   } while (0)
 #define CUBLAS_CHECK(call)                                                        \
   do {                                                                            \
@@ -63,4 +94,15 @@ int error_rank();
     ncclResult_t llama2_nccl_rc_ = (call);                              \
     LLAMA2_CHECK_MSG("NCCL", llama2_nccl_rc_ == ncclSuccess, #call,     \
                      std::string(ncclGetErrorString(llama2_nccl_rc_))); \
+  } while (0)
+
+// In a kernel launcher: unless `cond` holds, records why (the launcher's name, the check and
+// `detail`, a std::string built only on failure, e.g. "hidden " + std::to_string(hidden)) and
+// returns cudaErrorInvalidValue.
+#define LLAMA2_LAUNCH_REQUIRE(cond, detail)                  \
+  do {                                                       \
+    if (!(cond)) {                                           \
+      ::llama2::set_launch_error(__func__, #cond, (detail)); \
+      return cudaErrorInvalidValue;                          \
+    }                                                        \
   } while (0)

@@ -66,7 +66,7 @@ std::string quote_json(const json& value) {
   if (value.is_string()) return quote(value.get_ref<const std::string&>());
   // Numbers, booleans and null are short; arrays and objects are at most a frame (1 MiB) and
   // nest at most kMaxJsonDepth levels, so dumping them whole before cutting is bounded.
-  const std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
   if (text.size() <= kMaxQuoteBytes) return text;
   return text.substr(0, utf8_cut(text, kMaxQuoteBytes)) + "... (" + std::to_string(text.size()) +
          " bytes)";

@@ -83,7 +83,6 @@ class CpuModel final : public ModelRunner {
     weights_fit_l2_ = streamed * sizeof(float) <= l2_cache_bytes();
   }
 
-  std::string backend_name() const override { return "cpu"; }
   std::string device_description() const override {
     if (pool_.size() == 1) return "host, 1 thread";
     return "host, " + std::to_string(pool_.size()) + " threads" +

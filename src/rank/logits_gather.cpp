@@ -34,7 +34,7 @@ __attribute__((target_clones("arch=x86-64-v3", "default"))) int32_t first_best(c
   for (; j + 8 <= n; j += 8) {
     const v8f x = load8(row + j);
     top8 = x > top8 ? x : top8;
-    nan8 |= x != x;
+    nan8 |= x != x;  // NOLINT(misc-redundant-expression): true in the NaN lanes
   }
   float top = -std::numeric_limits<float>::infinity();
   bool nan = false;

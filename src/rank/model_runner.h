@@ -39,7 +39,6 @@ class ModelRunner {
   virtual int64_t kv_blocks_that_fit(int block_size) const = 0;
   // Allocates the KV cache; called once, with the same spec on every rank, before forward().
   virtual void allocate_kv(const KvCacheSpec& kv) = 0;
-  virtual std::string backend_name() const = 0;
   virtual std::string device_description() const = 0;  // "host, 2 threads" or "GPU 0 (NVIDIA H200)"
   virtual int dtype_bytes() const = 0;                 // of weights and activations
   virtual int kv_dtype_bytes() const = 0;              // of a KV cache element (1: fp8)

@@ -424,7 +424,8 @@ bool WeightStore::has(const std::string& name) const {
   return tensors_.count(name) != 0;
 }
 
-void WeightStore::expect_shape(const std::string& name, std::vector<int64_t> expected) const {
+void WeightStore::expect_shape(const std::string& name,
+                               const std::vector<int64_t>& expected) const {
   const TensorInfo& t = get(name);
   if (t.shape != expected) {
     throw Error(t.file->path() + ": tensor '" + name + "' has shape " + shape_to_string(t.shape) +

@@ -101,7 +101,7 @@ class WeightStore {
   const TensorInfo& get(const std::string& name) const;
   bool has(const std::string& name) const;
   // Throws "FILE: tensor 'X' has shape [..], expected [..]".
-  void expect_shape(const std::string& name, std::vector<int64_t> expected) const;
+  void expect_shape(const std::string& name, const std::vector<int64_t>& expected) const;
 
   // Copies the block [row_begin, row_end) x [col_begin, col_end) of a tensor seen as a row-major
   // matrix [rows, cols] (1-D [n] is [1, n], a scalar is [1, 1]) into `out`, laid out

@@ -305,7 +305,7 @@ void scenario_fd_limit() {
   prlimit(rank0, RLIMIT_NOFILE, nullptr, &old);
   const int used = open_fds(rank0);
   rlimit low = old;
-  low.rlim_cur = static_cast<rlim_t>(used + 4);  // room for about four more connections
+  low.rlim_cur = static_cast<rlim_t>(used) + 4;  // room for about four more connections
   check(prlimit(rank0, RLIMIT_NOFILE, &low, nullptr) == 0, "rank 0's fd limit lowered to " +
                                                                std::to_string(low.rlim_cur) + " (" +
                                                                std::to_string(used) + " open)");

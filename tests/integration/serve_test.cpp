@@ -296,7 +296,7 @@ void test_malformed(const Server& s) {
     sockaddr_un a{};
     a.sun_family = AF_UNIX;
     std::strcpy(a.sun_path, s.socket.c_str());
-    connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    check(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0, "raw connect");
     [[maybe_unused]] ssize_t w = write(fd, bytes.data(), bytes.size());
     timeval tv{5, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
@@ -405,7 +405,7 @@ void test_queue_full() {
     sockaddr_un a{};
     a.sun_family = AF_UNIX;
     std::strcpy(a.sun_path, s.socket.c_str());
-    connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    check(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0, "raw connect");
     const std::string f = llama2::encode_frame(json{
         {"op", "generate"},
         {"id", "gone"},

@@ -124,7 +124,6 @@ class CudaModel final : public ModelRunner {
     if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
   }
 
-  std::string backend_name() const override { return "cuda"; }
   int dtype_bytes() const override { return sizeof(T); }
   int kv_dtype_bytes() const override { return sizeof(C); }
   uint64_t weight_bytes() const override { return weights_.bytes; }
@@ -337,8 +336,8 @@ class CudaModel final : public ModelRunner {
   // (prefill, big batches) are compute-bound tensor-core GEMMs for cuBLAS.
   void gemm(const DeviceBuffer& x, const DeviceBuffer& w, const DeviceBuffer& y, int M, int N,
             int K) {
-    if (M <= gemv_rows_ &&
-        kernels::launch_gemv<T>(x.as<T>(), w.as<T>(), y.as<T>(), M, N, K, stream_) == cudaSuccess) {
+    if (M <= gemv_rows_ && kernels::gemv_fits(x.as<T>(), w.as<T>(), M, K)) {
+      CUDA_CHECK(kernels::launch_gemv<T>(x.as<T>(), w.as<T>(), y.as<T>(), M, N, K, stream_));
       return;
     }
     gemm_xwt(cublas_, TypeInfo<T>::kCuda, x.as<T>(), w.as<T>(), y.as<T>(), M, N, K);
@@ -440,9 +439,10 @@ class CudaModel final : public ModelRunner {
                                                 T_, H, eps, h_.as<T>(), stream_));
       // One-row steps: gate|up GEMV with SwiGLU in its epilogue (one launch, no [T, 2F] buffer).
       mark("gate_up_gemm");
-      if (T_ > gemv_rows_ ||
-          kernels::launch_gemv_gate_up_swiglu<T>(h_.as<T>(), L.gate_up.as<T>(), act_.as<T>(), T_, F,
-                                                 H, stream_) != cudaSuccess) {
+      if (T_ <= gemv_rows_ && kernels::gemv_fits(h_.as<T>(), L.gate_up.as<T>(), T_, H)) {
+        CUDA_CHECK(kernels::launch_gemv_gate_up_swiglu<T>(h_.as<T>(), L.gate_up.as<T>(),
+                                                          act_.as<T>(), T_, F, H, stream_));
+      } else {
         gemm(h_, L.gate_up, gate_up_, T_, 2 * F, H);
         mark("swiglu");
         CUDA_CHECK(kernels::launch_swiglu<T>(gate_up_.as<T>(), T_, F, act_.as<T>(), stream_));

@@ -33,7 +33,6 @@ class NcclComm {
   // decode): batch 1 (8 KB) 2.91 -> 2.68 ms per token; batch 8 (64 KB) 3.39 -> 3.57 ms, the
   // single-block kernel is slower than NCCL there.
   static constexpr size_t kOneShotBytes = 16 * 1024;
-  bool one_shot_enabled() const { return one_shot_; }
   // Every rank's send ([counts[rank]] elements) lands on rank 0 in rank order, back to back
   // (recv is only written on rank 0). Several calls may share one ncclGroupStart/End.
   void gather_to_root(const void* send, const std::vector<size_t>& counts, ncclDataType_t type,
