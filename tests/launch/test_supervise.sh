@@ -45,6 +45,7 @@ cat >"$FAKEBIN/sup-llama2" <<'EOF'
 r=${OMPI_COMM_WORLD_RANK:-?} stop=0
 trap 'echo "rank $r: TERM" >>"$FAKE_LOG"; [[ "${FAKE_HOLD-}" == 1 || $r != 0 ]] || stop=1' TERM
 echo "rank $r: started" >>"$FAKE_LOG"
+[[ "${FAKE_CRASH_RANK-}" == "$r" ]] && exit "${FAKE_RC:-3}"  # fails at once, never logs "stopped"
 exec 3<> <(:)
 end=$((SECONDS + 20))
 until ((stop || SECONDS >= end)); do
@@ -136,6 +137,17 @@ sup sup.fail "${sup_env[@]}" FAKE_LOG="$TMP/sup.fail.log" FAKE_RC=3 -- -n 2 -q -
 until_log sup.fail started 2 && until_pid0 sup.fail && kill -TERM "$SUP_PID"
 sup_end sup.fail
 expect_rc sup.fail 3
+# A rank fails (the watchdog's exit 3) while another one would run on (stuck in a collective: here
+# it ignores SIGTERM and waits 20 s for rank 0): the job ends with the failure's status after the
+# grace period (1 s here), the survivor SIGKILLed, not after mpirun's kill sequence.
+t0=$SECONDS
+sup sup.crash "${sup_env[@]}" FAKE_LOG="$TMP/sup.crash.log" FAKE_CRASH_RANK=0 FAKE_RC=3 -- -n 2 -q -- serve --model /m
+sup_end sup.crash
+expect_rc sup.crash 3
+expect_err sup.crash "rank 0 exited 3: ending the job"
+expect_err sup.crash "SIGKILL to 1 rank(s) still running 1 s after the failure"
+expect_log sup.crash 0 "rank 1: stopped"
+if ((SECONDS - t0 <= 8)); then pass "sup.crash: ended in $((SECONDS - t0)) s (<= 8)"; else fail "sup.crash: took $((SECONDS - t0)) s"; fi
 # A stop asked for before rank 0 runs reaches it when it starts.
 sup sup.early "${sup_env[@]}" FAKE_LOG="$TMP/sup.early.log" FAKE_MPIRUN_GO="$TMP/sup.early.go" -- -n 2 -- serve --model /m
 for ((i = 0; i < 500; i++)); do [[ -s "$TMP/sup.early.err" ]] && break; read -r -t 0.02 -u "$nap"; done  # "+ mpirun ..."
