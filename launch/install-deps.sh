@@ -3,7 +3,8 @@
 # present are not touched, and apt is not even consulted when nothing is missing.
 #   usage: launch/install-deps.sh [--java|--test]
 #     --java: also the JDK, JNA and JUnit 5;
-#     --test: --java and the test tools (clang 14 with libFuzzer for the fuzz test, clang-format 14)
+#     --test: --java and the test tools (clang 14 with libFuzzer for the fuzz test, clang-format 14,
+#             Python SentencePiece for the chat-format fixture check)
 set -euo pipefail
 
 packages=(
@@ -16,7 +17,8 @@ packages=(
 case "${1:-}" in
   "") ;;
   --java) packages+=(default-jdk-headless libjna-java junit5) ;;
-  --test) packages+=(default-jdk-headless libjna-java junit5 clang-14 libclang-rt-14-dev clang-format-14) ;;
+  --test) packages+=(default-jdk-headless libjna-java junit5 clang-14 libclang-rt-14-dev clang-format-14
+            python3-sentencepiece) ;;
   *)
     echo "install-deps: unknown option '$1' (allowed: --java, --test)" >&2
     exit 2

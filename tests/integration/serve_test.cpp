@@ -393,8 +393,10 @@ void test_queue_full() {
   const json r = c->generate(json{{"prompt", "one too many"}, {"max_new_tokens", 4}}, 5000);
   const double ms = ms_since(t0);
   std::printf("queue_full answered in %.3f ms (queued before: %d)\n", ms, queued);
-  check(queued == 2 && r.value("code", "") == "queue_full" && ms < 10.0,
-        "queue_full answered in " + std::to_string(ms) + " ms (< 10 ms)");
+  // "At once": by the socket thread, not after the running request's remaining ~470 steps (about
+  // a second). 50 ms leaves room for a 2-core CI machine busy with other tests (10 ms was flaky).
+  check(queued == 2 && r.value("code", "") == "queue_full" && ms < 50.0,
+        "queue_full answered in " + std::to_string(ms) + " ms (< 50 ms)");
 
   // Client disconnect mid-stream on a raw connection: its blocks must come back.
   for (int i = 0; i < 3; ++i) c->cancel("hold" + std::to_string(i));

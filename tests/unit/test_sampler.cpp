@@ -14,49 +14,23 @@
 #include "common/sampling_params.h"
 #include "coordinator/sampler.h"
 #include "coordinator/stop_matcher.h"
+#include "sampler_test_util.h"
 
 using llama2::Sampler;
 using llama2::SamplingParams;
 using llama2::StopMatcher;
+using llama2::test::check_frequencies;
+using llama2::test::histogram;
+using llama2::test::sampling;
 
 namespace {
 
-SamplingParams params(float temperature, int top_k = 0, float top_p = 1.0f,
-                      float repetition_penalty = 1.0f) {
-  SamplingParams p;
-  p.temperature = temperature;
-  p.top_k = top_k;
-  p.top_p = top_p;
-  p.repetition_penalty = repetition_penalty;
-  return p;
-}
-
-// Token counts over `n` draws from the same logits with an empty context.
-std::vector<int> histogram(const SamplingParams& p, const std::vector<float>& logits, int n,
-                           uint64_t seed = 1234) {
-  Sampler s(p, seed);
-  std::vector<int> counts(logits.size(), 0);
-  for (int i = 0; i < n; ++i) {
-    std::vector<float> l = logits;
-    ++counts[s.sample(l, {})];
-  }
-  return counts;
-}
+constexpr uint64_t kSeed = 1234;  // every histogram draws from this seed
 
 std::vector<float> log_probs(const std::vector<double>& probs) {
   std::vector<float> out;
   for (double p : probs) out.push_back(static_cast<float>(std::log(p)));
   return out;
-}
-
-// Frequency of each bin is within 4.5 standard deviations of `expected` (a probability per bin).
-void check_frequencies(const std::vector<int>& counts, const std::vector<double>& expected, int n) {
-  REQUIRE(counts.size() == expected.size());
-  for (size_t i = 0; i < counts.size(); ++i) {
-    const double sigma = std::sqrt(expected[i] * (1 - expected[i]) / n);
-    CAPTURE(i);
-    CHECK(std::abs(static_cast<double>(counts[i]) / n - expected[i]) <= 4.5 * sigma + 1e-12);
-  }
 }
 
 bool valid_utf8(const std::string& s) {
@@ -81,7 +55,7 @@ bool valid_utf8(const std::string& s) {
 
 TEST_SUITE("sampling") {
   TEST_CASE("greedy is argmax with ties to the lowest id") {
-    Sampler s(params(0.0f), 7);
+    Sampler s(sampling(0.0f), 7);
     std::vector<float> a = {0.1f, 2.5f, -1.0f, 2.4f};
     CHECK(s.sample(a, {}) == 1);
     std::vector<float> tie = {1.0f, 3.0f, 3.0f, 0.0f, 3.0f};
@@ -96,19 +70,19 @@ TEST_SUITE("sampling") {
     // penalty 2, context has id 0 three times and id 1 once:
     //   id 0: 4 > 0 -> 4 / 2 = 2 (once, not 4 / 8); id 1: -2 < 0 -> -2 * 2 = -4;
     //   ids 2, 3 untouched. The argmax moves from id 0 (4) to id 3 (3), also when greedy.
-    Sampler s(params(0.0f, 0, 1.0f, 2.0f), 1);
+    Sampler s(sampling(0.0f, 0, 1.0f, 2.0f), 1);
     std::vector<float> l = {4.0f, -2.0f, 1.0f, 3.0f};
     CHECK(s.sample(l, {0, 1, 0, 0}) == 3);
     CHECK(l == std::vector<float>{2.0f, -4.0f, 1.0f, 3.0f});
 
     // A penalty < 1 favours repeats: 1 / 0.5 = 2, -2 * 0.5 = -1.
-    Sampler favour(params(0.0f, 0, 1.0f, 0.5f), 1);
+    Sampler favour(sampling(0.0f, 0, 1.0f, 0.5f), 1);
     std::vector<float> f = {1.0f, -2.0f, 1.5f};
     CHECK(favour.sample(f, {0, 1}) == 0);
     CHECK(f == std::vector<float>{2.0f, -1.0f, 1.5f});
 
     // Penalty 1 is off.
-    Sampler off(params(0.0f), 1);
+    Sampler off(sampling(0.0f), 1);
     std::vector<float> o = {4.0f, -2.0f};
     CHECK(off.sample(o, {0, 1}) == 0);
     CHECK(o == std::vector<float>{4.0f, -2.0f});
@@ -116,7 +90,7 @@ TEST_SUITE("sampling") {
 
   TEST_CASE("repetition penalty applies when sampling and checks ids") {
     // top_k 1 keeps one token: 4 / 2 = 2 < 3, so id 1 on every draw.
-    Sampler s(params(1.0f, 1, 1.0f, 2.0f), 5);
+    Sampler s(sampling(1.0f, 1, 1.0f, 2.0f), 5);
     for (int i = 0; i < 50; ++i) {
       std::vector<float> l = {4.0f, 3.0f};
       CHECK(s.sample(l, {0}) == 1);
@@ -127,7 +101,7 @@ TEST_SUITE("sampling") {
   }
 
   TEST_CASE("bad logits are reported, not sampled") {
-    Sampler s(params(1.0f), 1);
+    Sampler s(sampling(1.0f), 1);
     std::vector<float> nan = {0.0f, NAN};
     CHECK_THROWS_WITH_AS(s.sample(nan, {}), "logit of token 1 is NaN; cannot sample",
                          llama2::Error);
@@ -137,20 +111,21 @@ TEST_SUITE("sampling") {
 
   TEST_CASE("temperature: near zero is greedy, large spreads") {
     // T = 1e-3: p(id 0) / p(id 1) = exp(-0.5 / 1e-3) = exp(-500), i.e. 0 in double.
-    const auto cold = histogram(params(1e-3f), {1.0f, 1.5f, 0.5f}, 2000);
+    const auto cold = histogram(sampling(1e-3f), {1.0f, 1.5f, 0.5f}, 2000, kSeed);
     CHECK(cold[1] == 2000);
     // T = 1e-30 would overflow a float logit / T; the result must still be the argmax.
-    const auto colder = histogram(params(1e-30f), {1.0f, 2.0f}, 200);
+    const auto colder = histogram(sampling(1e-30f), {1.0f, 2.0f}, 200, kSeed);
     CHECK(colder[1] == 200);
 
     // logits 0..3. T = 1: p = e^i / (1 + e + e^2 + e^3) = 0.0321, 0.0871, 0.2369, 0.6439.
     // T = 100: p = e^(i/100) / sum = 0.2463, 0.2487, 0.2512, 0.2538.
     const std::vector<float> l = {0.0f, 1.0f, 2.0f, 3.0f};
     const int n = 8000;
-    check_frequencies(histogram(params(1.0f), l, n), {0.0321, 0.0871, 0.2369, 0.6439}, n);
-    check_frequencies(histogram(params(100.0f), l, n), {0.2463, 0.2487, 0.2512, 0.2538}, n);
+    check_frequencies(histogram(sampling(1.0f), l, n, kSeed), {0.0321, 0.0871, 0.2369, 0.6439}, n);
+    check_frequencies(histogram(sampling(100.0f), l, n, kSeed), {0.2463, 0.2487, 0.2512, 0.2538},
+                      n);
     // T = 0.5 doubles the logits: p = e^(2i) / sum = 0.0021, 0.0158, 0.1171, 0.8650.
-    check_frequencies(histogram(params(0.5f), l, n), {0.0021, 0.0158, 0.1171, 0.8650}, n);
+    check_frequencies(histogram(sampling(0.5f), l, n, kSeed), {0.0021, 0.0158, 0.1171, 0.8650}, n);
   }
 
   TEST_CASE("top_k = 1 is greedy, except that ties with the most probable token stay") {
@@ -160,17 +135,17 @@ TEST_SUITE("sampling") {
     for (int i = 1; i < 50; ++i) {
       if (l[i] > l[best]) best = i;
     }
-    CHECK(histogram(params(1.5f, 1), l, 500)[best] == 500);
+    CHECK(histogram(sampling(1.5f, 1), l, 500, kSeed)[best] == 500);
 
     // {3, 3, 0}, top_k 1: HF removes logits < the 1st largest (3), so ids 0 and 1 both stay,
     // each with probability 1/2.
-    const auto tie = histogram(params(1.0f, 1), {3.0f, 3.0f, 0.0f}, 4000);
+    const auto tie = histogram(sampling(1.0f, 1), {3.0f, 3.0f, 0.0f}, 4000, kSeed);
     CHECK(tie[2] == 0);
     check_frequencies(tie, {0.5, 0.5, 0.0}, 4000);
     // {5, 4, 4, 4, 1}, top_k 2: the 2nd largest is 4, tied with the 3rd and 4th. HF keeps ids
     // 0..3; here a group of equal (or near-equal) logits that straddles the cut goes whole unless
     // it holds the most probable token (test_sampler_ties.cpp): only id 0.
-    const auto tie4 = histogram(params(1.0f, 2), {5.0f, 4.0f, 4.0f, 4.0f, 1.0f}, 500);
+    const auto tie4 = histogram(sampling(1.0f, 2), {5.0f, 4.0f, 4.0f, 4.0f, 1.0f}, 500, kSeed);
     CHECK(tie4[0] == 500);
   }
 
@@ -179,14 +154,14 @@ TEST_SUITE("sampling") {
     // sum 2.72355 = 0.3672, 0.3322, 0.3006.
     const std::vector<float> l = {0.5f, 2.0f, 1.0f, 1.8f, 1.9f, -1.0f, 0.9f};
     const int n = 5000;
-    const auto counts = histogram(params(1.0f, 3), l, n);
+    const auto counts = histogram(sampling(1.0f, 3), l, n, kSeed);
     CHECK(counts[0] + counts[2] + counts[5] + counts[6] == 0);
     CHECK(counts[1] > 0);
     CHECK(counts[3] > 0);
     CHECK(counts[4] > 0);
     check_frequencies(counts, {0, 0.3672, 0, 0.3006, 0.3322, 0, 0}, n);
     // top_k >= vocab changes nothing.
-    const auto all = histogram(params(1.0f, 100), {0.0f, 0.0f}, 2000);
+    const auto all = histogram(sampling(1.0f, 100), {0.0f, 0.0f}, 2000, kSeed);
     check_frequencies(all, {0.5, 0.5}, 2000);
   }
 
@@ -198,22 +173,23 @@ TEST_SUITE("sampling") {
     const int n = 6000;
     // top_p 0.8: remove cumulative <= 0.2, i.e. 0.05 and 0.15 (0.2 <= 0.2: the boundary token
     // goes). Survivors 0.5, 0.3 -> 0.625, 0.375.
-    check_frequencies(histogram(params(1.0f, 0, 0.8f), l, n), {0.625, 0.375, 0, 0}, n);
-    check_frequencies(histogram(params(1.0f, 0, 0.79f), l, n), {0.625, 0.375, 0, 0}, n);
+    check_frequencies(histogram(sampling(1.0f, 0, 0.8f), l, n, kSeed), {0.625, 0.375, 0, 0}, n);
+    check_frequencies(histogram(sampling(1.0f, 0, 0.79f), l, n, kSeed), {0.625, 0.375, 0, 0}, n);
     // top_p 0.81: remove cumulative <= 0.19, only 0.05. Survivors /0.95.
-    check_frequencies(histogram(params(1.0f, 0, 0.81f), l, n),
+    check_frequencies(histogram(sampling(1.0f, 0, 0.81f), l, n, kSeed),
                       {0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0}, n);
     // top_p 0.5: remove cumulative <= 0.5, everything but the top token.
-    CHECK(histogram(params(1.0f, 0, 0.5f), l, 500)[0] == 500);
+    CHECK(histogram(sampling(1.0f, 0, 0.5f), l, 500, kSeed)[0] == 500);
     // top_p 0.51: 0.5 > 0.49 keeps id 1 too.
-    check_frequencies(histogram(params(1.0f, 0, 0.51f), l, n), {0.625, 0.375, 0, 0}, n);
+    check_frequencies(histogram(sampling(1.0f, 0, 0.51f), l, n, kSeed), {0.625, 0.375, 0, 0}, n);
     // Tiny top_p: the most probable token always stays.
-    CHECK(histogram(params(1.0f, 0, 1e-6f), l, 500)[0] == 500);
+    CHECK(histogram(sampling(1.0f, 0, 1e-6f), l, 500, kSeed)[0] == 500);
     // top_p 1: off.
-    check_frequencies(histogram(params(1.0f), l, n), {0.5, 0.3, 0.15, 0.05}, n);
+    check_frequencies(histogram(sampling(1.0f), l, n, kSeed), {0.5, 0.3, 0.15, 0.05}, n);
     // Positions do not matter: the same distribution shuffled, top_p 0.8 keeps ids 1 and 3.
     const auto shuffled = log_probs({0.15, 0.5, 0.05, 0.3});
-    check_frequencies(histogram(params(1.0f, 0, 0.8f), shuffled, n), {0, 0.625, 0, 0.375}, n);
+    check_frequencies(histogram(sampling(1.0f, 0, 0.8f), shuffled, n, kSeed), {0, 0.625, 0, 0.375},
+                      n);
   }
 
   TEST_CASE("top_p boundary on exactly representable probabilities") {
@@ -222,12 +198,15 @@ TEST_SUITE("sampling") {
     // the four are one group of equal logits at the cut, which top-p keeps whole.
     const std::vector<float> flat = {0.0f, 0.0f, 0.0f, 0.0f};
     const int n = 6000;
-    check_frequencies(histogram(params(1.0f, 0, 0.5f), flat, n), {0.25, 0.25, 0.25, 0.25}, n);
-    check_frequencies(histogram(params(1.0f, 0, 0.75f), flat, n), {0.25, 0.25, 0.25, 0.25}, n);
+    check_frequencies(histogram(sampling(1.0f, 0, 0.5f), flat, n, kSeed), {0.25, 0.25, 0.25, 0.25},
+                      n);
+    check_frequencies(histogram(sampling(1.0f, 0, 0.75f), flat, n, kSeed), {0.25, 0.25, 0.25, 0.25},
+                      n);
     // Exactly representable and distinct: 0.5, 0.25, 0.125, 0.125 (logits log2-spaced). top_p
     // 0.75: remove ascending cumulative sums <= 0.25: both 0.125s (one group) go; 0.5, 0.25 stay.
     const std::vector<float> halves = {0.0f, -0.6931472f, -1.3862944f, -1.3862944f};
-    check_frequencies(histogram(params(1.0f, 0, 0.75f), halves, n), {2.0 / 3, 1.0 / 3, 0, 0}, n);
+    check_frequencies(histogram(sampling(1.0f, 0, 0.75f), halves, n, kSeed),
+                      {2.0 / 3, 1.0 / 3, 0, 0}, n);
   }
 
   TEST_CASE("top_k runs before top_p") {
@@ -235,9 +214,9 @@ TEST_SUITE("sampling") {
     // <= 0.4, i.e. 0.375: only id 0 remains. Without top_k, top_p 0.6 removes 0.05 and 0.2 (<=
     // 0.4) but keeps 0.5: ids 0 and 1.
     const auto l = log_probs({0.5, 0.3, 0.15, 0.05});
-    CHECK(histogram(params(1.0f, 2, 0.6f), l, 500)[0] == 500);
+    CHECK(histogram(sampling(1.0f, 2, 0.6f), l, 500, kSeed)[0] == 500);
     const int n = 6000;
-    check_frequencies(histogram(params(1.0f, 0, 0.6f), l, n), {0.625, 0.375, 0, 0}, n);
+    check_frequencies(histogram(sampling(1.0f, 0, 0.6f), l, n, kSeed), {0.625, 0.375, 0, 0}, n);
   }
 
   TEST_CASE("empirical frequencies match the softmax") {
@@ -248,7 +227,7 @@ TEST_SUITE("sampling") {
     for (float x : l) z += std::exp(x / 0.7);
     for (float x : l) p.push_back(std::exp(x / 0.7) / z);
     const int n = 20000;
-    const auto counts = histogram(params(0.7f), l, n, 99);
+    const auto counts = histogram(sampling(0.7f), l, n, 99);
     double chi2 = 0;
     for (size_t i = 0; i < l.size(); ++i) {
       const double e = p[i] * n;
@@ -271,7 +250,7 @@ TEST_SUITE("sampling") {
       double z = 0;
       for (int id = 0; id < vocab; ++id) z += p[id] = std::exp(static_cast<double>(l[id]));
       std::mt19937_64 ref(77);
-      Sampler s(params(1.0f), 77);
+      Sampler s(sampling(1.0f), 77);
       int beyond_head = 0;
       for (int i = 0; i < 300; ++i) {
         const double u = static_cast<double>(ref() >> 11) * 0x1.0p-53;
@@ -288,7 +267,8 @@ TEST_SUITE("sampling") {
     // 1000 equal logits, top_p 0.5: HF keeps 500 of them by its sort; they are one group of
     // equal logits at the cut, kept whole: every id is drawn (20 expected draws each:
     // P(some id never drawn) ~ 1000 e^-20).
-    const auto counts = histogram(params(1.0f, 0, 0.5f), std::vector<float>(1000, 0.0f), 20000);
+    const auto counts =
+        histogram(sampling(1.0f, 0, 0.5f), std::vector<float>(1000, 0.0f), 20000, kSeed);
     int drawn = 0;
     for (int id = 0; id < 1000; ++id) drawn += counts[id] > 0;
     CHECK(drawn == 1000);
@@ -298,7 +278,7 @@ TEST_SUITE("sampling") {
     // 46.601 / 110.601 = 0.4213 (removed); adding one weight-1 id gives 0.4304 (kept).
     std::vector<float> two_level(1000, -3.0f);
     for (int id = 0; id < 64; ++id) two_level[id] = 0.0f;
-    const auto nucleus = histogram(params(1.0f, 0, 0.57f), two_level, 6400);
+    const auto nucleus = histogram(sampling(1.0f, 0, 0.57f), two_level, 6400, kSeed);
     int inside = 0, outside = 0;
     for (int id = 0; id < 1000; ++id) (id < 64 ? inside : outside) += nucleus[id] > 0;
     CHECK(outside == 0);
@@ -307,7 +287,7 @@ TEST_SUITE("sampling") {
 
   TEST_CASE("same seed, same sequence; another seed, another sequence") {
     const auto run = [](uint64_t seed) {
-      Sampler s(params(0.9f, 40, 0.95f, 1.1f), seed);
+      Sampler s(sampling(0.9f, 40, 0.95f, 1.1f), seed);
       std::vector<int> context = {3, 1, 4};
       std::vector<int> out;
       for (int step = 0; step < 200; ++step) {

@@ -13,40 +13,17 @@
 #include "common/step_plan.h"
 #include "coordinator/sampler.h"
 #include "rank/logits_gather.h"
+#include "sampler_test_util.h"
 
 using llama2::Sampler;
 using llama2::SamplingParams;
+using llama2::test::check_frequencies;
+using llama2::test::histogram;
+using llama2::test::sampling;
 
 namespace {
 
-SamplingParams params(float temperature, int top_k = 0, float top_p = 1.0f) {
-  SamplingParams p;
-  p.temperature = temperature;
-  p.top_k = top_k;
-  p.top_p = top_p;
-  return p;
-}
-
-std::vector<int> histogram(const SamplingParams& p, const std::vector<float>& logits, int n,
-                           uint64_t seed = 4321) {
-  Sampler s(p, seed);
-  std::vector<int> counts(logits.size(), 0);
-  for (int i = 0; i < n; ++i) {
-    std::vector<float> l = logits;
-    ++counts[s.sample(l, {})];
-  }
-  return counts;
-}
-
-// The frequency of each id is within 4.5 standard deviations of its probability.
-void check_frequencies(const std::vector<int>& counts, const std::vector<double>& expected, int n) {
-  REQUIRE(counts.size() == expected.size());
-  for (size_t i = 0; i < counts.size(); ++i) {
-    const double sigma = std::sqrt(expected[i] * (1 - expected[i]) / n);
-    CAPTURE(i);
-    CHECK(std::abs(static_cast<double>(counts[i]) / n - expected[i]) <= 4.5 * sigma + 1e-12);
-  }
-}
+constexpr uint64_t kSeed = 4321;  // every histogram draws from this seed
 
 double u01(std::mt19937_64& g) {
   return static_cast<double>(g() >> 11) * 0x1.0p-53;
@@ -63,7 +40,7 @@ TEST_SUITE("sampling") {
     const std::vector<float> cand_values = {l[1], l[0], l[2]};
     const std::vector<int32_t> cand_ids = {1, 0, 2};
     std::mt19937_64 ref(2024);
-    Sampler full(params(1.0f), 2024);
+    Sampler full(sampling(1.0f), 2024);
     for (int i = 0; i < 300; ++i) {
       const double u = u01(ref);
       const int expected = u < 0.2 ? 0 : u < 0.9 ? 1 : 2;
@@ -71,7 +48,7 @@ TEST_SUITE("sampling") {
       CHECK(full.sample(step, {}) == expected);
     }
     // top-k sampling through candidates: top_k 3 keeps all three, the same mapping.
-    Sampler topk(params(1.0f, 3), 2024);
+    Sampler topk(sampling(1.0f, 3), 2024);
     std::mt19937_64 ref2(2024);
     std::vector<float> values(llama2::kMaxCandidates, -INFINITY);
     std::vector<int32_t> ids(llama2::kMaxCandidates, -1);
@@ -94,21 +71,21 @@ TEST_SUITE("sampling") {
     const std::vector<double> two = {std::exp(5.0) / z2, std::exp(4.0001) / z2, 0, 0, 0, 0};
     const int n = 6000;
     // top_k 1 and 2: the next logit is outside the cut value's group: the k best, as HF.
-    check_frequencies(histogram(params(1.0f, 1), l, n), {1, 0, 0, 0, 0, 0}, n);
-    check_frequencies(histogram(params(1.0f, 2), l, n), two, n);
+    check_frequencies(histogram(sampling(1.0f, 1), l, n, kSeed), {1, 0, 0, 0, 0, 0}, n);
+    check_frequencies(histogram(sampling(1.0f, 2), l, n, kSeed), two, n);
     // top_k 3 and 4: the cut (4.00002, then 4) splits the group: all three go (HF would keep 1
     // or 2 of them, chosen by rounding).
-    check_frequencies(histogram(params(1.0f, 3), l, n), two, n);
-    check_frequencies(histogram(params(1.0f, 4), l, n), two, n);
+    check_frequencies(histogram(sampling(1.0f, 3), l, n, kSeed), two, n);
+    check_frequencies(histogram(sampling(1.0f, 4), l, n, kSeed), two, n);
     // top_k 5: the group lies wholly above the cut: the 5 best, as HF.
     std::vector<double> five;
     double z5 = 0;
     for (int i = 0; i < 5; ++i) z5 += std::exp(static_cast<double>(l[i]));
     for (int i = 0; i < 6; ++i)
       five.push_back(i < 5 ? std::exp(static_cast<double>(l[i])) / z5 : 0);
-    check_frequencies(histogram(params(1.0f, 5), l, n), five, n);
+    check_frequencies(histogram(sampling(1.0f, 5), l, n, kSeed), five, n);
     // Exact ties are such a group too: {5, 4, 4, 4, 1}, top_k 2 keeps only id 0 (HF: ids 0..3).
-    check_frequencies(histogram(params(1.0f, 2), {5.0f, 4.0f, 4.0f, 4.0f, 1.0f}, 500),
+    check_frequencies(histogram(sampling(1.0f, 2), {5.0f, 4.0f, 4.0f, 4.0f, 1.0f}, 500, kSeed),
                       {1, 0, 0, 0, 0}, 500);
   }
 
@@ -117,17 +94,18 @@ TEST_SUITE("sampling") {
     // and holds the most probable token: ids 0..2 stay (tolerance 3e-5), each ~1/3; id 3 never.
     const int n = 6000;
     const std::vector<float> l = {3.0f, 3.000002f, 2.999998f, 0.0f};
-    check_frequencies(histogram(params(1.0f, 1), l, n), {1.0 / 3, 1.0 / 3, 1.0 / 3, 0}, n);
+    check_frequencies(histogram(sampling(1.0f, 1), l, n, kSeed), {1.0 / 3, 1.0 / 3, 1.0 / 3, 0}, n);
     // 100 equal logits, top_k 1: the group is capped at the 64 best (ties by id): ids 0..63,
     // which the 64 candidates the ranks send hold.
-    const auto capped = histogram(params(1.0f, 1), std::vector<float>(100, 0.0f), 12800);
+    const auto capped = histogram(sampling(1.0f, 1), std::vector<float>(100, 0.0f), 12800, kSeed);
     int inside = 0, outside = 0;
     for (int id = 0; id < 100; ++id) (id < 64 ? inside : outside) += capped[id] > 0;
     CHECK(inside == 64);  // 200 expected draws each
     CHECK(outside == 0);
     // top_k 64 = kMaxCandidates reads full logits: no cap.
-    CHECK(Sampler::candidates_needed(params(1.0f, 64)) == 0);
-    const auto uncapped = histogram(params(1.0f, 64), std::vector<float>(100, 0.0f), 20000);
+    CHECK(Sampler::candidates_needed(sampling(1.0f, 64)) == 0);
+    const auto uncapped =
+        histogram(sampling(1.0f, 64), std::vector<float>(100, 0.0f), 20000, kSeed);
     int drawn = 0;
     for (int c : uncapped) drawn += c > 0;
     CHECK(drawn == 100);
@@ -149,13 +127,13 @@ TEST_SUITE("sampling") {
     std::vector<double> expected;
     for (size_t i = 0; i < p.size(); ++i) expected.push_back(i == 11 ? 0 : p[i] / 0.9996);
     const int n = 12000;
-    check_frequencies(histogram(params(1.0f, 0, 0.6f), l, n), expected, n);
+    check_frequencies(histogram(sampling(1.0f, 0, 0.6f), l, n, kSeed), expected, n);
     // Four exactly equal logits, top_p 0.5 (HF keeps two of them, by its sort): all four.
-    check_frequencies(histogram(params(1.0f, 0, 0.5f), {0.0f, 0.0f, 0.0f, 0.0f}, n),
+    check_frequencies(histogram(sampling(1.0f, 0, 0.5f), {0.0f, 0.0f, 0.0f, 0.0f}, n, kSeed),
                       {0.25, 0.25, 0.25, 0.25}, n);
     // Distinct logits: HF's rule exactly (0.5, 0.3, 0.15, 0.05 at top_p 0.8 keep 0.5 and 0.3).
     const std::vector<float> d = {std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)};
-    check_frequencies(histogram(params(1.0f, 0, 0.8f), d, n), {0.625, 0.375, 0, 0}, n);
+    check_frequencies(histogram(sampling(1.0f, 0, 0.8f), d, n, kSeed), {0.625, 0.375, 0, 0}, n);
   }
 
   TEST_CASE("a last-bit change of any logit never changes the token (random near-tie rows)") {
@@ -167,9 +145,9 @@ TEST_SUITE("sampling") {
     // The descending-probability walk fails this: a moved logit reorders its cluster.
     std::mt19937_64 g(99);
     std::normal_distribution<double> normal(0.0, 1.0);
-    const std::vector<SamplingParams> modes = {params(1.0f, 0, 0.9f), params(0.7f, 0, 0.5f),
-                                               params(1.0f, 20),      params(1.3f, 5, 0.8f),
-                                               params(1.0f),          params(0.6f)};
+    const std::vector<SamplingParams> modes = {sampling(1.0f, 0, 0.9f), sampling(0.7f, 0, 0.5f),
+                                               sampling(1.0f, 20),      sampling(1.3f, 5, 0.8f),
+                                               sampling(1.0f),          sampling(0.6f)};
     int reordered = 0;
     for (int row = 0; row < 400; ++row) {
       CAPTURE(row);
@@ -223,7 +201,7 @@ TEST_SUITE("sampling") {
       }
       if (trial % 10 == 0) std::fill(l.begin(), l.begin() + 80, 9.0f);  // > 64 tied at the top
       const SamplingParams p =
-          params(trial % 2 ? 0.8f : 1.2f, 1 + trial % 63, trial % 3 ? 1 : 0.7f);
+          sampling(trial % 2 ? 0.8f : 1.2f, 1 + trial % 63, trial % 3 ? 1 : 0.7f);
       REQUIRE(Sampler::candidates_needed(p) == K);
       const int ranks = 1 << (trial % 3);
       std::vector<float> values(static_cast<size_t>(ranks) * K);
