@@ -18,6 +18,8 @@ case "${1:-}" in
   "") ;;
   --java) packages+=(default-jdk-headless libjna-java junit5) ;;
   --test) packages+=(default-jdk-headless libjna-java junit5 clang-14 libclang-rt-14-dev clang-format-14
+            maven libmaven-compiler-plugin-java libmaven-jar-plugin-java libmaven-resources-plugin-java
+            libmaven-install-plugin-java libsurefire-java
             python3-sentencepiece) ;;
   *)
     echo "install-deps: unknown option '$1' (allowed: --java, --test)" >&2
