@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 #include <sstream>
+#include <utility>
 
 #include "common/check.h"
 
@@ -159,6 +160,13 @@ std::string validate_sampling(const SamplingParams& p, int prompt_tokens,
   if (p.repetition_penalty <= 0) {
     return "repetition_penalty must be > 0 (got " + fmt(p.repetition_penalty) + ")";
   }
+  for (const auto& [name, value] :
+       {std::pair<const char*, float>{"presence_penalty", p.presence_penalty},
+        {"frequency_penalty", p.frequency_penalty}}) {
+    if (!(value >= -2.0f && value <= 2.0f)) {  // written so that NaN fails too
+      return std::string(name) + " must be in [-2, 2] (got " + fmt(value) + ")";
+    }
+  }
   if (p.max_new_tokens < 1) {
     return "max_new_tokens must be >= 1 (got " + std::to_string(p.max_new_tokens) + ")";
   }
@@ -203,6 +211,12 @@ SamplingParams sampling_from_json(const nlohmann::json& obj, const SamplingParam
   if (const json* v = given("repetition_penalty")) {
     p.repetition_penalty = json_float(*v, "repetition_penalty");
   }
+  if (const json* v = given("presence_penalty")) {
+    p.presence_penalty = json_float(*v, "presence_penalty");
+  }
+  if (const json* v = given("frequency_penalty")) {
+    p.frequency_penalty = json_float(*v, "frequency_penalty");
+  }
   if (const json* v = given("max_new_tokens")) {
     p.max_new_tokens = static_cast<int>(json_int(*v, "max_new_tokens", kIntMin, kIntMax));
   }
@@ -221,6 +235,8 @@ nlohmann::json sampling_to_json(const SamplingParams& p) {
   j["top_p"] = float_as_json(p.top_p);
   j["top_k"] = p.top_k;
   j["repetition_penalty"] = float_as_json(p.repetition_penalty);
+  j["presence_penalty"] = float_as_json(p.presence_penalty);
+  j["frequency_penalty"] = float_as_json(p.frequency_penalty);
   j["max_new_tokens"] = p.max_new_tokens;
   j["seed"] = p.seed ? json(*p.seed) : json(nullptr);
   j["stop"] = p.stop;

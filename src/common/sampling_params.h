@@ -17,9 +17,13 @@ struct SamplingParams {
   float top_p = 1.0f;               // (0, 1]; 1 = off
   int top_k = 0;                    // 0 = disabled
   float repetition_penalty = 1.0f;  // > 0, 1 = off
-  int max_new_tokens = 128;         // >= 1
-  std::optional<uint64_t> seed;     // none: chosen at random by the caller and reported
-  std::vector<std::string> stop;    // stop strings (not included in the output)
+  // OpenAI's penalties on the tokens generated so far (not the prompt): the logit of token j drops
+  // by frequency_penalty * count(j) + presence_penalty * (count(j) > 0). [-2, 2], 0 = off.
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  int max_new_tokens = 128;       // >= 1
+  std::optional<uint64_t> seed;   // none: chosen at random by the caller and reported
+  std::vector<std::string> stop;  // stop strings (not included in the output)
   bool ignore_eos = false;
 };
 
@@ -30,11 +34,12 @@ std::string validate_sampling(const SamplingParams& p, int prompt_tokens,
                               int max_position_embeddings);
 
 // Overrides the fields of `defaults` whose keys are present in the JSON object `obj`: temperature,
-// top_p, top_k, repetition_penalty, max_new_tokens, seed, stop (a string or an array of strings),
-// ignore_eos. Other keys are ignored (front ends pass whole request objects); a null value means
-// "not given" (as OpenAI-style clients send it). Throws llama2::Error naming the key and the
-// expected type on a wrong type, e.g. "top_k" must be an integer (got string). Ranges are left to
-// validate_sampling so that every range error reads the same wherever the parameter came from.
+// top_p, top_k, repetition_penalty, presence_penalty, frequency_penalty, max_new_tokens, seed, stop
+// (a string or an array of strings), ignore_eos. Other keys are ignored (front ends pass whole
+// request objects); a null value means "not given" (as OpenAI-style clients send it). Throws
+// llama2::Error naming the key and the expected type on a wrong type, e.g. "top_k" must be an
+// integer (got string). Ranges are left to validate_sampling so that every range error reads the
+// same wherever the parameter came from.
 SamplingParams sampling_from_json(const nlohmann::json& obj, const SamplingParams& defaults);
 
 // Every field, with "seed": null when none is set; sampling_from_json reads it back unchanged.

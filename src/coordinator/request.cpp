@@ -7,9 +7,18 @@ namespace llama2 {
 
 using nlohmann::json;
 
-const std::set<std::string> kRequestKeys = {
-    "prompt",         "prompt_tokens", "temperature", "top_p",     "top_k", "repetition_penalty",
-    "max_new_tokens", "seed",          "stop",        "ignore_eos"};
+const std::set<std::string> kRequestKeys = {"prompt",
+                                            "prompt_tokens",
+                                            "temperature",
+                                            "top_p",
+                                            "top_k",
+                                            "repetition_penalty",
+                                            "presence_penalty",
+                                            "frequency_penalty",
+                                            "max_new_tokens",
+                                            "seed",
+                                            "stop",
+                                            "ignore_eos"};
 
 namespace {
 ParsedRequest invalid(const std::string& code, const std::string& msg) {

@@ -34,6 +34,27 @@ Sampler::Sampler(const SamplingParams& p, uint64_t seed) : params_(p), rng_(seed
   LLAMA2_CHECK(p.top_p > 0 && p.top_p <= 1);
   LLAMA2_CHECK(p.top_k >= 0);
   LLAMA2_CHECK(std::isfinite(p.repetition_penalty) && p.repetition_penalty > 0);
+  LLAMA2_CHECK(p.presence_penalty >= -2 && p.presence_penalty <= 2);
+  LLAMA2_CHECK(p.frequency_penalty >= -2 && p.frequency_penalty <= 2);
+}
+
+void Sampler::apply_openai_penalties(std::vector<float>& logits) const {
+  for (const auto& [id, count] : generated_) {
+    if (id < 0 || id >= static_cast<int>(logits.size())) continue;  // a vocabulary from a test
+    logits[id] -= params_.frequency_penalty * static_cast<float>(count) + params_.presence_penalty;
+  }
+}
+
+int Sampler::returned(int id) {
+  if (params_.presence_penalty == 0.0f && params_.frequency_penalty == 0.0f) return id;
+  for (auto& [seen, count] : generated_) {
+    if (seen == id) {
+      ++count;
+      return id;
+    }
+  }
+  generated_.emplace_back(id, 1);
+  return id;
 }
 
 void Sampler::apply_repetition_penalty(std::vector<float>& logits,
@@ -72,6 +93,7 @@ void Sampler::check_finite(const float* logits, size_t n, const int32_t* ids) {
 
 int Sampler::candidates_needed(const SamplingParams& p) {
   if (p.repetition_penalty != 1.0f) return 0;
+  if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) return 0;
   if (p.temperature == 0.0f) return 1;
   if (p.top_k >= 1 && p.top_k < kMaxCandidates) return kMaxCandidates;
   return 0;
@@ -80,6 +102,7 @@ int Sampler::candidates_needed(const SamplingParams& p) {
 int Sampler::sample(std::vector<float>& logits, const std::vector<int>& context) {
   LLAMA2_CHECK(!logits.empty());
   apply_repetition_penalty(logits, context);
+  apply_openai_penalties(logits);
   // After the penalty: a tiny penalty can push a large logit to +inf.
   check_finite(logits.data(), logits.size(), nullptr);
 
@@ -89,9 +112,9 @@ int Sampler::sample(std::vector<float>& logits, const std::vector<int>& context)
     for (size_t i = 1; i < logits.size(); ++i) {
       if (logits[i] > logits[best]) best = i;
     }
-    return static_cast<int>(best);
+    return returned(static_cast<int>(best));
   }
-  return draw(logits.data(), nullptr, logits.size());
+  return returned(draw(logits.data(), nullptr, logits.size()));
 }
 
 int Sampler::sample_candidates(const float* values, const int32_t* ids, int n) {
@@ -101,8 +124,8 @@ int Sampler::sample_candidates(const float* values, const int32_t* ids, int n) {
   while (n > 0 && ids[n - 1] < 0) --n;
   LLAMA2_CHECK(n >= 1);
   check_finite(values, static_cast<size_t>(n), ids);
-  if (params_.temperature == 0.0f) return ids[0];  // best first, ties by lower id
-  return ids[draw(values, ids, static_cast<size_t>(n))];
+  if (params_.temperature == 0.0f) return returned(ids[0]);  // best first, ties by lower id
+  return returned(ids[draw(values, ids, static_cast<size_t>(n))]);
 }
 
 int Sampler::draw(const float* logits, const int32_t* ids, size_t n) {

@@ -1,6 +1,7 @@
 // Next-token selection on rank 0, with the semantics of Hugging Face `transformers` generate so
 // that a request gives the same kind of text as the reference implementation:
-//   1. repetition penalty over the distinct ids of prompt + generated (also when greedy);
+//   1. repetition penalty over the distinct ids of prompt + generated (also when greedy), then
+//      OpenAI's presence and frequency penalties over the ids this Sampler has returned so far;
 //   2. temperature == 0: argmax, ties to the lowest id (torch.argmax);
 //   3. else logits / temperature, then top-k, then top-p, then a draw from the softmax of the
 //      survivors.
@@ -28,6 +29,7 @@
 
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "common/sampling_params.h"
@@ -49,7 +51,8 @@ class Sampler {
   Sampler(const SamplingParams& p, uint64_t seed);
 
   // logits: [vocab] fp32 for the next position, overwritten with the penalised logits.
-  // context: prompt + generated ids so far, each in [0, vocab).
+  // context: prompt + generated ids so far, each in [0, vocab). The presence/frequency penalties
+  // count the ids this Sampler returned (one call per generated token).
   // Throws llama2::Error on a NaN or +inf logit (a numerics bug upstream, not something to sample
   // around) or when every logit is -inf.
   int sample(std::vector<float>& logits, const std::vector<int>& context);
@@ -63,11 +66,14 @@ class Sampler {
   // top-k sampling with top_k < kMaxCandidates (the cut reads the value after the k-th, and keeps
   // a group of near-equal logits that holds the most probable token whole, capped at
   // kMaxCandidates); 0 when it needs the full logits (a repetition penalty changes the ranking;
-  // plain temperature or top-p sampling reads the whole distribution).
+  // plain temperature or top-p sampling reads the whole distribution; so do presence and
+  // frequency penalties).
   static int candidates_needed(const SamplingParams& p);
 
  private:
   void apply_repetition_penalty(std::vector<float>& logits, const std::vector<int>& context);
+  void apply_openai_penalties(std::vector<float>& logits) const;
+  int returned(int id);  // counts `id` for the OpenAI penalties, returns it
   static void check_finite(const float* logits, size_t n, const int32_t* ids);
   // Index into logits[0, n) drawn after temperature, top-k and top-p. ids: [n] the token id of
   // each entry, or null when the index is the id. Equal logits rank by lower id.
@@ -79,6 +85,9 @@ class Sampler {
   std::vector<uint8_t> kept_;  // [vocab] scratch: 1 for the survivors of the cuts
   std::vector<int> order_;     // [vocab] scratch: candidate indices, best first as far as sorted
   std::vector<double> work_;   // [vocab] scratch: softmax weights relative to the largest logit
+  // Generated ids and how often each was returned, in first-seen order (a request generates far
+  // fewer distinct ids than the vocabulary has); kept only when a presence/frequency penalty is on.
+  std::vector<std::pair<int, int>> generated_;
 };
 
 }  // namespace llama2
