@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "common/check.h"
 #include "common/capacity.h"
+#include "common/check.h"
 #include "common/model_config.h"
 #include "common/sampling_params.h"
 #include "coordinator/request.h"
