@@ -7,6 +7,7 @@
 
 #include "common/check.h"
 #include "kernels/attention_prefill.cuh"
+#include "kernels/attention_prefill_mma.cuh"
 #include "kernels/dtype.cuh"
 
 namespace llama2::kernels {
@@ -466,6 +467,9 @@ cudaError_t launch_attention_prefill(const PrefillAttentionArgs<T, C>& a, cudaSt
       a.block_tables != nullptr && a.cu_tokens != nullptr && a.pos_begin != nullptr, "");
   LLAMA2_LAUNCH_REQUIRE(is_aligned(a.q, 16) && is_aligned(c.k, 16) && is_aligned(c.v, 16),
                         "16-byte alignment");
+  if constexpr (kTensorCores<T>) {
+    if (a.kernel != PrefillKernel::kWmma) return launch_attention_prefill_mma(a, stream);
+  }
   PrefillParams<T, C> p{};
   p.q = a.q;
   p.q_stride = a.q_stride;
