@@ -49,6 +49,7 @@ struct PrefillAttentionArgs {
   int max_new_tokens = 0;  // host-side bound >= every cu_tokens[s + 1] - cu_tokens[s]
   T* out = nullptr;        // [n_tokens, heads, head_dim]
   PrefillKernel kernel = PrefillKernel::kAuto;
+  int mma_query_tile = 0;  // kMma: 0 automatic, or 64 / 128 query rows per block (tests, tuning)
 };
 
 // out[t, h, :] = softmax_{p <= pos(t)}(q[t, h] . k[p] / sqrt(d)) v[p] over the sequence's cache,

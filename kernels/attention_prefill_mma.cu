@@ -27,12 +27,10 @@ namespace llama2::kernels {
 
 namespace {
 
-constexpr int kBQ = 128;  // query rows per block
-constexpr int kBK = 64;   // keys per tile
-
-// Byte offsets into dynamic shared memory. T tiles are [rows][kLd] of T; the fp8 staging tiles are
-// dense [kBK][D] bytes (cp.async copies 16 bytes, conversion reads them back once).
-template <typename T, typename C, int D>
+// Byte offsets into dynamic shared memory for kBQ query rows. T tiles are [rows][kLd] of T; the fp8
+// staging tiles are dense [kBK][D] bytes (cp.async copies 16 bytes, conversion reads them back
+// once); then two [kBK] int32 arrays of key cache rows.
+template <typename T, typename C, int D, int kBQ, int kBK>
 struct MmaSmem {
   static constexpr bool kFp8 = sizeof(C) == 1;
   static constexpr int kLd = D + 8;
@@ -41,7 +39,8 @@ struct MmaSmem {
   static constexpr int kStages = kFp8 ? 1 : 2;            // fp8: the staging is double-buffered
   static constexpr size_t kStaging = kKV + 2 * kTile * kStages;
   static constexpr size_t kTile8 = static_cast<size_t>(kBK) * D;
-  static constexpr size_t kBytes = kStaging + (kFp8 ? 2 * 2 * kTile8 : 0);
+  static constexpr size_t kKeyRows = kStaging + (kFp8 ? 2 * 2 * kTile8 : 0);
+  static constexpr size_t kBytes = kKeyRows + 2 * sizeof(int32_t) * kBK;
   static_assert(kTile % 16 == 0 && kKV % 16 == 0, "16-byte aligned tiles");
 };
 
@@ -130,20 +129,19 @@ __device__ __forceinline__ float fast_exp2(float x) {  // ex2.approx: 2^x, exp2(
 
 }  // namespace
 
-// Warps per block and threads when each warp owns kM m16 row tiles of the 128-row query tile.
-template <int kM>
-constexpr int kWarpsOf = kBQ / (16 * kM);
-template <int kM>
-constexpr int kThreadsOf = kWarpsOf<kM> * 32;
+// Threads per block when each warp owns kM m16 row tiles of a kBQ-row query tile.
+template <int kM, int kBQ>
+constexpr int kThreadsOf = kBQ / (16 * kM) * 32;
 
-template <typename T, typename C, int D, int kM>
-static __global__ void __launch_bounds__(kThreadsOf<kM>, 2)
+template <typename T, typename C, int D, int kM, int kBQ, int kBK>
+static __global__ void __launch_bounds__(kThreadsOf<kM, kBQ>, 2)
     prefill_mma_kernel(const MmaParams<T, C> p) {
   wait_for_previous_grid();
-  using L = MmaSmem<T, C, D>;
+  using L = MmaSmem<T, C, D, kBQ, kBK>;
   constexpr bool kFp8 = L::kFp8;
   constexpr int kLd = L::kLd;
-  constexpr int kThreads = kThreadsOf<kM>;
+  constexpr int kThreads = kThreadsOf<kM, kBQ>;
+  static_assert(kThreads >= kBK, "a thread per key resolves the tile's cache rows");
   constexpr int kWarpRows = 16 * kM;
   constexpr int kQChunks = D / 8;                                // 16-byte pieces per Q/O row
   constexpr int kPieces = D * static_cast<int>(sizeof(C)) / 16;  // 16-byte pieces per cache row
@@ -180,20 +178,26 @@ static __global__ void __launch_bounds__(kThreadsOf<kM>, 2)
     }
   }
 
+  // Cache rows (units of D elements, -1 past kv_len) of the keys of tiles kt + 1 (being requested)
+  // and kt + 2 (written at the end of tile kt): thread j < kBK owns key j. Its block-table entry is
+  // loaded a tile ahead and written only after the tile's compute, so neither the load nor the
+  // gather waits on it, and the entry costs one register across the compute instead of kGather.
+  int32_t* key_rows = reinterpret_cast<int32_t*>(smem + L::kKeyRows);  // [2][kBK]
+  auto table_block = [&](int pos) -> int32_t {
+    return tid < kBK && pos < kv_len ? table[pos / p.block_size] : 0;
+  };
+  auto key_row = [&](int pos, int32_t block) -> int32_t {
+    return pos < kv_len ? (block * p.kv_heads + kvh) * p.block_size + pos % p.block_size : -1;
+  };
+
   // Gather: thread tid copies piece tid % kPieces of rows tid / kPieces + i * kRowStep.
   const int g_row = tid / kPieces, g_piece = tid % kPieces;
-  int32_t blocks[kGather];  // block-table entries of the next tile to request (-1: past kv_len)
-  auto load_blocks = [&](int k0) {
-#pragma unroll
-    for (int i = 0; i < kGather; ++i) {
-      const int pos = k0 + g_row + i * kRowStep;
-      blocks[i] = pos < kv_len ? table[pos / p.block_size] : -1;
-    }
-  };
   auto request = [&](int k0, int stage) {
+    const int32_t* rows_of = key_rows + ((k0 / kBK) & 1) * kBK;
 #pragma unroll
     for (int i = 0; i < kGather; ++i) {
-      const int j = g_row + i * kRowStep, pos = k0 + j;
+      const int j = g_row + i * kRowStep;
+      const int32_t row = rows_of[j];
       unsigned char* kd;
       unsigned char* vd;
       if constexpr (kFp8) {
@@ -203,11 +207,8 @@ static __global__ void __launch_bounds__(kThreadsOf<kM>, 2)
         kd = smem + L::kKV + (2 * stage) * L::kTile + (j * kLd) * sizeof(T) + g_piece * 16;
         vd = kd + L::kTile;
       }
-      if (blocks[i] >= 0) {
-        const int64_t off = ((static_cast<int64_t>(blocks[i]) * p.kv_heads + kvh) * p.block_size +
-                             pos % p.block_size) *
-                                D +
-                            g_piece * kCPiece;
+      if (row >= 0) {
+        const int64_t off = static_cast<int64_t>(row) * D + g_piece * kCPiece;
         cp_async16(kd, p.k_cache + off);
         cp_async16(vd, p.v_cache + off);
       } else {  // past the visible keys: zeros (V must not carry NaN garbage into 0 * v)
@@ -218,10 +219,13 @@ static __global__ void __launch_bounds__(kThreadsOf<kM>, 2)
   };
 
   const int n_tiles = (kv_len + kBK - 1) / kBK;
-  load_blocks(0);
+  if (tid < kBK) {
+    key_rows[tid] = key_row(tid, table_block(tid));
+    key_rows[kBK + tid] = key_row(kBK + tid, table_block(kBK + tid));
+  }
+  __syncthreads();
   request(0, 0);
   cp_async_commit();
-  if (n_tiles > 1) load_blocks(kBK);
 
   // This lane's fragment rows: m-tile mt holds rows warp * kWarpRows + mt * 16 + lane / 4 (+ 8).
   const int quad = lane >> 2, tq = lane & 3;
@@ -251,10 +255,9 @@ static __global__ void __launch_bounds__(kThreadsOf<kM>, 2)
 
   for (int kt = 0; kt < n_tiles; ++kt) {
     const int k0 = kt * kBK;
-    if (kt + 1 < n_tiles) {
-      request(k0 + kBK, (kt + 1) & 1);
-      if (kt + 2 < n_tiles) load_blocks(k0 + 2 * kBK);
-    }
+    if (kt + 1 < n_tiles) request(k0 + kBK, (kt + 1) & 1);
+    // Tile kt + 2's table entry: requested now, stored after the compute.
+    const int32_t next_block = table_block(k0 + 2 * kBK + tid);
     cp_async_commit();  // possibly empty: keeps "all but the newest group" = tile kt
     cp_async_wait<1>();
     __syncthreads();  // tile kt (and Q) complete for every thread
@@ -377,6 +380,7 @@ static __global__ void __launch_bounds__(kThreadsOf<kM>, 2)
         }
       }
     }
+    if (tid < kBK) key_rows[(kt & 1) * kBK + tid] = key_row(k0 + 2 * kBK + tid, next_block);
     __syncthreads();  // every warp is done with this stage before it is refilled
   }
   if (!warp_active) return;
@@ -410,33 +414,61 @@ static __global__ void __launch_bounds__(kThreadsOf<kM>, 2)
 }
 
 // Rows per warp: 16 (kM = 1, 8 warps) or 32 (kM = 2, 4 warps; each K/V fragment read from shared
-// memory feeds two mma instead of one). LLAMA2_PREFILL_MMA_ROWS=16|32 picks one for tuning runs.
-inline int mma_rows_per_warp() {
-  static const int rows = [] {
-    const char* v = std::getenv("LLAMA2_PREFILL_MMA_ROWS");
-    return v != nullptr && std::strcmp(v, "16") == 0 ? 16 : 32;
+// memory feeds two mma instead of one), with 64- or 32-key tiles. LLAMA2_PREFILL_MMA_TILE=16x64|
+// 32x64|32x32 picks one for tuning runs (default 16x64).
+inline int mma_variant() {
+  static const int v = [] {
+    const char* e = std::getenv("LLAMA2_PREFILL_MMA_TILE");
+    if (e == nullptr) return 0;
+    return std::strcmp(e, "32x64") == 0 ? 1 : std::strcmp(e, "32x32") == 0 ? 2 : 0;
   }();
-  return rows;
+  return v;
 }
 
-template <typename T, typename C, int D, int kM>
+template <typename T, typename C, int D, int kM, int kBQ, int kBK>
 static cudaError_t run_prefill_mma(const MmaParams<T, C>& p, const PrefillAttentionArgs<T, C>& a,
                                    cudaStream_t stream) {
-  constexpr size_t bytes = MmaSmem<T, C, D>::kBytes;
+  constexpr size_t bytes = MmaSmem<T, C, D, kBQ, kBK>::kBytes;
   cudaError_t err =
-      cudaFuncSetAttribute(prefill_mma_kernel<T, C, D, kM>,
+      cudaFuncSetAttribute(prefill_mma_kernel<T, C, D, kM, kBQ, kBK>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   if (err != cudaSuccess) return err;
   const dim3 grid(a.heads, static_cast<unsigned>(ceil_div(a.max_new_tokens, kBQ)), a.num_seqs);
-  launch_kernel(prefill_mma_kernel<T, C, D, kM>, grid, kThreadsOf<kM>, bytes, stream, p);
+  launch_kernel(prefill_mma_kernel<T, C, D, kM, kBQ, kBK>, grid, kThreadsOf<kM, kBQ>, bytes, stream,
+                p);
   return cudaGetLastError();
 }
 
+// Multiprocessors of the current device (cached per device).
+inline int sm_count() {
+  static int counts[64] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 132;
+  if (counts[dev] == 0) {
+    int n = 0;
+    counts[dev] =
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess ? n : 132;
+  }
+  return counts[dev];
+}
+
+// 128-query tiles, unless that leaves fewer blocks than the 2 per multiprocessor that fit (a short
+// chunk, or a few heads): then 64-query tiles (4 warps), twice the blocks.
 template <typename T, typename C, int D>
 static cudaError_t run_prefill_mma(const MmaParams<T, C>& p, const PrefillAttentionArgs<T, C>& a,
                                    cudaStream_t stream) {
-  return mma_rows_per_warp() == 16 ? run_prefill_mma<T, C, D, 1>(p, a, stream)
-                                   : run_prefill_mma<T, C, D, 2>(p, a, stream);
+  const int64_t blocks128 =
+      static_cast<int64_t>(a.heads) * ceil_div(a.max_new_tokens, 128) * a.num_seqs;
+  const bool small = a.mma_query_tile == 0 ? blocks128 < 2 * sm_count() : a.mma_query_tile == 64;
+  if (small) return run_prefill_mma<T, C, D, 1, 64, 64>(p, a, stream);
+  switch (mma_variant()) {
+    case 1:
+      return run_prefill_mma<T, C, D, 2, 128, 64>(p, a, stream);
+    case 2:
+      return run_prefill_mma<T, C, D, 2, 128, 32>(p, a, stream);
+    default:
+      return run_prefill_mma<T, C, D, 1, 128, 64>(p, a, stream);
+  }
 }
 
 template <typename T, typename C>

@@ -482,7 +482,7 @@ void bench_prefill(int heads, int kv_heads, int n_new, int ctx, bool check,
                                        : kernel == k::PrefillKernel::kMma ? "prefill mma"
                                                                           : "prefill") +
                            (kFp8 ? " fp8" : "");
-  CK(k::launch_attention_prefill<T, C>(a, 0));
+  CK((k::launch_attention_prefill<T, C>(a, 0)));
   if (check) {
     verify(name + fmt(" heads=%ld new=%ld ctx=%ld", heads, n_new, ctx), f32(d_out.get()),
            reference_attention(pg, kc, vc, heads, kv_heads, bs, q), 8e-4, 8e-4);

@@ -325,16 +325,23 @@ TEST_CASE("attention_prefill: causal chunks over the paged cache against the CPU
     }
     const std::string what_base = describe("attention_prefill", g, c.seqs);
     DeviceBuffer<int32_t> d_tables(s.tables), d_cu(cu), d_pos(pos_begin);
-    // Both fp16/bf16 kernels (fp32 has one path: the FMA loops of the WMMA kernel).
-    for (const auto& choice :
-         {std::pair{k::PrefillKernel::kWmma, "wmma"}, std::pair{k::PrefillKernel::kMma, "mma"}}) {
-      const k::PrefillKernel kernel = choice.first;  // named: lambdas cannot capture bindings
-      const std::string kernel_name = choice.second;
+    // Both fp16/bf16 kernels, the mma one with each query tile (fp32 has one path: the FMA loops
+    // of the WMMA kernel).
+    struct Choice {
+      k::PrefillKernel kernel;
+      int tile;
+      const char* name;
+    };
+    for (const Choice& choice : {Choice{k::PrefillKernel::kWmma, 0, "wmma"},
+                                 Choice{k::PrefillKernel::kMma, 128, "mma/128"},
+                                 Choice{k::PrefillKernel::kMma, 64, "mma/64"}}) {
+      const k::PrefillKernel kernel = choice.kernel;
+      const std::string kernel_name = choice.name;
       for_each_cache_type([&](auto tag, auto cache_tag) {
         using T = decltype(tag);
         using C = decltype(cache_tag);
         constexpr bool fp8 = sizeof(C) == 1;
-        if (sizeof(T) == 4 && kernel == k::PrefillKernel::kMma) return;
+        if (sizeof(T) == 4 && kernel != k::PrefillKernel::kWmma) return;
         const std::string what =
             what_base + " " + dtype_name<T>() + " cache " + dtype_name<C>() + " " + kernel_name;
         INFO(what);
@@ -355,6 +362,7 @@ TEST_CASE("attention_prefill: causal chunks over the paged cache against the CPU
         a.max_new_tokens = max_new;
         a.out = d_out.get();
         a.kernel = kernel;
+        a.mma_query_tile = choice.tile;
         LLAMA2_CUDA_REQUIRE(k::launch_attention_prefill(a, 0));
         LLAMA2_CUDA_REQUIRE(cudaDeviceSynchronize());
         expect_close(what, to_f32(d_out.download()), fp8 ? want8 : want, attention_tol<T>(true));
