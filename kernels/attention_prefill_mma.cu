@@ -1,11 +1,15 @@
 // Prefill attention on tensor cores with mma.sync (FlashAttention-2 style), for fp16/bf16
 // activations over a paged cache of T or fp8 e4m3.
 //
-// A block takes 128 query rows of one (sequence, head): 8 warps of 16 rows. Per 64-key tile:
+// A block takes 128 query rows of one (sequence, head): 4 warps of 32 rows, two m16 row tiles each,
+// so every K/V fragment read from shared memory feeds two mma (with 16 rows per warp the ldmatrix
+// traffic, 256 bytes per mma, outran the tensor cores); grids of fewer than 2 blocks per
+// multiprocessor take 64-row blocks of 4 warps x 16 rows instead. Per 64-key tile:
 //   - K and V rows are gathered from the paged cache into shared memory with cp.async, two stages
 //     deep: tile kt + 1 is requested before tile kt is computed, and the block-table entries of
-//     tile kt + 2 are loaded then too, so neither the table nor the gather sits on the critical
-//     path (an fp8 cache lands raw in a staging area and is converted to T in shared memory);
+//     tile kt + 2 are loaded then too (into shared memory after the compute), so neither the table
+//     nor the gather sits on the critical path (an fp8 cache lands raw in a staging area and is
+//     converted to T in shared memory);
 //   - S = Q K^T with mma.sync.m16n8k16 (fp32 accumulate), Q and K fragments through ldmatrix;
 //   - the online softmax runs on the accumulator fragments in registers (exp2 with the scale
 //     pre-multiplied by log2 e; row max/sum over the 4 lanes that share a row), the causal mask
@@ -16,7 +20,6 @@
 // different 16-byte bank groups. The output is staged through the warp's own Q rows and written
 // with 16-byte stores. Query tiles are scheduled heaviest (last) first.
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -413,18 +416,6 @@ static __global__ void __launch_bounds__(kThreadsOf<kM, kBQ>, 2)
   }
 }
 
-// Rows per warp: 16 (kM = 1, 8 warps) or 32 (kM = 2, 4 warps; each K/V fragment read from shared
-// memory feeds two mma instead of one), with 64- or 32-key tiles. LLAMA2_PREFILL_MMA_TILE=16x64|
-// 32x64|32x32 picks one for tuning runs (default 16x64).
-inline int mma_variant() {
-  static const int v = [] {
-    const char* e = std::getenv("LLAMA2_PREFILL_MMA_TILE");
-    if (e == nullptr) return 0;
-    return std::strcmp(e, "32x64") == 0 ? 1 : std::strcmp(e, "32x32") == 0 ? 2 : 0;
-  }();
-  return v;
-}
-
 template <typename T, typename C, int D, int kM, int kBQ, int kBK>
 static cudaError_t run_prefill_mma(const MmaParams<T, C>& p, const PrefillAttentionArgs<T, C>& a,
                                    cudaStream_t stream) {
@@ -439,21 +430,22 @@ static cudaError_t run_prefill_mma(const MmaParams<T, C>& p, const PrefillAttent
   return cudaGetLastError();
 }
 
-// Multiprocessors of the current device (cached per device).
+// Multiprocessors of the current device (an attribute query: cheap, no synchronisation).
 inline int sm_count() {
-  static int counts[64] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 132;
-  if (counts[dev] == 0) {
-    int n = 0;
-    counts[dev] =
-        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess ? n : 132;
+  int dev = 0, n = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) {
+    return 132;  // an H200's, should the query fail (the launch then reports the error)
   }
-  return counts[dev];
+  return n;
 }
 
-// 128-query tiles, unless that leaves fewer blocks than the 2 per multiprocessor that fit (a short
-// chunk, or a few heads): then 64-query tiles (4 warps), twice the blocks.
+// 128-query tiles (4 warps of 32 rows), unless that leaves fewer blocks than the 2 per
+// multiprocessor that fit (a short chunk, few heads): then 64-query tiles (4 warps of 16 rows),
+// twice the blocks. Measured on one H200 (benchmarks/kernels/NOTES.md): 32 rows per warp ran
+// 2048 causal tokens at 252 TFLOP/s where 16 rows per warp (8 warps, 128 registers) ran 237 and
+// 32 rows with 32-key tiles 241; 512 new tokens at context 2048 (128 blocks of 128 rows) went
+// from 130 to 183 TFLOP/s with 64-row tiles.
 template <typename T, typename C, int D>
 static cudaError_t run_prefill_mma(const MmaParams<T, C>& p, const PrefillAttentionArgs<T, C>& a,
                                    cudaStream_t stream) {
@@ -461,14 +453,7 @@ static cudaError_t run_prefill_mma(const MmaParams<T, C>& p, const PrefillAttent
       static_cast<int64_t>(a.heads) * ceil_div(a.max_new_tokens, 128) * a.num_seqs;
   const bool small = a.mma_query_tile == 0 ? blocks128 < 2 * sm_count() : a.mma_query_tile == 64;
   if (small) return run_prefill_mma<T, C, D, 1, 64, 64>(p, a, stream);
-  switch (mma_variant()) {
-    case 1:
-      return run_prefill_mma<T, C, D, 2, 128, 64>(p, a, stream);
-    case 2:
-      return run_prefill_mma<T, C, D, 2, 128, 32>(p, a, stream);
-    default:
-      return run_prefill_mma<T, C, D, 1, 128, 64>(p, a, stream);
-  }
+  return run_prefill_mma<T, C, D, 2, 128, 64>(p, a, stream);
 }
 
 template <typename T, typename C>
