@@ -12,8 +12,9 @@
 namespace llama2::kernels {
 
 // Which prefill kernel runs (A/B runs; fp32 always takes the FMA path of the WMMA kernel).
-//   kMma:  mma.sync m16n8k16 with P kept in registers, 128-query tiles, 8 warps, double-buffered
-//          K/V tiles (kernels/attention_prefill_mma.cu); the default for fp16/bf16.
+//   kMma:  mma.sync m16n8k16 with P kept in registers, 128-query tiles of 4 warps x 32 rows (64 of
+//          4 x 16 for small grids), double-buffered K/V tiles (kernels/attention_prefill_mma.cu);
+//          the default for fp16/bf16.
 //   kWmma: the earlier WMMA kernel, 64-query tiles, P and scores through shared memory.
 enum class PrefillKernel { kAuto, kWmma, kMma };
 
