@@ -7,6 +7,7 @@
 
 #include "common/check.h"
 #include "kernels/attention_prefill.cuh"
+#include "kernels/attention_prefill_mma.cuh"
 #include "kernels/dtype.cuh"
 
 namespace llama2::kernels {
@@ -458,6 +459,9 @@ cudaError_t launch_attention_prefill(const PrefillAttentionArgs<T, C>& a, cudaSt
   // Cache rows are indexed in int32 (units of head_dim elements).
   LLAMA2_LAUNCH_REQUIRE(static_cast<int64_t>(c.num_blocks) * c.kv_heads * c.block_size <= INT32_MAX,
                         std::to_string(c.num_blocks) + " blocks");
+  LLAMA2_LAUNCH_REQUIRE(
+      a.mma_query_tile == 0 || a.mma_query_tile == 64 || a.mma_query_tile == 128,
+      "mma_query_tile " + std::to_string(a.mma_query_tile) + ", allowed 0, 64, 128");
   if (a.num_seqs == 0 || a.max_new_tokens == 0) return cudaSuccess;
   LLAMA2_LAUNCH_REQUIRE(d == 64 || d == 128,
                         "head_dim " + std::to_string(d) + " is not instantiated (64, 128)");
@@ -466,6 +470,9 @@ cudaError_t launch_attention_prefill(const PrefillAttentionArgs<T, C>& a, cudaSt
       a.block_tables != nullptr && a.cu_tokens != nullptr && a.pos_begin != nullptr, "");
   LLAMA2_LAUNCH_REQUIRE(is_aligned(a.q, 16) && is_aligned(c.k, 16) && is_aligned(c.v, 16),
                         "16-byte alignment");
+  if constexpr (kTensorCores<T>) {
+    if (a.kernel != PrefillKernel::kWmma) return launch_attention_prefill_mma(a, stream);
+  }
   PrefillParams<T, C> p{};
   p.q = a.q;
   p.q_stride = a.q_stride;

@@ -2,8 +2,9 @@
 // 32000, fp16), each family checked against the fp32 CPU reference before it is timed.
 //
 // Build: cd build && cmake .. && ninja llama2_bench_kernels      (CUDA builds only)
-// Run:   ./llama2_bench_kernels [decode]   on a GPU node (one H200; ~1 minute; `decode`: only
-//        decode attention, block and warp kernels side by side)
+// Run:   ./llama2_bench_kernels [decode|prefill]   on a GPU node (one H200; ~1 minute; `decode`:
+//        only decode attention, block and warp kernels side by side; `prefill`: only prefill
+//        attention, WMMA and mma kernels side by side; compare with sdpa_prefill.py)
 //
 // Timing: CUDA events around each launch, 5 warm-up launches, median of 30. Bytes are the minimum
 // traffic (each input read once, each output written once); FLOPs for attention count the
@@ -440,16 +441,31 @@ void bench_decode(int heads, int kv_heads, const std::vector<int>& batches,
   }
 }
 
-void bench_prefill(int heads, int kv_heads, int n_new, int ctx, bool check) {
+// Causal prefill over the paged cache (16-token blocks, shuffled): one sequence of n_new new tokens
+// after ctx - n_new cached ones. C: the cache's element type (fp16, or fp8 e4m3).
+// FLOPs = 4 * heads * head_dim * sum over the new tokens of the keys each attends to
+//       = 4 * heads * head_dim * (n_new * (ctx - n_new) + n_new * (n_new + 1) / 2)
+// (QK^T and PV, 2 FLOPs per multiply-add; masked keys are not counted).
+template <typename C = T>
+void bench_prefill(int heads, int kv_heads, int n_new, int ctx, bool check,
+                   k::PrefillKernel kernel) {
+  constexpr bool kFp8 = sizeof(C) == 1;
   const int bs = 16;
   const Paged pg = make_paged({ctx}, {n_new}, bs);
   const size_t cache = static_cast<size_t>(pg.num_blocks) * kv_heads * bs * kDim;
-  const auto kc = rnd(cache, 13), vc = rnd(cache, 14);
+  auto kc = rnd(cache, 13), vc = rnd(cache, 14);
   const auto q = rnd(static_cast<size_t>(n_new) * heads * kDim, 15, -2, 2);
-  Dev<T> d_kc(half(kc)), d_vc(half(vc)), d_q(half(q)), d_out(q.size());
+  Dev<C> d_kc(cache), d_vc(cache);
+  if constexpr (kFp8) {
+    d_kc.put(fp8(kc)), d_vc.put(fp8(vc));
+    kc = fp8_values(kc), vc = fp8_values(vc);  // what the kernel sees
+  } else {
+    d_kc.put(half(kc)), d_vc.put(half(vc));
+  }
+  Dev<T> d_q(half(q)), d_out(q.size());
   const std::vector<int32_t> cu = {0, n_new}, pb = {ctx - n_new};
   Dev<int32_t> d_tab(pg.tables), d_cu(cu), d_pb(pb);
-  k::PrefillAttentionArgs<T> a;
+  k::PrefillAttentionArgs<T, C> a;
   a.q = d_q.p;
   a.q_stride = heads * kDim;
   a.cache = {d_kc.p, d_vc.p, pg.num_blocks, kv_heads, bs, kDim};
@@ -461,18 +477,47 @@ void bench_prefill(int heads, int kv_heads, int n_new, int ctx, bool check) {
   a.heads = heads;
   a.max_new_tokens = n_new;
   a.out = d_out.p;
-  CK(k::launch_attention_prefill<T>(a, 0));
+  a.kernel = kernel;
+  const std::string name = std::string(kernel == k::PrefillKernel::kWmma  ? "prefill wmma"
+                                       : kernel == k::PrefillKernel::kMma ? "prefill mma"
+                                                                          : "prefill") +
+                           (kFp8 ? " fp8" : "");
+  CK((k::launch_attention_prefill<T, C>(a, 0)));
   if (check) {
-    verify(fmt("prefill heads=%ld new=%ld ctx=%ld", heads, n_new, ctx), f32(d_out.get()),
+    verify(name + fmt(" heads=%ld new=%ld ctx=%ld", heads, n_new, ctx), f32(d_out.get()),
            reference_attention(pg, kc, vc, heads, kv_heads, bs, q), 8e-4, 8e-4);
     return;
   }
-  const double us = median_us([&] { k::launch_attention_prefill<T>(a, 0); });
-  // Causal FLOPs: every new token attends to (ctx - n_new) cached keys plus its own prefix.
+  const double us = median_us([&] { k::launch_attention_prefill<T, C>(a, 0); });
   const double pairs = static_cast<double>(n_new) * (ctx - n_new) + 0.5 * n_new * (n_new + 1.0);
-  report("prefill", fmt("new=%ld ctx=%ld heads=%ld", n_new, ctx, heads), us,
-         2.0 * ctx * kv_heads * kDim * sizeof(T) + 2.0 * q.size() * sizeof(T),
+  report(name, fmt("new=%ld ctx=%ld heads=%ld", n_new, ctx, heads), us,
+         2.0 * ctx * kv_heads * kDim * sizeof(C) + 2.0 * q.size() * sizeof(T),
          4.0 * pairs * heads * kDim);
+}
+
+void bench_prefill_all() {
+  std::printf(
+      "attention_prefill (heads %d, head_dim %d, block 16, paged; FLOPs = 4 heads d "
+      "sum_q keys(q))\n",
+      kHeads, kDim);
+  const k::PrefillKernel kernels[] = {k::PrefillKernel::kWmma, k::PrefillKernel::kMma};
+  for (const k::PrefillKernel kernel : kernels) {
+    // Correctness on reduced problems (CPU reference cost): odd lengths, a prefix, GQA, fp8.
+    bench_prefill(4, 4, 300, 400, true, kernel);
+    bench_prefill(4, 1, 200, 200, true, kernel);
+    bench_prefill<__nv_fp8_e4m3>(4, 2, 333, 1000, true, kernel);
+  }
+  // (new tokens, context): no prefix at 2048 and 4096, then a cached prefix (chunked prefill).
+  const int shapes[][2] = {{2048, 2048}, {4096, 4096}, {512, 2048}, {2048, 4096}};
+  for (const auto& sh : shapes) {
+    for (const k::PrefillKernel kernel : kernels) {
+      bench_prefill(kHeads, kHeads, sh[0], sh[1], false, kernel);
+    }
+  }
+  for (const auto& sh : shapes)
+    bench_prefill<__nv_fp8_e4m3>(kHeads, kHeads, sh[0], sh[1], false, k::PrefillKernel::kMma);
+  std::printf("  (70B shapes on 2 ranks: 32 query heads, 4 KV heads)\n");
+  for (const k::PrefillKernel kernel : kernels) bench_prefill(32, 4, 2048, 2048, false, kernel);
 }
 
 void bench_sampling() {
@@ -507,12 +552,13 @@ void bench_sampling() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // `llama2_bench_kernels decode`: the decode attention section only.
-  const bool decode_only = argc > 1 && std::string(argv[1]) == "decode";
-  if (argc > 2 || (argc == 2 && !decode_only)) {
-    std::fprintf(stderr, "usage: llama2_bench_kernels [decode]  (got '%s')\n", argv[1]);
+  // `llama2_bench_kernels decode` / `prefill`: that attention section only.
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (argc > 2 || (argc == 2 && mode != "decode" && mode != "prefill")) {
+    std::fprintf(stderr, "usage: llama2_bench_kernels [decode|prefill]  (got '%s')\n", argv[1]);
     return 2;
   }
+  const bool decode_only = mode == "decode", prefill_only = mode == "prefill";
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
     std::printf("no CUDA device: nothing to benchmark\n");
@@ -522,32 +568,32 @@ int main(int argc, char** argv) {
   CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("%s, %d SMs; fp16; rooflines: HBM %.0f GB/s, tensor cores %.0f TFLOP/s\n", prop.name,
               prop.multiProcessorCount, kHbmGBs, kTensorTFs);
-  if (!decode_only) {
-    bench_embedding();
-    bench_rmsnorm();
-    bench_swiglu();
-    bench_rope_kv();
-  }
-  const std::vector<k::DecodeKernel> both = {k::DecodeKernel::kBlock, k::DecodeKernel::kWarp};
-  bench_decode(kHeads, kHeads, {1, 4}, {128, 2048}, true, 0, both);  // correctness, mixed contexts
-  bench_decode(kHeads, kHeads, {1, 32, 64}, {128, 2048}, false, 0, both);
-  // Serving: decode graphs of large batches over short contexts, bound = the 256 context bucket.
-  bench_decode(kHeads, kHeads, {128, 256, 512}, {16, 192}, false, 256, both);
-  std::printf("  (70B shapes on 2 ranks: 32 query heads, 4 KV heads, group 8)\n");
-  bench_decode(32, 4, {1, 64}, {2048}, false);
-  // The same with an fp8 e4m3 cache (--kv-cache-dtype fp8): half the bytes per position.
-  bench_decode<__nv_fp8_e4m3>(kHeads, kHeads, {1, 4}, {128, 2048}, true, 0, both);
-  bench_decode<__nv_fp8_e4m3>(kHeads, kHeads, {1, 64}, {2048}, false, 0, both);
-  bench_decode<__nv_fp8_e4m3>(kHeads, kHeads, {128, 256, 512}, {16, 192}, false, 256, both);
-  bench_decode<__nv_fp8_e4m3>(32, 4, {1, 64}, {2048}, false);
-  if (!decode_only) {
-    std::printf("attention_prefill (heads %d, head_dim %d, block 16)\n", kHeads, kDim);
-    bench_prefill(4, 4, 300, 400, true);  // correctness on a reduced problem (CPU reference cost)
-    bench_prefill(4, 1, 200, 200, true);
-    bench_prefill(kHeads, kHeads, 2048, 2048, false);
-    bench_prefill(kHeads, kHeads, 512, 2048, false);
-    bench_sampling();
-    bench_gemv();
+  if (prefill_only) {
+    bench_prefill_all();
+  } else {
+    if (!decode_only) {
+      bench_embedding();
+      bench_rmsnorm();
+      bench_swiglu();
+      bench_rope_kv();
+    }
+    const std::vector<k::DecodeKernel> both = {k::DecodeKernel::kBlock, k::DecodeKernel::kWarp};
+    bench_decode(kHeads, kHeads, {1, 4}, {128, 2048}, true, 0, both);  // correctness, mixed
+    bench_decode(kHeads, kHeads, {1, 32, 64}, {128, 2048}, false, 0, both);
+    // Serving: decode graphs of large batches over short contexts, bound = the 256 context bucket.
+    bench_decode(kHeads, kHeads, {128, 256, 512}, {16, 192}, false, 256, both);
+    std::printf("  (70B shapes on 2 ranks: 32 query heads, 4 KV heads, group 8)\n");
+    bench_decode(32, 4, {1, 64}, {2048}, false);
+    // The same with an fp8 e4m3 cache (--kv-cache-dtype fp8): half the bytes per position.
+    bench_decode<__nv_fp8_e4m3>(kHeads, kHeads, {1, 4}, {128, 2048}, true, 0, both);
+    bench_decode<__nv_fp8_e4m3>(kHeads, kHeads, {1, 64}, {2048}, false, 0, both);
+    bench_decode<__nv_fp8_e4m3>(kHeads, kHeads, {128, 256, 512}, {16, 192}, false, 256, both);
+    bench_decode<__nv_fp8_e4m3>(32, 4, {1, 64}, {2048}, false);
+    if (!decode_only) {
+      bench_prefill_all();
+      bench_sampling();
+      bench_gemv();
+    }
   }
   std::printf("%s\n", g_failures ? "CORRECTNESS FAILURES: timings above are not meaningful"
                                  : "all checks passed");

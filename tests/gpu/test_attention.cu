@@ -10,8 +10,10 @@
 //     and double accumulation).
 //   decode fp16/bf16: scores, softmax and P.V stay fp32; one rounding of the output: rtol 1.5u,
 //     atol 0.05 * rtol (u = 2^-11 fp16, 2^-8 bf16).
-//   prefill fp16/bf16: P is rounded to T for the tensor-core P.V product, an error of up to u of
-//     each weight, i.e. up to u * max|v| absolute, plus the output rounding: rtol 1.5u, atol 1.5u.
+//   prefill fp16/bf16 (both kernels): P is rounded to T for the tensor-core P.V product, an error
+//     of up to u of each weight, i.e. up to u * max|v| absolute, plus the output rounding: rtol
+//     1.5u, atol 1.5u. (The mma kernel normalises by the unrounded fp32 sum, the WMMA kernel by
+//     the sum of the rounded weights; either way the error is a weighted mean of |v| times u.)
 // fp8 e4m3 caches (with fp16/bf16 queries): the reference attends over the same K/V rounded to
 // e4m3 on the host, so the kernel's only extra work is the conversion, which is exact: the
 // fp16/bf16 tolerances apply unchanged.
@@ -298,6 +300,12 @@ TEST_CASE("attention_prefill: causal chunks over the paged cache against the CPU
       {{16, 2, 64, 1}, {{0, 200}, {2900, 100}}, 0},
       {{4, 4, 64, 16}, {{0, 1}}, 0},
       {{32, 8, 128, 16}, {{0, 19}, {130, 1}}, 0},
+      // The mma kernel's 128-query x 64-key tiles: chunks one short of / one past a query tile,
+      // two tiles plus one, prefixes that end inside a 16-token block and inside a key tile (so the
+      // diagonal crosses key tiles at every offset), group 4, head_dim 64 with a fused-QKV stride.
+      {{8, 2, 128, 16}, {{0, 127}, {0, 129}, {45, 257}, {1000, 130}, {15, 64}}, 0},
+      {{8, 2, 64, 16}, {{77, 383}, {0, 128}, {3, 1}}, 8 * 64},
+      {{4, 4, 128, 32}, {{511, 300}, {64, 63}}, 0},
   };
   for (size_t ci = 0; ci < cases.size(); ++ci) {
     const PrefillCase& c = cases[ci];
@@ -317,31 +325,62 @@ TEST_CASE("attention_prefill: causal chunks over the paged cache against the CPU
     }
     const std::string what_base = describe("attention_prefill", g, c.seqs);
     DeviceBuffer<int32_t> d_tables(s.tables), d_cu(cu), d_pos(pos_begin);
-    for_each_cache_type([&](auto tag, auto cache_tag) {
-      using T = decltype(tag);
-      using C = decltype(cache_tag);
-      constexpr bool fp8 = sizeof(C) == 1;
-      const std::string what = what_base + " " + dtype_name<T>() + " cache " + dtype_name<C>();
-      INFO(what);
-      DeviceBuffer<T> d_q(to_dtype<T>(q));
-      DeviceBuffer<C> d_kc(to_dtype<C>(s.kc)), d_vc(to_dtype<C>(s.vc));
-      DeviceBuffer<T> d_out(static_cast<size_t>(n) * g.heads * g.head_dim);
-      d_out.poison();
-      k::PrefillAttentionArgs<T, C> a;
-      a.q = d_q.get();
-      a.q_stride = q_stride;
-      a.cache = {d_kc.get(), d_vc.get(), s.num_blocks, g.kv_heads, g.block_size, g.head_dim};
-      a.block_tables = d_tables.get();
-      a.max_blocks = s.max_blocks;
-      a.cu_tokens = d_cu.get();
-      a.pos_begin = d_pos.get();
-      a.num_seqs = S;
-      a.heads = g.heads;
-      a.max_new_tokens = max_new;
-      a.out = d_out.get();
-      LLAMA2_CUDA_REQUIRE(k::launch_attention_prefill(a, 0));
-      LLAMA2_CUDA_REQUIRE(cudaDeviceSynchronize());
-      expect_close(what, to_f32(d_out.download()), fp8 ? want8 : want, attention_tol<T>(true));
-    });
+    // Both fp16/bf16 kernels, the mma one with each query tile (fp32 has one path: the FMA loops
+    // of the WMMA kernel).
+    struct Choice {
+      k::PrefillKernel kernel;
+      int tile;
+      const char* name;
+    };
+    for (const Choice& choice : {Choice{k::PrefillKernel::kWmma, 0, "wmma"},
+                                 Choice{k::PrefillKernel::kMma, 128, "mma/128"},
+                                 Choice{k::PrefillKernel::kMma, 64, "mma/64"}}) {
+      const k::PrefillKernel kernel = choice.kernel;
+      const std::string kernel_name = choice.name;
+      for_each_cache_type([&](auto tag, auto cache_tag) {
+        using T = decltype(tag);
+        using C = decltype(cache_tag);
+        constexpr bool fp8 = sizeof(C) == 1;
+        if (sizeof(T) == 4 && kernel != k::PrefillKernel::kWmma) return;
+        const std::string what =
+            what_base + " " + dtype_name<T>() + " cache " + dtype_name<C>() + " " + kernel_name;
+        INFO(what);
+        DeviceBuffer<T> d_q(to_dtype<T>(q));
+        DeviceBuffer<C> d_kc(to_dtype<C>(s.kc)), d_vc(to_dtype<C>(s.vc));
+        DeviceBuffer<T> d_out(static_cast<size_t>(n) * g.heads * g.head_dim);
+        d_out.poison();
+        k::PrefillAttentionArgs<T, C> a;
+        a.q = d_q.get();
+        a.q_stride = q_stride;
+        a.cache = {d_kc.get(), d_vc.get(), s.num_blocks, g.kv_heads, g.block_size, g.head_dim};
+        a.block_tables = d_tables.get();
+        a.max_blocks = s.max_blocks;
+        a.cu_tokens = d_cu.get();
+        a.pos_begin = d_pos.get();
+        a.num_seqs = S;
+        a.heads = g.heads;
+        a.max_new_tokens = max_new;
+        a.out = d_out.get();
+        a.kernel = kernel;
+        a.mma_query_tile = choice.tile;
+        LLAMA2_CUDA_REQUIRE(k::launch_attention_prefill(a, 0));
+        LLAMA2_CUDA_REQUIRE(cudaDeviceSynchronize());
+        expect_close(what, to_f32(d_out.download()), fp8 ? want8 : want, attention_tol<T>(true));
+      });
+    }
   }
+}
+
+// Host-only: the LLAMA2_PREFILL_KERNEL values.
+TEST_CASE("attention_prefill: kernel names parse, anything else is refused") {
+  k::PrefillKernel kernel = k::PrefillKernel::kWmma;
+  CHECK(k::parse_prefill_kernel("auto", &kernel));
+  CHECK(kernel == k::PrefillKernel::kAuto);
+  CHECK(k::parse_prefill_kernel("mma", &kernel));
+  CHECK(kernel == k::PrefillKernel::kMma);
+  CHECK(k::parse_prefill_kernel("wmma", &kernel));
+  CHECK(kernel == k::PrefillKernel::kWmma);
+  CHECK_FALSE(k::parse_prefill_kernel("fa2", &kernel));
+  CHECK_FALSE(k::parse_prefill_kernel("", &kernel));
+  CHECK(kernel == k::PrefillKernel::kWmma);  // unchanged by a refused value
 }

@@ -7,6 +7,7 @@
 #include "common/check.h"
 #include "gpu_test_util.h"
 #include "kernels/attention_decode.cuh"
+#include "kernels/attention_prefill.cuh"
 #include "kernels/gemv.cuh"
 #include "kernels/rmsnorm.cuh"
 
@@ -40,6 +41,20 @@ TEST_CASE("launch errors: a refused shape names the check and the values") {
   CHECK(llama2::take_launch_error() ==
         "launch_attention_decode: d == 64 || d == 128 failed (head_dim 96 is not instantiated "
         "(64, 128))");
+
+  // The mma prefill kernel's query-tile override takes 0 (automatic), 64 or 128.
+  k::PrefillAttentionArgs<__half> pa;
+  pa.cache = {nullptr, nullptr, 1, 1, 16, 128};
+  pa.q_stride = 128;
+  pa.max_blocks = 1;
+  pa.num_seqs = 1;
+  pa.heads = 1;
+  pa.max_new_tokens = 1;
+  pa.mma_query_tile = 96;
+  CHECK(k::launch_attention_prefill(pa, 0) == cudaErrorInvalidValue);
+  CHECK(llama2::take_launch_error() ==
+        "launch_attention_prefill: a.mma_query_tile == 0 || a.mma_query_tile == 64 || "
+        "a.mma_query_tile == 128 failed (mma_query_tile 96, allowed 0, 64, 128)");
 }
 
 TEST_CASE("launch errors: CUDA_CHECK reports the launcher's reason") {

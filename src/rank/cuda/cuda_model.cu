@@ -116,6 +116,12 @@ class CudaModel final : public ModelRunner {
         throw std::runtime_error("LLAMA2_DECODE_KERNEL=" + v + ": expected auto, block or warp");
       }
     }
+    // LLAMA2_PREFILL_KERNEL=auto|wmma|mma: which prefill attention kernel (A/B runs).
+    if (const char* pk = std::getenv("LLAMA2_PREFILL_KERNEL");
+        pk != nullptr && !kernels::parse_prefill_kernel(pk, &prefill_kernel_)) {
+      throw std::runtime_error(std::string("LLAMA2_PREFILL_KERNEL=") + pk +
+                               ": expected auto, wmma or mma");
+    }
   }
 
   ~CudaModel() override {
@@ -393,6 +399,7 @@ class CudaModel final : public ModelRunner {
       a.heads = s_.num_heads;
       a.max_new_tokens = sh.max_new_tokens;
       a.out = attn_.as<T>();
+      a.kernel = prefill_kernel_;
       CUDA_CHECK(kernels::launch_attention_prefill(a, stream_));
     }
   }
@@ -556,6 +563,7 @@ class CudaModel final : public ModelRunner {
   std::unique_ptr<NcclComm> nccl_;
   std::unique_ptr<OpProfiler> prof_;  // LLAMA2_OP_PROFILE only
   kernels::DecodeKernel decode_kernel_ = kernels::DecodeKernel::kAuto;
+  kernels::PrefillKernel prefill_kernel_ = kernels::PrefillKernel::kAuto;
   CudaWeights weights_;
   StepLayout layout_;
   PinnedBuffer meta_host_;  // [layout_.words()] int32, filled per step

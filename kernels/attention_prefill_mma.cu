@@ -1,0 +1,492 @@
+// Prefill attention on tensor cores with mma.sync (FlashAttention-2 style), for fp16/bf16
+// activations over a paged cache of T or fp8 e4m3.
+//
+// A block takes 128 query rows of one (sequence, head): 4 warps of 32 rows, two m16 row tiles each,
+// so every K/V fragment read from shared memory feeds two mma (with 16 rows per warp the ldmatrix
+// traffic, 256 bytes per mma, outran the tensor cores); grids of fewer than 2 blocks per
+// multiprocessor take 64-row blocks of 4 warps x 16 rows instead. Per 64-key tile:
+//   - K and V rows are gathered from the paged cache into shared memory with cp.async, two stages
+//     deep: tile kt + 1 is requested before tile kt is computed, and the block-table entries of
+//     tile kt + 2 are loaded then too (into shared memory after the compute), so neither the table
+//     nor the gather sits on the critical path (an fp8 cache lands raw in a staging area and is
+//     converted to T in shared memory);
+//   - S = Q K^T with mma.sync.m16n8k16 (fp32 accumulate), Q and K fragments through ldmatrix;
+//   - the online softmax runs on the accumulator fragments in registers (exp2 with the scale
+//     pre-multiplied by log2 e; row max/sum over the 4 lanes that share a row), the causal mask
+//     only on tiles that cross a warp's diagonal, and a warp skips tiles wholly above its diagonal;
+//   - P is rounded to T and reused in registers as the A operand of O += P V (V fragments through
+//     ldmatrix.trans): nothing of S or P touches shared memory.
+// Shared-memory rows are padded by 16 bytes, so the 8 row addresses of every ldmatrix phase hit 8
+// different 16-byte bank groups. The output is staged through the warp's own Q rows and written
+// with 16-byte stores. Query tiles are scheduled heaviest (last) first.
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#include "kernels/attention_prefill_mma.cuh"
+#include "kernels/dtype.cuh"
+
+namespace llama2::kernels {
+
+namespace {
+
+// Byte offsets into dynamic shared memory for kBQ query rows. T tiles are [rows][kLd] of T; the fp8
+// staging tiles are dense [kBK][D] bytes (cp.async copies 16 bytes, conversion reads them back
+// once); then two [kBK] int32 arrays of key cache rows.
+template <typename T, typename C, int D, int kBQ, int kBK>
+struct MmaSmem {
+  static constexpr bool kFp8 = sizeof(C) == 1;
+  static constexpr int kLd = D + 8;
+  static constexpr size_t kTile = sizeof(T) * kBK * kLd;  // one K or V tile
+  static constexpr size_t kKV = sizeof(T) * kBQ * kLd;    // K/V tiles follow the Q tile
+  static constexpr int kStages = kFp8 ? 1 : 2;            // fp8: the staging is double-buffered
+  static constexpr size_t kStaging = kKV + 2 * kTile * kStages;
+  static constexpr size_t kTile8 = static_cast<size_t>(kBK) * D;
+  static constexpr size_t kKeyRows = kStaging + (kFp8 ? 2 * 2 * kTile8 : 0);
+  static constexpr size_t kBytes = kKeyRows + 2 * sizeof(int32_t) * kBK;
+  static_assert(kTile % 16 == 0 && kKV % 16 == 0, "16-byte aligned tiles");
+};
+
+template <typename T, typename C>
+struct MmaParams {
+  const T* q;
+  int64_t q_stride;
+  const C* k_cache;  // [num_blocks, kv_heads, block_size, D]
+  const C* v_cache;
+  int kv_heads;
+  int block_size;
+  const int32_t* block_tables;  // [num_seqs, max_blocks]
+  int max_blocks;
+  const int32_t* cu_tokens;
+  const int32_t* pos_begin;
+  int heads;
+  int group;
+  float scale_log2;  // log2(e) / sqrt(D)
+  T* out;            // [n_tokens, heads, D]
+};
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem_dst)),
+               "l"(gmem_src)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// d += a (16x16, row) . b (16x8, col), fp32 accumulate.
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  if constexpr (std::is_same_v<T, __half>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// (lo, hi) rounded to T, lo in the low half: the element order of every mma fragment register.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  uint32_t r;
+  if constexpr (std::is_same_v<T, __half>) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    memcpy(&r, &h, 4);
+  } else {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    memcpy(&r, &h, 4);
+  }
+  return r;
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {  // ex2.approx: 2^x, exp2(-inf) = 0
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+}  // namespace
+
+// Threads per block when each warp owns kM m16 row tiles of a kBQ-row query tile.
+template <int kM, int kBQ>
+constexpr int kThreadsOf = kBQ / (16 * kM) * 32;
+
+template <typename T, typename C, int D, int kM, int kBQ, int kBK>
+static __global__ void __launch_bounds__(kThreadsOf<kM, kBQ>, 2)
+    prefill_mma_kernel(const MmaParams<T, C> p) {
+  wait_for_previous_grid();
+  using L = MmaSmem<T, C, D, kBQ, kBK>;
+  constexpr bool kFp8 = L::kFp8;
+  constexpr int kLd = L::kLd;
+  constexpr int kThreads = kThreadsOf<kM, kBQ>;
+  static_assert(kThreads >= kBK, "a thread per key resolves the tile's cache rows");
+  constexpr int kWarpRows = 16 * kM;
+  constexpr int kQChunks = D / 8;                                // 16-byte pieces per Q/O row
+  constexpr int kPieces = D * static_cast<int>(sizeof(C)) / 16;  // 16-byte pieces per cache row
+  constexpr int kCPiece = 16 / static_cast<int>(sizeof(C));      // cache elements per piece
+  constexpr int kRowStep = kThreads / kPieces;  // a thread's gather rows are this far apart
+  constexpr int kGather = kBK / kRowStep;       // gather rows (of K and of V) per thread
+  static_assert(kThreads % kPieces == 0 && kBK % kRowStep == 0, "tile gather must divide evenly");
+
+  const int h = blockIdx.x;
+  const int tile = gridDim.y - 1 - blockIdx.y;  // last tiles see the most keys: start them first
+  const int seq = blockIdx.z;
+  const int tok_begin = p.cu_tokens[seq];
+  const int n_new = p.cu_tokens[seq + 1] - tok_begin;
+  const int q0 = tile * kBQ;
+  if (q0 >= n_new) return;
+  const int rows = min(kBQ, n_new - q0);
+  const int pos0 = p.pos_begin[seq] + q0;  // position of the tile's row 0
+  const int kv_len = pos0 + rows;          // keys [0, kv_len) are visible to some row
+  const int kvh = h / p.group;
+  const int32_t* table = p.block_tables + static_cast<int64_t>(seq) * p.max_blocks;
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* qs = reinterpret_cast<T*>(smem);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+
+  // Q tile (rows past the chunk are zeros), in the first cp.async group with K/V tile 0.
+  for (int c = tid; c < kBQ * kQChunks; c += kThreads) {
+    const int r = c / kQChunks, piece = c % kQChunks;
+    T* dst = qs + r * kLd + piece * 8;
+    if (r < rows) {
+      cp_async16(dst, p.q + (tok_begin + q0 + r) * p.q_stride + h * D + piece * 8);
+    } else {
+      *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+    }
+  }
+
+  // Cache rows (units of D elements, -1 past kv_len) of the keys of tiles kt + 1 (being requested)
+  // and kt + 2 (written at the end of tile kt): thread j < kBK owns key j. Its block-table entry is
+  // loaded a tile ahead and written only after the tile's compute, so neither the load nor the
+  // gather waits on it, and the entry costs one register across the compute instead of kGather.
+  int32_t* key_rows = reinterpret_cast<int32_t*>(smem + L::kKeyRows);  // [2][kBK]
+  auto table_block = [&](int pos) -> int32_t {
+    return tid < kBK && pos < kv_len ? table[pos / p.block_size] : 0;
+  };
+  auto key_row = [&](int pos, int32_t block) -> int32_t {
+    return pos < kv_len ? (block * p.kv_heads + kvh) * p.block_size + pos % p.block_size : -1;
+  };
+
+  // Gather: thread tid copies piece tid % kPieces of rows tid / kPieces + i * kRowStep.
+  const int g_row = tid / kPieces, g_piece = tid % kPieces;
+  auto request = [&](int k0, int stage) {
+    const int32_t* rows_of = key_rows + ((k0 / kBK) & 1) * kBK;
+#pragma unroll
+    for (int i = 0; i < kGather; ++i) {
+      const int j = g_row + i * kRowStep;
+      const int32_t row = rows_of[j];
+      unsigned char* kd;
+      unsigned char* vd;
+      if constexpr (kFp8) {
+        kd = smem + L::kStaging + (2 * stage) * L::kTile8 + j * D + g_piece * 16;
+        vd = kd + L::kTile8;
+      } else {
+        kd = smem + L::kKV + (2 * stage) * L::kTile + (j * kLd) * sizeof(T) + g_piece * 16;
+        vd = kd + L::kTile;
+      }
+      if (row >= 0) {
+        const int64_t off = static_cast<int64_t>(row) * D + g_piece * kCPiece;
+        cp_async16(kd, p.k_cache + off);
+        cp_async16(vd, p.v_cache + off);
+      } else {  // past the visible keys: zeros (V must not carry NaN garbage into 0 * v)
+        *reinterpret_cast<uint4*>(kd) = make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4*>(vd) = make_uint4(0, 0, 0, 0);
+      }
+    }
+  };
+
+  const int n_tiles = (kv_len + kBK - 1) / kBK;
+  if (tid < kBK) {
+    key_rows[tid] = key_row(tid, table_block(tid));
+    key_rows[kBK + tid] = key_row(kBK + tid, table_block(kBK + tid));
+  }
+  __syncthreads();
+  request(0, 0);
+  cp_async_commit();
+
+  // This lane's fragment rows: m-tile mt holds rows warp * kWarpRows + mt * 16 + lane / 4 (+ 8).
+  const int quad = lane >> 2, tq = lane & 3;
+  const int warp_first = pos0 + warp * kWarpRows;  // smallest / largest position of the warp
+  const int warp_last = warp_first + kWarpRows - 1;
+  const int qpos_lo = warp_first + quad;
+  const bool warp_active = warp * kWarpRows < rows;
+
+  float o[kM][D / 8][4];
+#pragma unroll
+  for (int mt = 0; mt < kM; ++mt) {
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.f;
+  }
+  float row_max[kM][2], row_sum[kM][2];  // running max of score * scale * log2(e); lane's sum
+#pragma unroll
+  for (int mt = 0; mt < kM; ++mt) {
+    row_max[mt][0] = row_max[mt][1] = -INFINITY;
+    row_sum[mt][0] = row_sum[mt][1] = 0.f;
+  }
+
+  // ldmatrix row addresses (lane l supplies row l % 8 of matrix l / 8).
+  const uint32_t q_base = smem_addr(
+      qs + (warp * kWarpRows + (lane & 7) + ((lane >> 3) & 1) * 8) * kLd + (lane >> 4) * 8);
+  const int k_lane_off = ((lane & 7) + (lane >> 4) * 8) * kLd + ((lane >> 3) & 1) * 8;
+  const int v_lane_off = ((lane & 7) + ((lane >> 3) & 1) * 8) * kLd + (lane >> 4) * 8;
+
+  for (int kt = 0; kt < n_tiles; ++kt) {
+    const int k0 = kt * kBK;
+    if (kt + 1 < n_tiles) request(k0 + kBK, (kt + 1) & 1);
+    // Tile kt + 2's table entry: requested now, stored after the compute.
+    const int32_t next_block = table_block(k0 + 2 * kBK + tid);
+    cp_async_commit();  // possibly empty: keeps "all but the newest group" = tile kt
+    cp_async_wait<1>();
+    __syncthreads();  // tile kt (and Q) complete for every thread
+    const int stage = kFp8 ? 0 : (kt & 1);
+    if constexpr (kFp8) {
+      // Staging (kt & 1) -> the T tiles: 16 fp8 values per piece, exact conversion.
+      constexpr int kConv = 2 * kBK * D / 16;
+#pragma unroll
+      for (int c = tid; c < kConv; c += kThreads) {
+        const int which = c / (kBK * D / 16), rest = c % (kBK * D / 16);
+        const int j = rest / (D / 16), piece = rest % (D / 16);
+        const auto pk = *reinterpret_cast<const Pack<C, 16>*>(
+            smem + L::kStaging + (2 * (kt & 1) + which) * L::kTile8 + j * D + piece * 16);
+        float x[16];
+        unpack_float(pk, x);
+        store_float<T, 16>(
+            reinterpret_cast<T*>(smem + L::kKV + which * L::kTile) + j * kLd + piece * 16, x);
+      }
+      __syncthreads();
+    }
+    const T* ks = reinterpret_cast<const T*>(smem + L::kKV + (2 * stage) * L::kTile);
+    const T* vs = reinterpret_cast<const T*>(smem + L::kKV + (2 * stage + 1) * L::kTile);
+
+    if (warp_active && k0 <= warp_last) {
+      // S = Q K^T: kWarpRows rows x 64 keys per warp, as kM x 8 m16n8 accumulators; each K
+      // fragment serves the warp's kM row tiles.
+      float s[kM][kBK / 8][4];
+#pragma unroll
+      for (int mt = 0; mt < kM; ++mt) {
+#pragma unroll
+        for (int n = 0; n < kBK / 8; ++n)
+          s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
+      }
+      const uint32_t k_base = smem_addr(ks + k_lane_off);
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t a[kM][4];
+#pragma unroll
+        for (int mt = 0; mt < kM; ++mt)
+          ldsm_x4(q_base + (mt * 16 * kLd + kk * 16) * sizeof(T), a[mt]);
+#pragma unroll
+        for (int np = 0; np < kBK / 16; ++np) {
+          uint32_t b[4];
+          ldsm_x4(k_base + (np * 16 * kLd + kk * 16) * sizeof(T), b);
+#pragma unroll
+          for (int mt = 0; mt < kM; ++mt) {
+            mma16816<T>(s[mt][2 * np], a[mt], b[0], b[1]);
+            mma16816<T>(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+          }
+        }
+      }
+      // Causal mask where some key of the tile lies past the warp's first row.
+      if (k0 + kBK - 1 > warp_first) {
+#pragma unroll
+        for (int mt = 0; mt < kM; ++mt) {
+#pragma unroll
+          for (int n = 0; n < kBK / 8; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int key = k0 + n * 8 + 2 * tq + (e & 1);
+              if (key > qpos_lo + mt * 16 + (e >> 1) * 8) s[mt][n][e] = -INFINITY;
+            }
+          }
+        }
+      }
+      // Online softmax per row (mt, half = e >> 1): max over the 4 lanes of the row.
+#pragma unroll
+      for (int mt = 0; mt < kM; ++mt) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          float mx = -INFINITY;
+#pragma unroll
+          for (int n = 0; n < kBK / 8; ++n)
+            mx = fmaxf(mx, fmaxf(s[mt][n][2 * half], s[mt][n][2 * half + 1]));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float m_new = fmaxf(row_max[mt][half], mx * p.scale_log2);
+          const float m_use = m_new == -INFINITY ? 0.f : m_new;      // no key yet: avoid inf - inf
+          const float alpha = fast_exp2(row_max[mt][half] - m_use);  // 0 when the old max is -inf
+          row_max[mt][half] = m_new;
+          float sum = 0.f;
+#pragma unroll
+          for (int n = 0; n < kBK / 8; ++n) {
+#pragma unroll
+            for (int e = 2 * half; e < 2 * half + 2; ++e) {
+              s[mt][n][e] = fast_exp2(fmaf(s[mt][n][e], p.scale_log2, -m_use));
+              sum += s[mt][n][e];
+            }
+          }
+          row_sum[mt][half] = row_sum[mt][half] * alpha + sum;
+#pragma unroll
+          for (int n = 0; n < D / 8; ++n) {
+            o[mt][n][2 * half] *= alpha;
+            o[mt][n][2 * half + 1] *= alpha;
+          }
+        }
+      }
+      // O += P V: P (rounded to T) from the S accumulators, 16 keys per k-step; each V fragment
+      // serves the warp's kM row tiles.
+      const uint32_t v_base = smem_addr(vs + v_lane_off);
+#pragma unroll
+      for (int kk = 0; kk < kBK / 16; ++kk) {
+        uint32_t a[kM][4];
+#pragma unroll
+        for (int mt = 0; mt < kM; ++mt) {
+          a[mt][0] = pack2<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+          a[mt][1] = pack2<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+          a[mt][2] = pack2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+          a[mt][3] = pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+        }
+#pragma unroll
+        for (int dp = 0; dp < D / 16; ++dp) {
+          uint32_t b[4];
+          ldsm_x4_trans(v_base + (kk * 16 * kLd + dp * 16) * sizeof(T), b);
+#pragma unroll
+          for (int mt = 0; mt < kM; ++mt) {
+            mma16816<T>(o[mt][2 * dp], a[mt], b[0], b[1]);
+            mma16816<T>(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
+          }
+        }
+      }
+    }
+    if (tid < kBK) key_rows[(kt & 1) * kBK + tid] = key_row(k0 + 2 * kBK + tid, next_block);
+    __syncthreads();  // every warp is done with this stage before it is refilled
+  }
+  if (!warp_active) return;
+
+    // O / l into the warp's own Q rows (only this warp reads them), then 16-byte stores.
+#pragma unroll
+  for (int mt = 0; mt < kM; ++mt) {
+    T* orow = qs + (warp * kWarpRows + mt * 16 + quad) * kLd + 2 * tq;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float l = row_sum[mt][half];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float inv = 1.f / l;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        *reinterpret_cast<uint32_t*>(orow + half * 8 * kLd + n * 8) =
+            pack2<T>(o[mt][n][2 * half] * inv, o[mt][n][2 * half + 1] * inv);
+      }
+    }
+  }
+  __syncwarp();
+  T* out = p.out + (static_cast<int64_t>(tok_begin) + q0) * p.heads * D + h * D;
+  for (int idx = lane; idx < kWarpRows * kQChunks; idx += 32) {
+    const int row = warp * kWarpRows + idx / kQChunks, piece = idx % kQChunks;
+    if (row < rows) {
+      *reinterpret_cast<uint4*>(out + static_cast<int64_t>(row) * p.heads * D + piece * 8) =
+          *reinterpret_cast<const uint4*>(qs + row * kLd + piece * 8);
+    }
+  }
+}
+
+template <typename T, typename C, int D, int kM, int kBQ, int kBK>
+static cudaError_t run_prefill_mma(const MmaParams<T, C>& p, const PrefillAttentionArgs<T, C>& a,
+                                   cudaStream_t stream) {
+  constexpr size_t bytes = MmaSmem<T, C, D, kBQ, kBK>::kBytes;
+  cudaError_t err =
+      cudaFuncSetAttribute(prefill_mma_kernel<T, C, D, kM, kBQ, kBK>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (err != cudaSuccess) return err;
+  const dim3 grid(a.heads, static_cast<unsigned>(ceil_div(a.max_new_tokens, kBQ)), a.num_seqs);
+  launch_kernel(prefill_mma_kernel<T, C, D, kM, kBQ, kBK>, grid, kThreadsOf<kM, kBQ>, bytes, stream,
+                p);
+  return cudaGetLastError();
+}
+
+// Multiprocessors of the current device (an attribute query: cheap, no synchronisation).
+inline int sm_count() {
+  int dev = 0, n = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) {
+    return 132;  // an H200's, should the query fail (the launch then reports the error)
+  }
+  return n;
+}
+
+// 128-query tiles (4 warps of 32 rows), unless that leaves fewer blocks than the 2 per
+// multiprocessor that fit (a short chunk, few heads): then 64-query tiles (4 warps of 16 rows),
+// twice the blocks. Measured on one H200 (benchmarks/kernels/NOTES.md): 32 rows per warp ran
+// 2048 causal tokens at 252 TFLOP/s where 16 rows per warp (8 warps, 128 registers) ran 237 and
+// 32 rows with 32-key tiles 241; 512 new tokens at context 2048 (128 blocks of 128 rows) went
+// from 130 to 183 TFLOP/s with 64-row tiles.
+template <typename T, typename C, int D>
+static cudaError_t run_prefill_mma(const MmaParams<T, C>& p, const PrefillAttentionArgs<T, C>& a,
+                                   cudaStream_t stream) {
+  const int64_t blocks128 =
+      static_cast<int64_t>(a.heads) * ceil_div(a.max_new_tokens, 128) * a.num_seqs;
+  const bool small = a.mma_query_tile == 0 ? blocks128 < 2 * sm_count() : a.mma_query_tile == 64;
+  if (small) return run_prefill_mma<T, C, D, 1, 64, 64>(p, a, stream);
+  return run_prefill_mma<T, C, D, 2, 128, 64>(p, a, stream);
+}
+
+template <typename T, typename C>
+cudaError_t launch_attention_prefill_mma(const PrefillAttentionArgs<T, C>& a, cudaStream_t stream) {
+  static_assert(sizeof(T) == 2, "fp16/bf16 activations only");
+  MmaParams<T, C> p{};
+  p.q = a.q;
+  p.q_stride = a.q_stride;
+  p.k_cache = a.cache.k;
+  p.v_cache = a.cache.v;
+  p.kv_heads = a.cache.kv_heads;
+  p.block_size = a.cache.block_size;
+  p.block_tables = a.block_tables;
+  p.max_blocks = a.max_blocks;
+  p.cu_tokens = a.cu_tokens;
+  p.pos_begin = a.pos_begin;
+  p.heads = a.heads;
+  p.group = a.heads / a.cache.kv_heads;
+  // 1/sqrt(d) as llama2::cpu::paged_attention, times log2(e) so that exp(x) = exp2(x log2 e).
+  p.scale_log2 =
+      static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(a.cache.head_dim)));
+  p.out = a.out;
+  return a.cache.head_dim == 64 ? run_prefill_mma<T, C, 64>(p, a, stream)
+                                : run_prefill_mma<T, C, 128>(p, a, stream);
+}
+
+#define LLAMA2_INSTANTIATE(T, C)                                                             \
+  template cudaError_t launch_attention_prefill_mma<T, C>(const PrefillAttentionArgs<T, C>&, \
+                                                          cudaStream_t);
+LLAMA2_INSTANTIATE(__half, __half)
+LLAMA2_INSTANTIATE(__nv_bfloat16, __nv_bfloat16)
+LLAMA2_INSTANTIATE(__half, __nv_fp8_e4m3)
+LLAMA2_INSTANTIATE(__nv_bfloat16, __nv_fp8_e4m3)
+#undef LLAMA2_INSTANTIATE
+
+}  // namespace llama2::kernels
