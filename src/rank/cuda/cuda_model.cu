@@ -358,13 +358,12 @@ class CudaModel final : public ModelRunner {
   // otherwise the all-reduce, then the add_rmsnorm kernel.
   void reduce_add_rmsnorm(int tokens, const DeviceBuffer& weight) {
     const int H = c_.hidden_size;
-    AddRmsNorm norm;
-    norm.residual = x_.as<void>();
-    norm.weight = weight.as<void>();
-    norm.out = h_.as<void>();
-    norm.rows = tokens;
-    norm.hidden = H;
-    norm.eps = static_cast<float>(c_.rms_norm_eps);
+    const AddRmsNorm norm{x_.as<void>(),
+                          weight.as<void>(),
+                          h_.as<void>(),
+                          tokens,
+                          H,
+                          static_cast<float>(c_.rms_norm_eps)};
     mark("all_reduce");
     if (comm_->all_reduce_add_rmsnorm(partial_.as<void>(), TypeInfo<T>::kComm, norm)) return;
     all_reduce(partial_, static_cast<int64_t>(tokens) * H);
