@@ -1,17 +1,13 @@
 // llama2: the command-line entry point. MPI subcommands start MPI on every rank; errors become
 // exactly one message (from rank 0) and a non-zero exit of every rank.
-#include <mpi.h>
-
 #include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <string>
 
-#include "common/check.h"
 #include "coordinator/cli_common.h"
 #include "coordinator/commands.h"
 #include "coordinator/mpi_program.h"
-#include "rank/comm.h"
 
 namespace {
 
@@ -31,28 +27,12 @@ const char* kUsage =
     "  plan              capacity planner: memory per GPU for a TP degree (no MPI needed)\n"
     "  client            send one request to a running `llama2 serve` (no MPI needed)\n";
 
+// Subcommands that run on every rank of an MPI job; argv[0] is the command name.
 int run_mpi_command(int (*fn)(int, char**, int), int argc, char** argv) {
-  llama2::init_mpi(&argc, &argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  llama2::set_error_rank(rank);
-  int code = 0;
-  try {
-    code = fn(argc, argv, rank);
-  } catch (const llama2::UsageError& e) {
-    // Every rank parsed the same argv, so every rank is here: no collective can hang.
-    if (rank == 0) std::cerr << argv[0] << ": " << e.what() << "\n\n" << e.help() << std::endl;
-    code = llama2::kExitUsage;
-  } catch (const llama2::ReportedError& e) {
-    if (rank == 0) std::cerr << "llama2: error: " << e.what() << std::endl;
-    code = 1;
-  } catch (const std::exception& e) {
-    // Only this rank knows: the others may be inside a collective, so abort the whole job.
-    std::cerr << "llama2: rank " << rank << ": fatal: " << e.what() << std::endl;
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  MPI_Finalize();
-  return code;
+  const std::string name = argv[0];
+  return llama2::run_mpi_program(
+      "llama2", argc, argv, [fn](int ac, char** av, int rank, int) { return fn(ac, av, rank); },
+      name);
 }
 
 // Subcommands that run without MPI in a single process; argv[0] is the command name.

@@ -22,7 +22,8 @@ void init_mpi(int* argc, char*** argv) {
 }
 
 int run_mpi_program(const std::string& prog, int argc, char** argv,
-                    const std::function<int(int, char**, int, int)>& fn) {
+                    const std::function<int(int, char**, int, int)>& fn,
+                    const std::string& usage_prog) {
   init_mpi(&argc, &argv);
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -32,12 +33,17 @@ int run_mpi_program(const std::string& prog, int argc, char** argv,
   try {
     code = fn(argc, argv, rank, size);
   } catch (const UsageError& e) {
-    if (rank == 0) std::cerr << prog << ": " << e.what() << "\n\n" << e.help() << std::endl;
+    // Every rank parsed the same argv, so every rank is here: no collective can hang.
+    if (rank == 0) {
+      std::cerr << (usage_prog.empty() ? prog : usage_prog) << ": " << e.what() << "\n\n"
+                << e.help() << std::endl;
+    }
     code = kExitUsage;
   } catch (const ReportedError& e) {
     if (rank == 0) std::cerr << prog << ": error: " << e.what() << std::endl;
     code = 1;
   } catch (const std::exception& e) {
+    // Only this rank knows: the others may be inside a collective, so abort the whole job.
     std::cerr << prog << ": rank " << rank << ": fatal: " << e.what() << std::endl;
     MPI_Abort(MPI_COMM_WORLD, 1);
   }

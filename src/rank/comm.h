@@ -1,6 +1,13 @@
-// The small communication interface the per-rank math is given (tensor parallelism as a thin
-// layer): the model code never asks how the bytes move. MPI backs it on the CPU backend; NCCL
-// will back it on GPUs.
+// The one communication interface of a tensor-parallel group (tensor parallelism as a thin
+// layer): both backends' per-rank math reduces and gathers through a Comm and never asks how the
+// bytes move. One implementation per backend, each behind this interface:
+//   - MpiComm (make_mpi_comm below, rank/comm_mpi.cpp), the CPU backend: host buffers, MPI
+//     collectives, each one complete when the call returns;
+//   - NcclComm (rank/cuda/nccl_comm.h), the CUDA backend: buffers on this rank's GPU, NCCL (or the
+//     one-shot NVLink kernel for small all-reduces), enqueued on the CUDA stream the communicator
+//     was made with; synchronize() waits for them and turns a failed peer into an Error.
+// The process-level MPI parts below (agree_on_errors, PlanChannel) are not collectives of the
+// tensor-parallel math: they move plans and errors between ranks, on every backend, over MPI.
 #pragma once
 
 #include <mpi.h>
@@ -9,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -16,19 +24,54 @@ namespace llama2 {
 
 class StepHeartbeat;
 
+// Element types a collective moves. MpiComm takes kF32 and kI32 (the CPU backend is fp32).
+enum class CommType { kF32, kI32, kF16, kBF16 };
+size_t comm_type_bytes(CommType type);
+
+// The residual add and RMSNorm that follow a layer's reduction, for all_reduce_add_rmsnorm.
+// Pointers live where the communicator's buffers do and hold elements of the reduced type.
+struct AddRmsNorm {
+  void* residual = nullptr;      // x [rows, hidden]: x += the reduced sum, in place
+  const void* weight = nullptr;  // [hidden] norm weight
+  void* out = nullptr;           // [rows, hidden]: rmsnorm(x) * weight
+  int rows = 0, hidden = 0;
+  float eps = 0.f;
+};
+
 class Comm {
  public:
   virtual ~Comm() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // data: [n] fp32, summed element-wise over all ranks, result on every rank.
-  virtual void all_reduce_sum(float* data, size_t n) = 0;
-  // Concatenates every rank's `send` ([counts[r]] floats from rank r) on rank 0 in rank order;
-  // recv ([sum counts]) is only written on rank 0.
-  virtual void gather_to_root(const float* send, const std::vector<int>& counts, float* recv) = 0;
-  // The same for int32 values (token ids of the sampling candidates).
-  virtual void gather_to_root(const int32_t* send, const std::vector<int>& counts,
-                              int32_t* recv) = 0;
+
+  // data: [count] elements of `type`, summed element-wise over the group in place; every rank
+  // gets the sum. One rank: nothing to do.
+  virtual void all_reduce_sum(void* data, size_t count, CommType type) = 0;
+
+  // send: [counts[rank()]] elements of `type` (counts: one entry per rank, the same on every
+  // rank). Rank 0 receives every rank's send back to back in rank order in recv ([sum of counts]);
+  // recv is only written on rank 0 (elsewhere it may be nullptr).
+  virtual void gather_to_root(const void* send, const std::vector<size_t>& counts, CommType type,
+                              void* recv) = 0;
+
+  // Returns once every collective issued so far has completed and its results can be read.
+  virtual void synchronize() = 0;
+
+  // The fusion point for communication + compute. After a row-parallel projection (O, down) each
+  // rank holds partial [rows, hidden]; the model then needs x += the sum of the partials and the
+  // next RMSNorm of x. The CUDA runner offers both here first. A communicator that can do them in
+  // one pass does so and returns true: e.g. the one-shot all-reduce kernel extended to add the
+  // peers' partials into x and normalize each row before writing it back (one launch and one trip
+  // through memory less per reduction, 64 per 7B token: the likely way to the two-GPU batch-1
+  // target). It plugs in by overriding this in NcclComm for the types and sizes it handles; the
+  // answer must depend only on (type, rows, hidden, alignment), the same on every rank, and be
+  // decided before anything is launched. This default returns false having done nothing, and the
+  // runner then calls all_reduce_sum and its own add_rmsnorm kernel. The CPU runner does not ask:
+  // it reduces between thread-pool stages and adds per row group in the next stage.
+  virtual bool all_reduce_add_rmsnorm(void* partial, CommType type, const AddRmsNorm& norm) {
+    (void)partial, (void)type, (void)norm;
+    return false;
+  }
 };
 
 // Comm over an MPI communicator (not owned). With `beat`, each collective is published as a

@@ -1,3 +1,4 @@
+// The CPU backend's communicator (MpiComm) and the MPI parts of rank/comm.h every backend uses.
 #include <climits>
 
 #include "common/check.h"
@@ -6,6 +7,24 @@
 
 namespace llama2 {
 namespace {
+
+MPI_Datatype mpi_type(CommType type) {
+  switch (type) {
+    case CommType::kF32:
+      return MPI_FLOAT;
+    case CommType::kI32:
+      return MPI_INT32_T;
+    case CommType::kF16:
+    case CommType::kBF16:
+      break;
+  }
+  throw Error("MPI collectives move fp32 and int32 only (the CPU backend's types)");
+}
+
+int mpi_count(size_t count) {
+  LLAMA2_CHECK(count <= static_cast<size_t>(INT_MAX));
+  return static_cast<int>(count);
+}
 
 class MpiComm final : public Comm {
  public:
@@ -16,19 +35,31 @@ class MpiComm final : public Comm {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  void all_reduce_sum(float* data, size_t n) override {
+  void all_reduce_sum(void* data, size_t count, CommType type) override {
     if (size_ == 1) return;
-    LLAMA2_CHECK(n <= static_cast<size_t>(INT_MAX));
+    const MPI_Datatype t = mpi_type(type);
+    const int n = mpi_count(count);
     Point p(beat_, SyncPoint::kAllReduce);
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm_));
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, n, t, MPI_SUM, comm_));
   }
 
-  void gather_to_root(const float* send, const std::vector<int>& counts, float* recv) override {
-    gather(send, counts, recv, MPI_FLOAT);
+  void gather_to_root(const void* send, const std::vector<size_t>& counts, CommType type,
+                      void* recv) override {
+    LLAMA2_CHECK(static_cast<int>(counts.size()) == size_);
+    const MPI_Datatype t = mpi_type(type);
+    std::vector<int> n(size_), displs(size_);
+    size_t offset = 0;
+    for (int r = 0; r < size_; ++r) {
+      n[r] = mpi_count(counts[r]);
+      displs[r] = mpi_count(offset);
+      offset += counts[r];
+    }
+    Point p(beat_, SyncPoint::kGather);
+    MPI_CHECK(MPI_Gatherv(send, n[rank_], t, recv, n.data(), displs.data(), t, 0, comm_));
   }
-  void gather_to_root(const int32_t* send, const std::vector<int>& counts, int32_t* recv) override {
-    gather(send, counts, recv, MPI_INT32_T);
-  }
+
+  // Every MPI collective here has completed when it returns.
+  void synchronize() override {}
 
  private:
   // Publishes the collective as a synchronizing point for its duration.
@@ -42,21 +73,25 @@ class MpiComm final : public Comm {
     StepHeartbeat* beat;
   };
 
-  void gather(const void* send, const std::vector<int>& counts, void* recv, MPI_Datatype type) {
-    LLAMA2_CHECK(static_cast<int>(counts.size()) == size_);
-    std::vector<int> displs(size_, 0);
-    for (int r = 1; r < size_; ++r) displs[r] = displs[r - 1] + counts[r - 1];
-    Point p(beat_, SyncPoint::kGather);
-    MPI_CHECK(
-        MPI_Gatherv(send, counts[rank_], type, recv, counts.data(), displs.data(), type, 0, comm_));
-  }
-
   MPI_Comm comm_;
   StepHeartbeat* beat_;
   int rank_ = 0, size_ = 1;
 };
 
 }  // namespace
+
+size_t comm_type_bytes(CommType type) {
+  switch (type) {
+    case CommType::kF32:
+    case CommType::kI32:
+      return 4;
+    case CommType::kF16:
+    case CommType::kBF16:
+      return 2;
+  }
+  LLAMA2_CHECK(false && "unknown CommType");
+  return 0;
+}
 
 std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm, StepHeartbeat* beat) {
   return std::make_unique<MpiComm>(comm, beat);

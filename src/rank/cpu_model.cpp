@@ -131,7 +131,7 @@ class CpuModel final : public ModelRunner {
                     part.data());
     const bool root = comm_.rank() == 0;
     std::vector<float> all(root ? part.size() * s_.tp : 0);
-    comm_.gather_to_root(part.data(), std::vector<int>(s_.tp, static_cast<int>(part.size())),
+    comm_.gather_to_root(part.data(), std::vector<size_t>(s_.tp, part.size()), CommType::kF32,
                          all.data());
     if (!root || logprobs == nullptr) return;
     logprobs->resize(static_cast<size_t>(rows));
@@ -151,18 +151,17 @@ class CpuModel final : public ModelRunner {
       const bool root = comm_.rank() == 0;
       std::vector<float> all_values(root ? values.size() * s_.tp : 0);
       std::vector<int32_t> all_ids(all_values.size());
-      const std::vector<int> counts(s_.tp, rows * k);
-      comm_.gather_to_root(values.data(), counts, all_values.data());
-      comm_.gather_to_root(ids.data(), counts, all_ids.data());
+      const std::vector<size_t> counts(s_.tp, values.size());
+      comm_.gather_to_root(values.data(), counts, CommType::kF32, all_values.data());
+      comm_.gather_to_root(ids.data(), counts, CommType::kI32, all_ids.data());
       if (!root || out == nullptr) return;
       merge_candidates(all_values.data(), all_ids.data(), s_.tp, rows, k, out);
       return;
     }
-    std::vector<int> counts(s_.tp);
-    for (int r = 0; r < s_.tp; ++r) counts[r] = rows * all_shards_[r].vocab_size;
     std::vector<float>& gathered =
         sized(&ws_.gathered, comm_.rank() == 0 ? int64_t{rows} * c_.vocab_size : 0);
-    comm_.gather_to_root(local.data(), counts, gathered.data());
+    comm_.gather_to_root(local.data(), vocab_slice_counts(all_shards_, rows), CommType::kF32,
+                         gathered.data());
     if (comm_.rank() != 0 || out == nullptr) return;
     stitch_vocab_slices(gathered.data(), all_shards_, rows, c_.vocab_size, out);
   }
@@ -382,7 +381,7 @@ class CpuModel final : public ModelRunner {
     cpu::embedding(plan.tokens.data(), T, embed_.data(), s_.vocab_begin, s_.vocab_size, H,
                    ws.x.data());
     // Vocab-parallel embedding: one rank owns each row.
-    comm_.all_reduce_sum(ws.x.data(), ws.x.size());
+    comm_.all_reduce_sum(ws.x.data(), ws.x.size(), CommType::kF32);
 
     make_groups(plan);
     const int last_stage = 2 * c_.num_layers;
@@ -391,7 +390,7 @@ class CpuModel final : public ModelRunner {
     } else {
       for (int st = 0; st < last_stage; ++st) {
         run_stages(st, st);
-        comm_.all_reduce_sum(ws.partial.data(), ws.partial.size());
+        comm_.all_reduce_sum(ws.partial.data(), ws.partial.size(), CommType::kF32);
       }
       run_stages(last_stage, last_stage);
     }

@@ -104,6 +104,12 @@ void merge_candidates(const float* values, const int32_t* ids, int ranks, int ro
   }
 }
 
+std::vector<size_t> vocab_slice_counts(const std::vector<ShardPlan>& shards, int rows) {
+  std::vector<size_t> counts;
+  for (const ShardPlan& s : shards) counts.push_back(static_cast<size_t>(rows) * s.vocab_size);
+  return counts;
+}
+
 void stitch_vocab_slices(const float* gathered, const std::vector<ShardPlan>& shards, int rows,
                          int vocab, StepLogits* out) {
   out->rows = rows;

@@ -1,6 +1,6 @@
 // Turning each rank's part of the logit rows into what rank 0's sampler reads (StepLogits): the
 // vocabulary slices stitched back in order, or the per-rank candidates merged. Backend-neutral:
-// the CPU runner gathers over MPI, the CUDA runner over NCCL, both finish here.
+// both runners gather through their Comm (MPI on the CPU, NCCL on the GPU) and finish here.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +20,10 @@ void local_candidates(const float* logits, int rows, int vocab_local, int vocab_
 // Writes the global best k per row into out.
 void merge_candidates(const float* values, const int32_t* ids, int ranks, int rows, int k,
                       StepLogits* out);
+
+// What each rank sends when the vocabulary slices of `rows` logit rows are gathered to rank 0
+// (Comm::gather_to_root): rows * shards[rank].vocab_size elements.
+std::vector<size_t> vocab_slice_counts(const std::vector<ShardPlan>& shards, int rows);
 
 // gathered: the blocks [rows, shards[rank].vocab_size] fp32 of every rank, back to back in rank
 // order. Writes full logits [rows, vocab] into out.

@@ -44,7 +44,10 @@ class ThreadComm final : public llama2::Comm {
   ThreadComm(ThreadGroup& g, int rank) : g_(g), rank_(rank) {}
   int rank() const override { return rank_; }
   int size() const override { return g_.n_; }
-  void all_reduce_sum(float* data, size_t n) override {
+  // Host buffers, fp32 and int32 only (the CPU backend's types), like MpiComm: another type is a
+  // runner bug, and the check ends the run rather than summing garbage.
+  void all_reduce_sum(void* data, size_t n, llama2::CommType type) override {
+    LLAMA2_CHECK(type == llama2::CommType::kF32);
     g_.bufs_[rank_] = data;
     g_.barrier();
     std::vector<float> sum(n, 0.f);
@@ -55,25 +58,23 @@ class ThreadComm final : public llama2::Comm {
     g_.barrier();
     std::memcpy(data, sum.data(), n * sizeof(float));
   }
-  void gather_to_root(const float* send, const std::vector<int>& counts, float* recv) override {
-    gather(send, counts, recv);
-  }
-  void gather_to_root(const int32_t* send, const std::vector<int>& counts, int32_t* recv) override {
-    gather(send, counts, recv);
-  }
-
- private:
-  template <typename T>
-  void gather(const T* send, const std::vector<int>& counts, T* recv) {
+  void gather_to_root(const void* send, const std::vector<size_t>& counts, llama2::CommType type,
+                      void* recv) override {
+    LLAMA2_CHECK(type == llama2::CommType::kF32 || type == llama2::CommType::kI32);
+    const size_t bytes = llama2::comm_type_bytes(type);
     g_.bufs_[rank_] = send;
     g_.barrier();
     if (rank_ == 0) {
+      char* out = static_cast<char*>(recv);
       for (int r = 0; r < g_.n_; ++r) {
-        recv = std::copy_n(static_cast<const T*>(g_.bufs_[r]), counts[r], recv);
+        out = std::copy_n(static_cast<const char*>(g_.bufs_[r]), counts[r] * bytes, out);
       }
     }
     g_.barrier();
   }
+  void synchronize() override {}
+
+ private:
   ThreadGroup& g_;
   int rank_;
 };

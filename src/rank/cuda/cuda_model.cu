@@ -44,19 +44,19 @@ struct TypeInfo;
 template <>
 struct TypeInfo<float> {
   static constexpr cudaDataType_t kCuda = CUDA_R_32F;
-  static constexpr ncclDataType_t kNccl = ncclFloat32;
+  static constexpr CommType kComm = CommType::kF32;
   static constexpr kernels::SourceType kSource = kernels::SourceType::kF32;
 };
 template <>
 struct TypeInfo<__half> {
   static constexpr cudaDataType_t kCuda = CUDA_R_16F;
-  static constexpr ncclDataType_t kNccl = ncclFloat16;
+  static constexpr CommType kComm = CommType::kF16;
   static constexpr kernels::SourceType kSource = kernels::SourceType::kF16;
 };
 template <>
 struct TypeInfo<__nv_bfloat16> {
   static constexpr cudaDataType_t kCuda = CUDA_R_16BF;
-  static constexpr ncclDataType_t kNccl = ncclBfloat16;
+  static constexpr CommType kComm = CommType::kBF16;
   static constexpr kernels::SourceType kSource = kernels::SourceType::kBF16;
 };
 
@@ -77,8 +77,8 @@ class CudaModel final : public ModelRunner {
     CUDA_CHECK(cudaSetDevice(o.device));
     for (int r = 0; r < s.tp; ++r) all_shards_.push_back(make_shard_plan(c, s.tp, r));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    nccl_ = std::make_unique<NcclComm>(MPI_Comm_f2c(o.mpi_comm));
-    if (OpProfiler::requested()) prof_ = std::make_unique<OpProfiler>(nccl_->rank());
+    comm_ = std::make_unique<NcclComm>(MPI_Comm_f2c(o.mpi_comm), stream_);
+    if (OpProfiler::requested()) prof_ = std::make_unique<OpProfiler>(comm_->rank());
     weights_ = load_cuda_weights<T>(c, s, o.weights, o.synthetic_seed, stream_);
     CUBLAS_CHECK(cublasCreate(&cublas_));
     CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
@@ -226,7 +226,7 @@ class CudaModel final : public ModelRunner {
       }
     }
     if (!score_head_) {
-      score_head_ = std::make_unique<ScoreHead<T>>(opt_.max_step_tokens, s_, nccl_->rank() == 0);
+      score_head_ = std::make_unique<ScoreHead<T>>(opt_.max_step_tokens, s_, comm_->rank() == 0);
     }
     if (plan.seqs.empty()) {
       if (logprobs != nullptr) logprobs->clear();
@@ -239,7 +239,7 @@ class CudaModel final : public ModelRunner {
     body(shape);
     const DeviceBuffer& head = c_.tie_word_embeddings ? weights_.embed : weights_.lm_head;
     score_head_->run(h_.as<T>(), head.as<T>(), TypeInfo<T>::kCuda, plan.total_tokens(),
-                     c_.hidden_size, plan.targets, all_shards_, s_, *nccl_, cublas_, stream_,
+                     c_.hidden_size, plan.targets, all_shards_, s_, *comm_, cublas_, stream_,
                      logprobs);
   }
 
@@ -297,8 +297,8 @@ class CudaModel final : public ModelRunner {
     logits_f32_ = buf(Rm * Vl, sizeof(float), "fp32 logits shard");
     cand_values_ = buf(Rm * kMaxCandidates, sizeof(float), "candidate values");
     cand_ids_ = buf(Rm * kMaxCandidates, sizeof(int32_t), "candidate ids");
-    const int64_t gathered_full = nccl_->rank() == 0 ? Rm * c_.vocab_size : 0;
-    const int64_t gathered_cand = nccl_->rank() == 0 ? Rm * kMaxCandidates * s_.tp : 0;
+    const int64_t gathered_full = comm_->rank() == 0 ? Rm * c_.vocab_size : 0;
+    const int64_t gathered_cand = comm_->rank() == 0 ? Rm * kMaxCandidates * s_.tp : 0;
     gathered_f32_ = buf(std::max(gathered_full, gathered_cand), sizeof(float), "gathered logits");
     gathered_ids_ = buf(gathered_cand, sizeof(int32_t), "gathered candidate ids");
     host_f32_ =
@@ -355,7 +355,27 @@ class CudaModel final : public ModelRunner {
   }
 
   void all_reduce(const DeviceBuffer& b, int64_t elems) {
-    nccl_->all_reduce_sum(b.as<void>(), static_cast<size_t>(elems), TypeInfo<T>::kNccl, stream_);
+    comm_->all_reduce_sum(b.as<void>(), static_cast<size_t>(elems), TypeInfo<T>::kComm);
+  }
+
+  // The reduction point after a row-parallel projection (O, down): x_ += the sum over the group
+  // of partial_ [T, H], then h_ = rmsnorm(x_) * weight. Fused in one pass when the communicator
+  // can (Comm::all_reduce_add_rmsnorm, whose time the profile then charges to all_reduce);
+  // otherwise the all-reduce, then the add_rmsnorm kernel.
+  void reduce_add_rmsnorm(int tokens, const DeviceBuffer& weight) {
+    const int H = c_.hidden_size;
+    const AddRmsNorm norm{x_.as<void>(),
+                          weight.as<void>(),
+                          h_.as<void>(),
+                          tokens,
+                          H,
+                          static_cast<float>(c_.rms_norm_eps)};
+    mark("all_reduce");
+    if (comm_->all_reduce_add_rmsnorm(partial_.as<void>(), TypeInfo<T>::kComm, norm)) return;
+    all_reduce(partial_, static_cast<int64_t>(tokens) * H);
+    mark("add_rmsnorm");
+    CUDA_CHECK(kernels::launch_add_rmsnorm<T>(x_.as<T>(), partial_.as<T>(), weight.as<T>(), tokens,
+                                              H, norm.eps, h_.as<T>(), stream_));
   }
 
   // attn_ = attention of every token over its sequence's cache. The leading one-token sequences
@@ -418,16 +438,11 @@ class CudaModel final : public ModelRunner {
                                             s_.vocab_size, H, x_.as<T>(), stream_));
     mark("all_reduce");
     all_reduce(x_, static_cast<int64_t>(T_) * H);  // vocab-parallel: one rank owns each row
+    mark("add_rmsnorm");
+    CUDA_CHECK(kernels::launch_rmsnorm<T>(x_.as<T>(), weights_.layers[0].attn_norm.as<T>(), T_, H,
+                                          eps, h_.as<T>(), stream_));
     for (int l = 0; l < c_.num_layers; ++l) {
       const CudaLayerWeights& L = weights_.layers[l];
-      mark("add_rmsnorm");
-      if (l == 0) {
-        CUDA_CHECK(kernels::launch_rmsnorm<T>(x_.as<T>(), L.attn_norm.as<T>(), T_, H, eps,
-                                              h_.as<T>(), stream_));
-      } else {  // x += previous MLP output, then norm
-        CUDA_CHECK(kernels::launch_add_rmsnorm<T>(x_.as<T>(), partial_.as<T>(), L.attn_norm.as<T>(),
-                                                  T_, H, eps, h_.as<T>(), stream_));
-      }
       mark("qkv_gemm");
       gemm(h_, L.qkv, qkv_, T_, qkv_ld, H);  // [T, q | k | v]
       T* q = qkv_.as<T>();
@@ -439,11 +454,7 @@ class CudaModel final : public ModelRunner {
       attention(sh, l, q, qkv_ld);
       mark("o_gemm");
       gemm(attn_, L.o, partial_, T_, H, nq);
-      mark("all_reduce");
-      all_reduce(partial_, static_cast<int64_t>(T_) * H);  // row-parallel O projection
-      mark("add_rmsnorm");
-      CUDA_CHECK(kernels::launch_add_rmsnorm<T>(x_.as<T>(), partial_.as<T>(), L.mlp_norm.as<T>(),
-                                                T_, H, eps, h_.as<T>(), stream_));
+      reduce_add_rmsnorm(T_, L.mlp_norm);  // row-parallel O projection
       // One-row steps: gate|up GEMV with SwiGLU in its epilogue (one launch, no [T, 2F] buffer).
       mark("gate_up_gemm");
       if (T_ <= gemv_rows_ && kernels::gemv_fits(h_.as<T>(), L.gate_up.as<T>(), T_, H)) {
@@ -456,14 +467,11 @@ class CudaModel final : public ModelRunner {
       }
       mark("down_gemm");
       gemm(act_, L.down, partial_, T_, H, F);
-      mark("all_reduce");
-      all_reduce(partial_, static_cast<int64_t>(T_) * H);  // row-parallel down projection
+      // Row-parallel down projection, then the next layer's attention norm, or after the last
+      // layer the final norm (only the logit rows go through the LM head).
+      const bool last = l + 1 == c_.num_layers;
+      reduce_add_rmsnorm(T_, last ? weights_.final_norm : weights_.layers[l + 1].attn_norm);
     }
-    mark("add_rmsnorm");
-    // x += last MLP output and the final norm, then only the logit rows go through the LM head.
-    CUDA_CHECK(kernels::launch_add_rmsnorm<T>(x_.as<T>(), partial_.as<T>(),
-                                              weights_.final_norm.as<T>(), T_, H, eps, h_.as<T>(),
-                                              stream_));
     // Gathering rows of h by index is an embedding lookup into h ([T, H] as the "table").
     mark("lm_head");
     CUDA_CHECK(kernels::launch_embedding<T>(m.logit_rows, sh.logit_rows, h_.as<T>(), 0, T_, H,
@@ -495,12 +503,12 @@ class CudaModel final : public ModelRunner {
     CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
   }
 
-  // Candidates or full fp32 rows of this rank's vocabulary slice, gathered to rank 0 over NCCL.
+  // Candidates or full fp32 rows of this rank's vocabulary slice, gathered to rank 0 (Comm).
   void select_and_gather(const StepPlan& plan, int rows, StepLogits* out) {
     const int Vl = s_.vocab_size, tp = s_.tp;
-    const bool root = nccl_->rank() == 0;
+    const bool root = comm_->rank() == 0;
     if (rows == 0) {
-      nccl_->synchronize(stream_);
+      comm_->synchronize();
       if (root && out != nullptr) *out = StepLogits{};
       return;
     }
@@ -516,10 +524,9 @@ class CudaModel final : public ModelRunner {
                                            stream_));
       }
       const std::vector<size_t> counts(tp, static_cast<size_t>(rows) * k);
-      nccl_->gather_to_root(cand_values_.as<void>(), counts, ncclFloat32, gathered_f32_.as<void>(),
-                            stream_);
-      nccl_->gather_to_root(cand_ids_.as<void>(), counts, ncclInt32, gathered_ids_.as<void>(),
-                            stream_);
+      comm_->gather_to_root(cand_values_.as<void>(), counts, CommType::kF32,
+                            gathered_f32_.as<void>());
+      comm_->gather_to_root(cand_ids_.as<void>(), counts, CommType::kI32, gathered_ids_.as<void>());
       const size_t n = static_cast<size_t>(rows) * k * tp;
       if (root) {
         CUDA_CHECK(cudaMemcpyAsync(host_f32_.as<void>(), gathered_f32_.as<void>(),
@@ -527,7 +534,7 @@ class CudaModel final : public ModelRunner {
         CUDA_CHECK(cudaMemcpyAsync(host_ids_.as<void>(), gathered_ids_.as<void>(),
                                    n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
       }
-      nccl_->synchronize(stream_);
+      comm_->synchronize();
       if (root && out != nullptr) {
         merge_candidates(host_f32_.as<float>(), host_ids_.as<int32_t>(), tp, rows, k, out);
       }
@@ -536,17 +543,14 @@ class CudaModel final : public ModelRunner {
     CUDA_CHECK(kernels::launch_convert<float>(logits_.as<void>(), TypeInfo<T>::kSource,
                                               static_cast<int64_t>(rows) * Vl,
                                               logits_f32_.as<float>(), stream_));
-    std::vector<size_t> counts(tp);
-    size_t total = 0;
-    for (int r = 0; r < tp; ++r)
-      total += counts[r] = static_cast<size_t>(rows) * all_shards_[r].vocab_size;
-    nccl_->gather_to_root(logits_f32_.as<void>(), counts, ncclFloat32, gathered_f32_.as<void>(),
-                          stream_);
+    comm_->gather_to_root(logits_f32_.as<void>(), vocab_slice_counts(all_shards_, rows),
+                          CommType::kF32, gathered_f32_.as<void>());
     if (root) {
+      const size_t total = static_cast<size_t>(rows) * c_.vocab_size;  // the slices cover it
       CUDA_CHECK(cudaMemcpyAsync(host_f32_.as<void>(), gathered_f32_.as<void>(),
                                  total * sizeof(float), cudaMemcpyDeviceToHost, stream_));
     }
-    nccl_->synchronize(stream_);
+    comm_->synchronize();
     if (root && out != nullptr) {
       stitch_vocab_slices(host_f32_.as<float>(), all_shards_, rows, c_.vocab_size, out);
     }
@@ -560,7 +564,7 @@ class CudaModel final : public ModelRunner {
   int gemv_rows_ = 0;  // products with at most this many rows use the GEMV kernel
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
-  std::unique_ptr<NcclComm> nccl_;
+  std::unique_ptr<NcclComm> comm_;    // the TP group, on stream_
   std::unique_ptr<OpProfiler> prof_;  // LLAMA2_OP_PROFILE only
   kernels::DecodeKernel decode_kernel_ = kernels::DecodeKernel::kAuto;
   kernels::PrefillKernel prefill_kernel_ = kernels::PrefillKernel::kAuto;

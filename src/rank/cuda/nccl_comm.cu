@@ -19,6 +19,21 @@ namespace {
 std::atomic<bool> g_abort_requested{false};
 std::atomic<int> g_waiting{0};  // threads inside synchronize() on a communicator
 std::atomic<int> g_aborted{0};  // communicators aborted on request
+
+ncclDataType_t nccl_type(CommType type) {
+  switch (type) {
+    case CommType::kF32:
+      return ncclFloat32;
+    case CommType::kI32:
+      return ncclInt32;
+    case CommType::kF16:
+      return ncclFloat16;
+    case CommType::kBF16:
+      return ncclBfloat16;
+  }
+  LLAMA2_CHECK(false && "unknown CommType");
+  return ncclFloat32;
+}
 }  // namespace
 
 int abort_device_collectives(std::chrono::milliseconds wait) {
@@ -29,21 +44,7 @@ int abort_device_collectives(std::chrono::milliseconds wait) {
   return g_aborted;
 }
 
-size_t nccl_type_bytes(ncclDataType_t type) {
-  switch (type) {
-    case ncclFloat32:
-    case ncclInt32:
-      return 4;
-    case ncclFloat16:
-    case ncclBfloat16:
-      return 2;
-    default:
-      LLAMA2_CHECK(false && "unsupported NCCL type");
-      return 0;
-  }
-}
-
-NcclComm::NcclComm(MPI_Comm mpi) {
+NcclComm::NcclComm(MPI_Comm mpi, cudaStream_t stream) : stream_(stream) {
   MPI_CHECK(MPI_Comm_rank(mpi, &rank_));
   MPI_CHECK(MPI_Comm_size(mpi, &size_));
   if (size_ == 1) return;
@@ -108,22 +109,22 @@ NcclComm::~NcclComm() {
   (void)ncclCommDestroy(comm_);
 }
 
-void NcclComm::all_reduce_sum(void* buf, size_t count, ncclDataType_t type, cudaStream_t stream) {
+void NcclComm::all_reduce_sum(void* data, size_t count, CommType type) {
   if (comm_ == nullptr || count == 0) return;
-  if (one_shot_ && count * nccl_type_bytes(type) <= kOneShotBytes) {
+  if (one_shot_ && count * comm_type_bytes(type) <= kOneShotBytes) {
     const auto n = static_cast<int64_t>(count);
     cudaError_t rc = cudaErrorInvalidValue;
     switch (type) {
-      case ncclFloat16:
-        rc = kernels::launch_allreduce(shared_, static_cast<__half*>(buf), n, stream);
+      case CommType::kF16:
+        rc = kernels::launch_allreduce(shared_, static_cast<__half*>(data), n, stream_);
         break;
-      case ncclBfloat16:
-        rc = kernels::launch_allreduce(shared_, static_cast<__nv_bfloat16*>(buf), n, stream);
+      case CommType::kBF16:
+        rc = kernels::launch_allreduce(shared_, static_cast<__nv_bfloat16*>(data), n, stream_);
         break;
-      case ncclFloat32:
-        rc = kernels::launch_allreduce(shared_, static_cast<float*>(buf), n, stream);
+      case CommType::kF32:
+        rc = kernels::launch_allreduce(shared_, static_cast<float*>(data), n, stream_);
         break;
-      default:
+      case CommType::kI32:
         break;
     }
     // Every rank makes the same choice (same count, type and alignment rules), so a refused
@@ -131,19 +132,20 @@ void NcclComm::all_reduce_sum(void* buf, size_t count, ncclDataType_t type, cuda
     if (rc == cudaSuccess) return;
     (void)cudaGetLastError();
   }
-  NCCL_CHECK(ncclAllReduce(buf, buf, count, type, ncclSum, comm_, stream));
+  NCCL_CHECK(ncclAllReduce(data, data, count, nccl_type(type), ncclSum, comm_, stream_));
 }
 
-void NcclComm::gather_to_root(const void* send, const std::vector<size_t>& counts,
-                              ncclDataType_t type, void* recv, cudaStream_t stream) {
+void NcclComm::gather_to_root(const void* send, const std::vector<size_t>& counts, CommType type,
+                              void* recv) {
   LLAMA2_CHECK(static_cast<int>(counts.size()) == size_);
-  const size_t bytes = nccl_type_bytes(type);
+  const size_t bytes = comm_type_bytes(type);
   if (comm_ == nullptr) {
     if (counts[0] > 0) {
-      CUDA_CHECK(cudaMemcpyAsync(recv, send, counts[0] * bytes, cudaMemcpyDeviceToDevice, stream));
+      CUDA_CHECK(cudaMemcpyAsync(recv, send, counts[0] * bytes, cudaMemcpyDeviceToDevice, stream_));
     }
     return;
   }
+  const ncclDataType_t t = nccl_type(type);
   NCCL_CHECK(ncclGroupStart());
   if (rank_ == 0) {
     size_t offset = 0;
@@ -152,15 +154,15 @@ void NcclComm::gather_to_root(const void* send, const std::vector<size_t>& count
       if (r == 0) {
         if (counts[0] > 0) {
           CUDA_CHECK(
-              cudaMemcpyAsync(dst, send, counts[0] * bytes, cudaMemcpyDeviceToDevice, stream));
+              cudaMemcpyAsync(dst, send, counts[0] * bytes, cudaMemcpyDeviceToDevice, stream_));
         }
       } else if (counts[r] > 0) {
-        NCCL_CHECK(ncclRecv(dst, counts[r], type, r, comm_, stream));
+        NCCL_CHECK(ncclRecv(dst, counts[r], t, r, comm_, stream_));
       }
       offset += counts[r];
     }
   } else if (counts[rank_] > 0) {
-    NCCL_CHECK(ncclSend(send, counts[rank_], type, 0, comm_, stream));
+    NCCL_CHECK(ncclSend(send, counts[rank_], t, 0, comm_, stream_));
   }
   NCCL_CHECK(ncclGroupEnd());
 }
@@ -191,9 +193,9 @@ void NcclComm::abort_on_request() {
   for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
 }
 
-void NcclComm::synchronize(cudaStream_t stream) {
+void NcclComm::synchronize() {
   if (comm_ == nullptr) {
-    CUDA_CHECK(cudaStreamSynchronize(stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
     return;
   }
   struct Waiting {  // counted while polling, so that an abort request knows whom to wait for
@@ -202,7 +204,7 @@ void NcclComm::synchronize(cudaStream_t stream) {
   } waiting;
   for (;;) {
     abort_on_request();
-    const cudaError_t rc = cudaStreamQuery(stream);
+    const cudaError_t rc = cudaStreamQuery(stream_);
     if (rc == cudaSuccess) break;
     if (rc != cudaErrorNotReady) CUDA_CHECK(rc);
     check_async();

@@ -1,6 +1,12 @@
-// The GPU side of the tensor-parallel group: one NCCL communicator per TP group, its unique id sent
-// from rank 0 over MPI, and a stream wait that turns an asynchronous NCCL failure into an Error
-// instead of a hang. With one rank there is no communicator and every collective is a no-op.
+// The CUDA backend's Comm (rank/comm.h): one NCCL communicator per TP group, its unique id sent
+// from rank 0 over MPI, collectives enqueued on the stream given at construction, and a stream
+// wait that turns an asynchronous NCCL failure into an Error instead of a hang. With one rank there
+// is no communicator and every collective is a no-op (a gather is a device copy).
+//
+// Behaviour kept as it was before the Comm interface covered both backends (the same NCCL calls
+// on the same stream, the same one-shot selection by size, LLAMA2_CUSTOM_ALLREDUCE and node
+// membership) until the two-GPU runs (issue 21) can verify a change: nothing new runs here.
+// all_reduce_add_rmsnorm is not overridden yet (Comm's default: not fused).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,37 +17,39 @@
 #include <vector>
 
 #include "kernels/allreduce.cuh"
+#include "rank/comm.h"
 
 namespace llama2 {
 
-class NcclComm {
+class NcclComm final : public Comm {
  public:
-  // Collective over `mpi` (every rank calls it with its own device already current).
-  explicit NcclComm(MPI_Comm mpi);
-  ~NcclComm();
+  // Collective over `mpi` (every rank calls it with its own device already current). Every
+  // collective and the one-rank gather copy go to `stream` (not owned; the destructor does not
+  // use it).
+  NcclComm(MPI_Comm mpi, cudaStream_t stream);
+  ~NcclComm() override;
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
 
-  int rank() const { return rank_; }
-  int size() const { return size_; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
 
-  // buf: [count] elements of `type` on this GPU, summed over the group in place. Messages up to
-  // kOneShotBytes go through the one-shot NVLink kernel when every rank is on this node and the
-  // GPUs can map each other's memory (LLAMA2_CUSTOM_ALLREDUCE=0 turns it off); NCCL otherwise.
-  void all_reduce_sum(void* buf, size_t count, ncclDataType_t type, cudaStream_t stream);
+  // data: device memory. Messages up to kOneShotBytes go through the one-shot NVLink kernel when
+  // every rank is on this node and the GPUs can map each other's memory (LLAMA2_CUSTOM_ALLREDUCE=0
+  // turns it off); NCCL otherwise.
+  void all_reduce_sum(void* data, size_t count, CommType type) override;
   // 16 KB: one or two rows of a 7B/13B hidden state, one row of 70B. Measured on 2 H200 (7B
   // decode): batch 1 (8 KB) 2.91 -> 2.68 ms per token; batch 8 (64 KB) 3.39 -> 3.57 ms, the
   // single-block kernel is slower than NCCL there.
   static constexpr size_t kOneShotBytes = 16 * 1024;
-  // Every rank's send ([counts[rank]] elements) lands on rank 0 in rank order, back to back
-  // (recv is only written on rank 0). Several calls may share one ncclGroupStart/End.
-  void gather_to_root(const void* send, const std::vector<size_t>& counts, ncclDataType_t type,
-                      void* recv, cudaStream_t stream);
-  // Waits for `stream`; while waiting polls ncclCommGetAsyncError, and on a failure aborts the
+  // send, recv: device memory. Sends and receives in one ncclGroupStart/End.
+  void gather_to_root(const void* send, const std::vector<size_t>& counts, CommType type,
+                      void* recv) override;
+  // Waits for the stream; while waiting polls ncclCommGetAsyncError, and on a failure aborts the
   // communicator (so no rank stays blocked in a collective) and throws Error naming it. When the
   // step watchdog asks for it (abort_device_collectives in rank/comm.h), aborts the communicator
   // and never returns: the watchdog is ending the process.
-  void synchronize(cudaStream_t stream);
+  void synchronize() override;
 
  private:
   void check_async();
@@ -49,12 +57,11 @@ class NcclComm {
   void setup_one_shot(MPI_Comm mpi);
 
   int rank_ = 0, size_ = 1;
+  cudaStream_t stream_ = nullptr;
   ncclComm_t comm_ = nullptr;  // nullptr when size_ == 1
   bool aborted_ = false;
   bool one_shot_ = false;
   kernels::AllReduceShared shared_;  // buffers[rank_] is ours (cudaMalloc), others IPC-mapped
 };
-
-size_t nccl_type_bytes(ncclDataType_t type);
 
 }  // namespace llama2

@@ -12,8 +12,8 @@
 
 #include "common/shard_plan.h"
 #include "kernels/logsumexp.cuh"
+#include "rank/comm.h"
 #include "rank/cuda/device_buffer.h"
-#include "rank/cuda/nccl_comm.h"
 #include "rank/logits_gather.h"
 
 namespace llama2 {
@@ -39,9 +39,10 @@ class ScoreHead {
   // h: [tokens, hidden] final-normed rows on this GPU; head: [vocab_local, hidden] (type: T's
   // cuBLAS type); targets: [tokens] global ids, -1 = not scored. On rank 0, *logprobs gets
   // log p(targets[t]) of every t with targets[t] >= 0, in order (logprobs nullptr elsewhere).
+  // comm: the TP group's device communicator, whose collectives run on `stream`.
   void run(const T* h, const T* head, cudaDataType_t type, int tokens, int hidden,
            const std::vector<int32_t>& targets, const std::vector<ShardPlan>& shards,
-           const ShardPlan& shard, NcclComm& nccl, cublasHandle_t cublas, cudaStream_t stream,
+           const ShardPlan& shard, Comm& comm, cublasHandle_t cublas, cudaStream_t stream,
            std::vector<double>* logprobs) {
     LLAMA2_CHECK(tokens <= max_tokens_ && targets.size() == static_cast<size_t>(tokens));
     const int Vl = shard.vocab_size, tp = shard.tp;
@@ -57,13 +58,13 @@ class ScoreHead {
           part_.as<float>() + static_cast<int64_t>(r0) * kSliceLseFields, stream));
     }
     const std::vector<size_t> counts(tp, static_cast<size_t>(tokens) * kSliceLseFields);
-    nccl.gather_to_root(part_.as<void>(), counts, ncclFloat32, all_.as<void>(), stream);
-    const bool root = nccl.rank() == 0;
+    comm.gather_to_root(part_.as<void>(), counts, CommType::kF32, all_.as<void>());
+    const bool root = comm.rank() == 0;
     if (root) {
       CUDA_CHECK(cudaMemcpyAsync(host_.as<void>(), all_.as<void>(), counts[0] * tp * sizeof(float),
                                  cudaMemcpyDeviceToHost, stream));
     }
-    nccl.synchronize(stream);
+    comm.synchronize();
     if (!root || logprobs == nullptr) return;
     std::vector<double> all(static_cast<size_t>(tokens));
     combine_logsumexp(host_.as<float>(), shards, tokens, targets.data(), nullptr, all.data());
