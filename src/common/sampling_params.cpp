@@ -1,6 +1,8 @@
 #include "common/sampling_params.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <sstream>
 #include <utility>
@@ -181,14 +183,36 @@ std::string validate_sampling(const SamplingParams& p, int prompt_tokens,
   if (prompt_tokens < 1) {
     return "prompt must have >= 1 token (got " + std::to_string(prompt_tokens) + ")";
   }
+  PromptLimits limits;
+  limits.max_position_embeddings = max_position_embeddings;
+  return prompt_length_error(limits, prompt_tokens, false, p.max_new_tokens);
+}
+
+int64_t PromptLimits::max_tokens() const {
+  int64_t m = INT64_MAX;
+  for (int64_t l : {max_position_embeddings, max_seq_len, kv_capacity_tokens})
+    if (l > 0) m = std::min(m, l);
+  return m;
+}
+
+std::string prompt_length_error(const PromptLimits& limits, int64_t prompt_tokens, bool at_least,
+                                int64_t max_new_tokens, const std::string& prompt_what) {
   // 64-bit sum: both operands may be near INT_MAX.
-  const int64_t total = int64_t{prompt_tokens} + p.max_new_tokens;
-  if (total > max_position_embeddings) {
-    return "prompt (" + std::to_string(prompt_tokens) + " tokens) + max_new_tokens (" +
-           std::to_string(p.max_new_tokens) + ") = " + std::to_string(total) +
-           " exceeds max_position_embeddings (" + std::to_string(max_position_embeddings) + ")";
+  const int64_t total = prompt_tokens + max_new_tokens;
+  if (total <= limits.max_tokens()) return "";
+  // The smallest limit, the model's first on a tie: the one the user can least change.
+  std::string broken;
+  if (limits.max_position_embeddings > 0 && total > limits.max_position_embeddings &&
+      limits.max_position_embeddings == limits.max_tokens()) {
+    broken = "max_position_embeddings (" + std::to_string(limits.max_position_embeddings) + ")";
+  } else if (limits.max_seq_len > 0 && limits.max_seq_len == limits.max_tokens()) {
+    broken = "--max-seq-len (" + std::to_string(limits.max_seq_len) + ")";
+  } else {
+    broken = "the KV cache (" + std::to_string(limits.kv_capacity_tokens) + " tokens)";
   }
-  return "";
+  return prompt_what + " (" + (at_least ? "at least " : "") + std::to_string(prompt_tokens) +
+         " tokens) + max_new_tokens (" + std::to_string(max_new_tokens) +
+         ") = " + std::to_string(total) + " exceeds " + broken;
 }
 
 SamplingParams sampling_from_json(const nlohmann::json& obj, const SamplingParams& defaults) {

@@ -27,6 +27,27 @@ struct SamplingParams {
   bool ignore_eos = false;
 };
 
+// The limits on prompt + max_new_tokens, each 0 when it does not apply: the model's positions,
+// the server's --max-seq-len and what the KV cache can hold for one request.
+struct PromptLimits {
+  int64_t max_position_embeddings = 0;
+  int64_t max_seq_len = 0;
+  int64_t kv_capacity_tokens = 0;
+  // The smallest limit that applies (INT64_MAX when none does).
+  int64_t max_tokens() const;
+};
+
+// The one prompt-length check of the project (the request owner, the socket thread's early
+// refusals, the batch and generate commands all call it): "" when `prompt_tokens` (at least that
+// many when `at_least`, for a text prompt not tokenized yet) + `max_new_tokens` fit every limit,
+// else one message naming the smallest limit broken, e.g.
+//   prompt (30 tokens) + max_new_tokens (100) = 130 exceeds max_position_embeddings (64)
+//   prompt of 9000 bytes (at least 2250 tokens) + max_new_tokens (8) = 2258 exceeds --max-seq-len
+//   (2048)
+// `prompt_what` names the prompt ("prompt" unless a byte count says more).
+std::string prompt_length_error(const PromptLimits& limits, int64_t prompt_tokens, bool at_least,
+                                int64_t max_new_tokens, const std::string& prompt_what = "prompt");
+
 // Returns "" when `p` is usable for a prompt of `prompt_tokens` tokens on a model with
 // `max_position_embeddings` positions, else one message naming the parameter, the value given and
 // the allowed range, e.g. "top_p must be in (0, 1] (got 1.5)". The first problem found is reported.

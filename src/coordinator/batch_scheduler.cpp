@@ -1,4 +1,4 @@
-#include "coordinator/generator.h"
+#include "coordinator/batch_scheduler.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -13,17 +13,13 @@ namespace llama2 {
 
 using Clock = std::chrono::steady_clock;
 
-static double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
 namespace {
 // LLAMA2_STEP_LOG=PATH: one line per engine step, to see where serving time goes by step kind
 // (benchmarks/serve/step_log_summary.py): "decode_rows prefill_seqs prefill_tokens logit_rows ms
 // host_ms", ms = wall time of the engine step on rank 0 (plan broadcast to logits back on the
 // host), host_ms = rank 0's time between the previous step's end and this one's start (sampling,
 // detokenizing, events, planning: the GPUs idle meanwhile; 0 after an idle pause). Appended by
-// every generator of the process; flushed per line, since a server that is killed never closes it.
+// every scheduler of the process; flushed per line, since a server that is killed never closes it.
 FILE* step_log() {
   static FILE* const log = [] {
     const char* path = std::getenv("LLAMA2_STEP_LOG");
@@ -40,119 +36,71 @@ FILE* step_log() {
 }
 }  // namespace
 
-struct Generator::Sequence {
-  GenRequest req;
+struct BatchScheduler::Sequence {
+  SubmitRequest req;
   Sampler sampler;
   StreamingDetokenizer detok;
   StopMatcher stop;
   std::vector<int> table;    // KV block ids
   std::vector<int> context;  // prompt + generated, for the repetition penalty
   int cached = 0;            // tokens already in the KV cache
-  GenResult result;
-  Clock::time_point added;
+  Finished result;
   bool done = false;
 
-  Sequence(GenRequest r, const Tokenizer& tok)
+  Sequence(SubmitRequest&& r, const Tokenizer& tok, std::vector<int>&& blocks)
       : req(std::move(r)),
         sampler(req.params, req.params.seed.value_or(req.seed)),
         detok(tok),
         stop(req.params.stop),
-        context(req.prompt),
-        added(Clock::now()) {
+        table(std::move(blocks)),
+        context(req.prompt) {
     result.id = req.id;
-    result.prompt = req.prompt;
+    result.prompt_tokens = prompt_len();
   }
   int prompt_len() const { return static_cast<int>(req.prompt.size()); }
   bool prefilling() const { return cached < prompt_len(); }
-  int reserve_positions() const { return prompt_len() + req.params.max_new_tokens; }
 };
 
-Generator::Generator(StepExecutor& exec, const Tokenizer& tok, const ModelConfig& config,
-                     BlockAllocator& blocks, GeneratorOptions opts, GeneratorCallbacks callbacks)
-    : exec_(exec),
-      tok_(tok),
-      config_(config),
-      blocks_(blocks),
-      opts_(opts),
-      cb_(std::move(callbacks)) {
+BatchScheduler::BatchScheduler(StepExecutor& exec, const Tokenizer& tok, const ModelConfig& config,
+                               BlockAllocator& blocks, SchedulerOptions opts)
+    : exec_(exec), tok_(tok), config_(config), blocks_(blocks), opts_(opts) {
   LLAMA2_CHECK(opts_.max_batch_size > 0 && opts_.prefill_chunk > 0);
+  running_.reserve(static_cast<size_t>(opts_.max_batch_size));
 }
 
-Generator::~Generator() = default;
+BatchScheduler::~BatchScheduler() = default;
 
-void Generator::add(GenRequest req) {
-  auto seq = std::make_unique<Sequence>(std::move(req), tok_);
-  const int need = BlockAllocator::blocks_for(seq->reserve_positions(), blocks_.block_size());
-  if (need > blocks_.num_blocks()) {
-    throw Error("request " + std::to_string(seq->req.id) + " needs " + std::to_string(need) +
-                " KV blocks for prompt + max_new_tokens but the cache has only " +
-                std::to_string(blocks_.num_blocks()));
-  }
-  earliest_deadline_ = std::min(earliest_deadline_, seq->req.deadline);
-  queue_.push_back(std::move(seq));
+bool BatchScheduler::try_admit(SubmitRequest& req) {
+  if (static_cast<int>(running_.size()) >= opts_.max_batch_size) return false;
+  const int positions = static_cast<int>(req.prompt.size()) + req.params.max_new_tokens;
+  // The owner's prompt-length check makes both impossible; a request failing them would never run.
+  LLAMA2_CHECK(!req.prompt.empty());
+  LLAMA2_CHECK(BlockAllocator::blocks_for(positions, blocks_.block_size()) <= blocks_.num_blocks());
+  std::vector<int> table;
+  if (!blocks_.ensure(&table, positions)) return false;
+  running_.push_back(std::make_unique<Sequence>(std::move(req), tok_, std::move(table)));
+  return true;
 }
 
-void Generator::admit() {
-  while (!queue_.empty() && static_cast<int>(running_.size()) < opts_.max_batch_size) {
-    Sequence& s = *queue_.front();
-    if (!blocks_.ensure(&s.table, s.reserve_positions())) break;  // FIFO: no overtaking
-    s.result.queue_s = seconds_since(s.added);
-    running_.push_back(std::move(queue_.front()));
-    queue_.pop_front();
-    if (cb_.on_admit) cb_.on_admit(s.req.id);
-  }
-}
-
-void Generator::finish(Sequence& s, const std::string& reason) {
+void BatchScheduler::finish(Sequence& s, const std::string& reason, SchedulerEvents& events) {
   s.result.finish_reason = reason;
-  s.result.total_s = seconds_since(s.added);
   s.done = true;
   blocks_.release(&s.table);
-  if (cb_.on_done) cb_.on_done(s.result);
+  events.on_finished(std::move(s.result));
 }
 
-bool Generator::cancel(int64_t id, const std::string& reason) {
-  auto match = [id](const std::unique_ptr<Sequence>& s) { return s->req.id == id; };
-  if (auto it = std::find_if(queue_.begin(), queue_.end(), match); it != queue_.end()) {
-    std::unique_ptr<Sequence> s = std::move(*it);
-    queue_.erase(it);
-    s->result.queue_s = seconds_since(s->added);
-    finish(*s, reason);
-    return true;
-  }
-  if (auto it = std::find_if(running_.begin(), running_.end(), match); it != running_.end()) {
-    std::unique_ptr<Sequence> s = std::move(*it);
-    running_.erase(it);
-    finish(*s, reason);
-    return true;
-  }
-  return false;
+bool BatchScheduler::cancel(const CancelRequest& cancel, SchedulerEvents& events) {
+  const int64_t id = cancel.id;
+  auto it = std::find_if(running_.begin(), running_.end(),
+                         [id](const std::unique_ptr<Sequence>& s) { return s->req.id == id; });
+  if (it == running_.end()) return false;
+  std::unique_ptr<Sequence> s = std::move(*it);
+  running_.erase(it);
+  finish(*s, cancel.reason, events);
+  return true;
 }
 
-void Generator::cancel_all(const std::string& reason) {
-  std::vector<int64_t> ids;
-  for (const auto& s : queue_) ids.push_back(s->req.id);
-  for (const auto& s : running_) ids.push_back(s->req.id);
-  for (int64_t id : ids) cancel(id, reason);
-}
-
-int Generator::expire(Clock::time_point now) {
-  if (now < earliest_deadline_) return 0;
-  std::vector<int64_t> ids;
-  for (const auto& s : queue_)
-    if (s->req.deadline <= now) ids.push_back(s->req.id);
-  for (const auto& s : running_)
-    if (s->req.deadline <= now) ids.push_back(s->req.id);
-  for (int64_t id : ids) cancel(id, "timeout");
-  earliest_deadline_ = Clock::time_point::max();
-  for (const auto& s : queue_) earliest_deadline_ = std::min(earliest_deadline_, s->req.deadline);
-  for (const auto& s : running_) earliest_deadline_ = std::min(earliest_deadline_, s->req.deadline);
-  return static_cast<int>(ids.size());
-}
-
-int Generator::step() {
-  expire(Clock::now());
-  admit();
+int BatchScheduler::step(SchedulerEvents& events) {
   if (running_.empty()) return 0;
 
   // Decoding sequences first (one token each) so they keep streaming; the prefill budget is then
@@ -215,6 +163,7 @@ int Generator::step() {
 
   int generated = 0, row = 0;
   std::vector<float> row_logits;
+  TokenEvent token_event;
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     Sequence& s = *order[i];
     s.cached += plan.seqs[i].n_tokens;
@@ -230,7 +179,6 @@ int Generator::step() {
     }
     ++row;
     ++generated;
-    if (s.result.tokens.empty()) s.result.ttft_s = seconds_since(s.added);
     s.result.tokens.push_back(token);
     s.context.push_back(token);
     const int index = static_cast<int>(s.result.tokens.size()) - 1;
@@ -245,17 +193,21 @@ int Generator::step() {
     StopMatcher::Result m = s.stop.push(piece);
     if (last && !m.stopped) m.emit += s.stop.finish();
     s.result.text += m.emit;
-    if (cb_.on_token) cb_.on_token(s.req.id, index, token, m.emit);
+    token_event.id = s.req.id;
+    token_event.index = index;
+    token_event.token = token;
+    token_event.text = std::move(m.emit);
+    events.on_token(token_event);
     if (eos || m.stopped) {
-      finish(s, "stop");
+      finish(s, "stop", events);
     } else if (last) {
-      finish(s, "length");
+      finish(s, "length", events);
     }
   }
   running_.erase(std::remove_if(running_.begin(), running_.end(),
                                 [](const std::unique_ptr<Sequence>& s) { return s->done; }),
                  running_.end());
-  last_exec_end_ = running_.empty() && queue_.empty() ? Clock::time_point{} : t_exec_end;
+  last_exec_end_ = running_.empty() ? Clock::time_point{} : t_exec_end;
   return generated;
 }
 

@@ -4,7 +4,6 @@
 
 #include <fstream>
 #include <iostream>
-#include <map>
 #include <random>
 
 #include "common/check.h"
@@ -12,8 +11,8 @@
 #include "coordinator/block_allocator.h"
 #include "coordinator/cli_common.h"
 #include "coordinator/commands.h"
-#include "coordinator/generator.h"
 #include "coordinator/request.h"
+#include "coordinator/request_owner.h"
 #include "coordinator/session.h"
 
 namespace llama2 {
@@ -178,41 +177,44 @@ int run_batch(int argc, char** argv, int rank) {
     Progress progress(lines.size(), interval);
     size_t finished = 0, failed = 0;
     uint64_t tokens = 0;
-    std::map<int64_t, const BatchLine*> by_index;
-    GeneratorCallbacks cb;
-    cb.on_done = [&](const GenResult& r) {
-      const BatchLine& b = *by_index.at(r.id);
-      out.write(json{
-          {"custom_id", b.custom_id},
-          {"text", r.text},
-          {"token_ids", r.tokens},
-          {"finish_reason", r.finish_reason},
-          {"seed", *b.req.params.seed},
-          {"usage", {{"prompt_tokens", r.prompt.size()}, {"completion_tokens", r.tokens.size()}}}});
-      ++finished;
-    };
-    BlockAllocator blocks(session.num_blocks, session.block_size);
-    Generator gen(engine, *session.tokenizer, session.config, blocks,
-                  GeneratorOptions{max_batch, prefill_chunk}, cb);
+    // Lines go through the request owner (the data-parallel issue spreads them over replicas
+    // there); each finished one is written at once, in completion order.
+    struct Writer final : RequestEvents {
+      ResultWriter& out;
+      const std::vector<BatchLine>& lines;
+      size_t& finished;
+      Writer(ResultWriter& o, const std::vector<BatchLine>& l, size_t& f)
+          : out(o), lines(l), finished(f) {}
+      void on_finished(const Finished& r, const Timings&) override {
+        const BatchLine& b = lines.at(static_cast<size_t>(r.id));
+        out.write(
+            json{{"custom_id", b.custom_id},
+                 {"text", r.text},
+                 {"token_ids", r.tokens},
+                 {"finish_reason", r.finish_reason},
+                 {"seed", *b.req.params.seed},
+                 {"usage",
+                  {{"prompt_tokens", r.prompt_tokens}, {"completion_tokens", r.tokens.size()}}}});
+        ++finished;
+      }
+    } writer(out, lines, finished);
+    LocalServing serving(engine, *session.tokenizer, session.config, session.num_blocks,
+                         session.block_size, SchedulerOptions{max_batch, prefill_chunk}, writer);
     for (size_t i = 0; i < lines.size(); ++i) {
       const BatchLine& b = lines[i];
       if (b.req.ok()) {
-        try {
-          gen.add(
-              GenRequest{static_cast<int64_t>(i), b.req.prompt, b.req.params, *b.req.params.seed});
-          by_index[static_cast<int64_t>(i)] = &b;
-          continue;
-        } catch (const Error& e) {
-          out.write(error_line(b, "prompt_too_long", e.what()));
-        }
+        const std::optional<Refusal> refusal = serving.submit(
+            SubmitRequest{static_cast<int64_t>(i), b.req.prompt, b.req.params, *b.req.params.seed});
+        if (!refusal) continue;
+        out.write(error_line(b, refusal->code, refusal->message));
       } else {
         out.write(error_line(b, b.req.error_code, b.req.error_message));
       }
       ++finished;
       ++failed;
     }
-    while (!gen.idle()) {
-      tokens += static_cast<uint64_t>(gen.step());
+    while (!serving.owner.idle()) {
+      tokens += static_cast<uint64_t>(serving.owner.step());
       progress.update(finished, failed, tokens);
     }
     progress.update(finished, failed, tokens, /*final=*/true);

@@ -14,7 +14,7 @@
 #include "coordinator/block_allocator.h"
 #include "coordinator/cli_common.h"
 #include "coordinator/commands.h"
-#include "coordinator/generator.h"
+#include "coordinator/request_owner.h"
 #include "coordinator/session.h"
 #include "coordinator/tokenizer.h"
 
@@ -116,41 +116,52 @@ int run_generate(int argc, char** argv, int rank) {
   const Tokenizer* tok = session.tokenizer.get();
   const double load_s = session.load_s;
 
-  BlockAllocator blocks(session.num_blocks, session.block_size);
-  GenResult result;
-  GeneratorCallbacks cb;
-  if (!json_out) {
-    cb.on_token = [](int64_t, int, int, const std::string& piece) {
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
+  // The one prompt through the same request owner -> scheduler path as `serve` and `batch`.
+  struct Output final : RequestEvents {
+    bool stream = false;
+    Finished result;
+    Timings timings;
+    void on_token(const TokenEvent& ev) override {
+      if (!stream) return;
+      std::fwrite(ev.text.data(), 1, ev.text.size(), stdout);
       std::fflush(stdout);
-    };
+    }
+    void on_finished(const Finished& done, const Timings& t) override {
+      result = done;
+      timings = t;
+    }
+  } output;
+  output.stream = !json_out;
+  LocalServing serving(engine, *tok, config, session.num_blocks, session.block_size,
+                       SchedulerOptions{1, 512}, output);
+  if (std::optional<Refusal> refusal =
+          serving.submit(SubmitRequest{0, prompt, params, *params.seed})) {
+    engine.shutdown(1);  // the workers wait for a plan: release them before reporting
+    throw ReportedError(refusal->message);
   }
-  cb.on_done = [&](const GenResult& r) { result = r; };
-  Generator gen(engine, *tok, config, blocks, GeneratorOptions{1, 512}, cb);
-  gen.add(GenRequest{0, prompt, params, *params.seed});
   const auto t_gen = Clock::now();
-  while (!gen.idle()) gen.step();
+  while (!serving.owner.idle()) serving.owner.step();
   const double gen_s = std::chrono::duration<double>(Clock::now() - t_gen).count();
   engine.shutdown(0);
+  const Finished& result = output.result;
 
-  const double decode_s = gen_s - result.ttft_s;
+  const double decode_s = gen_s - output.timings.ttft_s;
   const size_t n_out = result.tokens.size();
   const double decode_tps = n_out > 1 && decode_s > 0 ? (n_out - 1) / decode_s : 0.0;
   if (json_out) {
-    nlohmann::json j{
-        {"prompt_token_ids", result.prompt},
-        {"token_ids", result.tokens},
-        {"text", result.text},
-        {"finish_reason", result.finish_reason},
-        {"seed", *params.seed},
-        {"backend", engine.backend()},
-        {"ranks", engine.shard().tp},
-        {"usage", {{"prompt_tokens", result.prompt.size()}, {"completion_tokens", n_out}}},
-        {"timings",
-         {{"load_s", load_s},
-          {"time_to_first_token_s", result.ttft_s},
-          {"generate_s", gen_s},
-          {"decode_tokens_per_s", decode_tps}}}};
+    nlohmann::json j{{"prompt_token_ids", prompt},
+                     {"token_ids", result.tokens},
+                     {"text", result.text},
+                     {"finish_reason", result.finish_reason},
+                     {"seed", *params.seed},
+                     {"backend", engine.backend()},
+                     {"ranks", engine.shard().tp},
+                     {"usage", {{"prompt_tokens", prompt.size()}, {"completion_tokens", n_out}}},
+                     {"timings",
+                      {{"load_s", load_s},
+                       {"time_to_first_token_s", output.timings.ttft_s},
+                       {"generate_s", gen_s},
+                       {"decode_tokens_per_s", decode_tps}}}};
     std::cout << j.dump() << std::endl;
   } else {
     std::cout << std::endl;
@@ -158,9 +169,9 @@ int run_generate(int argc, char** argv, int rank) {
       std::fprintf(stderr,
                    "[%s] %zu prompt + %zu generated tokens, finish_reason=%s, seed=%llu, "
                    "TTFT %.1f ms, decode %.1f tok/s\n",
-                   engine.backend().c_str(), result.prompt.size(), n_out,
-                   result.finish_reason.c_str(), static_cast<unsigned long long>(*params.seed),
-                   result.ttft_s * 1e3, decode_tps);
+                   engine.backend().c_str(), prompt.size(), n_out, result.finish_reason.c_str(),
+                   static_cast<unsigned long long>(*params.seed), output.timings.ttft_s * 1e3,
+                   decode_tps);
     }
   }
   return 0;

@@ -9,15 +9,16 @@
 #include <atomic>
 #include <cstdint>
 #include <iostream>
-#include <map>
-#include <random>
 
 #include "common/check.h"
+#include "coordinator/admission.h"
+#include "coordinator/batch_scheduler.h"
 #include "coordinator/block_allocator.h"
 #include "coordinator/cli_common.h"
 #include "coordinator/commands.h"
-#include "coordinator/generator.h"
 #include "coordinator/metrics.h"
+#include "coordinator/request_owner.h"
+#include "coordinator/serve_loop.h"
 #include "coordinator/session.h"
 #include "coordinator/socket_server.h"
 #include "coordinator/token_bound.h"
@@ -25,9 +26,6 @@
 
 namespace llama2 {
 namespace {
-
-using nlohmann::json;
-using Clock = std::chrono::steady_clock;
 
 std::atomic<bool> g_stop{false};
 std::atomic<int> g_wake_fd{-1};
@@ -50,18 +48,6 @@ void install_signal_handlers() {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
 }
-
-// Where each engine-side request id sends its events.
-struct Route {
-  uint64_t conn = 0;
-  uint64_t serial = 0;  // the socket server's number for this generation
-  std::string id;
-  std::string id_json;  // id serialized once for the token events
-  bool stream = true;
-  bool admitted = false;
-  Clock::time_point arrival, last_token;
-  uint64_t seed = 0;
-};
 
 cxxopts::Options serve_options() {
   cxxopts::Options opts("llama2 serve",
@@ -96,6 +82,80 @@ cxxopts::Options serve_options() {
   return opts;
 }
 
+// What `serve` needs once the engine is open: the flags, validated on rank 0 before the session
+// opens, and --max-seq-len resolved against the model.
+struct ServeSettings {
+  ServerOptions server;  // socket path, request timeout (max_piece_bytes set on rank 0)
+  int max_batch = 0, max_queue = 0, max_inflight = 0, prefill_chunk = 0, max_seq_len = 0;
+  int64_t shutdown_timeout_ms = 0;
+  std::chrono::milliseconds step_timeout{0};
+  SamplingParams defaults;
+  bool quiet = false;
+};
+
+// Rank 0 once the engine is open: the parts, in the order a request meets them
+// (docs/ARCHITECTURE.md), then the engine loop until a drain ends.
+int serve_on_rank0(Session& session, const SessionOptions& session_opts, ServeSettings s) {
+  RankEngine& engine = *session.engine;
+  if (!s.quiet) std::cerr << engine.startup_report() << std::flush;
+  s.server.max_piece_bytes =
+      max_piece_bytes_for_bound(session_opts.model_dir + "/tokenizer.model", *session.tokenizer);
+  ServeMetrics metrics;
+  AdmissionOptions aopt;
+  aopt.max_queue = s.max_queue;
+  aopt.max_inflight_per_client = s.max_inflight;
+  aopt.limits.max_position_embeddings = session.config.max_position_embeddings;
+  aopt.limits.max_seq_len = s.max_seq_len;
+  // The engine may have sized the cache from GPU memory: admission checks use what it allocated.
+  aopt.limits.kv_capacity_tokens = int64_t{session.num_blocks} * session.block_size;
+  Admission admission(aopt, &metrics);
+  const HealthInfo info{engine.shard().tp,
+                        engine.backend(),
+                        engine.dtype(),
+                        engine.kv_dtype(),
+                        session_opts.synthetic.empty() ? session_opts.model_dir
+                                                       : "synthetic-" + session_opts.synthetic,
+                        s.max_batch,
+                        s.max_queue,
+                        s.max_seq_len};
+  std::unique_ptr<SocketServer> server;
+  server = std::make_unique<SocketServer>(
+      s.server, admission, *session.tokenizer, session.config, s.defaults,
+      [&] { return health_event(server.get(), admission, info); },
+      [&] { return metrics.render(admission.gauges()); });
+  SocketBridge bridge(*server, random_seed());
+  BlockAllocator blocks(session.num_blocks, session.block_size);
+  BatchScheduler scheduler(engine, *session.tokenizer, session.config, blocks,
+                           SchedulerOptions{s.max_batch, s.prefill_chunk});
+  RequestOwner owner(admission, scheduler, bridge, &metrics);
+
+  try {
+    server->start();
+  } catch (const std::exception& e) {
+    engine.shutdown(1);
+    throw ReportedError(e.what());
+  }
+  g_wake_fd = server->wake_fd();
+  std::cerr << "llama2 serve: listening on " << s.server.socket_path << " (max batch "
+            << s.max_batch << ", max queue " << s.max_queue << ", max seq len " << s.max_seq_len
+            << ", KV " << session.num_blocks << " blocks x " << session.block_size << ")"
+            << std::endl;
+  // Started once the socket exists: from here on a stalled step ends the job (watchdog.h).
+  const std::chrono::milliseconds step_timeout = s.step_timeout;
+  StepWatchdog watchdog(
+      step_timeout, [&] { return engine_step_clock(engine); },
+      [&](const StepClock& clock) {
+        end_job_after_stall(stall_message(clock, step_timeout, engine.describe_stall()), *server,
+                            engine);
+      });
+  serve_loop(*server, bridge, owner, g_stop, std::chrono::milliseconds(s.shutdown_timeout_ms));
+  engine.shutdown(0);
+  g_wake_fd = -1;
+  server->stop(/*flush_ms=*/2000);
+  std::cerr << "llama2 serve: stopped" << std::endl;
+  return 0;
+}
+
 }  // namespace
 
 int run_serve(int argc, char** argv, int rank) {
@@ -126,9 +186,8 @@ int run_serve(int argc, char** argv, int rank) {
   SamplingParams defaults = sampling_from_options(args);
   ServerOptions sopt;
   sopt.socket_path = args["socket"].as<std::string>();
-  sopt.max_queue = max_queue;
-  sopt.max_inflight_per_connection = max_inflight;
   sopt.request_timeout_ms = request_timeout;
+  int max_seq_len = 0;  // set once the model's config is known
 
   SessionOptions session_opts = session_options_from(args, opts.help());
   session_opts.max_batch = std::max(1, max_batch);
@@ -150,190 +209,26 @@ int run_serve(int argc, char** argv, int rank) {
         if (std::string bad = validate_sampling(defaults, 1, config.max_position_embeddings);
             !bad.empty())
           throw Error(bad);
-        sopt.max_seq_len = args.count("max-seq-len") ? args["max-seq-len"].as<int>()
-                                                     : config.max_position_embeddings;
-        if (sopt.max_seq_len < 2 || sopt.max_seq_len > config.max_position_embeddings) {
+        max_seq_len = args.count("max-seq-len") ? args["max-seq-len"].as<int>()
+                                                : config.max_position_embeddings;
+        if (max_seq_len < 2 || max_seq_len > config.max_position_embeddings) {
           throw Error("--max-seq-len must be in [2, " +
                       std::to_string(config.max_position_embeddings) +
-                      "] (max_position_embeddings) (got " + std::to_string(sopt.max_seq_len) + ")");
+                      "] (max_position_embeddings) (got " + std::to_string(max_seq_len) + ")");
         }
-        const int per_seq = BlockAllocator::blocks_for(sopt.max_seq_len, session_opts.block_size);
+        const int per_seq = BlockAllocator::blocks_for(max_seq_len, session_opts.block_size);
         int blocks = max_batch * per_seq;
         if (args.count("kv-cache-blocks")) {
           blocks = args["kv-cache-blocks"].as<int>();
           at_least(blocks, 1, "--kv-cache-blocks");
         }
-        sopt.kv_capacity_tokens = blocks * session_opts.block_size;
         return blocks;
       });
-  RankEngine& engine = *session.engine;
-  if (rank != 0) return engine.worker_loop();
-  if (!args.count("quiet")) std::cerr << engine.startup_report() << std::flush;
-
-  sopt.max_piece_bytes =
-      max_piece_bytes_for_bound(session_opts.model_dir + "/tokenizer.model", *session.tokenizer);
-  ServeMetrics metrics;
-  // The engine may have sized the cache from GPU memory: admission checks use what it allocated.
-  sopt.kv_capacity_tokens = static_cast<int>(
-      std::min<int64_t>(int64_t{session.num_blocks} * session.block_size, INT32_MAX));
-  BlockAllocator blocks(session.num_blocks, session.block_size);
-  std::map<int64_t, Route> routes;
-  std::unique_ptr<SocketServer> server;
-  auto health = [&]() {
-    const Gauges g = metrics.gauges();
-    return json{{"event", "health"},
-                {"status", !server              ? "ready"
-                           : server->stalled()  ? "stalled"
-                           : server->draining() ? "draining"
-                                                : "ready"},
-                {"ranks", engine.shard().tp},
-                {"backend", engine.backend()},
-                {"dtype", engine.dtype()},
-                {"kv_cache_dtype", engine.kv_dtype()},
-                {"model", session_opts.synthetic.empty() ? session_opts.model_dir
-                                                         : "synthetic-" + session_opts.synthetic},
-                {"kv_blocks_total", g.kv_blocks_total},
-                {"kv_blocks_used", g.kv_blocks_used},
-                {"running", g.running},
-                {"queued", server ? server->waiting() : 0},
-                {"max_batch_size", max_batch},
-                {"max_queue", max_queue},
-                {"max_seq_len", sopt.max_seq_len}};
-  };
-  server = std::make_unique<SocketServer>(sopt, *session.tokenizer, session.config, defaults,
-                                          health, [&] { return metrics.render(); });
-
-  // Gauges change at admission and completion; refreshing them there (not only after a step) means
-  // `health` never shows fewer blocks or requests than the events a client has already received.
-  const Generator* gen_ptr = nullptr;
-  auto refresh_gauges = [&] {
-    if (gen_ptr == nullptr) return;
-    metrics.set_gauges(Gauges{static_cast<int>(gen_ptr->running()),
-                              static_cast<int>(gen_ptr->queued()), blocks.used_blocks(),
-                              blocks.num_blocks()});
-  };
-  GeneratorCallbacks cb;
-  cb.on_admit = [&](int64_t id) {
-    Route& r = routes.at(id);
-    r.admitted = true;
-    server->left_queue();
-    refresh_gauges();
-  };
-  cb.on_token = [&](int64_t id, int index, int token, const std::string& piece) {
-    Route& r = routes.at(id);
-    const auto now = Clock::now();
-    if (index > 0) metrics.inter_token(std::chrono::duration<double>(now - r.last_token).count());
-    r.last_token = now;
-    if (r.stream)
-      server->send_quiet(r.conn, SocketServer::token_event(r.id_json, index, token, piece), r.id,
-                         r.serial, false);
-  };
-  cb.on_done = [&](const GenResult& res) {
-    auto it = routes.find(res.id);
-    Route& r = it->second;
-    if (!r.admitted) server->left_queue();
-    metrics.request_finished(res.finish_reason, res.queue_s, res.ttft_s, res.total_s,
-                             static_cast<int>(res.prompt.size()),
-                             static_cast<int>(res.tokens.size()));
-    json ev;
-    if (res.finish_reason == "shutting_down") {
-      ev = json{{"event", "error"},
-                {"id", r.id},
-                {"code", "shutting_down"},
-                {"message", "the server shut down before this generation finished"}};
-    } else {
-      ev = json{{"event", "done"},
-                {"id", r.id},
-                {"finish_reason", res.finish_reason},
-                {"seed", r.seed},
-                {"usage",
-                 {{"prompt_tokens", res.prompt.size()}, {"completion_tokens", res.tokens.size()}}},
-                {"timings",
-                 {{"queue_s", res.queue_s},
-                  {"time_to_first_token_s", res.ttft_s},
-                  {"total_s", res.total_s}}}};
-      if (!r.stream) {
-        ev["text"] = res.text;
-        ev["token_ids"] = res.tokens;
-      }
-    }
-    server->send(r.conn, ev, r.id, r.serial, true);
-    routes.erase(it);
-    refresh_gauges();
-  };
-  Generator gen(engine, *session.tokenizer, session.config, blocks,
-                GeneratorOptions{max_batch, prefill_chunk}, cb);
-  gen_ptr = &gen;
-
-  try {
-    server->start();
-  } catch (const std::exception& e) {
-    engine.shutdown(1);
-    throw ReportedError(e.what());
-  }
-  g_wake_fd = server->wake_fd();
-  std::cerr << "llama2 serve: listening on " << sopt.socket_path << " (max batch " << max_batch
-            << ", max queue " << max_queue << ", max seq len " << sopt.max_seq_len << ", KV "
-            << session.num_blocks << " blocks x " << session.block_size << ")" << std::endl;
-  // Started once the socket exists: from here on a stalled step ends the job (watchdog.h).
-  StepWatchdog watchdog(
-      step_timeout, [&] { return engine_step_clock(engine); },
-      [&](const StepClock& clock) {
-        end_job_after_stall(stall_message(clock, step_timeout, engine.describe_stall()), *server,
-                            engine);
-      });
-
-  std::mt19937_64 seeder(random_seed());
-  int64_t next_id = 0;
-  Clock::time_point drain_deadline = Clock::time_point::max();
-  for (;;) {
-    for (ServeCommand& cmd :
-         server->take_commands(std::chrono::milliseconds(gen.idle() ? 50 : 0))) {
-      if (cmd.kind == ServeCommand::Kind::kGenerate) {
-        const int64_t id = next_id++;
-        const uint64_t seed = cmd.request.params.seed.value_or(seeder());
-        Route& r = routes[id];
-        r.conn = cmd.conn;
-        r.serial = cmd.serial;
-        r.id = cmd.id;
-        r.id_json = json(cmd.id).dump(-1, ' ', false, json::error_handler_t::replace);
-        r.stream = cmd.stream;
-        r.arrival = r.last_token = cmd.arrival;
-        r.seed = seed;
-        gen.add(GenRequest{id, cmd.request.prompt, cmd.request.params, seed, cmd.deadline});
-      } else {
-        // Cancel one id, or everything of a connection that went away, or free a generation the
-        // socket thread already ended at its deadline (found by serial: the id may be reused).
-        const bool expired = cmd.kind == ServeCommand::Kind::kExpired;
-        std::vector<int64_t> hit;
-        for (const auto& [id, r] : routes) {
-          if (expired ? r.serial == cmd.serial
-                      : r.conn == cmd.conn &&
-                            (cmd.kind == ServeCommand::Kind::kDisconnect || r.id == cmd.id))
-            hit.push_back(id);
-        }
-        for (int64_t id : hit) gen.cancel(id, expired ? "timeout" : "cancelled");
-      }
-    }
-    if (g_stop && !server->draining()) {
-      server->set_draining();
-      drain_deadline = Clock::now() + std::chrono::milliseconds(shutdown_timeout);
-      std::cerr << "llama2 serve: draining (" << routes.size() << " in flight, up to "
-                << shutdown_timeout << " ms)" << std::endl;
-    }
-    if (server->draining() && Clock::now() >= drain_deadline) gen.cancel_all("shutting_down");
-    if (!gen.idle()) {
-      gen.step();
-      server->wake();  // the step's token events went out quietly
-    }
-    refresh_gauges();
-    if (server->draining() && gen.idle()) break;
-  }
-  engine.shutdown(0);
-  g_wake_fd = -1;
-  server->stop(/*flush_ms=*/2000);
-  std::cerr << "llama2 serve: stopped" << std::endl;
-  return 0;
+  if (rank != 0) return session.engine->worker_loop();
+  return serve_on_rank0(
+      session, session_opts,
+      ServeSettings{sopt, max_batch, max_queue, max_inflight, prefill_chunk, max_seq_len,
+                    shutdown_timeout, step_timeout, defaults, args.count("quiet") > 0});
 }
 
 }  // namespace llama2

@@ -43,6 +43,9 @@ ServeMetrics::ServeMetrics()
       queue_(kLatencyBuckets) {
   for (const char* r : {"stop", "length", "cancelled", "timeout", "shutting_down"})
     finished_[r] = 0;
+  for (const char* c :
+       {"invalid_request", "prompt_too_long", "queue_full", "too_many_in_flight", "shutting_down"})
+    rejected_[c] = 0;
 }
 
 void ServeMetrics::request_finished(const std::string& reason, double queue_s, double ttft_s,
@@ -66,17 +69,7 @@ void ServeMetrics::inter_token(double seconds) {
   itl_.observe(seconds);
 }
 
-void ServeMetrics::set_gauges(const Gauges& g) {
-  std::lock_guard<std::mutex> lock(mu_);
-  gauges_ = g;
-}
-
-Gauges ServeMetrics::gauges() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return gauges_;
-}
-
-std::string ServeMetrics::render() const {
+std::string ServeMetrics::render(const Gauges& g) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::string out;
   out +=
@@ -102,14 +95,13 @@ std::string ServeMetrics::render() const {
   out +=
       "# HELP llama2_requests_running Generations in the running batch.\n"
       "# TYPE llama2_requests_running gauge\nllama2_requests_running " +
-      std::to_string(gauges_.running) + "\n";
+      std::to_string(g.running) + "\n";
   out +=
       "# HELP llama2_requests_waiting Generations queued for admission.\n"
       "# TYPE llama2_requests_waiting gauge\nllama2_requests_waiting " +
-      std::to_string(gauges_.waiting) + "\n";
-  const double usage = gauges_.kv_blocks_total > 0
-                           ? static_cast<double>(gauges_.kv_blocks_used) / gauges_.kv_blocks_total
-                           : 0.0;
+      std::to_string(g.waiting) + "\n";
+  const double usage =
+      g.kv_blocks_total > 0 ? static_cast<double>(g.kv_blocks_used) / g.kv_blocks_total : 0.0;
   out +=
       "# HELP llama2_kv_cache_usage_ratio Fraction of KV-cache blocks in use.\n"
       "# TYPE llama2_kv_cache_usage_ratio gauge\nllama2_kv_cache_usage_ratio " +

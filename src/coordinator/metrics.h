@@ -1,6 +1,8 @@
 // Serving metrics in the Prometheus text exposition format, named after the conventions users of
 // vLLM/TGI dashboards know (`..._time_to_first_token_seconds`, `..._e2e_request_latency_seconds`).
-// Updated by the engine thread, rendered by the socket thread: every method takes the lock.
+// Updated by the engine thread, rendered by the socket thread: every method takes the lock. The
+// gauges (queue depth, running, KV blocks) are not kept here: render() is given the same
+// Admission::gauges() snapshot that `health` reports.
 #pragma once
 
 #include <cstdint>
@@ -39,9 +41,7 @@ class ServeMetrics {
                         double e2e_s, int prompt_tokens, int completion_tokens);
   void request_rejected(const std::string& code);  // queue_full, invalid_request, ...
   void inter_token(double seconds);
-  void set_gauges(const Gauges& g);
-  Gauges gauges() const;
-  std::string render() const;
+  std::string render(const Gauges& g) const;
 
  private:
   mutable std::mutex mu_;
@@ -49,7 +49,6 @@ class ServeMetrics {
   std::map<std::string, uint64_t> rejected_;  // by error code
   uint64_t prompt_tokens_ = 0, generation_tokens_ = 0;
   Histogram ttft_, itl_, e2e_, queue_;
-  Gauges gauges_;
 };
 
 }  // namespace llama2

@@ -25,14 +25,6 @@ std::string describe(const json& v) {
   return std::string(v.type_name());
 }
 
-std::string too_long(int64_t prompt_tokens, bool at_least, int max_new_tokens, int64_t limit,
-                     const std::string& prompt_what) {
-  return prompt_what + " (" + (at_least ? "at least " : "") + std::to_string(prompt_tokens) +
-         " tokens) + max_new_tokens (" + std::to_string(max_new_tokens) +
-         ") = " + std::to_string(prompt_tokens + max_new_tokens) +
-         " exceeds the server's limit of " + std::to_string(limit) + " tokens";
-}
-
 FrameRequest decode_generate(const json& j, const json& id, const SamplingParams& defaults,
                              const ModelConfig& config, const ServeLimits& limits) {
   if (!id.is_string() || id.get_ref<const std::string&>().empty() ||
@@ -64,15 +56,13 @@ FrameRequest decode_generate(const json& j, const json& id, const SamplingParams
     // Refused here, without tokenizing, only when no tokenization could make it fit.
     const size_t bytes = r.request.prompt_text.size();
     const int64_t least = min_prompt_tokens(bytes, limits.max_piece_bytes);
-    if (least + max_new > limits.max_tokens) {
-      return refuse(id, "prompt_too_long",
-                    too_long(least, true, max_new, limits.max_tokens,
-                             "prompt of " + std::to_string(bytes) + " bytes"));
-    }
-  } else if (static_cast<int64_t>(r.request.prompt.size()) + max_new > limits.max_tokens) {
-    return refuse(id, "prompt_too_long",
-                  too_long(static_cast<int64_t>(r.request.prompt.size()), false, max_new,
-                           limits.max_tokens, "prompt"));
+    std::string too_long = prompt_length_error(limits.prompt, least, true, max_new,
+                                               "prompt of " + std::to_string(bytes) + " bytes");
+    if (!too_long.empty()) return refuse(id, "prompt_too_long", too_long);
+  } else if (std::string too_long = prompt_length_error(
+                 limits.prompt, static_cast<int64_t>(r.request.prompt.size()), false, max_new);
+             !too_long.empty()) {
+    return refuse(id, "prompt_too_long", too_long);
   }
   return r;
 }
@@ -140,11 +130,10 @@ json tokenize_frame_request(FrameRequest& r, const Tokenizer& tok, const ModelCo
     return error_event(r.id, "internal", std::string("tokenizing the prompt failed: ") + e.what());
   }
   if (!r.request.ok()) return error_event(r.id, r.request.error_code, r.request.error_message);
-  const auto tokens = static_cast<int64_t>(r.request.prompt.size());
-  const int max_new = r.request.params.max_new_tokens;
-  if (tokens + max_new > limits.max_tokens)
-    return error_event(r.id, "prompt_too_long",
-                       too_long(tokens, false, max_new, limits.max_tokens, "prompt"));
+  const std::string too_long =
+      prompt_length_error(limits.prompt, static_cast<int64_t>(r.request.prompt.size()), false,
+                          r.request.params.max_new_tokens);
+  if (!too_long.empty()) return error_event(r.id, "prompt_too_long", too_long);
   return json();
 }
 

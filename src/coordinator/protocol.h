@@ -25,7 +25,7 @@ constexpr size_t kMaxEchoedIdBytes = 128;  // also the longest id a generate may
 
 // The limits a request is checked against on the socket thread.
 struct ServeLimits {
-  int max_tokens = 0;  // prompt + max_new_tokens: the smaller of --max-seq-len and the KV cache
+  PromptLimits prompt;                  // prompt + max_new_tokens (the request owner's limits)
   int64_t request_timeout_ms = 600000;  // default and cap of timeout_ms
   int max_piece_bytes = 0;              // token_bound.h; 0: text prompts have no byte bound
 };

@@ -47,14 +47,16 @@ size_t utf8_cut(const std::string& s, size_t max_bytes) {
 // The length checks, once the prompt has `prompt_tokens` tokens (at least; 1 for a text prompt
 // still to tokenize): prompt_too_long first, then the sampling values.
 void check_lengths(ParsedRequest& r, int64_t prompt_tokens, const ModelConfig& config) {
-  const int64_t total = prompt_tokens + r.params.max_new_tokens;
-  if (r.params.max_new_tokens >= 1 && total > config.max_position_embeddings) {
-    r.error_code = "prompt_too_long";
-    r.error_message = "prompt (" + std::to_string(prompt_tokens) + " tokens) + max_new_tokens (" +
-                      std::to_string(r.params.max_new_tokens) + ") = " + std::to_string(total) +
-                      " exceeds max_position_embeddings (" +
-                      std::to_string(config.max_position_embeddings) + ")";
-    return;
+  PromptLimits limits;
+  limits.max_position_embeddings = config.max_position_embeddings;
+  if (r.params.max_new_tokens >= 1) {
+    std::string too_long =
+        prompt_length_error(limits, prompt_tokens, false, r.params.max_new_tokens);
+    if (!too_long.empty()) {
+      r.error_code = "prompt_too_long";
+      r.error_message = std::move(too_long);
+      return;
+    }
   }
   const std::string bad =
       validate_sampling(r.params, static_cast<int>(prompt_tokens), config.max_position_embeddings);

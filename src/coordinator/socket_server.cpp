@@ -65,10 +65,11 @@ struct SocketServer::Conn {
   bool close_after_flush = false;
 };
 
-SocketServer::SocketServer(ServerOptions opts, const Tokenizer& tok, const ModelConfig& config,
-                           SamplingParams defaults, std::function<json()> health,
-                           std::function<std::string()> stats)
+SocketServer::SocketServer(ServerOptions opts, Admission& admission, const Tokenizer& tok,
+                           const ModelConfig& config, SamplingParams defaults,
+                           std::function<json()> health, std::function<std::string()> stats)
     : opts_(std::move(opts)),
+      admission_(admission),
       tok_(tok),
       config_(config),
       defaults_(std::move(defaults)),
@@ -113,8 +114,7 @@ void SocketServer::start() {
   if (wake_fd_ < 0) throw Error(std::string("eventfd(): ") + std::strerror(errno));
   spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (spare_fd_ < 0) throw Error(std::string("open(/dev/null): ") + std::strerror(errno));
-  for (int i = 0; i < std::max(1, opts_.tokenizer_threads); ++i)
-    tokenizers_.emplace_back([this] { tokenizer_loop(); });
+  tokenizers_.start(opts_.tokenizer_threads);
   io_ = std::thread([this] { io_loop(); });
 }
 
@@ -145,10 +145,7 @@ void SocketServer::stop(int flush_ms) {
   stop_ = true;
   wake();
   io_.join();
-  { std::lock_guard<std::mutex> lock(jobs_mu_); }  // a worker is waiting or will see stop_
-  jobs_cv_.notify_all();
-  for (auto& t : tokenizers_) t.join();
-  tokenizers_.clear();
+  tokenizers_.stop();
   for (auto& kv : conns_) ::close(kv.second->fd);
   conns_.clear();
   ::close(listen_fd_);
@@ -298,7 +295,7 @@ void SocketServer::error(Conn& c, const json& id, const std::string& code, const
 
 ServeLimits SocketServer::limits() const {
   ServeLimits l;
-  l.max_tokens = std::min(opts_.max_seq_len, opts_.kv_capacity_tokens);
+  l.prompt = admission_.options().limits;
   l.request_timeout_ms = opts_.request_timeout_ms;
   l.max_piece_bytes = opts_.max_piece_bytes;
   return l;
@@ -369,6 +366,7 @@ void SocketServer::handle_frame(Conn& c, const std::string& payload) {
     FrameRequest r = decode_request(payload, defaults_, config_, limits());
     switch (r.op) {
       case FrameRequest::Op::kError:
+        admission_.count_refusal(r.error.value("code", "invalid_request"));
         return reply(c, r.error);
       case FrameRequest::Op::kGenerate:
         return handle_generate(c, std::move(r));
@@ -406,28 +404,19 @@ void SocketServer::handle_cancel(Conn& c, const std::string& id) {
 
 void SocketServer::handle_generate(Conn& c, FrameRequest r) {
   if (c.inflight.count(r.id)) {
+    admission_.count_refusal("invalid_request");
     return error(c, r.id, "invalid_request",
                  "\"id\" " + quote(r.id) + " is already in flight on this connection");
   }
-  if (draining_)
+  if (draining_) {
+    admission_.count_refusal("shutting_down");
     return error(c, r.id, "shutting_down",
                  "the server is shutting down and accepts no new generations");
-  // Checked before the queue: one connection must not take every batch slot and queue place
-  // while others wait behind it (admission itself stays FIFO across connections).
-  if (static_cast<int>(c.inflight.size()) >= opts_.max_inflight_per_connection) {
-    const std::string n = std::to_string(opts_.max_inflight_per_connection);
-    return error(c, r.id, "too_many_in_flight",
-                 "this connection already has " + n +
-                     " generations in flight (--max-inflight-per-connection " + n +
-                     "); wait for one to finish or use another connection");
   }
-  // Admission control happens here, on the I/O thread, so a full queue is answered at once.
-  if (waiting_ >= opts_.max_queue) {
-    return error(c, r.id, "queue_full",
-                 "queue is full (" + std::to_string(opts_.max_queue) +
-                     " waiting, --max-queue); retry later");
-  }
-  ++waiting_;
+  // The request owner's admission, here on the I/O thread so that a full queue is answered at
+  // once: the per-connection limit, then a place in the queue.
+  if (auto refusal = admission_.reserve(static_cast<int>(c.inflight.size())))
+    return error(c, r.id, refusal->code, refusal->message);
   const Clock::time_point arrival = Clock::now();
   const uint64_t serial = track(c, r, arrival);
   TokenizeJob job{c.id, std::move(r), arrival, serial};
@@ -437,11 +426,7 @@ void SocketServer::handle_generate(Conn& c, FrameRequest r) {
     return enqueue_generate(c, std::move(job), refusal);
   }
   c.tokenizing[job.request.id] = false;
-  {
-    std::lock_guard<std::mutex> lock(jobs_mu_);  // lock order: mu_, then jobs_mu_
-    jobs_.push_back(std::move(job));
-  }
-  jobs_cv_.notify_one();
+  tokenizers_.post([this, job = std::move(job)]() mutable { tokenize(job); });
 }
 
 void SocketServer::enqueue_generate(Conn& c, TokenizeJob job, const json& refusal) {
@@ -450,7 +435,7 @@ void SocketServer::enqueue_generate(Conn& c, TokenizeJob job, const json& refusa
   // id may already belong to a newer generation, which the serial tells apart.
   const auto f = c.inflight.find(id);
   if (f == c.inflight.end() || f->second.serial != job.serial) {
-    --waiting_;
+    admission_.unreserve();
     return;
   }
   bool cancelled = false;
@@ -459,8 +444,10 @@ void SocketServer::enqueue_generate(Conn& c, TokenizeJob job, const json& refusa
     c.tokenizing.erase(t);
   }
   if (!refusal.is_null() || draining_) {
-    --waiting_;
+    admission_.unreserve();
     c.inflight.erase(f);
+    const std::string code = refusal.is_null() ? "shutting_down" : refusal.value("code", "");
+    admission_.count_refusal(code);
     if (!refusal.is_null()) return reply(c, refusal);
     return error(c, id, "shutting_down",
                  "the server began shutting down while this prompt was being tokenized");
@@ -486,26 +473,16 @@ void SocketServer::enqueue_generate(Conn& c, TokenizeJob job, const json& refusa
   inbox_cv_.notify_one();
 }
 
-void SocketServer::tokenizer_loop() {
-  for (;;) {
-    TokenizeJob job;
-    {
-      std::unique_lock<std::mutex> lock(jobs_mu_);
-      jobs_cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
-      if (stop_) return;
-      job = std::move(jobs_.front());
-      jobs_.pop_front();
-    }
-    const json refusal = tokenize_frame_request(job.request, tok_, config_, limits());
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = conns_.find(job.conn);
-    if (it == conns_.end()) {
-      --waiting_;  // the client left meanwhile; nothing to answer
-      continue;
-    }
-    enqueue_generate(*it->second, std::move(job), refusal);
-    wake();  // a refusal may wait in the outbox
+void SocketServer::tokenize(TokenizeJob& job) {
+  const json refusal = tokenize_frame_request(job.request, tok_, config_, limits());
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = conns_.find(job.conn);
+  if (it == conns_.end()) {
+    admission_.unreserve();  // the client left meanwhile; nothing to answer
+    return;
   }
+  enqueue_generate(*it->second, std::move(job), refusal);
+  wake();  // a refusal may wait in the outbox
 }
 
 void SocketServer::io_loop() {

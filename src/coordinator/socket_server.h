@@ -1,10 +1,10 @@
-// Rank 0's Unix-socket front end (docs/PROTOCOL.md). One I/O thread polls the listening socket and
-// every connection, decodes frames, validates requests (answering bad ones, queue-full, health and
-// stats itself, at once) and hands generate/cancel/disconnect commands to the engine thread, which
-// sends events back through send(). The engine thread never blocks on a socket, and the I/O thread
-// never waits for the engine: deadlines and disconnects hold even while a step is stuck. Text
-// prompts longer than kInlineTokenizeBytes are tokenized by a small pool of worker threads, so that
-// a client sending megabytes of prompt cannot stall the I/O thread (and with it every client).
+// Rank 0's Unix-socket endpoint (docs/PROTOCOL.md). One I/O thread polls the listening socket and
+// every connection, decodes frames and applies the request owner's admission policy (Admission:
+// bad requests, prompt length, per-connection in-flight limit, queue-full) at once, answers health
+// and stats itself, and hands generate/cancel/disconnect commands to the engine thread
+// (serve_loop.h), which sends events back through send(). The engine thread never blocks on a
+// socket, and the I/O thread never waits for the engine: deadlines and disconnects hold even while
+// a step is stuck. Text prompts longer than kInlineTokenizeBytes go to a TokenizerPool.
 #pragma once
 
 #include <atomic>
@@ -16,28 +16,26 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <string>
 #include <thread>
-#include <vector>
 
 #include "common/model_config.h"
+#include "coordinator/admission.h"
 #include "coordinator/protocol.h"
 #include "coordinator/request.h"
+#include "coordinator/tokenizer_pool.h"
 
 namespace llama2 {
 
 class Tokenizer;
 
+// The endpoint's own settings; the admission limits (queue, prompt length, in flight per
+// connection) are the request owner's (AdmissionOptions).
 struct ServerOptions {
   std::string socket_path;
-  int max_queue = 256;                   // generations waiting for admission
-  int max_seq_len = 0;                   // prompt + max_new_tokens limit
-  int kv_capacity_tokens = 0;            // what the KV cache can hold for one request
-  int64_t request_timeout_ms = 600000;   // default and cap of a request's timeout_ms
-  int max_inflight_per_connection = 16;  // generations one connection may have unfinished
-  int max_piece_bytes = 0;               // token_bound.h: 0, no byte-length refusal of prompts
-  int tokenizer_threads = 2;             // workers tokenizing long text prompts
+  int64_t request_timeout_ms = 600000;  // default and cap of a request's timeout_ms
+  int max_piece_bytes = 0;              // token_bound.h: 0, no byte-length refusal of prompts
+  int tokenizer_threads = 2;            // workers tokenizing long text prompts
 };
 
 // Text prompts up to this size are tokenized on the I/O thread itself (well under a millisecond,
@@ -58,9 +56,10 @@ struct ServeCommand {
 
 class SocketServer {
  public:
-  SocketServer(ServerOptions opts, const Tokenizer& tok, const ModelConfig& config,
-               SamplingParams defaults, std::function<nlohmann::json()> health,
-               std::function<std::string()> stats);
+  // `admission` decides what is taken and counts it; `health` and `stats` build those events.
+  SocketServer(ServerOptions opts, Admission& admission, const Tokenizer& tok,
+               const ModelConfig& config, SamplingParams defaults,
+               std::function<nlohmann::json()> health, std::function<std::string()> stats);
   ~SocketServer();
 
   // Creates the socket (mode 0600; refuses a path that exists and is not a stale socket) and
@@ -88,9 +87,6 @@ class SocketServer {
   // `id_json` is the request id already serialized as a JSON string.
   static std::string token_event(const std::string& id_json, int index, int token,
                                  const std::string& piece);
-  // Engine thread: a queued generation left the waiting queue (admitted or finished).
-  void left_queue() { --waiting_; }
-  int waiting() const { return waiting_; }
   // A generation whose deadline passed more than this long ago while the engine did not end it (it
   // is inside a long or stalled step) is answered by the I/O thread itself: `done` with
   // finish_reason "timeout". Before that the engine ends it at its next step, with its text.
@@ -125,7 +121,8 @@ class SocketServer {
   void handle_cancel(Conn& c, const std::string& id);
   // mu_ held: a tokenized generation (or its refusal) goes on to the engine.
   void enqueue_generate(Conn& c, TokenizeJob job, const nlohmann::json& refusal);
-  void tokenizer_loop();
+  // A tokenizer worker: tokenizes `job`'s prompt, then hands it on under mu_.
+  void tokenize(TokenizeJob& job);
   void reply(Conn& c, const nlohmann::json& event);  // from the I/O thread, mu_ held
   void error(Conn& c, const nlohmann::json& id, const std::string& code, const std::string& msg);
   void close_conn(uint64_t id);
@@ -139,6 +136,7 @@ class SocketServer {
   bool accepts_connections() const { return !draining_ || stalled_; }
 
   ServerOptions opts_;
+  Admission& admission_;
   const Tokenizer& tok_;
   ModelConfig config_;
   SamplingParams defaults_;
@@ -153,9 +151,8 @@ class SocketServer {
   std::atomic<bool> stop_{false};
   std::atomic<bool> draining_{false};
   std::atomic<bool> stalled_{false};
-  std::atomic<int> waiting_{0};
 
-  std::mutex mu_;  // guards conns_ (outboxes, in-flight ids) and inbox_
+  std::mutex mu_;  // guards conns_ (outboxes, in-flight ids) and inbox_; taken before the pool's
   std::map<uint64_t, std::unique_ptr<Conn>> conns_;
   uint64_t next_conn_ = 1;
   std::deque<ServeCommand> inbox_;
@@ -164,10 +161,7 @@ class SocketServer {
   std::chrono::steady_clock::time_point next_expiry_ = std::chrono::steady_clock::time_point::max();
   std::condition_variable inbox_cv_;
 
-  std::mutex jobs_mu_;  // guards jobs_ (never held together with mu_ by the workers)
-  std::condition_variable jobs_cv_;
-  std::deque<TokenizeJob> jobs_;
-  std::vector<std::thread> tokenizers_;
+  TokenizerPool tokenizers_;
 };
 
 }  // namespace llama2

@@ -69,7 +69,7 @@ struct Server {
   llama2::ServeLimits limits;
   Server() {
     defaults.max_new_tokens = 8;
-    limits.max_tokens = 64;
+    limits.prompt.max_seq_len = 64;
     limits.request_timeout_ms = 600000;
     limits.max_piece_bytes =
         llama2::max_piece_bytes_for_bound(FUZZ_MODEL_DIR "/tokenizer.model", tok);
@@ -120,7 +120,7 @@ void serve_payload(const std::string& payload) {
   FUZZ_REQUIRE(!r.request.prompt.empty());
   for (int t : r.request.prompt) FUZZ_REQUIRE(t >= 0 && t < s.config.vocab_size);
   FUZZ_REQUIRE(static_cast<int64_t>(r.request.prompt.size()) + r.request.params.max_new_tokens <=
-               s.limits.max_tokens);
+               s.limits.prompt.max_tokens());
 }
 
 FrameDecoder::Status drain(FrameDecoder& d, std::vector<std::string>* frames) {

@@ -33,8 +33,8 @@
 #include "common/check.h"
 #include "common/model_config.h"
 #include "coordinator/block_allocator.h"
-#include "coordinator/generator.h"
 #include "coordinator/mpi_program.h"
+#include "coordinator/request_owner.h"
 #include "coordinator/tokenizer.h"
 #include "rank/engine.h"
 
@@ -307,12 +307,18 @@ int run(int argc, char** argv, int rank, int size) {
     params.temperature = 0.0f;
     params.ignore_eos = true;
     params.max_new_tokens = static_cast<int>(p["greedy"].size());
-    std::vector<int> got;
-    llama2::GeneratorCallbacks cb;
-    cb.on_done = [&](const llama2::GenResult& r) { got = r.tokens; };
-    llama2::Generator gen(engine, tok, config, blocks, {1, 512}, cb);
-    gen.add({0, ids, params, 0});
-    while (!gen.idle()) gen.step();
+    struct Greedy final : llama2::RequestEvents {
+      std::vector<int> got;
+      void on_finished(const llama2::Finished& r, const llama2::Timings&) override {
+        got = r.tokens;
+      }
+    } greedy;
+    llama2::Admission admission(llama2::AdmissionOptions{});
+    llama2::BatchScheduler scheduler(engine, tok, config, blocks, {1, 512});
+    llama2::RequestOwner owner(admission, scheduler, greedy);
+    LLAMA2_CHECK(!admission.reserve(0) && !owner.submit({0, ids, params, 0}));
+    while (!owner.idle()) owner.step();
+    const std::vector<int>& got = greedy.got;
     const std::vector<int> want = p["greedy"].get<std::vector<int>>();
     const GreedyVerdict g = judge_greedy(want, got, p, opt.near_tie);
     ++greedy_total;

@@ -45,7 +45,8 @@ double sample(const std::string& text, const std::string& name) {
   std::istringstream in(text);
   std::string line;
   while (std::getline(in, line)) {
-    if (line.compare(0, name.size() + 1, name + " ") == 0) return std::stod(line.substr(name.size()));
+    if (line.compare(0, name.size() + 1, name + " ") == 0)
+      return std::stod(line.substr(name.size()));
   }
   return -1;
 }
@@ -108,11 +109,12 @@ void case_queue_depth() {
   const std::string stats = b->stats(3000);
   const double took = std::chrono::duration<double>(Clock::now() - t0).count();
   const double waiting = sample(stats, "llama2_requests_waiting");
-  std::printf("during the slow step (%.3f s for health + stats): health queued %d, stats "
-              "llama2_requests_waiting %g\n",
-              took, queued(health), waiting);
-  check(queued(health) == 1, "health: one generation queued (got " +
-                                 std::to_string(queued(health)) + ")");
+  std::printf(
+      "during the slow step (%.3f s for health + stats): health queued %d, stats "
+      "llama2_requests_waiting %g\n",
+      took, queued(health), waiting);
+  check(queued(health) == 1,
+        "health: one generation queued (got " + std::to_string(queued(health)) + ")");
   check(waiting == queued(health), "stats reports the same queue depth as health");
 
   {
@@ -144,9 +146,9 @@ void case_rejected() {
     check(full.value("code", "") == "queue_full", "--max-queue 0 -> queue_full");
   }
   const std::string stats = c->stats(3000);
-  for (const auto& [code, want] :
-       {std::pair<std::string, double>{"invalid_request", 1}, {"prompt_too_long", 1},
-        {"queue_full", 2}}) {
+  for (const auto& [code, want] : {std::pair<std::string, double>{"invalid_request", 1},
+                                   {"prompt_too_long", 1},
+                                   {"queue_full", 2}}) {
     const double got = sample(stats, "llama2_requests_rejected_total{code=\"" + code + "\"}");
     check(got == want, "llama2_requests_rejected_total{code=\"" + code + "\"} is " +
                            std::to_string(got) + " (want " + std::to_string(want) + ")");

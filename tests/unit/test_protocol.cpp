@@ -37,7 +37,7 @@ struct Fixture {
   llama2::Tokenizer tok{kModel + "/tokenizer.model"};
   llama2::ServeLimits limits;
   Fixture() {
-    limits.max_tokens = config.max_position_embeddings;
+    limits.prompt.max_position_embeddings = config.max_position_embeddings;
     limits.max_piece_bytes = llama2::max_piece_bytes_for_bound(kModel + "/tokenizer.model", tok);
   }
   FrameRequest decode(const std::string& payload) const {
@@ -180,7 +180,7 @@ TEST_SUITE("protocol") {
 
   TEST_CASE("text prompts: refused by bytes when they cannot fit, tokenized otherwise") {
     Fixture f;
-    f.limits.max_tokens = 64;
+    f.limits.prompt.max_seq_len = 64;
     const int p = f.limits.max_piece_bytes;
     // ceil(bytes / p) + 1 + max_new_tokens > 64: refused without tokenizing.
     const std::string big(static_cast<size_t>(p) * 64, 'a');

@@ -1,10 +1,12 @@
-// The continuous-batching scheduler (coordinator/generator.{h,cpp}) driven through its StepExecutor
-// seam by a fake engine. The fake returns a deterministic token per (sequence, position) and
-// checks every plan it receives the way an engine would depend on it: positions continue where the
-// sequence left off, decode rows feed back the token sampled last, prompts arrive in order, block
-// tables cover the positions, keep their prefix and never share a block with a live sequence.
-// The hand-written cases pin FIFO admission, the prefill budget, cancel and expiry at each stage;
-// the random test replays random operations against a small reference model of the policy.
+// The continuous-batching scheduler (coordinator/batch_scheduler.{h,cpp}) behind its request owner
+// (coordinator/request_owner.{h,cpp}: the FIFO queue, deadlines, cancel), driven through the
+// StepExecutor seam by a fake engine. The fake returns a deterministic token per (sequence,
+// position) and checks every plan it receives the way an engine would depend on it: positions
+// continue where the sequence left off, decode rows feed back the token sampled last, prompts
+// arrive in order, block tables cover the positions, keep their prefix and never share a block with
+// a live sequence. The hand-written cases pin FIFO admission, the prefill budget, cancel and expiry
+// at each stage; the random test replays random operations against a small reference model of the
+// policy.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -22,16 +24,16 @@
 #include "common/check.h"
 #include "common/model_config.h"
 #include "common/step_executor.h"
+#include "coordinator/admission.h"
+#include "coordinator/batch_scheduler.h"
 #include "coordinator/block_allocator.h"
-#include "coordinator/generator.h"
+#include "coordinator/request_owner.h"
 #include "coordinator/tokenizer.h"
 
 namespace {
 
 using llama2::BlockAllocator;
-using llama2::Generator;
-using llama2::GenRequest;
-using llama2::GenResult;
+using llama2::Finished;
 using llama2::StepPlan;
 using Clock = std::chrono::steady_clock;
 
@@ -144,45 +146,52 @@ class FakeEngine final : public llama2::StepExecutor {
 
 using Plan = std::vector<std::array<int, 3>>;
 
-// A generator over a fake engine, recording what the callbacks report.
-struct Harness {
+// A request owner and its batch scheduler over a fake engine, recording the events they report.
+struct Harness : llama2::RequestEvents {
   BlockAllocator blocks;
   FakeEngine engine;
   llama2::ModelConfig config;
   std::vector<int64_t> admitted;
-  std::vector<std::pair<int64_t, std::string>> done;  // (id, finish_reason) in callback order
-  std::map<int64_t, GenResult> results;
-  std::unique_ptr<Generator> gen;
+  std::vector<std::pair<int64_t, std::string>> done;  // (id, finish_reason) in event order
+  std::map<int64_t, Finished> results;
+  std::unique_ptr<llama2::Admission> admission;
+  std::unique_ptr<llama2::BatchScheduler> scheduler;
+  std::unique_ptr<llama2::RequestOwner> gen;
 
   Harness(int num_blocks, int block_size, int max_batch, int prefill_chunk)
       : blocks(num_blocks, block_size), engine(num_blocks, block_size) {
     config.vocab_size = kVocab;
     config.eos_token_id = kEos;
     config.max_position_embeddings = 4096;
-    llama2::GeneratorCallbacks cb;
-    cb.on_admit = [this](int64_t id) { admitted.push_back(id); };
-    cb.on_done = [this](const GenResult& r) {
-      done.emplace_back(r.id, r.finish_reason);
-      CHECK(results.count(r.id) == 0);  // one done per request
-      results[r.id] = r;
-      engine.finished(r.id);
-    };
-    gen = std::make_unique<Generator>(engine, tokenizer(), config, blocks,
-                                      llama2::GeneratorOptions{max_batch, prefill_chunk}, cb);
+    llama2::AdmissionOptions ao;
+    ao.limits.max_position_embeddings = config.max_position_embeddings;
+    ao.limits.kv_capacity_tokens = int64_t{num_blocks} * block_size;
+    admission = std::make_unique<llama2::Admission>(ao);
+    scheduler = std::make_unique<llama2::BatchScheduler>(
+        engine, tokenizer(), config, blocks, llama2::SchedulerOptions{max_batch, prefill_chunk});
+    gen = std::make_unique<llama2::RequestOwner>(*admission, *scheduler, *this);
+  }
+  void on_admitted(int64_t id) override { admitted.push_back(id); }
+  void on_finished(const Finished& r, const llama2::Timings&) override {
+    done.emplace_back(r.id, r.finish_reason);
+    CHECK(results.count(r.id) == 0);  // one done per request
+    results[r.id] = r;
+    engine.finished(r.id);
   }
 
+  // Submits through the owner's admission; a refusal (the one prompt-length check) throws.
   void add(int64_t id, int prompt_len, int max_new, std::optional<int> eos_index = std::nullopt,
            Clock::time_point deadline = Clock::time_point::max()) {
-    GenRequest r;
+    llama2::SubmitRequest r;
     r.id = id;
     r.prompt = prompt_of(id, prompt_len);
     r.params.temperature = 0.f;
     r.params.max_new_tokens = max_new;
-    r.deadline = deadline;
     std::optional<int> eos_pos;
     if (eos_index) eos_pos = prompt_len + *eos_index;
     engine.expect(id, r.prompt, eos_pos);
-    gen->add(std::move(r));
+    REQUIRE_FALSE(admission->reserve(0).has_value());
+    if (auto refusal = gen->submit(std::move(r), deadline)) throw llama2::Error(refusal->message);
   }
   // (seq_id, pos_begin, n_tokens) of the last plan.
   std::vector<std::array<int, 3>> last_plan() const {
@@ -357,13 +366,13 @@ TEST_SUITE("scheduler") {
     CHECK(h.done == std::vector<std::pair<int64_t, std::string>>{{1, "length"}});
   }
 
-  // Expected failure, reported rather than fixed here (generator.cpp is being split by another
-  // change): add() takes an empty prompt, and the next step() would decode from context.back() of
-  // an empty vector. The front ends never pass one (text prompts get BOS, token lists must be
-  // non-empty), so only the Generator's own contract is open.
-  TEST_CASE("add() refuses an empty prompt" * doctest::should_fail()) {
+  // The request owner's one prompt-length check refuses it (an empty prompt reached the old
+  // Generator::add and the next step decoded from context.back() of an empty vector).
+  TEST_CASE("add() refuses an empty prompt") {
     Harness h(8, 4, 1, 4);
     CHECK_THROWS_AS(h.add(1, 0, 2), llama2::Error);
+    CHECK(h.gen->idle());
+    CHECK(h.admission->gauges().waiting == 0);
   }
 
   TEST_CASE("chunked prefill: at most prefill_chunk prompt tokens per step, decodes first") {

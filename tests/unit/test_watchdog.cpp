@@ -186,14 +186,19 @@ TEST_SUITE("socket deadlines") {
     llama2::ModelConfig config =
         llama2::load_model_config(LLAMA2_SOURCE_DIR "/tests/models/tiny-gqa");
     llama2::Tokenizer tok{LLAMA2_SOURCE_DIR "/tests/models/tiny-gqa/tokenizer.model"};
+    std::unique_ptr<llama2::Admission> admission;
     std::unique_ptr<llama2::SocketServer> server;
     Fixture() {
+      llama2::AdmissionOptions a;
+      a.limits.max_seq_len = 512;
+      a.limits.kv_capacity_tokens = 4096;
+      a.max_queue = 256;
+      a.max_inflight_per_client = 16;
+      admission = std::make_unique<llama2::Admission>(a);
       llama2::ServerOptions o;
       o.socket_path = dir.file("s.sock");
-      o.max_seq_len = 512;
-      o.kv_capacity_tokens = 4096;
       server = std::make_unique<llama2::SocketServer>(
-          o, tok, config, llama2::SamplingParams{},
+          o, *admission, tok, config, llama2::SamplingParams{},
           [this] {
             return json{{"event", "health"}, {"status", server->stalled() ? "stalled" : "ready"}};
           },

@@ -1,0 +1,85 @@
+// The messages between the two halves of serving (docs/ARCHITECTURE.md):
+//   - the request owner on rank 0 (request_owner.h, admission.h): admission, the one FIFO queue,
+//     deadlines, cancellation, disconnects, counters and the one prompt-length check;
+//   - a batch scheduler per engine (batch_scheduler.h): running set, KV blocks, chunked-prefill
+//     budget, step plans, driving the StepExecutor.
+// They are plain values (ids, token ids, numbers, strings; no pointers, no callbacks, no clock
+// readings), so that the data-parallel issue can carry them over MPI between world rank 0 and
+// each replica's first rank. Owner -> scheduler: SubmitRequest, CancelRequest. Scheduler -> owner:
+// TokenEvent, Finished (through SchedulerEvents); admission is BatchScheduler::try_admit's answer.
+//
+// Where text is made: detokenizing (StreamingDetokenizer) and stop-string matching (StopMatcher)
+// run in the batch scheduler today, beside the sampler that needs the stop decision to end a
+// sequence at once and free its blocks; so TokenEvent carries the text already cut at a stop
+// string. Whether they stay per replica (they scale with replicas) or move to rank 0 is for the
+// data-parallel issue to decide and measure.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/sampling_params.h"
+
+namespace llama2 {
+
+// Owner -> scheduler: run this request. Deadlines stay with the owner (one clock, rank 0's): it
+// ends a late request with CancelRequest{id, "timeout"}.
+struct SubmitRequest {
+  int64_t id = 0;
+  std::vector<int> prompt;  // token ids, BOS included when wanted; never empty (owner-checked)
+  SamplingParams params;    // already validated
+  uint64_t seed = 0;        // used when params.seed is unset
+};
+
+// Owner -> scheduler: end a running request now with finish_reason `reason` ("cancelled",
+// "timeout", "shutting_down"), freeing its KV blocks.
+struct CancelRequest {
+  int64_t id = 0;
+  std::string reason;
+};
+
+// Scheduler -> owner: the token at `index` of request `id` was sampled; `text` is the piece of
+// output it completes (complete UTF-8, possibly empty; stop string excluded).
+struct TokenEvent {
+  int64_t id = 0;
+  int index = 0;
+  int token = 0;
+  std::string text;
+};
+
+// Scheduler -> owner (and owner -> endpoint): request `id` ended. The owner sends the same message
+// for a request that ended before it reached a scheduler (cancelled or timed out in the queue).
+struct Finished {
+  int64_t id = 0;
+  std::string finish_reason;  // "stop" | "length" | "cancelled" | "timeout" | "shutting_down"
+  int prompt_tokens = 0;
+  std::vector<int> tokens;  // generated ids (EOS included when it ended the sequence)
+  std::string text;         // detokenized output, stop string excluded
+};
+
+// Measured by the owner from its own clock: from submit() to admission / first token / the end.
+struct Timings {
+  double queue_s = 0, ttft_s = 0, total_s = 0;
+};
+
+// Where a scheduler's events go (the owner; later, an MPI sender on the replica's first rank).
+class SchedulerEvents {
+ public:
+  virtual ~SchedulerEvents() = default;
+  virtual void on_token(const TokenEvent& ev) = 0;
+  virtual void on_finished(Finished&& done) = 0;
+};
+
+// Where the owner's events go: an endpoint (the socket glue, the batch writer, generate's stdout)
+// that translates them into its own frames or lines.
+class RequestEvents {
+ public:
+  virtual ~RequestEvents() = default;
+  // The request left the queue: the scheduler took it and reserved its KV blocks.
+  virtual void on_admitted(int64_t id) { (void)id; }
+  virtual void on_token(const TokenEvent& ev) { (void)ev; }
+  virtual void on_finished(const Finished& done, const Timings& timings) = 0;
+};
+
+}  // namespace llama2
