@@ -42,8 +42,8 @@ struct StepShape {
   int max_new_tokens = 0;  // prefill: bound on each sequence's new tokens
   bool decode = false;     // every sequence adds one token and wants its logits
   // The leading sequences that add one token each (all of them in a decode step; in a mixed step
-  // the Generator puts its decoding sequences first): their attention can take the decode kernel
-  // while the rest take the prefill kernel. decode_context bounds their context lengths.
+  // the batch scheduler puts its decoding sequences first): their attention can take the decode
+  // kernel while the rest take the prefill kernel. decode_context bounds their context lengths.
   int decode_seqs = 0;
   int decode_context = 0;
   size_t words_used = 0;  // prefix of the array to upload

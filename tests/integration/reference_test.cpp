@@ -8,13 +8,13 @@
 // Per prompt it runs five KV-cache paths and compares their logits with the fixture:
 //   token-by-token decode (logits at every position), one full prefill (last position), a
 //   chunked prefill (chunks of 5, logits at each chunk end), and twice mixed steps that decode one
-//   sequence while another prefills in chunks of 3 (decoding row first, as the Generator orders
-//   them, and last); only positions the fixture stores are compared (its "logit_positions", or
-//   every position when absent). Then a 32-step greedy
-//   continuation through the Generator, which must equal HF's greedy ids. A divergence at a step
-//   where HF's own top-2 margin is below --near-tie is a near-tie (HF in another rounding could
-//   pick either token): it is reported, forgiven, and the rest of that continuation is not compared
-//   (the two sequences no longer share a prefix).
+//   sequence while another prefills in chunks of 3 (decoding row first, as the BatchScheduler
+//   orders them, and last); only positions the fixture stores are compared (its "logit_positions",
+//   or every position when absent). Then a 32-step greedy continuation through the request owner
+//   and BatchScheduler, which must equal HF's greedy ids. A divergence at a step where HF's own
+//   top-2 margin is below --near-tie is a near-tie (HF in another rounding could pick either
+//   token): it is reported, forgiven, and the rest of that continuation is not compared (the two
+//   sequences no longer share a prefix).
 //
 // The last line is machine-readable (tests/reference/gpu_check.sh collects it):
 //   RESULT model=.. backend=.. dtype=.. np=.. max_abs_diff=.. tolerance=.. compared=..
@@ -157,10 +157,10 @@ std::vector<std::pair<int, std::vector<float>>> run_chunks(llama2::RankEngine& e
   return out;
 }
 
-// Mixed steps, as the Generator builds them while serving: sequence A decodes `ids` one token per
-// step while sequence B, on its own blocks, prefills the same ids in chunks of 3 in the same steps
-// (B first when `decode_first` is false, so A's one-token row is not in the leading decode part).
-// Returns A's logits at every position and B's at each chunk end.
+// Mixed steps, as the BatchScheduler builds them while serving: sequence A decodes `ids` one token
+// per step while sequence B, on its own blocks, prefills the same ids in chunks of 3 in the same
+// steps (B first when `decode_first` is false, so A's one-token row is not in the leading decode
+// part). Returns A's logits at every position and B's at each chunk end.
 std::vector<std::pair<int, std::vector<float>>> run_mixed(llama2::RankEngine& engine,
                                                           llama2::BlockAllocator& blocks,
                                                           const std::vector<int>& ids,

@@ -205,9 +205,9 @@ struct Harness : llama2::RequestEvents {
   }
 };
 
-// The policy the generator promises, written as plainly as possible: FIFO admission while a batch
-// slot is free and the whole prompt + max_new_tokens fits in free blocks; each step decodes every
-// sequence past its prompt (admission order), then hands the prefill budget to prompts in
+// The policy the owner and scheduler promise, written as plainly as possible: FIFO admission while
+// a batch slot is free and the whole prompt + max_new_tokens fits in free blocks; each step decodes
+// every sequence past its prompt (admission order), then hands the prefill budget to prompts in
 // admission order; a sequence ends on EOS, on max_new_tokens, on cancel or on its deadline.
 class ReferenceScheduler {
  public:
@@ -533,7 +533,7 @@ TEST_SUITE("scheduler") {
         } else if (what < 75) {
           const size_t plans = h.engine.plans.size();
           const int got = h.gen->step();
-          // The generator's own expire(Clock::now()) only reaches deadlines already past.
+          // The owner's own expire(Clock::now()) only reaches deadlines already past.
           const auto [want_plan, want_generated] = ref.step(-1);
           CHECK(got == want_generated);
           if (want_plan.empty()) {
