@@ -3,7 +3,7 @@
 namespace llama2 {
 
 Admission::Admission(AdmissionOptions opts, ServeMetrics* metrics)
-    : opts_(std::move(opts)), metrics_(metrics) {}
+    : opts_(opts), metrics_(metrics) {}
 
 std::optional<Refusal> Admission::reserve(int client_inflight) {
   // Checked before the queue: one client must not take every batch slot and queue place while
