@@ -69,7 +69,7 @@ cxxopts::Options serve_options() {
                         "continuous batching. SIGTERM/SIGINT drain in-flight requests and exit 0.");
   opts.add_options()("socket", "Unix socket path (created 0600)", cxxopts::value<std::string>())(
       "max-batch-size", "Sequences decoded together per step",
-      cxxopts::value<int>()->default_value("32"))(
+      cxxopts::value<int>()->default_value(std::to_string(kServeSteps.max_batch)))(
       "max-queue", "Generations waiting for admission before queue_full",
       cxxopts::value<int>()->default_value("256"))(
       "max-inflight-per-connection",
@@ -80,9 +80,9 @@ cxxopts::Options serve_options() {
       cxxopts::value<int>())("kv-cache-blocks",
                              "KV blocks (default: cuda, what --gpu-memory-fraction leaves; cpu, "
                              "max-batch-size full-length sequences)",
-                             cxxopts::value<int>())("prefill-chunk",
-                                                    "Prompt tokens per step across sequences",
-                                                    cxxopts::value<int>()->default_value("256"))(
+                             cxxopts::value<int>())(
+      "prefill-chunk", "Prompt tokens per step across sequences",
+      cxxopts::value<int>()->default_value(std::to_string(kServeSteps.prefill_chunk)))(
       "request-timeout-ms", "Default and maximum per-request timeout",
       cxxopts::value<int64_t>()->default_value("600000"))(
       "shutdown-timeout-ms", "How long in-flight requests may finish after SIGTERM",
@@ -96,82 +96,79 @@ cxxopts::Options serve_options() {
   return opts;
 }
 
+// The socket server's limits from the flags; max_seq_len and the KV capacity come from the
+// model and the engine later.
+ServerOptions server_options_from(const cxxopts::ParseResult& args, int max_batch) {
+  ServerOptions o;
+  o.socket_path = args["socket"].as<std::string>();
+  o.max_queue = args["max-queue"].as<int>();
+  // Half the batch slots: a connection that pipelines without reading leaves the rest to others.
+  o.max_inflight_per_connection = args.count("max-inflight-per-connection")
+                                      ? args["max-inflight-per-connection"].as<int>()
+                                      : std::max(1, max_batch / 2);
+  o.request_timeout_ms = args["request-timeout-ms"].as<int64_t>();
+  return o;
+}
+
+// Rank 0: the serve flags' ranges (the engine flags were checked with the EngineConfig).
+void validate_serve_flags(const cxxopts::ParseResult& args, const ServerOptions& o) {
+  auto at_least = [](int64_t v, int64_t lo, const char* flag) {
+    if (v < lo) {
+      throw Error(std::string(flag) + " must be >= " + std::to_string(lo) + " (got " +
+                  std::to_string(v) + ")");
+    }
+  };
+  at_least(o.max_queue, 0, "--max-queue");
+  at_least(o.max_inflight_per_connection, 1, "--max-inflight-per-connection");
+  at_least(o.request_timeout_ms, 1, "--request-timeout-ms");
+  at_least(args["shutdown-timeout-ms"].as<int64_t>(), 0, "--shutdown-timeout-ms");
+  at_least(args["step-timeout-ms"].as<int64_t>(), 0, "--step-timeout-ms");
+}
+
+// --max-seq-len, or the model's max_position_embeddings; Error outside [2, that].
+int serve_max_seq_len(const cxxopts::ParseResult& args, const ModelConfig& config) {
+  const int n =
+      args.count("max-seq-len") ? args["max-seq-len"].as<int>() : config.max_position_embeddings;
+  if (n < 2 || n > config.max_position_embeddings) {
+    throw Error("--max-seq-len must be in [2, " + std::to_string(config.max_position_embeddings) +
+                "] (max_position_embeddings) (got " + std::to_string(n) + ")");
+  }
+  return n;
+}
+
 }  // namespace
 
 int run_serve(int argc, char** argv, int rank) {
   cxxopts::Options opts = serve_options();
-  const auto args = parse_or_usage(opts, argc, argv);
-  if (args.count("help")) {
-    if (rank == 0) std::cout << opts.help() << std::endl;
-    return 0;
-  }
-  for (const char* required : {"model", "socket"}) {
-    if (!args.count(required))
-      throw UsageError(std::string("--") + required + " is required", opts.help());
-  }
+  const CommandLine cl = parse_command(opts, argc, argv, {"model", "socket"}, "", rank == 0);
+  if (cl.help_requested) return 0;
+  const cxxopts::ParseResult& args = cl.args;
   // mpirun forwards SIGTERM/SIGINT to every rank: workers must survive it and leave only when
   // rank 0 broadcasts the shutdown plan.
   install_signal_handlers();
 
-  const int max_batch = args["max-batch-size"].as<int>();
-  const int max_queue = args["max-queue"].as<int>();
-  // Half the batch slots: a connection that pipelines without reading leaves the rest to others.
-  const int max_inflight = args.count("max-inflight-per-connection")
-                               ? args["max-inflight-per-connection"].as<int>()
-                               : std::max(1, max_batch / 2);
-  const int prefill_chunk = args["prefill-chunk"].as<int>();
-  const int64_t request_timeout = args["request-timeout-ms"].as<int64_t>();
+  SamplingParams defaults = sampling_from_options(args);
+  SessionStart start = start_session(cl, kServeSteps, rank);
+  ServerOptions sopt = server_options_from(args, start.cfg.max_batch);
+  int kv_blocks = 0;  // rank 0: max-batch-size sequences of max_seq_len tokens
+  start.on_rank0([&] {
+    validate_serve_flags(args, sopt);
+    check_sampling_defaults(defaults, start.model);
+    sopt.max_seq_len = serve_max_seq_len(args, start.model);
+    kv_blocks =
+        start.cfg.max_batch * BlockAllocator::blocks_for(sopt.max_seq_len, start.cfg.block_size);
+  });
+  Session session = open_engine(std::move(start), kv_blocks);
+  const EngineConfig& settings = session.settings;
+  const int max_batch = settings.max_batch, max_queue = sopt.max_queue;
   const int64_t shutdown_timeout = args["shutdown-timeout-ms"].as<int64_t>();
   const std::chrono::milliseconds step_timeout(args["step-timeout-ms"].as<int64_t>());
-  SamplingParams defaults = sampling_from_options(args);
-  ServerOptions sopt;
-  sopt.socket_path = args["socket"].as<std::string>();
-  sopt.max_queue = max_queue;
-  sopt.max_inflight_per_connection = max_inflight;
-  sopt.request_timeout_ms = request_timeout;
-
-  SessionOptions session_opts = session_options_from(args, opts.help());
-  session_opts.max_batch = std::max(1, max_batch);
-  session_opts.prefill_chunk = std::max(1, prefill_chunk);
-  Session session =
-      open_session(session_opts, rank, [&](const ModelConfig& config, const Tokenizer&) {
-        auto at_least = [](int64_t v, int64_t lo, const char* flag) {
-          if (v < lo)
-            throw Error(std::string(flag) + " must be >= " + std::to_string(lo) + " (got " +
-                        std::to_string(v) + ")");
-        };
-        at_least(max_batch, 1, "--max-batch-size");
-        at_least(max_queue, 0, "--max-queue");
-        at_least(max_inflight, 1, "--max-inflight-per-connection");
-        at_least(prefill_chunk, 1, "--prefill-chunk");
-        at_least(request_timeout, 1, "--request-timeout-ms");
-        at_least(shutdown_timeout, 0, "--shutdown-timeout-ms");
-        at_least(step_timeout.count(), 0, "--step-timeout-ms");
-        if (std::string bad = validate_sampling(defaults, 1, config.max_position_embeddings);
-            !bad.empty())
-          throw Error(bad);
-        sopt.max_seq_len = args.count("max-seq-len") ? args["max-seq-len"].as<int>()
-                                                     : config.max_position_embeddings;
-        if (sopt.max_seq_len < 2 || sopt.max_seq_len > config.max_position_embeddings) {
-          throw Error("--max-seq-len must be in [2, " +
-                      std::to_string(config.max_position_embeddings) +
-                      "] (max_position_embeddings) (got " + std::to_string(sopt.max_seq_len) + ")");
-        }
-        const int per_seq = BlockAllocator::blocks_for(sopt.max_seq_len, session_opts.block_size);
-        int blocks = max_batch * per_seq;
-        if (args.count("kv-cache-blocks")) {
-          blocks = args["kv-cache-blocks"].as<int>();
-          at_least(blocks, 1, "--kv-cache-blocks");
-        }
-        sopt.kv_capacity_tokens = blocks * session_opts.block_size;
-        return blocks;
-      });
   RankEngine& engine = *session.engine;
   if (rank != 0) return engine.worker_loop();
   if (!args.count("quiet")) std::cerr << engine.startup_report() << std::flush;
 
   sopt.max_piece_bytes =
-      max_piece_bytes_for_bound(session_opts.model_dir + "/tokenizer.model", *session.tokenizer);
+      max_piece_bytes_for_bound(settings.model_dir + "/tokenizer.model", *session.tokenizer);
   ServeMetrics metrics;
   // The engine may have sized the cache from GPU memory: admission checks use what it allocated.
   sopt.kv_capacity_tokens = static_cast<int>(
@@ -187,11 +184,11 @@ int run_serve(int argc, char** argv, int rank) {
                            : server->draining() ? "draining"
                                                 : "ready"},
                 {"ranks", engine.shard().tp},
-                {"backend", engine.backend()},
-                {"dtype", engine.dtype()},
-                {"kv_cache_dtype", engine.kv_dtype()},
-                {"model", session_opts.synthetic.empty() ? session_opts.model_dir
-                                                         : "synthetic-" + session_opts.synthetic},
+                {"backend", engine.backend_name()},
+                {"dtype", engine.dtype_name()},
+                {"kv_cache_dtype", engine.kv_dtype_name()},
+                {"model", settings.synthetic.empty() ? settings.model_dir
+                                                     : "synthetic-" + settings.synthetic},
                 {"kv_blocks_total", g.kv_blocks_total},
                 {"kv_blocks_used", g.kv_blocks_used},
                 {"running", g.running},
@@ -261,8 +258,9 @@ int run_serve(int argc, char** argv, int rank) {
     routes.erase(it);
     refresh_gauges();
   };
+  const StepLog step_log = open_step_log(settings.knobs.step_log);
   Generator gen(engine, *session.tokenizer, session.config, blocks,
-                GeneratorOptions{max_batch, prefill_chunk}, cb);
+                generator_options(settings, step_log.get()), cb);
   gen_ptr = &gen;
 
   try {

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -43,8 +44,12 @@ struct GenResult {
 };
 
 struct GeneratorOptions {
-  int max_batch_size = 64;  // running sequences per step
-  int prefill_chunk = 512;  // prompt tokens per step over all sequences (bounds step latency)
+  int max_batch_size = 64;   // running sequences per step
+  int prefill_chunk = 512;   // prompt tokens per step over all sequences (bounds step latency)
+  bool full_logits = false;  // gather full logit rows, never candidates (TuningKnobs)
+  // One line per engine step (open_step_log in cli_common.h, TuningKnobs::step_log); the file
+  // stays the caller's. nullptr: no step log.
+  std::FILE* step_log = nullptr;
 };
 
 struct GeneratorCallbacks {

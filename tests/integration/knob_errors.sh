@@ -19,6 +19,7 @@ bad pdl LLAMA2_PDL=off "LLAMA2_PDL=off: expected 0 or 1"
 bad gemv LLAMA2_GEMV=16 "LLAMA2_GEMV=16: expected an integer from 0 (cuBLAS only) to 8"
 bad warmup LLAMA2_WARMUP=no "LLAMA2_WARMUP=no: expected 0 or 1"
 bad decode LLAMA2_DECODE_KERNEL=fast "LLAMA2_DECODE_KERNEL=fast: expected auto, block or warp"
+bad prefill LLAMA2_PREFILL_KERNEL=fa2 "LLAMA2_PREFILL_KERNEL=fa2: expected auto, wmma or mma"
 
 # The documented values run.
 LLAMA2_FULL_LOGITS=1 LLAMA2_PDL=0 LLAMA2_GEMV=0 LLAMA2_WARMUP=0 LLAMA2_MIXED_DECODE=1 \
