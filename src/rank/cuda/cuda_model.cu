@@ -72,15 +72,9 @@ kernels::PrefillKernel prefill_kernel_of(PrefillKernelChoice k) {
                                           : kernels::PrefillKernel::kAuto;
 }
 kernels::DecodeKernel decode_kernel_of(DecodeKernelChoice k) {
-  switch (k) {
-    case DecodeKernelChoice::kBlock:
-      return kernels::DecodeKernel::kBlock;
-    case DecodeKernelChoice::kWarp:
-      return kernels::DecodeKernel::kWarp;
-    case DecodeKernelChoice::kAuto:
-      break;
-  }
-  return kernels::DecodeKernel::kAuto;
+  return k == DecodeKernelChoice::kBlock  ? kernels::DecodeKernel::kBlock
+         : k == DecodeKernelChoice::kWarp ? kernels::DecodeKernel::kWarp
+                                          : kernels::DecodeKernel::kAuto;
 }
 
 // T: weights and activations; C: KV cache elements (T, or __nv_fp8_e4m3 for fp16/bf16).
