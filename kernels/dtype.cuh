@@ -180,10 +180,10 @@ __host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) {
 // blocks finish, and every kernel's first statement waits for the previous grid to complete and
 // its memory to be visible. Only the launch latency overlaps (nothing is read or written before
 // the wait), which is what a decode step of ~300 short kernels is made of. Off: plain launches.
-inline bool g_programmatic_launch = true;
-inline void set_programmatic_launch(bool on) {
-  g_programmatic_launch = on;
-}
+// The switch lives in launch.cu (on by default); only the CUDA runner sets it, once, from
+// TuningKnobs::pdl (LLAMA2_PDL) before its first launch.
+void set_programmatic_launch(bool on);
+bool programmatic_launch();
 
 __device__ __forceinline__ void wait_for_previous_grid() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -204,7 +204,7 @@ cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size
   config.dynamicSmemBytes = smem;
   config.stream = stream;
   config.attrs = attr;
-  config.numAttrs = g_programmatic_launch ? 1 : 0;
+  config.numAttrs = programmatic_launch() ? 1 : 0;
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 

@@ -121,14 +121,15 @@ int run(int argc, char** argv, int rank, int size) {
   }
   const int max_batch = *std::max_element(batches.begin(), batches.end());
 
-  llama2::EngineSpec spec;
+  llama2::EngineConfig spec;
   spec.model_dir = r["model"].as<std::string>();
-  spec.backend = "cpu";
+  spec.backend = llama2::Backend::kCpu;
   spec.cpu_threads = r["cpu-threads"].as<int>();
   // Every rank reads the same config and fails alike: reported once, no abort.
   llama2::ModelConfig config;
   try {
     config = llama2::load_model_config(spec.model_dir);
+    spec.knobs = llama2::tuning_knobs_from_env();  // LLAMA2_CPU_SPLIT for A/B runs
   } catch (const llama2::Error& e) {
     throw llama2::ReportedError(e.what());
   }
@@ -136,7 +137,8 @@ int run(int argc, char** argv, int rank, int size) {
     throw llama2::ReportedError("--context + --steps exceeds the model's " +
                                 std::to_string(config.max_position_embeddings) + " positions");
   }
-  spec.kv = {16, max_batch * BlockAllocator::blocks_for(context + steps + 1, 16)};
+  spec.block_size = 16;
+  spec.kv_cache_blocks = max_batch * BlockAllocator::blocks_for(context + steps + 1, 16);
   spec.max_batch = max_batch;
   llama2::RankEngine engine(spec, config, MPI_COMM_WORLD);
   if (rank != 0) return engine.worker_loop();

@@ -434,17 +434,18 @@ int run(int argc, char** argv, int rank, int size) {
                                 std::to_string(config.max_position_embeddings) + " positions");
   }
 
-  llama2::EngineSpec spec;
+  llama2::EngineConfig spec;
   spec.synthetic = o.synthetic;
-  spec.backend = "cuda";
-  spec.dtype = o.dtype;
-  spec.kv_cache_dtype = o.kv_cache_dtype;
-  spec.kv = {o.block_size, 0};
+  spec.backend = llama2::Backend::kCuda;
+  spec.dtype = llama2::parse_compute_dtype(o.dtype);
+  spec.kv_cache_dtype = llama2::parse_kv_cache_dtype(o.kv_cache_dtype);
+  spec.block_size = o.block_size;
   spec.gpu_memory_fraction = o.gpu_memory_fraction;
   spec.max_batch = max_batch;
-  spec.max_step_tokens = max_step_tokens;
+  spec.prefill_chunk = max_step_tokens - max_batch;  // max_step_tokens >= max_batch
   spec.max_seq_len = std::min(max_seq_len, config.max_position_embeddings);
   spec.cuda_graphs = o.cuda_graphs;
+  spec.knobs = llama2::tuning_knobs_from_env();
   const auto t_setup = Clock::now();
   llama2::RankEngine engine(spec, config, MPI_COMM_WORLD);
   const double setup_s = ms_since(t_setup) / 1e3;
@@ -467,7 +468,7 @@ int run(int argc, char** argv, int rank, int size) {
 
   // Weights, KV cache (the same arithmetic the engine checks its allocations against) and
   // cudaMemGetInfo of this rank's GPU after setup.
-  const int elem = llama2::dtype_bytes_of(engine.dtype());
+  const int elem = llama2::dtype_bytes_of(engine.dtype_name());
   const int kv_elem = llama2::kv_dtype_bytes_of(o.kv_cache_dtype, elem);
   std::vector<unsigned long long> mine = gpu_memory();
   mine.push_back(llama2::shard_weight_bytes(config, engine.shard(), elem));
@@ -487,14 +488,14 @@ int run(int argc, char** argv, int rank, int size) {
     std::fprintf(stderr, "%s", engine.startup_report().c_str());
     std::printf(
         "llama2_bench_e2e: %s %s, tp %d, %s, CUDA graphs %s, setup %.1f s, KV %d blocks (%s)\n",
-        o.synthetic.c_str(), engine.dtype().c_str(), size, prop.name, o.cuda_graphs ? "on" : "off",
-        setup_s, kv.num_blocks, engine.kv_dtype().c_str());
+        o.synthetic.c_str(), engine.dtype_name(), size, prop.name, o.cuda_graphs ? "on" : "off",
+        setup_s, kv.num_blocks, engine.kv_dtype_name());
     std::fflush(stdout);
 
     const ParamCount params = count_params(config);
     result["model"] = o.synthetic;
-    result["dtype"] = engine.dtype();
-    result["kv_cache_dtype"] = engine.kv_dtype();
+    result["dtype"] = engine.dtype_name();
+    result["kv_cache_dtype"] = engine.kv_dtype_name();
     result["tp"] = size;
     result["date"] = utc_now_iso();
     result["host"] = hostname();

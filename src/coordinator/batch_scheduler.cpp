@@ -13,29 +13,6 @@ namespace llama2 {
 
 using Clock = std::chrono::steady_clock;
 
-namespace {
-// LLAMA2_STEP_LOG=PATH: one line per engine step, to see where serving time goes by step kind
-// (benchmarks/serve/step_log_summary.py): "decode_rows prefill_seqs prefill_tokens logit_rows ms
-// host_ms", ms = wall time of the engine step on rank 0 (plan broadcast to logits back on the
-// host), host_ms = rank 0's time between the previous step's end and this one's start (sampling,
-// detokenizing, events, planning: the GPUs idle meanwhile; 0 after an idle pause). Appended by
-// every scheduler of the process; flushed per line, since a server that is killed never closes it.
-FILE* step_log() {
-  static FILE* const log = [] {
-    const char* path = std::getenv("LLAMA2_STEP_LOG");
-    if (path == nullptr || *path == '\0') return static_cast<FILE*>(nullptr);
-    FILE* f = std::fopen(path, "a");
-    if (f == nullptr) {
-      std::fprintf(stderr, "llama2: LLAMA2_STEP_LOG: cannot open %s; no step log\n", path);
-      return f;
-    }
-    std::fputs("# decode_rows prefill_seqs prefill_tokens logit_rows ms host_ms\n", f);
-    return f;
-  }();
-  return log;
-}
-}  // namespace
-
 struct BatchScheduler::Sequence {
   SubmitRequest req;
   Sampler sampler;
@@ -127,9 +104,8 @@ int BatchScheduler::step(SchedulerEvents& events) {
   // Greedy and top-k rows only need each row's best few logits: the ranks then send k (value,
   // id) pairs per row instead of the whole vocabulary (one step asks all rows the same way).
   // LLAMA2_FULL_LOGITS=1 forces full rows (for comparing the two paths).
-  static const bool force_full = std::getenv("LLAMA2_FULL_LOGITS") != nullptr;
   int most = 0;
-  bool full = force_full;
+  bool full = opts_.full_logits;
   for (size_t i = 0; i < plan.seqs.size() && !full; ++i) {
     if (!plan.seqs[i].want_logits) continue;
     const int need = Sampler::candidates_needed(order[i]->req.params);
@@ -141,7 +117,7 @@ int BatchScheduler::step(SchedulerEvents& events) {
   const auto t_exec = Clock::now();
   exec_.execute(plan, &logits);
   const auto t_exec_end = Clock::now();
-  if (FILE* log = step_log()) {
+  if (FILE* log = opts_.step_log) {
     int decode_rows = 0, prefill_seqs = 0, prefill_tokens = 0;
     for (size_t i = 0; i < plan.seqs.size(); ++i) {
       if (order[i]->prefilling()) {

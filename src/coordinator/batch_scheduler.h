@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <vector>
 
@@ -25,8 +26,13 @@ namespace llama2 {
 class Tokenizer;
 
 struct SchedulerOptions {
-  int max_batch_size = 64;  // running sequences per step
-  int prefill_chunk = 512;  // prompt tokens per step over all sequences (bounds step latency)
+  int max_batch_size = 64;   // running sequences per step
+  int prefill_chunk = 512;   // prompt tokens per step over all sequences (bounds step latency)
+  bool full_logits = false;  // gather full logit rows, never candidates (TuningKnobs)
+  // One line per engine step (open_step_log in cli_common.h, TuningKnobs::step_log): "decode_rows
+  // prefill_seqs prefill_tokens logit_rows ms host_ms", see benchmarks/serve/step_log_summary.py.
+  // The file stays the caller's. nullptr: no step log.
+  std::FILE* step_log = nullptr;
 };
 
 class BatchScheduler {

@@ -169,18 +169,12 @@ int run_generate_request(Client& client, const json& req, bool print_json, int t
 
 int run_client(int argc, char** argv) {
   cxxopts::Options opts = client_options();
-  const std::string help = opts.help() + kClientEpilog;
-  const cxxopts::ParseResult args = parse_or_usage(opts, argc, argv);
-  if (args.count("help")) {
-    std::cout << help << std::flush;
-    return 0;
-  }
-  if (!args.count("socket")) throw UsageError("--socket PATH is required", help);
-  const size_t modes = args.count("prompt") + args.count("prompt-tokens") + args.count("health") +
-                       args.count("stats");
-  if (modes != 1) {
-    throw UsageError("give exactly one of --prompt, --prompt-tokens, --health, --stats", help);
-  }
+  const CommandLine cl = parse_command(opts, argc, argv, {"socket PATH"}, kClientEpilog);
+  if (cl.help_requested) return 0;
+  const cxxopts::ParseResult& args = cl.args;
+  const std::string& help = cl.help;
+  require_one_of(cl, {"prompt", "prompt-tokens", "health", "stats"},
+                 "give exactly one of --prompt, --prompt-tokens, --health, --stats");
   const int timeout_ms = args["timeout-ms"].as<int>();
   if (timeout_ms < 0) throw UsageError("--timeout-ms must be >= 0", help);
   // Built before connecting so that a bad flag is a usage error even with no server running.

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -70,82 +71,58 @@ cxxopts::Options generate_options() {
   return opts;
 }
 
-}  // namespace
-
-int run_generate(int argc, char** argv, int rank) {
-  cxxopts::Options opts = generate_options();
-  const cxxopts::ParseResult args = parse_or_usage(opts, argc, argv);
-  if (args.count("help")) {
-    if (rank == 0) std::cout << opts.help() << std::endl;
-    return 0;
+// The prompt as token ids: --prompt-tokens as given, else the text tokenized with BOS.
+std::vector<int> read_prompt(const cxxopts::ParseResult& args, const ModelConfig& model,
+                             const Tokenizer& tok) {
+  if (args.count("prompt-tokens")) {
+    return parse_token_list(args["prompt-tokens"].as<std::string>(), model.vocab_size);
   }
-  if (!args.count("model")) throw UsageError("--model is required", opts.help());
-  const int sources = static_cast<int>(args.count("prompt") + args.count("prompt-file") +
-                                       args.count("prompt-tokens"));
-  if (sources != 1) {
-    throw UsageError("give exactly one of --prompt, --prompt-file, --prompt-tokens", opts.help());
-  }
-  const std::string model_dir = args["model"].as<std::string>();
-  SamplingParams params = sampling_from_options(args);
-  const bool json_out = args.count("json") > 0;
+  const std::string text = args.count("prompt") ? args["prompt"].as<std::string>()
+                                                : read_file(args["prompt-file"].as<std::string>());
+  return tok.encode(text, /*add_bos=*/true);
+}
 
-  std::vector<int> prompt;
-  SessionOptions sopts = session_options_from(args, opts.help());
-  sopts.max_batch = 1;
-  sopts.prefill_chunk = 512;
-  Session session = open_session(sopts, rank, [&](const ModelConfig& config, const Tokenizer& tok) {
-    if (args.count("prompt-tokens")) {
-      prompt = parse_token_list(args["prompt-tokens"].as<std::string>(), config.vocab_size);
-    } else {
-      const std::string text = args.count("prompt")
-                                   ? args["prompt"].as<std::string>()
-                                   : read_file(args["prompt-file"].as<std::string>());
-      prompt = tok.encode(text, /*add_bos=*/true);
-    }
-    const std::string bad =
-        validate_sampling(params, static_cast<int>(prompt.size()), config.max_position_embeddings);
-    if (!bad.empty()) throw Error(bad);
-    if (!params.seed) params.seed = random_seed();
-    return BlockAllocator::blocks_for(static_cast<int>(prompt.size()) + params.max_new_tokens,
-                                      sopts.block_size);
-  });
-  RankEngine& engine = *session.engine;
-  if (rank != 0) return engine.worker_loop();
-  if (!args.count("quiet")) std::cerr << engine.startup_report() << std::flush;
-  const ModelConfig& config = session.config;
-  const Tokenizer* tok = session.tokenizer.get();
-  const double load_s = session.load_s;
+// What the one request produced, and its timings.
+struct Generated {
+  Finished result;
+  Timings timings;
+};
 
-  // The one prompt through the same request owner -> scheduler path as `serve` and `batch`.
+// Runs the one request through the same request owner -> scheduler path as `serve` and `batch`,
+// streaming its text to stdout unless `json_out`.
+Generated generate_one(Session& session, const std::vector<int>& prompt,
+                       const SamplingParams& params, bool json_out) {
   struct Output final : RequestEvents {
     bool stream = false;
-    Finished result;
-    Timings timings;
+    Generated out;
     void on_token(const TokenEvent& ev) override {
       if (!stream) return;
       std::fwrite(ev.text.data(), 1, ev.text.size(), stdout);
       std::fflush(stdout);
     }
     void on_finished(const Finished& done, const Timings& t) override {
-      result = done;
-      timings = t;
+      out.result = done;
+      out.timings = t;
     }
   } output;
   output.stream = !json_out;
-  LocalServing serving(engine, *tok, config, session.num_blocks, session.block_size,
-                       SchedulerOptions{1, 512}, output);
+  const StepLog step_log = open_step_log(session.settings.knobs.step_log);
+  LocalServing serving(*session.engine, *session.tokenizer, session.config, session.num_blocks,
+                       session.block_size, scheduler_options(session.settings, step_log.get()),
+                       output);
   if (std::optional<Refusal> refusal =
           serving.submit(SubmitRequest{0, prompt, params, *params.seed})) {
-    engine.shutdown(1);  // the workers wait for a plan: release them before reporting
+    session.engine->shutdown(1);  // the workers wait for a plan: release them before reporting
     throw ReportedError(refusal->message);
   }
-  const auto t_gen = Clock::now();
   while (!serving.owner.idle()) serving.owner.step();
-  const double gen_s = std::chrono::duration<double>(Clock::now() - t_gen).count();
-  engine.shutdown(0);
-  const Finished& result = output.result;
+  return output.out;
+}
 
-  const double decode_s = gen_s - output.timings.ttft_s;
+void report(const Generated& g, const std::vector<int>& prompt, const RankEngine& engine,
+            const SamplingParams& params, double load_s, double gen_s, bool json_out, bool quiet) {
+  const Finished& result = g.result;
+  const double decode_s = gen_s - g.timings.ttft_s;
   const size_t n_out = result.tokens.size();
   const double decode_tps = n_out > 1 && decode_s > 0 ? (n_out - 1) / decode_s : 0.0;
   if (json_out) {
@@ -154,26 +131,59 @@ int run_generate(int argc, char** argv, int rank) {
                      {"text", result.text},
                      {"finish_reason", result.finish_reason},
                      {"seed", *params.seed},
-                     {"backend", engine.backend()},
+                     {"backend", engine.backend_name()},
                      {"ranks", engine.shard().tp},
                      {"usage", {{"prompt_tokens", prompt.size()}, {"completion_tokens", n_out}}},
                      {"timings",
                       {{"load_s", load_s},
-                       {"time_to_first_token_s", output.timings.ttft_s},
+                       {"time_to_first_token_s", g.timings.ttft_s},
                        {"generate_s", gen_s},
                        {"decode_tokens_per_s", decode_tps}}}};
     std::cout << j.dump() << std::endl;
-  } else {
-    std::cout << std::endl;
-    if (!args.count("quiet")) {
-      std::fprintf(stderr,
-                   "[%s] %zu prompt + %zu generated tokens, finish_reason=%s, seed=%llu, "
-                   "TTFT %.1f ms, decode %.1f tok/s\n",
-                   engine.backend().c_str(), prompt.size(), n_out, result.finish_reason.c_str(),
-                   static_cast<unsigned long long>(*params.seed), output.timings.ttft_s * 1e3,
-                   decode_tps);
-    }
+    return;
   }
+  std::cout << std::endl;
+  if (quiet) return;
+  std::fprintf(stderr,
+               "[%s] %zu prompt + %zu generated tokens, finish_reason=%s, seed=%llu, "
+               "TTFT %.1f ms, decode %.1f tok/s\n",
+               engine.backend_name(), prompt.size(), n_out, result.finish_reason.c_str(),
+               static_cast<unsigned long long>(*params.seed), g.timings.ttft_s * 1e3, decode_tps);
+}
+
+}  // namespace
+
+int run_generate(int argc, char** argv, int rank) {
+  cxxopts::Options opts = generate_options();
+  const CommandLine cl = parse_command(opts, argc, argv, {"model"}, "", rank == 0);
+  if (cl.help_requested) return 0;
+  require_one_of(cl, {"prompt", "prompt-file", "prompt-tokens"},
+                 "give exactly one of --prompt, --prompt-file, --prompt-tokens");
+  SamplingParams params = sampling_from_options(cl.args);
+
+  SessionStart start = start_session(cl, kGenerateSteps, rank);
+  std::vector<int> prompt;  // rank 0
+  int kv_blocks = 0;        // rank 0: what the prompt and its new tokens need
+  start.on_rank0([&] {
+    prompt = read_prompt(cl.args, start.model, *start.tokenizer);
+    const std::string bad = validate_sampling(params, static_cast<int>(prompt.size()),
+                                              start.model.max_position_embeddings);
+    if (!bad.empty()) throw Error(bad);
+    if (!params.seed) params.seed = random_seed();
+    kv_blocks = BlockAllocator::blocks_for(static_cast<int>(prompt.size()) + params.max_new_tokens,
+                                           start.cfg.block_size);
+  });
+  Session session = open_engine(std::move(start), kv_blocks);
+  RankEngine& engine = *session.engine;
+  if (rank != 0) return engine.worker_loop();
+  const bool quiet = cl.args.count("quiet") > 0, json_out = cl.args.count("json") > 0;
+  if (!quiet) std::cerr << engine.startup_report() << std::flush;
+
+  const auto t_gen = Clock::now();
+  const Generated result = generate_one(session, prompt, params, json_out);
+  const double gen_s = std::chrono::duration<double>(Clock::now() - t_gen).count();
+  engine.shutdown(0);
+  report(result, prompt, engine, params, session.load_s, gen_s, json_out, quiet);
   return 0;
 }
 

@@ -70,7 +70,7 @@ cxxopts::Options perplexity_options() {
       cxxopts::value<int>())("stride", "Window step S in tokens, 1 <= S <= N (default: N)",
                              cxxopts::value<int>())(
       "chunk", "Tokens per engine step (windows longer than this run in several steps)",
-      cxxopts::value<int>()->default_value("512"))(
+      cxxopts::value<int>()->default_value(std::to_string(kPerplexitySteps.prefill_chunk)))(
       "json", "Print one JSON object instead of the text summary");
   add_engine_options(opts);
   return opts;
@@ -132,70 +132,108 @@ std::pair<double, int64_t> score_windows(RankEngine& engine, const std::vector<i
   return {sum, count};
 }
 
+// What rank 0 reads before the engine opens: the window geometry and the tokenized text.
+struct PerplexityInput {
+  int context = 0, stride = 0;
+  int windows_per_step = 1, blocks_per_window = 0;
+  std::vector<int> ids;
+  int kv_blocks() const { return windows_per_step * blocks_per_window; }
+};
+
+PerplexityInput read_perplexity_input(const cxxopts::ParseResult& args, const EngineConfig& cfg,
+                                      const ModelConfig& model, const Tokenizer& tok) {
+  PerplexityInput in;
+  const int max_pos = model.max_position_embeddings;
+  in.context = args.count("context") ? args["context"].as<int>() : max_pos;
+  if (in.context < 2 || in.context > max_pos) {
+    throw Error("--context must be in [2, " + std::to_string(max_pos) +
+                "] (the model's max_position_embeddings) (got " + std::to_string(in.context) + ")");
+  }
+  in.stride = args.count("stride") ? args["stride"].as<int>() : in.context;
+  if (in.stride < 1 || in.stride > in.context) {
+    throw Error("--stride must be in [1, --context = " + std::to_string(in.context) + "] (got " +
+                std::to_string(in.stride) + "): a larger stride would leave tokens unscored");
+  }
+  in.ids = tok.encode(read_text(args["text-file"].as<std::string>()), /*add_bos=*/true);
+  if (in.ids.size() < 2) {
+    throw Error("--text-file " + args["text-file"].as<std::string>() +
+                " gives fewer than 2 tokens (BOS included): nothing to score");
+  }
+  // Up to max_batch whole windows share a step while they fit in the chunk.
+  in.windows_per_step = std::clamp(cfg.prefill_chunk / in.context, 1, cfg.max_batch);
+  in.blocks_per_window = BlockAllocator::blocks_for(in.context, cfg.block_size);
+  return in;
+}
+
+void report(const cxxopts::ParseResult& args, const RankEngine& engine, const PerplexityInput& in,
+            size_t windows, int64_t count, double sum, double seconds) {
+  const double nll = -sum / static_cast<double>(count);
+  const double ppl = std::exp(nll);
+  const double tps = seconds > 0 ? static_cast<double>(count) / seconds : 0.0;
+  if (args.count("json")) {
+    nlohmann::json j{{"text_file", args["text-file"].as<std::string>()},
+                     {"tokens", in.ids.size()},
+                     {"evaluated_tokens", count},
+                     {"windows", windows},
+                     {"context", in.context},
+                     {"stride", in.stride},
+                     {"mean_nll", nll},
+                     {"perplexity", ppl},
+                     {"seconds", seconds},
+                     {"tokens_per_s", tps},
+                     {"backend", engine.backend_name()},
+                     {"dtype", engine.dtype_name()},
+                     {"kv_cache_dtype", engine.kv_dtype_name()},
+                     {"ranks", engine.shard().tp}};
+    std::cout << j.dump() << std::endl;
+    return;
+  }
+  std::printf(
+      "tokens evaluated: %lld (of %zu, %zu windows, context %d, stride %d)\n"
+      "mean NLL: %.6f nats/token\nperplexity: %.4f\ntokens/s: %.1f (%.2f s, %s %s, KV %s, "
+      "%d rank%s)\n",
+      static_cast<long long>(count), in.ids.size(), windows, in.context, in.stride, nll, ppl, tps,
+      seconds, engine.backend_name(), engine.dtype_name(), engine.kv_dtype_name(),
+      engine.shard().tp, engine.shard().tp == 1 ? "" : "s");
+}
+
 }  // namespace
 
 int run_perplexity(int argc, char** argv, int rank) {
   cxxopts::Options opts = perplexity_options();
-  const cxxopts::ParseResult args = parse_or_usage(opts, argc, argv);
-  if (args.count("help")) {
-    if (rank == 0) std::cout << opts.help() << std::endl;
-    return 0;
-  }
-  if (!args.count("model")) throw UsageError("--model is required", opts.help());
-  if (!args.count("text-file")) throw UsageError("--text-file is required", opts.help());
-  const int chunk = args["chunk"].as<int>();
+  const CommandLine cl = parse_command(opts, argc, argv, {"model", "text-file"}, "", rank == 0);
+  if (cl.help_requested) return 0;
+  const int chunk = cl.args["chunk"].as<int>();
   if (chunk < 1 || chunk > 65536) {
-    throw UsageError("--chunk must be in [1, 65536] (got " + std::to_string(chunk) + ")",
-                     opts.help());
+    throw UsageError("--chunk must be in [1, 65536] (got " + std::to_string(chunk) + ")", cl.help);
   }
-  const bool json_out = args.count("json") > 0;
 
-  SessionOptions sopts = session_options_from(args, opts.help());
-  // Score steps never replay decode graphs; up to kMaxWindowsPerStep windows share a step.
-  constexpr int kMaxWindowsPerStep = 64;
-  sopts.cuda_graphs = false;
-  sopts.max_batch = kMaxWindowsPerStep;
-  sopts.prefill_chunk = chunk;
-  int context = 0, stride = 0, windows_per_step = 1, blocks_per_window = 0;
-  std::vector<int> ids;
-  Session session = open_session(sopts, rank, [&](const ModelConfig& config, const Tokenizer& tok) {
-    const int max_pos = config.max_position_embeddings;
-    context = args.count("context") ? args["context"].as<int>() : max_pos;
-    if (context < 2 || context > max_pos) {
-      throw Error("--context must be in [2, " + std::to_string(max_pos) +
-                  "] (the model's max_position_embeddings) (got " + std::to_string(context) + ")");
-    }
-    stride = args.count("stride") ? args["stride"].as<int>() : context;
-    if (stride < 1 || stride > context) {
-      throw Error("--stride must be in [1, --context = " + std::to_string(context) + "] (got " +
-                  std::to_string(stride) + "): a larger stride would leave tokens unscored");
-    }
-    ids = tok.encode(read_text(args["text-file"].as<std::string>()), /*add_bos=*/true);
-    if (ids.size() < 2) {
-      throw Error("--text-file " + args["text-file"].as<std::string>() +
-                  " gives fewer than 2 tokens (BOS included): nothing to score");
-    }
-    windows_per_step = std::clamp(chunk / context, 1, kMaxWindowsPerStep);
-    blocks_per_window = BlockAllocator::blocks_for(context, sopts.block_size);
-    return windows_per_step * blocks_per_window;
-  });
+  SessionStart start = start_session(cl, StepDefaults{kPerplexitySteps.max_batch, chunk}, rank);
+  start.cfg.cuda_graphs = false;  // score steps never replay decode graphs
+  PerplexityInput in;             // rank 0
+  start.on_rank0(
+      [&] { in = read_perplexity_input(cl.args, start.cfg, start.model, *start.tokenizer); });
+  Session session = open_engine(std::move(start), in.kv_blocks());
   RankEngine& engine = *session.engine;
   if (rank != 0) return engine.worker_loop();
-  if (!args.count("quiet") && !json_out) std::cerr << engine.startup_report() << std::flush;
-  if (session.num_blocks < windows_per_step * blocks_per_window) {
+  if (!cl.args.count("quiet") && !cl.args.count("json")) {
+    std::cerr << engine.startup_report() << std::flush;
+  }
+  if (session.num_blocks < in.kv_blocks()) {
     engine.shutdown(1);  // the workers leave their loop; this rank reports
     throw ReportedError("the KV cache holds " + std::to_string(session.num_blocks) + " blocks; " +
-                        std::to_string(windows_per_step * blocks_per_window) +
+                        std::to_string(in.kv_blocks()) +
                         " are needed (lower --chunk or --context)");
   }
 
-  const std::vector<Window> windows = make_windows(static_cast<int>(ids.size()), context, stride);
+  const std::vector<Window> windows =
+      make_windows(static_cast<int>(in.ids.size()), in.context, in.stride);
   const auto t0 = Clock::now();
   double sum = 0.0;
   int64_t count = 0;
   try {
-    std::tie(sum, count) = score_windows(engine, ids, windows, chunk, windows_per_step,
-                                         blocks_per_window, session.block_size);
+    std::tie(sum, count) = score_windows(engine, in.ids, windows, chunk, in.windows_per_step,
+                                         in.blocks_per_window, session.block_size);
   } catch (...) {
     engine.shutdown(1);
     throw;
@@ -205,34 +243,7 @@ int run_perplexity(int argc, char** argv, int rank) {
   int64_t expected = 0;
   for (const Window& w : windows) expected += w.end - w.first_scored;
   LLAMA2_CHECK(count == expected);
-  const double nll = -sum / static_cast<double>(count);
-  const double ppl = std::exp(nll);
-  const double tps = seconds > 0 ? static_cast<double>(count) / seconds : 0.0;
-  if (json_out) {
-    nlohmann::json j{{"text_file", args["text-file"].as<std::string>()},
-                     {"tokens", ids.size()},
-                     {"evaluated_tokens", count},
-                     {"windows", windows.size()},
-                     {"context", context},
-                     {"stride", stride},
-                     {"mean_nll", nll},
-                     {"perplexity", ppl},
-                     {"seconds", seconds},
-                     {"tokens_per_s", tps},
-                     {"backend", engine.backend()},
-                     {"dtype", engine.dtype()},
-                     {"kv_cache_dtype", engine.kv_dtype()},
-                     {"ranks", engine.shard().tp}};
-    std::cout << j.dump() << std::endl;
-  } else {
-    std::printf(
-        "tokens evaluated: %lld (of %zu, %zu windows, context %d, stride %d)\n"
-        "mean NLL: %.6f nats/token\nperplexity: %.4f\ntokens/s: %.1f (%.2f s, %s %s, KV %s, "
-        "%d rank%s)\n",
-        static_cast<long long>(count), ids.size(), windows.size(), context, stride, nll, ppl, tps,
-        seconds, engine.backend().c_str(), engine.dtype().c_str(), engine.kv_dtype().c_str(),
-        engine.shard().tp, engine.shard().tp == 1 ? "" : "s");
-  }
+  report(cl.args, engine, in, windows.size(), count, sum, seconds);
   return 0;
 }
 

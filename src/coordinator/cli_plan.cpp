@@ -8,6 +8,7 @@
 
 #include "common/capacity.h"
 #include "common/check.h"
+#include "common/engine_config.h"
 #include "common/model_config.h"
 #include "coordinator/cli_common.h"
 #include "coordinator/commands.h"
@@ -169,15 +170,10 @@ nlohmann::ordered_json plan_json(const CapacityPlan& p, const std::string& sourc
 
 int run_plan(int argc, char** argv) {
   cxxopts::Options opts = plan_options();
-  const std::string help = opts.help() + kPlanEpilog;
-  const cxxopts::ParseResult args = parse_or_usage(opts, argc, argv);
-  if (args.count("help")) {
-    std::cout << help << std::flush;
-    return 0;
-  }
-  if (args.count("model") + args.count("preset") != 1) {
-    throw UsageError("give exactly one of --model DIR, --preset 7b|13b|70b", help);
-  }
+  const CommandLine cl = parse_command(opts, argc, argv, {}, kPlanEpilog);
+  if (cl.help_requested) return 0;
+  const cxxopts::ParseResult& args = cl.args;
+  require_one_of(cl, {"model", "preset"}, "give exactly one of --model DIR, --preset 7b|13b|70b");
 
   // Values (not syntax) are checked here and in plan_capacity; their errors name the flag.
   std::string source;
@@ -194,8 +190,14 @@ int run_plan(int argc, char** argv) {
     source = args["model"].as<std::string>();
     config = load_model_config(source);
   }
+  // The planner has no checkpoint to follow, so auto is not among its dtypes.
   const std::string dtype = args["dtype"].as<std::string>();
-  if (dtype != "fp16" && dtype != "bf16" && dtype != "fp32") {
+  ComputeDType parsed = ComputeDType::kAuto;
+  try {
+    parsed = parse_compute_dtype(dtype);
+  } catch (const Error&) {
+  }
+  if (parsed == ComputeDType::kAuto) {
     throw Error("--dtype: unknown dtype '" + dtype + "' (allowed: fp16, bf16, fp32)");
   }
 

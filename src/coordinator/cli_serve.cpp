@@ -55,7 +55,7 @@ cxxopts::Options serve_options() {
                         "continuous batching. SIGTERM/SIGINT drain in-flight requests and exit 0.");
   opts.add_options()("socket", "Unix socket path (created 0600)", cxxopts::value<std::string>())(
       "max-batch-size", "Sequences decoded together per step",
-      cxxopts::value<int>()->default_value("32"))(
+      cxxopts::value<int>()->default_value(std::to_string(kServeSteps.max_batch)))(
       "max-queue", "Generations waiting for admission before queue_full",
       cxxopts::value<int>()->default_value("256"))(
       "max-inflight-per-connection",
@@ -66,9 +66,9 @@ cxxopts::Options serve_options() {
       cxxopts::value<int>())("kv-cache-blocks",
                              "KV blocks (default: cuda, what --gpu-memory-fraction leaves; cpu, "
                              "max-batch-size full-length sequences)",
-                             cxxopts::value<int>())("prefill-chunk",
-                                                    "Prompt tokens per step across sequences",
-                                                    cxxopts::value<int>()->default_value("256"))(
+                             cxxopts::value<int>())(
+      "prefill-chunk", "Prompt tokens per step across sequences",
+      cxxopts::value<int>()->default_value(std::to_string(kServeSteps.prefill_chunk)))(
       "request-timeout-ms", "Default and maximum per-request timeout",
       cxxopts::value<int64_t>()->default_value("600000"))(
       "shutdown-timeout-ms", "How long in-flight requests may finish after SIGTERM",
@@ -82,24 +82,67 @@ cxxopts::Options serve_options() {
   return opts;
 }
 
-// What `serve` needs once the engine is open: the flags, validated on rank 0 before the session
-// opens, and --max-seq-len resolved against the model.
+// What `serve` needs besides the engine: the serve flags (the engine flags are in EngineConfig),
+// checked on rank 0 before the engine opens, and --max-seq-len resolved against the model.
 struct ServeSettings {
   ServerOptions server;  // socket path, request timeout (max_piece_bytes set on rank 0)
-  int max_batch = 0, max_queue = 0, max_inflight = 0, prefill_chunk = 0, max_seq_len = 0;
+  int max_queue = 0, max_inflight = 0, max_seq_len = 0;
   int64_t shutdown_timeout_ms = 0;
   std::chrono::milliseconds step_timeout{0};
   SamplingParams defaults;
   bool quiet = false;
 };
 
+ServeSettings serve_settings_from(const cxxopts::ParseResult& args, int max_batch) {
+  ServeSettings s;
+  s.server.socket_path = args["socket"].as<std::string>();
+  s.server.request_timeout_ms = args["request-timeout-ms"].as<int64_t>();
+  s.max_queue = args["max-queue"].as<int>();
+  // Half the batch slots: a connection that pipelines without reading leaves the rest to others.
+  s.max_inflight = args.count("max-inflight-per-connection")
+                       ? args["max-inflight-per-connection"].as<int>()
+                       : std::max(1, max_batch / 2);
+  s.shutdown_timeout_ms = args["shutdown-timeout-ms"].as<int64_t>();
+  s.step_timeout = std::chrono::milliseconds(args["step-timeout-ms"].as<int64_t>());
+  s.defaults = sampling_from_options(args);
+  s.quiet = args.count("quiet") > 0;
+  return s;
+}
+
+// Rank 0: the serve flags' ranges.
+void validate_serve_settings(const ServeSettings& s) {
+  auto at_least = [](int64_t v, int64_t lo, const char* flag) {
+    if (v < lo) {
+      throw Error(std::string(flag) + " must be >= " + std::to_string(lo) + " (got " +
+                  std::to_string(v) + ")");
+    }
+  };
+  at_least(s.max_queue, 0, "--max-queue");
+  at_least(s.max_inflight, 1, "--max-inflight-per-connection");
+  at_least(s.server.request_timeout_ms, 1, "--request-timeout-ms");
+  at_least(s.shutdown_timeout_ms, 0, "--shutdown-timeout-ms");
+  at_least(s.step_timeout.count(), 0, "--step-timeout-ms");
+}
+
+// --max-seq-len, or the model's max_position_embeddings; Error outside [2, that].
+int serve_max_seq_len(const cxxopts::ParseResult& args, const ModelConfig& config) {
+  const int n =
+      args.count("max-seq-len") ? args["max-seq-len"].as<int>() : config.max_position_embeddings;
+  if (n < 2 || n > config.max_position_embeddings) {
+    throw Error("--max-seq-len must be in [2, " + std::to_string(config.max_position_embeddings) +
+                "] (max_position_embeddings) (got " + std::to_string(n) + ")");
+  }
+  return n;
+}
+
 // Rank 0 once the engine is open: the parts, in the order a request meets them
 // (docs/ARCHITECTURE.md), then the engine loop until a drain ends.
-int serve_on_rank0(Session& session, const SessionOptions& session_opts, ServeSettings s) {
+int serve_on_rank0(Session& session, ServeSettings s) {
+  const EngineConfig& settings = session.settings;
   RankEngine& engine = *session.engine;
   if (!s.quiet) std::cerr << engine.startup_report() << std::flush;
   s.server.max_piece_bytes =
-      max_piece_bytes_for_bound(session_opts.model_dir + "/tokenizer.model", *session.tokenizer);
+      max_piece_bytes_for_bound(settings.model_dir + "/tokenizer.model", *session.tokenizer);
   ServeMetrics metrics;
   AdmissionOptions aopt;
   aopt.max_queue = s.max_queue;
@@ -109,15 +152,15 @@ int serve_on_rank0(Session& session, const SessionOptions& session_opts, ServeSe
   // The engine may have sized the cache from GPU memory: admission checks use what it allocated.
   aopt.limits.kv_capacity_tokens = int64_t{session.num_blocks} * session.block_size;
   Admission admission(aopt, &metrics);
-  const HealthInfo info{engine.shard().tp,
-                        engine.backend(),
-                        engine.dtype(),
-                        engine.kv_dtype(),
-                        session_opts.synthetic.empty() ? session_opts.model_dir
-                                                       : "synthetic-" + session_opts.synthetic,
-                        s.max_batch,
-                        s.max_queue,
-                        s.max_seq_len};
+  const HealthInfo info{
+      engine.shard().tp,
+      engine.backend_name(),
+      engine.dtype_name(),
+      engine.kv_dtype_name(),
+      settings.synthetic.empty() ? settings.model_dir : "synthetic-" + settings.synthetic,
+      settings.max_batch,
+      s.max_queue,
+      s.max_seq_len};
   std::unique_ptr<SocketServer> server;
   server = std::make_unique<SocketServer>(
       s.server, admission, *session.tokenizer, session.config, s.defaults,
@@ -125,8 +168,9 @@ int serve_on_rank0(Session& session, const SessionOptions& session_opts, ServeSe
       [&] { return metrics.render(admission.gauges()); });
   SocketBridge bridge(*server, random_seed());
   BlockAllocator blocks(session.num_blocks, session.block_size);
+  const StepLog step_log = open_step_log(settings.knobs.step_log);
   BatchScheduler scheduler(engine, *session.tokenizer, session.config, blocks,
-                           SchedulerOptions{s.max_batch, s.prefill_chunk});
+                           scheduler_options(settings, step_log.get()));
   RequestOwner owner(admission, scheduler, bridge, &metrics);
 
   try {
@@ -137,9 +181,9 @@ int serve_on_rank0(Session& session, const SessionOptions& session_opts, ServeSe
   }
   g_wake_fd = server->wake_fd();
   std::cerr << "llama2 serve: listening on " << s.server.socket_path << " (max batch "
-            << s.max_batch << ", max queue " << s.max_queue << ", max seq len " << s.max_seq_len
-            << ", KV " << session.num_blocks << " blocks x " << session.block_size << ")"
-            << std::endl;
+            << settings.max_batch << ", max queue " << s.max_queue << ", max seq len "
+            << s.max_seq_len << ", KV " << session.num_blocks << " blocks x " << session.block_size
+            << ")" << std::endl;
   // Started once the socket exists: from here on a stalled step ends the job (watchdog.h).
   const std::chrono::milliseconds step_timeout = s.step_timeout;
   StepWatchdog watchdog(
@@ -160,75 +204,25 @@ int serve_on_rank0(Session& session, const SessionOptions& session_opts, ServeSe
 
 int run_serve(int argc, char** argv, int rank) {
   cxxopts::Options opts = serve_options();
-  const auto args = parse_or_usage(opts, argc, argv);
-  if (args.count("help")) {
-    if (rank == 0) std::cout << opts.help() << std::endl;
-    return 0;
-  }
-  for (const char* required : {"model", "socket"}) {
-    if (!args.count(required))
-      throw UsageError(std::string("--") + required + " is required", opts.help());
-  }
+  const CommandLine cl = parse_command(opts, argc, argv, {"model", "socket"}, "", rank == 0);
+  if (cl.help_requested) return 0;
   // mpirun forwards SIGTERM/SIGINT to every rank: workers must survive it and leave only when
   // rank 0 broadcasts the shutdown plan.
   install_signal_handlers();
 
-  const int max_batch = args["max-batch-size"].as<int>();
-  const int max_queue = args["max-queue"].as<int>();
-  // Half the batch slots: a connection that pipelines without reading leaves the rest to others.
-  const int max_inflight = args.count("max-inflight-per-connection")
-                               ? args["max-inflight-per-connection"].as<int>()
-                               : std::max(1, max_batch / 2);
-  const int prefill_chunk = args["prefill-chunk"].as<int>();
-  const int64_t request_timeout = args["request-timeout-ms"].as<int64_t>();
-  const int64_t shutdown_timeout = args["shutdown-timeout-ms"].as<int64_t>();
-  const std::chrono::milliseconds step_timeout(args["step-timeout-ms"].as<int64_t>());
-  SamplingParams defaults = sampling_from_options(args);
-  ServerOptions sopt;
-  sopt.socket_path = args["socket"].as<std::string>();
-  sopt.request_timeout_ms = request_timeout;
-  int max_seq_len = 0;  // set once the model's config is known
-
-  SessionOptions session_opts = session_options_from(args, opts.help());
-  session_opts.max_batch = std::max(1, max_batch);
-  session_opts.prefill_chunk = std::max(1, prefill_chunk);
-  Session session =
-      open_session(session_opts, rank, [&](const ModelConfig& config, const Tokenizer&) {
-        auto at_least = [](int64_t v, int64_t lo, const char* flag) {
-          if (v < lo)
-            throw Error(std::string(flag) + " must be >= " + std::to_string(lo) + " (got " +
-                        std::to_string(v) + ")");
-        };
-        at_least(max_batch, 1, "--max-batch-size");
-        at_least(max_queue, 0, "--max-queue");
-        at_least(max_inflight, 1, "--max-inflight-per-connection");
-        at_least(prefill_chunk, 1, "--prefill-chunk");
-        at_least(request_timeout, 1, "--request-timeout-ms");
-        at_least(shutdown_timeout, 0, "--shutdown-timeout-ms");
-        at_least(step_timeout.count(), 0, "--step-timeout-ms");
-        if (std::string bad = validate_sampling(defaults, 1, config.max_position_embeddings);
-            !bad.empty())
-          throw Error(bad);
-        max_seq_len = args.count("max-seq-len") ? args["max-seq-len"].as<int>()
-                                                : config.max_position_embeddings;
-        if (max_seq_len < 2 || max_seq_len > config.max_position_embeddings) {
-          throw Error("--max-seq-len must be in [2, " +
-                      std::to_string(config.max_position_embeddings) +
-                      "] (max_position_embeddings) (got " + std::to_string(max_seq_len) + ")");
-        }
-        const int per_seq = BlockAllocator::blocks_for(max_seq_len, session_opts.block_size);
-        int blocks = max_batch * per_seq;
-        if (args.count("kv-cache-blocks")) {
-          blocks = args["kv-cache-blocks"].as<int>();
-          at_least(blocks, 1, "--kv-cache-blocks");
-        }
-        return blocks;
-      });
+  SessionStart start = start_session(cl, kServeSteps, rank);
+  ServeSettings serve = serve_settings_from(cl.args, start.cfg.max_batch);
+  int kv_blocks = 0;  // rank 0: max-batch-size sequences of max_seq_len tokens
+  start.on_rank0([&] {
+    validate_serve_settings(serve);
+    check_sampling_defaults(serve.defaults, start.model);
+    serve.max_seq_len = serve_max_seq_len(cl.args, start.model);
+    kv_blocks =
+        start.cfg.max_batch * BlockAllocator::blocks_for(serve.max_seq_len, start.cfg.block_size);
+  });
+  Session session = open_engine(std::move(start), kv_blocks);
   if (rank != 0) return session.engine->worker_loop();
-  return serve_on_rank0(
-      session, session_opts,
-      ServeSettings{sopt, max_batch, max_queue, max_inflight, prefill_chunk, max_seq_len,
-                    shutdown_timeout, step_timeout, defaults, args.count("quiet") > 0});
+  return serve_on_rank0(session, std::move(serve));
 }
 
 }  // namespace llama2

@@ -416,14 +416,6 @@ class CpuModel final : public ModelRunner {
 
 }  // namespace
 
-CpuSplit cpu_split_from_env() {
-  const char* v = std::getenv("LLAMA2_CPU_SPLIT");
-  if (v == nullptr || std::string(v) == "auto") return CpuSplit::kAuto;
-  if (std::string(v) == "columns") return CpuSplit::kColumns;
-  if (std::string(v) == "rows") return CpuSplit::kRows;
-  throw Error(std::string("LLAMA2_CPU_SPLIT=") + v + ": expected auto, columns or rows");
-}
-
 std::unique_ptr<ModelRunner> make_cpu_runner(const ModelConfig& config, const ShardPlan& shard,
                                              const WeightStore& weights, Comm& comm, int threads,
                                              CpuSplit split) {

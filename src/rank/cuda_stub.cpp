@@ -11,7 +11,7 @@ bool cuda_backend_built() {
 }
 
 std::unique_ptr<ModelRunner> make_cuda_runner(const ModelConfig&, const ShardPlan&,
-                                              const CudaRunnerOptions&) {
+                                              const ResolvedConfig&, const CudaPlacement&) {
   throw Error("this build has no CUDA backend");
 }
 

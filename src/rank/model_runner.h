@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/engine_config.h"
 #include "common/model_config.h"
 #include "common/shard_plan.h"
 #include "common/step_executor.h"
@@ -46,39 +47,17 @@ class ModelRunner {
   virtual uint64_t kv_cache_bytes() const = 0;         // bytes of this rank's KV cache
 };
 
-// How the CPU backend spreads a step over its threads.
-//  kColumns: every operator splits its own work (a product's output columns, attention's (token,
-//            KV head) pairs); each weight is read once per step, whatever the batch.
-//  kRows:    the step's sequences are divided among the threads, and each thread takes its rows
-//            through every layer; threads meet only at the tensor-parallel all-reduces. Each
-//            thread reads every weight, so this pays only while the weights stay in each core's
-//            own L2 cache, where the per-operator fork/join would cost more than the work.
-//  kAuto:    kRows when this rank's weights fit in one core's L2 and the sequences divide evenly
-//            enough; kColumns otherwise.
-// A row's results are bit-identical under all three (each output is one multiply-add chain).
-enum class CpuSplit { kAuto, kColumns, kRows };
-// LLAMA2_CPU_SPLIT=auto|columns|rows (A/B runs); unset: kAuto. Error naming the allowed values.
-CpuSplit cpu_split_from_env();
-
 // The fp32 CPU backend. Loads only this rank's slices from `weights`; large work is split over
 // `threads` threads (the rank's own included) as `split` says.
 std::unique_ptr<ModelRunner> make_cpu_runner(const ModelConfig& config, const ShardPlan& shard,
                                              const WeightStore& weights, Comm& comm,
                                              int threads = 1, CpuSplit split = CpuSplit::kAuto);
 
-// What the CUDA backend needs beyond the model and the shard.
-struct CudaRunnerOptions {
+// Where this rank's CUDA runner lives; everything else it needs is the engine's ResolvedConfig.
+struct CudaPlacement {
   int device = 0;
-  std::string dtype = "fp16";            // fp16 | bf16 | fp32 (weights, activations and KV cache)
-  std::string kv_dtype = "auto";         // auto (= dtype) | fp8_e4m3 (fp16/bf16 only)
   const WeightStore* weights = nullptr;  // nullptr: synthetic weights
-  uint64_t synthetic_seed = 0;
-  double gpu_memory_fraction = 0.9;  // of the GPU's total memory this rank may hold in the end
-  int max_step_tokens = 4096;        // activation buffers are sized for this many tokens per step
-  int max_batch = 256;               // sequences per step (logit rows)
-  int max_seq_len = 4096;            // longest sequence (KV block tables, decode workspace)
-  int max_graph_batch = 256;         // decode steps up to this batch run as CUDA graphs; 0: none
-  int mpi_comm = 0;                  // MPI_Comm handle (MPI_Fint) of the TP group, for the NCCL id
+  int mpi_comm = 0;                      // MPI_Comm handle (MPI_Fint) of the TP group, for NCCL
 };
 
 // True when this binary was built with the CUDA backend.
@@ -91,6 +70,7 @@ inline bool cuda_supports_head_dim(int head_dim) {
 // The CUDA backend (fp16/bf16/fp32 on one GPU per rank, NCCL between ranks). Error when the
 // backend is not built or the device cannot hold the shard.
 std::unique_ptr<ModelRunner> make_cuda_runner(const ModelConfig& config, const ShardPlan& shard,
-                                              const CudaRunnerOptions& options);
+                                              const ResolvedConfig& settings,
+                                              const CudaPlacement& placement);
 
 }  // namespace llama2

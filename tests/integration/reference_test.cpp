@@ -269,18 +269,21 @@ int run(int argc, char** argv, int rank, int size) {
   for (const auto& p : fixture["prompts"]) {
     max_len = std::max<int>(max_len, static_cast<int>(p["prompt_ids"].size() + p["greedy"].size()));
   }
-  llama2::EngineSpec spec;
-  spec.model_dir = opt.model_dir;
-  spec.backend = opt.backend;
-  spec.dtype = opt.dtype;
-  spec.kv_cache_dtype = opt.kv_cache_dtype;
-  spec.max_batch = 4;
-  spec.kv = {16, 4 * llama2::BlockAllocator::blocks_for(max_len, 16)};
-  llama2::RankEngine engine(spec, config, MPI_COMM_WORLD);
+  llama2::EngineConfig cfg;
+  cfg.model_dir = opt.model_dir;
+  cfg.backend = llama2::parse_backend(opt.backend);
+  cfg.dtype = llama2::parse_compute_dtype(opt.dtype);
+  cfg.kv_cache_dtype = llama2::parse_kv_cache_dtype(opt.kv_cache_dtype);
+  cfg.max_batch = 4;
+  cfg.prefill_chunk = 2048 - cfg.max_batch;  // a step of up to 2048 tokens
+  cfg.block_size = 16;
+  cfg.kv_cache_blocks = 4 * llama2::BlockAllocator::blocks_for(max_len, cfg.block_size);
+  cfg.knobs = llama2::tuning_knobs_from_env();
+  llama2::RankEngine engine(cfg, config, MPI_COMM_WORLD);
   if (rank != 0) return engine.worker_loop();
 
   llama2::Tokenizer tok(opt.model_dir + "/tokenizer.model");
-  llama2::BlockAllocator blocks(spec.kv.num_blocks, spec.kv.block_size);
+  llama2::BlockAllocator blocks(cfg.kv_cache_blocks, cfg.block_size);
   Stats stats;
   int greedy_identical = 0, near_ties = 0, greedy_mismatches = 0, greedy_total = 0;
   int tokenizer_mismatches = 0;
@@ -338,12 +341,14 @@ int run(int argc, char** argv, int rank, int size) {
       "%d near-tie, %d mismatched; tokenizer mismatches %d: %s\n",
       model.c_str(), stats.max_diff, opt.tolerance, stats.compared, greedy_identical, greedy_total,
       near_ties, greedy_mismatches, tokenizer_mismatches, ok ? "PASS" : "FAIL");
-  const std::string dtype_label =
-      engine.dtype() + (engine.kv_dtype() == engine.dtype() ? "" : "+kv-" + engine.kv_dtype());
+  const std::string dtype_label = std::string(engine.dtype_name()) +
+                                  (engine.settings().kv_cache_dtype == llama2::KvCacheDType::kAuto
+                                       ? ""
+                                       : std::string("+kv-") + engine.kv_dtype_name());
   std::printf(
       "RESULT model=%s backend=%s dtype=%s np=%d max_abs_diff=%.3g tolerance=%g "
       "compared=%ld greedy_identical=%d/%d near_tie=%d mismatches=%d status=%s\n",
-      model.c_str(), engine.backend().c_str(), dtype_label.c_str(), size, stats.max_diff,
+      model.c_str(), engine.backend_name(), dtype_label.c_str(), size, stats.max_diff,
       opt.tolerance, stats.compared, greedy_identical, greedy_total, near_ties, greedy_mismatches,
       ok ? "PASS" : "FAIL");
   std::fflush(stdout);

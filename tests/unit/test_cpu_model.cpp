@@ -286,15 +286,15 @@ TEST_SUITE("cpu_model") {
     ::setenv("LLAMA2_CPU_SPLIT", "diagonal", 1);
     std::string msg;
     try {
-      llama2::cpu_split_from_env();
+      llama2::tuning_knobs_from_env();
     } catch (const llama2::Error& e) {
       msg = e.what();
     }
     CHECK(msg == "LLAMA2_CPU_SPLIT=diagonal: expected auto, columns or rows");
     ::setenv("LLAMA2_CPU_SPLIT", "rows", 1);
-    CHECK(llama2::cpu_split_from_env() == CpuSplit::kRows);
+    CHECK(llama2::tuning_knobs_from_env().cpu_split == CpuSplit::kRows);
     ::unsetenv("LLAMA2_CPU_SPLIT");
-    CHECK(llama2::cpu_split_from_env() == CpuSplit::kAuto);
+    CHECK(llama2::tuning_knobs_from_env().cpu_split == CpuSplit::kAuto);
   }
 
   TEST_CASE("a bad block id in a split step is an error, not a crash on a worker thread") {

@@ -322,28 +322,31 @@ TEST_SUITE("logits_gather") {
 
 TEST_SUITE("backend_choice") {
   TEST_CASE("auto picks cuda only when built, a device is visible and the head size is supported") {
-    CHECK(llama2::choose_backend("auto", 0, 128) == "cpu");
-    CHECK(llama2::choose_backend("cpu", 2, 128) == "cpu");
-    CHECK(llama2::choose_backend("auto", 1, 128) ==
-          (llama2::cuda_backend_built() ? "cuda" : "cpu"));
+    using llama2::Backend;
+    CHECK(llama2::choose_backend(Backend::kAuto, 0, 128) == Backend::kCpu);
+    CHECK(llama2::choose_backend(Backend::kCpu, 2, 128) == Backend::kCpu);
+    CHECK(llama2::choose_backend(Backend::kAuto, 1, 128) ==
+          (llama2::cuda_backend_built() ? Backend::kCuda : Backend::kCpu));
     std::string note;
-    CHECK(llama2::choose_backend("auto", 1, 16, &note) == "cpu");
+    CHECK(llama2::choose_backend(Backend::kAuto, 1, 16, &note) == Backend::kCpu);
     if (llama2::cuda_backend_built()) CHECK(note.find("head_dim 64 and 128") != std::string::npos);
-    CHECK_THROWS_WITH_AS(llama2::choose_backend("gpu", 1, 128),
-                         doctest::Contains("cpu, cuda, auto"), llama2::Error);
-    CHECK_THROWS_AS(llama2::choose_backend("cuda", 0, 128), llama2::Error);
-    CHECK_THROWS_AS(llama2::choose_backend("cuda", 1, 16), llama2::Error);  // no build or head
+    CHECK_THROWS_WITH_AS(llama2::parse_backend("gpu"), doctest::Contains("cpu, cuda, auto"),
+                         llama2::Error);
+    CHECK_THROWS_AS(llama2::choose_backend(Backend::kCuda, 0, 128), llama2::Error);
+    CHECK_THROWS_AS(llama2::choose_backend(Backend::kCuda, 1, 16), llama2::Error);  // no build/head
   }
 
   TEST_CASE("dtype: auto follows the checkpoint on cuda, cpu is fp32 only") {
-    CHECK(llama2::choose_dtype("auto", "cuda", "float16") == "fp16");
-    CHECK(llama2::choose_dtype("auto", "cuda", "bfloat16") == "bf16");
-    CHECK(llama2::choose_dtype("auto", "cuda", "float32") == "fp32");
-    CHECK(llama2::choose_dtype("bf16", "cuda", "float16") == "bf16");
-    CHECK(llama2::choose_dtype("auto", "cpu", "float16") == "fp32");
-    CHECK_THROWS_WITH_AS(llama2::choose_dtype("fp16", "cpu", "float16"),
-                         doctest::Contains("needs the cuda backend"), llama2::Error);
-    CHECK_THROWS_WITH_AS(llama2::choose_dtype("half", "cuda", "float16"),
+    using llama2::Backend;
+    using D = llama2::ComputeDType;
+    CHECK(llama2::choose_dtype(D::kAuto, Backend::kCuda, "float16") == D::kFp16);
+    CHECK(llama2::choose_dtype(D::kAuto, Backend::kCuda, "bfloat16") == D::kBf16);
+    CHECK(llama2::choose_dtype(D::kAuto, Backend::kCuda, "float32") == D::kFp32);
+    CHECK(llama2::choose_dtype(D::kBf16, Backend::kCuda, "float16") == D::kBf16);
+    CHECK(llama2::choose_dtype(D::kAuto, Backend::kCpu, "float16") == D::kFp32);
+    CHECK_THROWS_WITH_AS(llama2::choose_dtype(D::kFp16, Backend::kCpu, "float16"),
+                         doctest::Contains("--dtype fp16 needs the cuda backend"), llama2::Error);
+    CHECK_THROWS_WITH_AS(llama2::parse_compute_dtype("half"),
                          doctest::Contains("auto, fp16, bf16, fp32"), llama2::Error);
   }
 }

@@ -62,24 +62,34 @@ struct TypeInfo<__nv_bfloat16> {
 
 // cuBLAS workspace, given explicitly so that GEMMs can be captured into CUDA graphs.
 constexpr size_t kCublasWorkspace = size_t{32} << 20;
-// Measured on an H200 (benchmarks/RESULTS.md, 7B decode): the GEMV kernel matches or slightly
-// beats cuBLAS for one row and loses from two rows on.
-constexpr int kDefaultGemvRows = 1;
+static_assert(kGemvKnobMaxRows == kernels::kGemvMaxRows, "LLAMA2_GEMV's range is the kernel's");
 // Held back from the KV budget for CUDA graphs, NCCL's lazily created buffers and fragmentation.
 constexpr uint64_t kGraphSlack = uint64_t{512} << 20;
+
+kernels::PrefillKernel prefill_kernel_of(PrefillKernelChoice k) {
+  return k == PrefillKernelChoice::kWmma  ? kernels::PrefillKernel::kWmma
+         : k == PrefillKernelChoice::kMma ? kernels::PrefillKernel::kMma
+                                          : kernels::PrefillKernel::kAuto;
+}
+kernels::DecodeKernel decode_kernel_of(DecodeKernelChoice k) {
+  return k == DecodeKernelChoice::kBlock  ? kernels::DecodeKernel::kBlock
+         : k == DecodeKernelChoice::kWarp ? kernels::DecodeKernel::kWarp
+                                          : kernels::DecodeKernel::kAuto;
+}
 
 // T: weights and activations; C: KV cache elements (T, or __nv_fp8_e4m3 for fp16/bf16).
 template <typename T, typename C = T>
 class CudaModel final : public ModelRunner {
  public:
-  CudaModel(const ModelConfig& c, const ShardPlan& s, const CudaRunnerOptions& o)
-      : c_(c), s_(s), opt_(o) {
-    CUDA_CHECK(cudaSetDevice(o.device));
+  CudaModel(const ModelConfig& c, const ShardPlan& s, const ResolvedConfig& o,
+            const CudaPlacement& p)
+      : c_(c), s_(s), opt_(o), device_(p.device) {
+    CUDA_CHECK(cudaSetDevice(p.device));
     for (int r = 0; r < s.tp; ++r) all_shards_.push_back(make_shard_plan(c, s.tp, r));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    comm_ = std::make_unique<NcclComm>(MPI_Comm_f2c(o.mpi_comm), stream_);
-    if (OpProfiler::requested()) prof_ = std::make_unique<OpProfiler>(comm_->rank());
-    weights_ = load_cuda_weights<T>(c, s, o.weights, o.synthetic_seed, stream_);
+    comm_ = std::make_unique<NcclComm>(MPI_Comm_f2c(p.mpi_comm), stream_, o.knobs.custom_allreduce);
+    if (o.knobs.op_profile) prof_ = std::make_unique<OpProfiler>(comm_->rank());
+    weights_ = load_cuda_weights<T>(c, s, p.weights, o.synthetic_seed, stream_);
     CUBLAS_CHECK(cublasCreate(&cublas_));
     CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
     cublas_ws_ = DeviceBuffer(kCublasWorkspace, "cuBLAS workspace");
@@ -95,33 +105,13 @@ class CudaModel final : public ModelRunner {
     freqs_.table = rope_table_.as<float2>();
     freqs_.table_positions = o.max_seq_len;
     cudaDeviceProp prop{};
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, o.device));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, p.device));
     device_name_ = prop.name;
-    // LLAMA2_GEMV=N: products of up to N rows (<= kGemvMaxRows) use the GEMV kernel, 0 sends
-    // every product to cuBLAS (for comparing the two in a benchmark).
-    const char* gemv = std::getenv("LLAMA2_GEMV");
-    gemv_rows_ =
-        gemv == nullptr ? kDefaultGemvRows : std::clamp(std::atoi(gemv), 0, kernels::kGemvMaxRows);
-    // LLAMA2_PDL=0 launches kernels without programmatic dependent launch (for comparison).
-    const char* pdl = std::getenv("LLAMA2_PDL");
-    kernels::set_programmatic_launch(pdl == nullptr || std::string(pdl) != "0");
-    // LLAMA2_DECODE_KERNEL=auto|block|warp: which decode attention kernel (A/B runs).
-    if (const char* dk = std::getenv("LLAMA2_DECODE_KERNEL")) {
-      const std::string v = dk;
-      if (v == "block") {
-        decode_kernel_ = kernels::DecodeKernel::kBlock;
-      } else if (v == "warp") {
-        decode_kernel_ = kernels::DecodeKernel::kWarp;
-      } else if (v != "auto") {
-        throw std::runtime_error("LLAMA2_DECODE_KERNEL=" + v + ": expected auto, block or warp");
-      }
-    }
-    // LLAMA2_PREFILL_KERNEL=auto|wmma|mma: which prefill attention kernel (A/B runs).
-    if (const char* pk = std::getenv("LLAMA2_PREFILL_KERNEL");
-        pk != nullptr && !kernels::parse_prefill_kernel(pk, &prefill_kernel_)) {
-      throw std::runtime_error(std::string("LLAMA2_PREFILL_KERNEL=") + pk +
-                               ": expected auto, wmma or mma");
-    }
+    // The tuning knobs (common/tuning_knobs.h), parsed once at start-up.
+    gemv_rows_ = o.knobs.gemv_rows;
+    kernels::set_programmatic_launch(o.knobs.pdl);
+    decode_kernel_ = decode_kernel_of(o.knobs.decode_kernel);
+    prefill_kernel_ = prefill_kernel_of(o.knobs.prefill_kernel);
   }
 
   ~CudaModel() override {
@@ -139,8 +129,8 @@ class CudaModel final : public ModelRunner {
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     std::ostringstream os;
-    os << "GPU " << opt_.device << " (" << device_name_ << ", " << kernels::dtype_name<T>()
-       << ", KV " << kernels::dtype_name<C>() << ", " << format_bytes(static_cast<int64_t>(free_b))
+    os << "GPU " << device_ << " (" << device_name_ << ", " << kernels::dtype_name<T>() << ", KV "
+       << kernels::dtype_name<C>() << ", " << format_bytes(static_cast<int64_t>(free_b))
        << " free of " << format_bytes(static_cast<int64_t>(total_b)) << ")";
     return os.str();
   }
@@ -184,8 +174,7 @@ class CudaModel final : public ModelRunner {
     }
     decode_ws_ = DeviceBuffer(ws, "decode attention workspace");
     CUDA_CHECK(cudaStreamSynchronize(stream_));
-    const char* warm = std::getenv("LLAMA2_WARMUP");
-    if (prof_ == nullptr && (warm == nullptr || std::string(warm) != "0")) warm_up();
+    if (prof_ == nullptr && opt_.knobs.warmup) warm_up();
   }
 
   // Runs, once at start-up on every rank (collectively, like any step), a full-size prefill step
@@ -384,8 +373,7 @@ class CudaModel final : public ModelRunner {
   // 64-row query tiles would be 63/64 idle on a one-token sequence. LLAMA2_MIXED_DECODE=0 sends
   // the decoding rows of mixed steps through the prefill kernel instead (for A/B runs).
   void attention(const StepShape& sh, int layer, const T* q, int qkv_ld) {
-    static const bool mixed_decode = std::getenv("LLAMA2_MIXED_DECODE") == nullptr ||
-                                     std::string(std::getenv("LLAMA2_MIXED_DECODE")) != "0";
+    const bool mixed_decode = opt_.knobs.mixed_decode;
     const DeviceMeta& m = dm_;
     const int nd = sh.decode ? sh.seqs : (mixed_decode ? sh.decode_seqs : 0);
     if (nd > 0) {
@@ -558,7 +546,8 @@ class CudaModel final : public ModelRunner {
 
   ModelConfig c_;
   ShardPlan s_;
-  CudaRunnerOptions opt_;
+  ResolvedConfig opt_;
+  int device_ = 0;
   std::vector<ShardPlan> all_shards_;
   std::string device_name_;
   int gemv_rows_ = 0;  // products with at most this many rows use the GEMV kernel
@@ -603,27 +592,35 @@ bool cuda_backend_built() {
 }
 
 std::unique_ptr<ModelRunner> make_cuda_runner(const ModelConfig& config, const ShardPlan& shard,
-                                              const CudaRunnerOptions& options) {
+                                              const ResolvedConfig& settings,
+                                              const CudaPlacement& placement) {
   if (!cuda_supports_head_dim(shard.head_dim)) {
     throw Error("the CUDA kernels support head_dim 64 and 128 (this model: " +
                 std::to_string(shard.head_dim) + "); use --backend cpu");
   }
   // The engine's choose_kv_dtype has validated the pair: the model dtype, or fp8 for fp16/bf16.
-  const bool fp8 = options.kv_dtype == "fp8_e4m3";
-  LLAMA2_CHECK(fp8 ? options.dtype != "fp32"
-                   : options.kv_dtype == "auto" || options.kv_dtype == options.dtype);
-  if (options.dtype == "fp16") {
-    if (fp8) return std::make_unique<CudaModel<__half, __nv_fp8_e4m3>>(config, shard, options);
-    return std::make_unique<CudaModel<__half>>(config, shard, options);
+  const bool fp8 = settings.kv_cache_dtype == KvCacheDType::kFp8E4m3;
+  LLAMA2_CHECK(!fp8 || settings.dtype != ComputeDType::kFp32);
+  switch (settings.dtype) {
+    case ComputeDType::kFp16:
+      if (fp8) {
+        return std::make_unique<CudaModel<__half, __nv_fp8_e4m3>>(config, shard, settings,
+                                                                  placement);
+      }
+      return std::make_unique<CudaModel<__half>>(config, shard, settings, placement);
+    case ComputeDType::kBf16:
+      if (fp8) {
+        return std::make_unique<CudaModel<__nv_bfloat16, __nv_fp8_e4m3>>(config, shard, settings,
+                                                                         placement);
+      }
+      return std::make_unique<CudaModel<__nv_bfloat16>>(config, shard, settings, placement);
+    case ComputeDType::kFp32:
+      return std::make_unique<CudaModel<float>>(config, shard, settings, placement);
+    case ComputeDType::kAuto:
+      break;
   }
-  if (options.dtype == "bf16") {
-    if (fp8)
-      return std::make_unique<CudaModel<__nv_bfloat16, __nv_fp8_e4m3>>(config, shard, options);
-    return std::make_unique<CudaModel<__nv_bfloat16>>(config, shard, options);
-  }
-  if (options.dtype == "fp32") return std::make_unique<CudaModel<float>>(config, shard, options);
-  throw Error("--dtype must be one of fp16, bf16, fp32 for the cuda backend (got \"" +
-              options.dtype + "\")");
+  throw Error(std::string("--dtype must be one of fp16, bf16, fp32 for the cuda backend (got \"") +
+              to_string(settings.dtype) + "\")");
 }
 
 }  // namespace llama2

@@ -44,7 +44,7 @@ int abort_device_collectives(std::chrono::milliseconds wait) {
   return g_aborted;
 }
 
-NcclComm::NcclComm(MPI_Comm mpi, cudaStream_t stream) : stream_(stream) {
+NcclComm::NcclComm(MPI_Comm mpi, cudaStream_t stream, bool custom_allreduce) : stream_(stream) {
   MPI_CHECK(MPI_Comm_rank(mpi, &rank_));
   MPI_CHECK(MPI_Comm_size(mpi, &size_));
   if (size_ == 1) return;
@@ -52,12 +52,11 @@ NcclComm::NcclComm(MPI_Comm mpi, cudaStream_t stream) : stream_(stream) {
   if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
   MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi));
   NCCL_CHECK(ncclCommInitRank(&comm_, size_, id, rank_));
-  setup_one_shot(mpi);
+  if (custom_allreduce) setup_one_shot(mpi);
 }
 
 void NcclComm::setup_one_shot(MPI_Comm mpi) {
-  const char* env = std::getenv("LLAMA2_CUSTOM_ALLREDUCE");
-  if ((env != nullptr && std::string(env) == "0") || size_ > kernels::kAllReduceMaxRanks) return;
+  if (size_ > kernels::kAllReduceMaxRanks) return;
   // CUDA IPC needs every rank of the group in this node.
   MPI_Comm node;
   MPI_CHECK(MPI_Comm_split_type(mpi, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));

@@ -25,8 +25,9 @@ class NcclComm final : public Comm {
  public:
   // Collective over `mpi` (every rank calls it with its own device already current). Every
   // collective and the one-rank gather copy go to `stream` (not owned; the destructor does not
-  // use it).
-  NcclComm(MPI_Comm mpi, cudaStream_t stream);
+  // use it). custom_allreduce false (LLAMA2_CUSTOM_ALLREDUCE=0, TuningKnobs) keeps every
+  // all-reduce on NCCL.
+  NcclComm(MPI_Comm mpi, cudaStream_t stream, bool custom_allreduce = true);
   ~NcclComm() override;
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
@@ -35,8 +36,8 @@ class NcclComm final : public Comm {
   int size() const override { return size_; }
 
   // data: device memory. Messages up to kOneShotBytes go through the one-shot NVLink kernel when
-  // every rank is on this node and the GPUs can map each other's memory (LLAMA2_CUSTOM_ALLREDUCE=0
-  // turns it off); NCCL otherwise.
+  // every rank is on this node and the GPUs can map each other's memory (unless constructed with
+  // custom_allreduce false); NCCL otherwise.
   void all_reduce_sum(void* data, size_t count, CommType type) override;
   // 16 KB: one or two rows of a 7B/13B hidden state, one row of 70B. Measured on 2 H200 (7B
   // decode): batch 1 (8 KB) 2.91 -> 2.68 ms per token; batch 8 (64 KB) 3.39 -> 3.57 ms, the

@@ -1,5 +1,4 @@
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -7,11 +6,6 @@
 #include "rank/cuda/op_profiler.h"
 
 namespace llama2 {
-
-bool OpProfiler::requested() {
-  const char* v = std::getenv("LLAMA2_OP_PROFILE");
-  return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
-}
 
 OpProfiler::~OpProfiler() {
   for (cudaEvent_t e : events_) (void)cudaEventDestroy(e);

@@ -1,8 +1,8 @@
-// LLAMA2_OP_PROFILE=1: where one engine step's GPU time goes, op by op. CUDA events are recorded
-// between consecutive launches of the forward pass; the time from one mark to the next is charged
-// to the first mark's op, summed over layers. Steps run eagerly while it is on (events cannot be
-// timed inside a replayed graph), so launch gaps show up too, as they would without graphs.
-// Each rank prints one line per step on stderr:
+// LLAMA2_OP_PROFILE=1 (TuningKnobs::op_profile): where one engine step's GPU time goes, op by op.
+// CUDA events are recorded between consecutive launches of the forward pass; the time from one mark
+// to the next is charged to the first mark's op, summed over layers. Steps run eagerly while it is
+// on (events cannot be timed inside a replayed graph), so launch gaps show up too, as they would
+// without graphs. Each rank prints one line per step on stderr:
 //   op-profile rank 0: tokens 512 seqs 512 logit_rows 512 | qkv_gemm 2.36 attention 1.10 ... |
 //   total 16.0 ms
 #pragma once
@@ -16,9 +16,6 @@ namespace llama2 {
 
 class OpProfiler {
  public:
-  // True when LLAMA2_OP_PROFILE is set to something other than "0".
-  static bool requested();
-
   explicit OpProfiler(int rank) : rank_(rank) {}
   ~OpProfiler();
   OpProfiler(const OpProfiler&) = delete;

@@ -1,0 +1,58 @@
+#include "common/engine_config.h"
+
+#include "common/check.h"
+
+namespace llama2 {
+
+const char* to_string(Backend b) {
+  switch (b) {
+    case Backend::kAuto:
+      return "auto";
+    case Backend::kCpu:
+      return "cpu";
+    case Backend::kCuda:
+      return "cuda";
+  }
+  return "?";
+}
+
+const char* to_string(ComputeDType d) {
+  switch (d) {
+    case ComputeDType::kAuto:
+      return "auto";
+    case ComputeDType::kFp16:
+      return "fp16";
+    case ComputeDType::kBf16:
+      return "bf16";
+    case ComputeDType::kFp32:
+      return "fp32";
+  }
+  return "?";
+}
+
+const char* kv_dtype_name(KvCacheDType kv, ComputeDType dtype) {
+  return kv == KvCacheDType::kFp8E4m3 ? "fp8_e4m3" : to_string(dtype);
+}
+
+Backend parse_backend(const std::string& s) {
+  if (s == "auto") return Backend::kAuto;
+  if (s == "cpu") return Backend::kCpu;
+  if (s == "cuda") return Backend::kCuda;
+  throw Error("--backend must be one of cpu, cuda, auto (got \"" + s + "\")");
+}
+
+ComputeDType parse_compute_dtype(const std::string& s) {
+  for (ComputeDType d :
+       {ComputeDType::kAuto, ComputeDType::kFp16, ComputeDType::kBf16, ComputeDType::kFp32}) {
+    if (s == to_string(d)) return d;
+  }
+  throw Error("--dtype must be one of auto, fp16, bf16, fp32 (got \"" + s + "\")");
+}
+
+KvCacheDType parse_kv_cache_dtype(const std::string& s) {
+  if (s == "auto") return KvCacheDType::kAuto;
+  if (s == "fp8" || s == "fp8_e4m3") return KvCacheDType::kFp8E4m3;
+  throw Error("--kv-cache-dtype must be one of auto, fp8, fp8_e4m3 (got \"" + s + "\")");
+}
+
+}  // namespace llama2

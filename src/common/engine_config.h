@@ -1,0 +1,73 @@
+// The engine's configuration as one typed value: built once from a command's flags (and the
+// environment's tuning knobs), handed to RankEngine, whose resolve step turns every `auto` and
+// every 0-default into a ResolvedConfig for the runners. Strings appear only at the edges: flag
+// parsing here, names in messages and reports.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/tuning_knobs.h"
+
+namespace llama2 {
+
+enum class Backend { kAuto, kCpu, kCuda };
+// Weights and activations. (Not safetensors' DType, which is a file's element type.)
+enum class ComputeDType { kAuto, kFp16, kBf16, kFp32 };
+// The KV cache's element type: kAuto keeps the compute dtype; kFp8E4m3 (--kv-cache-dtype fp8 or
+// fp8_e4m3) stores one byte per element, for fp16/bf16 on cuda.
+enum class KvCacheDType { kAuto, kFp8E4m3 };
+
+// The names used on the command line and in reports: "auto", "cpu", "cuda", "fp16", ...
+const char* to_string(Backend b);
+const char* to_string(ComputeDType d);
+// The KV cache's element name given the resolved compute dtype: "fp8_e4m3", or the dtype's.
+const char* kv_dtype_name(KvCacheDType kv, ComputeDType dtype);
+
+// Flag values to enums; Error naming the flag and its allowed values otherwise.
+Backend parse_backend(const std::string& s);              // cpu | cuda | auto
+ComputeDType parse_compute_dtype(const std::string& s);   // auto | fp16 | bf16 | fp32
+KvCacheDType parse_kv_cache_dtype(const std::string& s);  // auto | fp8 | fp8_e4m3
+
+// What an engine is asked for. Every default lives here; a command overrides the step shape
+// (max_batch, prefill_chunk) from its table in cli_common.cpp.
+struct EngineConfig {
+  std::string model_dir;  // config.json, tokenizer.model and the weights
+  std::string synthetic;  // "7b" | "13b" | "70b": official shape, random weights made on each
+                          // GPU; model_dir then only provides tokenizer.model
+  uint64_t synthetic_seed = 1;
+  Backend backend = Backend::kAuto;          // auto: cuda when a GPU is visible
+  ComputeDType dtype = ComputeDType::kAuto;  // auto: the checkpoint's torch_dtype (cpu: fp32)
+  KvCacheDType kv_cache_dtype = KvCacheDType::kAuto;
+  int block_size = 16;               // tokens per KV block, 1..1024
+  int kv_cache_blocks = 0;           // --kv-cache-blocks; 0: cuda sizes the cache from free memory,
+                                     // cpu allocates what the command's inputs need
+  double gpu_memory_fraction = 0.9;  // cuda: share of each GPU's memory this rank may hold
+  int max_batch = 1;                 // sequences per step
+  int prefill_chunk = 512;           // prompt tokens per step over all sequences (>= 0)
+  int max_seq_len = 0;               // 0: the model's max_position_embeddings
+  bool cuda_graphs = true;           // replay decode steps as CUDA graphs
+  int cpu_threads = 0;               // cpu threads per rank; 0: cpu_threads_for_rank's choice
+  TuningKnobs knobs;                 // the environment's knobs (tuning_knobs_from_env), or a test's
+
+  // Tokens one step may carry (the cuda activation buffers' size): max_batch decode rows plus
+  // prefill_chunk prompt tokens.
+  int max_step_tokens() const { return max_batch + prefill_chunk; }
+};
+
+// The configuration with every choice made for one model on one machine (RankEngine::resolve):
+// what the runners size and dispatch on.
+struct ResolvedConfig {
+  Backend backend = Backend::kCpu;                    // kCpu | kCuda
+  ComputeDType dtype = ComputeDType::kFp32;           // never kAuto
+  KvCacheDType kv_cache_dtype = KvCacheDType::kAuto;  // kAuto: the cache holds `dtype`
+  int max_batch = 1;
+  int max_step_tokens = 2048;
+  int max_seq_len = 4096;
+  int max_graph_batch = 0;  // decode steps up to this batch run as CUDA graphs; 0: none
+  double gpu_memory_fraction = 0.9;
+  uint64_t synthetic_seed = 1;
+  TuningKnobs knobs;
+};
+
+}  // namespace llama2

@@ -1,0 +1,118 @@
+#include "common/tuning_knobs.h"
+
+#include <climits>
+#include <cstdlib>
+#include <initializer_list>
+#include <utility>
+#include <vector>
+
+#include "common/check.h"
+
+namespace llama2 {
+namespace {
+
+// "A, B or C" for the error messages.
+std::string either(const std::vector<std::string>& names) {
+  std::string s;
+  for (size_t i = 0; i < names.size(); ++i) {
+    s += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  }
+  return s;
+}
+
+// One of `choices` by name; every variable's error reads "VAR=value: expected A, B or C".
+template <typename E>
+E choice(const char* var, const std::string& value,
+         std::initializer_list<std::pair<const char*, E>> choices) {
+  std::vector<std::string> names;
+  for (const auto& [name, e] : choices) {
+    if (value == name) return e;
+    names.push_back(name);
+  }
+  throw Error(std::string(var) + "=" + value + ": expected " + either(names));
+}
+
+bool on_off(const char* var, const std::string& value) {
+  return choice<bool>(var, value, {{"0", false}, {"1", true}});
+}
+
+}  // namespace
+
+StallHook parse_stall_hook(const char* text) {
+  StallHook h;
+  if (text == nullptr || *text == '\0') return h;
+  const std::string s = text;
+  std::vector<int64_t> v;  // STEP, RANK, MS: unsigned decimal fields separated by ':'
+  bool ok = true;
+  for (size_t pos = 0; ok;) {
+    const size_t end = s.find(':', pos);
+    const std::string field = s.substr(pos, end == std::string::npos ? end : end - pos);
+    ok = !field.empty() && field.size() <= 12 &&
+         field.find_first_not_of("0123456789") == std::string::npos;
+    if (ok) v.push_back(std::stoll(field));
+    if (end == std::string::npos) break;
+    pos = end + 1;
+  }
+  ok = ok && v.size() <= 3 && v[0] >= 1 && (v.size() < 2 || v[1] <= INT_MAX);
+  if (!ok) {
+    throw Error(
+        "LLAMA2_TEST_STALL must be STEP[:RANK[:MS]] with STEP >= 1, RANK >= 0 and MS >= 0 "
+        "(0: for ever), e.g. 5:1:3000 (got \"" +
+        s + "\")");
+  }
+  h.step = v[0];
+  h.rank = v.size() > 1 ? static_cast<int>(v[1]) : 0;
+  h.ms = v.size() > 2 ? v[2] : 0;
+  return h;
+}
+
+TuningKnobs parse_tuning_knobs(const EnvLookup& env) {
+  TuningKnobs k;
+  // The value of `var`, or nullptr when unset or empty (both keep the default).
+  auto get = [&](const char* var) -> const char* {
+    const char* v = env(var);
+    return v != nullptr && *v != '\0' ? v : nullptr;
+  };
+  if (const char* v = get("LLAMA2_GEMV")) {
+    const std::string s = v;
+    if (s.size() != 1 || s[0] < '0' || s[0] > '0' + kGemvKnobMaxRows) {
+      throw Error("LLAMA2_GEMV=" + s + ": expected an integer from 0 (cuBLAS only) to " +
+                  std::to_string(kGemvKnobMaxRows));
+    }
+    k.gemv_rows = s[0] - '0';
+  }
+  if (const char* v = get("LLAMA2_PDL")) k.pdl = on_off("LLAMA2_PDL", v);
+  if (const char* v = get("LLAMA2_DECODE_KERNEL")) {
+    k.decode_kernel = choice<DecodeKernelChoice>("LLAMA2_DECODE_KERNEL", v,
+                                                 {{"auto", DecodeKernelChoice::kAuto},
+                                                  {"block", DecodeKernelChoice::kBlock},
+                                                  {"warp", DecodeKernelChoice::kWarp}});
+  }
+  if (const char* v = get("LLAMA2_PREFILL_KERNEL")) {
+    k.prefill_kernel = choice<PrefillKernelChoice>("LLAMA2_PREFILL_KERNEL", v,
+                                                   {{"auto", PrefillKernelChoice::kAuto},
+                                                    {"wmma", PrefillKernelChoice::kWmma},
+                                                    {"mma", PrefillKernelChoice::kMma}});
+  }
+  if (const char* v = get("LLAMA2_WARMUP")) k.warmup = on_off("LLAMA2_WARMUP", v);
+  if (const char* v = get("LLAMA2_MIXED_DECODE")) k.mixed_decode = on_off("LLAMA2_MIXED_DECODE", v);
+  if (const char* v = get("LLAMA2_OP_PROFILE")) k.op_profile = on_off("LLAMA2_OP_PROFILE", v);
+  if (const char* v = get("LLAMA2_CUSTOM_ALLREDUCE")) {
+    k.custom_allreduce = on_off("LLAMA2_CUSTOM_ALLREDUCE", v);
+  }
+  if (const char* v = get("LLAMA2_CPU_SPLIT")) {
+    k.cpu_split = choice<CpuSplit>(
+        "LLAMA2_CPU_SPLIT", v,
+        {{"auto", CpuSplit::kAuto}, {"columns", CpuSplit::kColumns}, {"rows", CpuSplit::kRows}});
+  }
+  if (const char* v = get("LLAMA2_FULL_LOGITS")) k.full_logits = on_off("LLAMA2_FULL_LOGITS", v);
+  if (const char* v = get("LLAMA2_STEP_LOG")) k.step_log = v;
+  k.test_stall = parse_stall_hook(get("LLAMA2_TEST_STALL"));
+  return k;
+}
+
+TuningKnobs tuning_knobs_from_env() {
+  return parse_tuning_knobs([](const char* var) { return std::getenv(var); });
+}
+
+}  // namespace llama2

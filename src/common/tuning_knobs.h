@@ -1,0 +1,70 @@
+// The LLAMA2_* environment knobs (A/B comparisons, profiling, test hooks), read once at start-up
+// into one typed value that travels with the engine's configuration. Nothing below the command
+// line reads the environment; a test sets the fields it wants.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace llama2 {
+
+// How the CPU backend spreads a step over its threads.
+//  kColumns: every operator splits its own work (a product's output columns, attention's (token,
+//            KV head) pairs); each weight is read once per step, whatever the batch.
+//  kRows:    the step's sequences are divided among the threads, and each thread takes its rows
+//            through every layer; threads meet only at the tensor-parallel all-reduces. Each
+//            thread reads every weight, so this pays only while the weights stay in each core's
+//            own L2 cache, where the per-operator fork/join would cost more than the work.
+//  kAuto:    kRows when this rank's weights fit in one core's L2 and the sequences divide evenly
+//            enough; kColumns otherwise.
+// A row's results are bit-identical under all three (each output is one multiply-add chain).
+enum class CpuSplit { kAuto, kColumns, kRows };
+
+// Which CUDA decode attention kernel runs (kernels/decode_plan.cuh's DecodeKernel).
+enum class DecodeKernelChoice { kAuto, kBlock, kWarp };
+// Which CUDA prefill attention kernel runs (kernels/attention_prefill.cuh's PrefillKernel).
+enum class PrefillKernelChoice { kAuto, kWmma, kMma };
+
+// A test hook (LLAMA2_TEST_STALL=STEP[:RANK[:MS]]): rank RANK (default 0) sleeps MS milliseconds
+// (default 0: for ever) at the start of step STEP (steps count from 1), to exercise the step
+// watchdog on any backend and at any TP degree, TP 1 included.
+struct StallHook {
+  int64_t step = 0;  // 0: off
+  int rank = 0;
+  int64_t ms = 0;  // 0: for ever
+};
+// Parses the variable's value ("" or null: off); Error naming the expected form otherwise.
+StallHook parse_stall_hook(const char* text);
+
+// The largest LLAMA2_GEMV value: kernels::kGemvMaxRows (cuda_model.cu asserts they agree).
+constexpr int kGemvKnobMaxRows = 8;
+
+// Every field's default is the engine's normal behaviour; the comment names the variable.
+struct TuningKnobs {
+  // LLAMA2_GEMV=0..8: products of up to N rows use the GEMV kernel, 0 sends every product to
+  // cuBLAS. Default 1: measured on an H200 (benchmarks/RESULTS.md, 7B decode), the GEMV kernel
+  // matches or slightly beats cuBLAS for one row and loses from two rows on.
+  int gemv_rows = 1;
+  bool pdl = true;  // LLAMA2_PDL=0|1: programmatic dependent launch (cuda)
+  DecodeKernelChoice decode_kernel = DecodeKernelChoice::kAuto;     // LLAMA2_DECODE_KERNEL
+  PrefillKernelChoice prefill_kernel = PrefillKernelChoice::kAuto;  // LLAMA2_PREFILL_KERNEL
+  bool warmup = true;            // LLAMA2_WARMUP=0|1: warm-up steps at start-up (cuda)
+  bool mixed_decode = true;      // LLAMA2_MIXED_DECODE=0|1: decode kernel for mixed steps' rows
+  bool op_profile = false;       // LLAMA2_OP_PROFILE=0|1: per-op GPU times per step (stderr)
+  bool custom_allreduce = true;  // LLAMA2_CUSTOM_ALLREDUCE=0|1: one-shot all-reduce (cuda, TP)
+  CpuSplit cpu_split = CpuSplit::kAuto;  // LLAMA2_CPU_SPLIT=auto|columns|rows
+  bool full_logits = false;  // LLAMA2_FULL_LOGITS=0|1: gather full logit rows, never top-k
+  std::string step_log;      // LLAMA2_STEP_LOG=PATH: one line per step on rank 0; "": off
+  StallHook test_stall;      // LLAMA2_TEST_STALL=STEP[:RANK[:MS]]
+};
+
+// Looks a variable up: its value, or nullptr when unset.
+using EnvLookup = std::function<const char*(const char*)>;
+// Reads every knob through `env`; an unset or empty variable keeps the default. Error naming the
+// variable, its value and the allowed values for anything else.
+TuningKnobs parse_tuning_knobs(const EnvLookup& env);
+// parse_tuning_knobs over this process's environment.
+TuningKnobs tuning_knobs_from_env();
+
+}  // namespace llama2

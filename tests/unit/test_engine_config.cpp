@@ -1,0 +1,246 @@
+// The typed engine configuration (common/engine_config.h): flag names to enums and back, the
+// command-line EngineConfig with each command's step defaults, resolve_config's defaults, and the
+// LLAMA2_* tuning knobs parsed once (common/tuning_knobs.h) with one error per bad value.
+#include <doctest/doctest.h>
+
+#include <cxxopts.hpp>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/check.h"
+#include "common/engine_config.h"
+#include "common/model_config.h"
+#include "common/tuning_knobs.h"
+#include "coordinator/cli_common.h"
+#include "rank/engine.h"
+
+namespace {
+
+using llama2::Backend;
+using llama2::ComputeDType;
+using llama2::KvCacheDType;
+
+// A fake environment: only the given variables are set.
+llama2::TuningKnobs knobs(const std::map<std::string, std::string>& env) {
+  return llama2::parse_tuning_knobs([&](const char* var) -> const char* {
+    const auto it = env.find(var);
+    return it == env.end() ? nullptr : it->second.c_str();
+  });
+}
+
+std::string knob_error(const std::string& var, const std::string& value) {
+  try {
+    knobs({{var, value}});
+  } catch (const llama2::Error& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+// An engine command's flags as batch and serve have them.
+cxxopts::ParseResult parse(std::vector<std::string> args) {
+  static cxxopts::Options opts = [] {
+    cxxopts::Options o("test");
+    o.add_options()("max-batch-size", "", cxxopts::value<int>())(
+        "prefill-chunk", "", cxxopts::value<int>())("kv-cache-blocks", "", cxxopts::value<int>());
+    llama2::add_engine_options(o);
+    return o;
+  }();
+  args.insert(args.begin(), "llama2");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  return opts.parse(static_cast<int>(argv.size()), argv.data());
+}
+
+std::string config_error(const std::vector<std::string>& args) {
+  try {
+    llama2::engine_config_from(parse(args), llama2::kServeSteps);
+  } catch (const llama2::Error& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+}  // namespace
+
+TEST_SUITE("engine_config") {
+  TEST_CASE("flag names map to enums and back; bad names list the allowed values") {
+    for (Backend b : {Backend::kAuto, Backend::kCpu, Backend::kCuda}) {
+      CHECK(llama2::parse_backend(llama2::to_string(b)) == b);
+    }
+    for (ComputeDType d :
+         {ComputeDType::kAuto, ComputeDType::kFp16, ComputeDType::kBf16, ComputeDType::kFp32}) {
+      CHECK(llama2::parse_compute_dtype(llama2::to_string(d)) == d);
+    }
+    CHECK(llama2::parse_kv_cache_dtype("auto") == KvCacheDType::kAuto);
+    CHECK(llama2::parse_kv_cache_dtype("fp8") == KvCacheDType::kFp8E4m3);  // both spellings
+    CHECK(llama2::parse_kv_cache_dtype("fp8_e4m3") == KvCacheDType::kFp8E4m3);
+    CHECK(std::string(llama2::kv_dtype_name(KvCacheDType::kAuto, ComputeDType::kBf16)) == "bf16");
+    CHECK(std::string(llama2::kv_dtype_name(KvCacheDType::kFp8E4m3, ComputeDType::kBf16)) ==
+          "fp8_e4m3");
+    CHECK_THROWS_WITH_AS(llama2::parse_backend("gpu"),
+                         "--backend must be one of cpu, cuda, auto (got \"gpu\")", llama2::Error);
+    CHECK_THROWS_WITH_AS(llama2::parse_compute_dtype("FP16"),
+                         "--dtype must be one of auto, fp16, bf16, fp32 (got \"FP16\")",
+                         llama2::Error);
+    CHECK_THROWS_WITH_AS(llama2::parse_kv_cache_dtype("int8"),
+                         "--kv-cache-dtype must be one of auto, fp8, fp8_e4m3 (got \"int8\")",
+                         llama2::Error);
+  }
+
+  TEST_CASE("the KV dtype: fp8 only on cuda with fp16/bf16") {
+    CHECK(llama2::choose_kv_dtype(KvCacheDType::kAuto, Backend::kCpu, ComputeDType::kFp32) ==
+          KvCacheDType::kAuto);
+    CHECK(llama2::choose_kv_dtype(KvCacheDType::kFp8E4m3, Backend::kCuda, ComputeDType::kBf16) ==
+          KvCacheDType::kFp8E4m3);
+    CHECK_THROWS_WITH_AS(
+        llama2::choose_kv_dtype(KvCacheDType::kFp8E4m3, Backend::kCpu, ComputeDType::kFp32),
+        doctest::Contains("--kv-cache-dtype fp8 needs the cuda backend"), llama2::Error);
+    CHECK_THROWS_WITH_AS(
+        llama2::choose_kv_dtype(KvCacheDType::kFp8E4m3, Backend::kCuda, ComputeDType::kFp32),
+        "--kv-cache-dtype fp8 needs --dtype fp16 or bf16 (this run: fp32)", llama2::Error);
+  }
+
+  TEST_CASE("resolve_config fills every default from the model") {
+    llama2::ModelConfig model;
+    model.hidden_size = 64;
+    model.num_heads = 4;
+    model.num_kv_heads = 4;
+    model.max_position_embeddings = 300;
+    model.torch_dtype = "bfloat16";
+    llama2::EngineConfig cfg;  // the struct's defaults: cpu on a machine without GPUs
+    cfg.knobs.gemv_rows = 3;
+    const llama2::ResolvedConfig r = llama2::resolve_config(cfg, model, 0);
+    CHECK(r.backend == Backend::kCpu);
+    CHECK(r.dtype == ComputeDType::kFp32);
+    CHECK(r.kv_cache_dtype == KvCacheDType::kAuto);
+    CHECK(r.max_batch == 1);
+    CHECK(r.max_step_tokens == 1 + 512);
+    CHECK(r.max_seq_len == 300);    // 0: max_position_embeddings
+    CHECK(r.max_graph_batch == 1);  // graphs on: up to max_batch
+    CHECK(r.knobs.gemv_rows == 3);  // the knobs travel with the config
+    cfg.cuda_graphs = false;
+    cfg.max_seq_len = 100;
+    CHECK(llama2::resolve_config(cfg, model, 0).max_graph_batch == 0);
+    CHECK(llama2::resolve_config(cfg, model, 0).max_seq_len == 100);
+  }
+
+  TEST_CASE("the command line's EngineConfig: the command's step defaults, flags over them") {
+    const llama2::EngineConfig d =
+        llama2::engine_config_from(parse({"-m", "M"}), llama2::kServeSteps);
+    CHECK(d.model_dir == "M");
+    CHECK(d.backend == Backend::kAuto);
+    CHECK(d.dtype == ComputeDType::kAuto);
+    CHECK(d.kv_cache_dtype == KvCacheDType::kAuto);
+    CHECK(d.block_size == 16);
+    CHECK(d.kv_cache_blocks == 0);
+    CHECK(d.max_batch == 32);
+    CHECK(d.prefill_chunk == 256);
+    CHECK(d.max_step_tokens() == 32 + 256);
+    CHECK(d.cuda_graphs);
+    const llama2::EngineConfig g =
+        llama2::engine_config_from(parse({"-m", "M"}), llama2::kGenerateSteps);
+    CHECK((g.max_batch == 1 && g.prefill_chunk == 512));
+    CHECK((llama2::kBatchSteps.max_batch == 32 && llama2::kBatchSteps.prefill_chunk == 512));
+    const llama2::EngineConfig f = llama2::engine_config_from(
+        parse({"-m", "M", "--backend", "cpu", "--kv-cache-dtype", "fp8", "--max-batch-size", "3",
+               "--prefill-chunk", "7", "--kv-cache-blocks", "9", "--no-cuda-graphs"}),
+        llama2::kServeSteps);
+    CHECK(f.backend == Backend::kCpu);
+    CHECK(f.kv_cache_dtype == KvCacheDType::kFp8E4m3);
+    CHECK((f.max_batch == 3 && f.prefill_chunk == 7 && f.kv_cache_blocks == 9));
+    CHECK(!f.cuda_graphs);
+  }
+
+  TEST_CASE("bad engine flag values are one Error naming the flag (not clamped first)") {
+    CHECK(config_error({"-m", "M", "--max-batch-size", "0"}) ==
+          "--max-batch-size must be >= 1 (got 0)");
+    CHECK(config_error({"-m", "M", "--prefill-chunk", "-4"}) ==
+          "--prefill-chunk must be >= 1 (got -4)");
+    CHECK(config_error({"-m", "M", "--kv-cache-blocks", "0"}) ==
+          "--kv-cache-blocks must be >= 1 (got 0)");
+    CHECK(config_error({"-m", "M", "--block-size", "2000"}) ==
+          "--block-size must be in [1, 1024] (got 2000)");
+    CHECK(config_error({"-m", "M", "--dtype", "half"}) ==
+          "--dtype must be one of auto, fp16, bf16, fp32 (got \"half\")");
+  }
+}
+
+TEST_SUITE("tuning_knobs") {
+  TEST_CASE("nothing set: the engine's normal behaviour") {
+    const llama2::TuningKnobs k = knobs({});
+    CHECK(k.gemv_rows == 1);
+    CHECK(k.pdl);
+    CHECK(k.decode_kernel == llama2::DecodeKernelChoice::kAuto);
+    CHECK(k.prefill_kernel == llama2::PrefillKernelChoice::kAuto);
+    CHECK(k.warmup);
+    CHECK(k.mixed_decode);
+    CHECK(!k.op_profile);
+    CHECK(k.custom_allreduce);
+    CHECK(k.cpu_split == llama2::CpuSplit::kAuto);
+    CHECK(!k.full_logits);
+    CHECK(k.step_log.empty());
+    CHECK(k.test_stall.step == 0);
+    // An empty value is the same as unset.
+    CHECK(knobs({{"LLAMA2_PDL", ""}, {"LLAMA2_GEMV", ""}, {"LLAMA2_TEST_STALL", ""}}).pdl);
+  }
+
+  TEST_CASE("every documented value") {
+    const llama2::TuningKnobs k = knobs({{"LLAMA2_GEMV", "0"},
+                                         {"LLAMA2_PDL", "0"},
+                                         {"LLAMA2_DECODE_KERNEL", "warp"},
+                                         {"LLAMA2_PREFILL_KERNEL", "wmma"},
+                                         {"LLAMA2_WARMUP", "0"},
+                                         {"LLAMA2_MIXED_DECODE", "0"},
+                                         {"LLAMA2_OP_PROFILE", "1"},
+                                         {"LLAMA2_CUSTOM_ALLREDUCE", "0"},
+                                         {"LLAMA2_CPU_SPLIT", "columns"},
+                                         {"LLAMA2_FULL_LOGITS", "1"},
+                                         {"LLAMA2_STEP_LOG", "/tmp/steps"},
+                                         {"LLAMA2_TEST_STALL", "5:1:3000"}});
+    CHECK(k.gemv_rows == 0);
+    CHECK(!k.pdl);
+    CHECK(k.decode_kernel == llama2::DecodeKernelChoice::kWarp);
+    CHECK(k.prefill_kernel == llama2::PrefillKernelChoice::kWmma);
+    CHECK(!k.warmup);
+    CHECK(!k.mixed_decode);
+    CHECK(k.op_profile);
+    CHECK(!k.custom_allreduce);
+    CHECK(k.cpu_split == llama2::CpuSplit::kColumns);
+    CHECK(k.full_logits);
+    CHECK(k.step_log == "/tmp/steps");
+    CHECK((k.test_stall.step == 5 && k.test_stall.rank == 1 && k.test_stall.ms == 3000));
+    CHECK(knobs({{"LLAMA2_GEMV", "8"}}).gemv_rows == 8);
+    CHECK(knobs({{"LLAMA2_DECODE_KERNEL", "block"}}).decode_kernel ==
+          llama2::DecodeKernelChoice::kBlock);
+    CHECK(knobs({{"LLAMA2_CPU_SPLIT", "rows"}}).cpu_split == llama2::CpuSplit::kRows);
+    // "0" is off: before, any value of LLAMA2_FULL_LOGITS (even 0) forced full rows.
+    CHECK(!knobs({{"LLAMA2_FULL_LOGITS", "0"}}).full_logits);
+  }
+
+  TEST_CASE("a bad value names the variable and the allowed values") {
+    // Before they were parsed once, these were silently taken as "on" (or clamped).
+    for (const char* var : {"LLAMA2_PDL", "LLAMA2_WARMUP", "LLAMA2_MIXED_DECODE",
+                            "LLAMA2_OP_PROFILE", "LLAMA2_CUSTOM_ALLREDUCE", "LLAMA2_FULL_LOGITS"}) {
+      CAPTURE(var);
+      CHECK(knob_error(var, "yes") == std::string(var) + "=yes: expected 0 or 1");
+      CHECK(knob_error(var, "00") == std::string(var) + "=00: expected 0 or 1");
+    }
+    for (const char* v : {"9", "16", "-1", "x", "1 ", "01"}) {
+      CAPTURE(v);
+      CHECK(knob_error("LLAMA2_GEMV", v) ==
+            std::string("LLAMA2_GEMV=") + v + ": expected an integer from 0 (cuBLAS only) to 8");
+    }
+    CHECK(knob_error("LLAMA2_DECODE_KERNEL", "fast") ==
+          "LLAMA2_DECODE_KERNEL=fast: expected auto, block or warp");
+    CHECK(knob_error("LLAMA2_PREFILL_KERNEL", "fa2") ==
+          "LLAMA2_PREFILL_KERNEL=fa2: expected auto, wmma or mma");
+    CHECK(knobs({{"LLAMA2_PREFILL_KERNEL", "mma"}}).prefill_kernel ==
+          llama2::PrefillKernelChoice::kMma);
+    CHECK(knob_error("LLAMA2_CPU_SPLIT", "diagonal") ==
+          "LLAMA2_CPU_SPLIT=diagonal: expected auto, columns or rows");
+    CHECK(knob_error("LLAMA2_TEST_STALL", "0").find("LLAMA2_TEST_STALL must be STEP[:RANK[:MS]]") !=
+          std::string::npos);
+  }
+}
