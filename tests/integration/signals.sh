@@ -204,14 +204,15 @@ if start_job all --shutdown-timeout-ms 2000 && start_stream all 480; then
   check_end all 480 either $before
 fi
 
-# ---- SIGTERM to rank 0 alone.
-if start_job rank0 && start_stream rank0 100; then
+# ---- SIGTERM to rank 0 alone. 480 tokens: finding rank 0's pid (a /proc walk) must not outlast
+# the stream, or the drain finds nothing in flight (100 tokens did, on a loaded 2-core machine).
+if start_job rank0 && start_stream rank0 480; then
   before=$(descendants "$JOB")
   r0=$(rank0_pid)
   if [[ -n "$r0" ]]; then
     kill -TERM "$r0"
     # shellcheck disable=SC2086
-    check_end rank0 100 complete $before
+    check_end rank0 480 complete $before
   else
     fail "rank0: rank 0 not found among $before"
   fi
