@@ -5,9 +5,9 @@
 #include <iostream>
 #include <string>
 
-#include "coordinator/cli_common.h"
-#include "coordinator/commands.h"
-#include "coordinator/mpi_program.h"
+#include "coordinator/cli/cli_common.h"
+#include "coordinator/cli/commands.h"
+#include "coordinator/cli/mpi_program.h"
 
 namespace {
 

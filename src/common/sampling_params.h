@@ -11,7 +11,7 @@
 
 namespace llama2 {
 
-// Semantics follow Hugging Face `transformers` generate (see coordinator/sampler.h).
+// Semantics follow Hugging Face `transformers` generate (see coordinator/scheduler/sampler.h).
 struct SamplingParams {
   float temperature = 1.0f;         // 0 = greedy
   float top_p = 1.0f;               // (0, 1]; 1 = off

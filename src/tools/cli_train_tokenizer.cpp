@@ -4,8 +4,8 @@
 #include <string>
 
 #include "common/check.h"
-#include "coordinator/cli_common.h"
-#include "coordinator/commands.h"
+#include "coordinator/cli/cli_common.h"
+#include "coordinator/cli/commands.h"
 #include "tools/train_tokenizer.h"
 
 namespace llama2 {

@@ -12,8 +12,8 @@
 
 #include "common/check.h"
 #include "common/model_config.h"
-#include "coordinator/cli_common.h"
-#include "coordinator/commands.h"
+#include "coordinator/cli/cli_common.h"
+#include "coordinator/cli/commands.h"
 #include "rank/weight_layout.h"
 #include "tools/safetensors_writer.h"
 #include "tools/train_tokenizer.h"

@@ -1,5 +1,6 @@
 // libFuzzer target: the whole request path of `llama2 serve`, the code rank 0 runs on every byte a
-// client sends (src/coordinator/protocol.h), with the real tokenizer of tests/models/tiny-gqa:
+// client sends (src/coordinator/serving/protocol.h), with the real tokenizer of
+// tests/models/tiny-gqa:
 //
 //   bytes -> FrameDecoder -> decode_request (UTF-8, nesting, JSON, op, id, request validation,
 //   byte-length bound) -> tokenize_frame_request (SentencePiece, length checks) -> error reply ->
@@ -37,9 +38,9 @@
 #include "common/check.h"
 #include "common/frame.h"
 #include "common/model_config.h"
-#include "coordinator/protocol.h"
-#include "coordinator/token_bound.h"
-#include "coordinator/tokenizer.h"
+#include "coordinator/serving/protocol.h"
+#include "coordinator/serving/token_bound.h"
+#include "coordinator/text/tokenizer.h"
 
 #ifndef FUZZ_MODEL_DIR
 #error "FUZZ_MODEL_DIR must name the tiny test model (tests/models/tiny-gqa)"

@@ -22,7 +22,7 @@
 #include "common/check.h"
 #include "common/model_config.h"
 #include "common/shard_plan.h"
-#include "coordinator/mpi_program.h"
+#include "coordinator/cli/mpi_program.h"
 #include "rank/logits_gather.h"
 
 namespace {

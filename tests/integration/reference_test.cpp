@@ -32,10 +32,10 @@
 
 #include "common/check.h"
 #include "common/model_config.h"
-#include "coordinator/block_allocator.h"
-#include "coordinator/mpi_program.h"
-#include "coordinator/request_owner.h"
-#include "coordinator/tokenizer.h"
+#include "coordinator/cli/mpi_program.h"
+#include "coordinator/requests/request_owner.h"
+#include "coordinator/scheduler/block_allocator.h"
+#include "coordinator/text/tokenizer.h"
 #include "rank/engine.h"
 
 namespace {

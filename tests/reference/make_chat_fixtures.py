@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reference token ids for the Llama-2 chat format (src/coordinator/chat_format.h).
+"""Reference token ids for the Llama-2 chat format (src/coordinator/text/chat_format.h).
 
 Encodes a set of dialogs the way Meta's reference implementation (llama/generation.py,
 chat_completion) does, with Python SentencePiece (Debian's python3-sentencepiece), for each

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "common/sampling_params.h"
-#include "coordinator/sampler.h"
+#include "coordinator/scheduler/sampler.h"
 
 namespace llama2::test {
 

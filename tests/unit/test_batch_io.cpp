@@ -9,7 +9,7 @@
 #include <set>
 #include <string>
 
-#include "coordinator/batch_io.h"
+#include "coordinator/cli/batch_io.h"
 
 TEST_SUITE("batch_io") {
   TEST_CASE("load_done keys lines by custom_id, else by line number, and cuts a partial line") {

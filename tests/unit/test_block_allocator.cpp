@@ -1,6 +1,6 @@
-// KV block bookkeeping (src/coordinator/block_allocator.{h,cpp}). Expected table sizes are
-// ceil(positions / block_size) worked out by hand; the random test keeps its own model of who owns
-// which block and checks the allocator against it after every operation.
+// KV block bookkeeping (src/coordinator/scheduler/block_allocator.{h,cpp}). Expected table sizes
+// are ceil(positions / block_size) worked out by hand; the random test keeps its own model of who
+// owns which block and checks the allocator against it after every operation.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common/check.h"
-#include "coordinator/block_allocator.h"
+#include "coordinator/scheduler/block_allocator.h"
 
 using llama2::BlockAllocator;
 

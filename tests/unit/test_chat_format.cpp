@@ -1,4 +1,4 @@
-// The Llama-2 chat format (coordinator/chat_format.h) against token ids computed by Python
+// The Llama-2 chat format (coordinator/text/chat_format.h) against token ids computed by Python
 // SentencePiece following Meta's reference rule (tests/reference/make_chat_fixtures.py; the
 // committed fixture is re-derived by ctest's chat.fixtures entry), plus the order rule's errors.
 #include <doctest/doctest.h>
@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "common/check.h"
-#include "coordinator/chat_format.h"
-#include "coordinator/tokenizer.h"
+#include "coordinator/text/chat_format.h"
+#include "coordinator/text/tokenizer.h"
 
 using llama2::ChatMessage;
 using llama2::ChatRole;

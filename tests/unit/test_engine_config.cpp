@@ -12,7 +12,7 @@
 #include "common/engine_config.h"
 #include "common/model_config.h"
 #include "common/tuning_knobs.h"
-#include "coordinator/cli_common.h"
+#include "coordinator/cli/cli_common.h"
 #include "rank/engine.h"
 
 namespace {

@@ -1,6 +1,6 @@
-// The request path of `llama2 serve` without sockets (src/coordinator/protocol.h, request.h,
-// token_bound.h): bounded quotes and echoed ids, frames that never throw, the byte-length bound
-// on prompt tokens checked against the real tokenizer.
+// The request path of `llama2 serve` without sockets (src/coordinator/serving/protocol.h,
+// request.h, token_bound.h): bounded quotes and echoed ids, frames that never throw, the
+// byte-length bound on prompt tokens checked against the real tokenizer.
 #include <doctest/doctest.h>
 #include <sentencepiece_trainer.h>
 #include <stdlib.h>  // mkdtemp
@@ -13,10 +13,10 @@
 
 #include "common/frame.h"
 #include "common/model_config.h"
-#include "coordinator/protocol.h"
-#include "coordinator/request.h"
-#include "coordinator/token_bound.h"
-#include "coordinator/tokenizer.h"
+#include "coordinator/requests/request.h"
+#include "coordinator/serving/protocol.h"
+#include "coordinator/serving/token_bound.h"
+#include "coordinator/text/tokenizer.h"
 
 namespace {
 

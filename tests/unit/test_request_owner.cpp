@@ -1,8 +1,8 @@
-// The request owner (coordinator/request_owner.{h,cpp}) and its thread-safe half, Admission
-// (coordinator/admission.{h,cpp}): FIFO order across clients, deadlines and cancel in the queue
-// and while running, disconnect, the one prompt-length check and its one message, the refusal
-// counters and the queue depth that `health` and `stats` both read. A real BatchScheduler runs
-// under it on a fake engine that always predicts the same token.
+// The request owner (coordinator/requests/request_owner.{h,cpp}) and its thread-safe half,
+// Admission (coordinator/requests/admission.{h,cpp}): FIFO order across clients, deadlines and
+// cancel in the queue and while running, disconnect, the one prompt-length check and its one
+// message, the refusal counters and the queue depth that `health` and `stats` both read. A real
+// BatchScheduler runs under it on a fake engine that always predicts the same token.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -14,11 +14,11 @@
 #include "common/check.h"
 #include "common/model_config.h"
 #include "common/step_executor.h"
-#include "coordinator/admission.h"
-#include "coordinator/batch_scheduler.h"
-#include "coordinator/metrics.h"
-#include "coordinator/request_owner.h"
-#include "coordinator/tokenizer.h"
+#include "coordinator/requests/admission.h"
+#include "coordinator/requests/request_owner.h"
+#include "coordinator/scheduler/batch_scheduler.h"
+#include "coordinator/serving/metrics.h"
+#include "coordinator/text/tokenizer.h"
 
 namespace {
 

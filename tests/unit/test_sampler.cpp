@@ -12,8 +12,8 @@
 
 #include "common/check.h"
 #include "common/sampling_params.h"
-#include "coordinator/sampler.h"
-#include "coordinator/stop_matcher.h"
+#include "coordinator/scheduler/sampler.h"
+#include "coordinator/text/stop_matcher.h"
 #include "sampler_test_util.h"
 
 using llama2::Sampler;

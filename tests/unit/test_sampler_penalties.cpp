@@ -11,8 +11,8 @@
 #include "common/check.h"
 #include "common/model_config.h"
 #include "common/sampling_params.h"
-#include "coordinator/request.h"
-#include "coordinator/sampler.h"
+#include "coordinator/requests/request.h"
+#include "coordinator/scheduler/sampler.h"
 #include "sampler_test_util.h"
 
 using llama2::Sampler;

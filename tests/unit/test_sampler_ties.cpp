@@ -11,7 +11,7 @@
 
 #include "common/sampling_params.h"
 #include "common/step_plan.h"
-#include "coordinator/sampler.h"
+#include "coordinator/scheduler/sampler.h"
 #include "rank/logits_gather.h"
 #include "sampler_test_util.h"
 

@@ -1,12 +1,12 @@
-// The continuous-batching scheduler (coordinator/batch_scheduler.{h,cpp}) behind its request owner
-// (coordinator/request_owner.{h,cpp}: the FIFO queue, deadlines, cancel), driven through the
-// StepExecutor seam by a fake engine. The fake returns a deterministic token per (sequence,
-// position) and checks every plan it receives the way an engine would depend on it: positions
-// continue where the sequence left off, decode rows feed back the token sampled last, prompts
-// arrive in order, block tables cover the positions, keep their prefix and never share a block with
-// a live sequence. The hand-written cases pin FIFO admission, the prefill budget, cancel and expiry
-// at each stage; the random test replays random operations against a small reference model of the
-// policy.
+// The continuous-batching scheduler (coordinator/scheduler/batch_scheduler.{h,cpp}) behind its
+// request owner (coordinator/requests/request_owner.{h,cpp}: the FIFO queue, deadlines, cancel),
+// driven through the StepExecutor seam by a fake engine. The fake returns a deterministic token per
+// (sequence, position) and checks every plan it receives the way an engine would depend on it:
+// positions continue where the sequence left off, decode rows feed back the token sampled last,
+// prompts arrive in order, block tables cover the positions, keep their prefix and never share a
+// block with a live sequence. The hand-written cases pin FIFO admission, the prefill budget, cancel
+// and expiry at each stage; the random test replays random operations against a small reference
+// model of the policy.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -24,11 +24,11 @@
 #include "common/check.h"
 #include "common/model_config.h"
 #include "common/step_executor.h"
-#include "coordinator/admission.h"
-#include "coordinator/batch_scheduler.h"
-#include "coordinator/block_allocator.h"
-#include "coordinator/request_owner.h"
-#include "coordinator/tokenizer.h"
+#include "coordinator/requests/admission.h"
+#include "coordinator/requests/request_owner.h"
+#include "coordinator/scheduler/batch_scheduler.h"
+#include "coordinator/scheduler/block_allocator.h"
+#include "coordinator/text/tokenizer.h"
 
 namespace {
 

@@ -14,7 +14,7 @@
 #include "common/check.h"
 #include "common/model_config.h"
 #include "common/shard_plan.h"
-#include "coordinator/sampler.h"
+#include "coordinator/scheduler/sampler.h"
 #include "rank/engine.h"
 #include "rank/logits_gather.h"
 #include "rank/step_metadata.h"

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "coordinator/socket_server.h"
+#include "coordinator/serving/socket_server.h"
 
 using nlohmann::json;
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/check.h"
-#include "coordinator/tokenizer.h"
+#include "coordinator/text/tokenizer.h"
 #include "tools/train_tokenizer.h"
 
 namespace {

@@ -1,0 +1,210 @@
+#include "coordinator/cli/cli_common.h"
+
+#include <cstdio>
+#include <iostream>
+#include <random>
+
+#include "common/check.h"
+
+namespace llama2 {
+namespace {
+// "1" rather than std::to_string's "1.000000" in --help.
+std::string shortest(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", static_cast<double>(v));
+  return buf;
+}
+}  // namespace
+
+// Every engine command's step shape (see StepDefaults). generate runs one sequence; batch and
+// serve decode up to 32 together; serve takes smaller prompt chunks than batch, so that streams
+// already running wait less behind a newly admitted prompt; perplexity scores up to 64 windows
+// per step.
+const StepDefaults kGenerateSteps{1, 512};
+const StepDefaults kBatchSteps{32, 512};
+const StepDefaults kServeSteps{32, 256};
+const StepDefaults kPerplexitySteps{64, 512};
+
+uint64_t random_seed() {
+  std::random_device rd;
+  return (uint64_t{rd()} << 32) ^ rd();
+}
+
+cxxopts::ParseResult parse_or_usage(cxxopts::Options& opts, int argc, char** argv) {
+  try {
+    auto r = opts.parse(argc, argv);
+    if (!r.unmatched().empty()) {
+      throw UsageError("unexpected argument '" + r.unmatched().front() + "'", opts.help());
+    }
+    return r;
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw UsageError(e.what(), opts.help());
+  }
+}
+
+CommandLine parse_command(cxxopts::Options& opts, int argc, char** argv,
+                          std::initializer_list<const char*> required, const char* epilog,
+                          bool print_help) {
+  CommandLine cl{parse_or_usage(opts, argc, argv), opts.help() + epilog};
+  if (cl.args.count("help")) {
+    if (print_help) std::cout << cl.help << std::flush;
+    cl.help_requested = true;
+    return cl;
+  }
+  for (const std::string entry : required) {
+    if (!cl.args.count(entry.substr(0, entry.find(' ')))) {
+      throw UsageError("--" + entry + " is required", cl.help);
+    }
+  }
+  return cl;
+}
+
+void require_one_of(const CommandLine& cl, std::initializer_list<const char*> flags,
+                    const std::string& message) {
+  size_t given = 0;
+  for (const char* f : flags) given += cl.args.count(f);
+  if (given != 1) throw UsageError(message, cl.help);
+}
+
+void add_engine_options(cxxopts::Options& opts) {
+  opts.add_options("Engine")("m,model", "Model directory (Hugging Face Llama format)",
+                             cxxopts::value<std::string>())(
+      "backend", "cpu | cuda | auto (cuda when a GPU is visible)",
+      cxxopts::value<std::string>()->default_value("auto"))(
+      "dtype", "auto | fp16 | bf16 | fp32 (cuda; auto: the checkpoint's torch_dtype; cpu is fp32)",
+      cxxopts::value<std::string>()->default_value("auto"))(
+      "kv-cache-dtype",
+      "auto | fp8 | fp8_e4m3: KV cache element type (auto: as --dtype; fp8: e4m3, half the bytes "
+      "of fp16 per cached token; cuda with fp16/bf16)",
+      cxxopts::value<std::string>()->default_value("auto"))(
+      "block-size", "KV cache block size in tokens", cxxopts::value<int>()->default_value("16"))(
+      "gpu-memory-fraction",
+      "cuda: share of each GPU's memory for weights, activations and the KV cache (the cache takes "
+      "what is left)",
+      cxxopts::value<double>()->default_value("0.9"))(
+      "synthetic",
+      "7b | 13b | 70b: random weights of that official shape made on each GPU, for benchmarks "
+      "(tokenizer.model still comes from --model)",
+      cxxopts::value<std::string>())("cpu-threads",
+                                     "cpu: threads per rank, at most the CPUs this rank may run "
+                                     "on; 0 = those CPUs shared among the ranks on the node",
+                                     cxxopts::value<int>()->default_value("0"))(
+      "no-cuda-graphs",
+      "cuda: launch decode steps kernel by kernel instead of replaying CUDA graphs")(
+      "q,quiet", "No start-up report on stderr")("h,help", "Show this help");
+}
+
+void check_engine_flags(const CommandLine& cl) {
+  const double fraction = cl.args["gpu-memory-fraction"].as<double>();
+  if (!(fraction > 0.0 && fraction <= 1.0)) {
+    throw UsageError("--gpu-memory-fraction must be in (0, 1] (got " +
+                         shortest(static_cast<float>(fraction)) + ")",
+                     cl.help);
+  }
+  const int threads = cl.args["cpu-threads"].as<int>();
+  if (threads < 0 || threads > 1024) {
+    throw UsageError(
+        "--cpu-threads must be 0 (automatic) or 1..1024 (got " + std::to_string(threads) + ")",
+        cl.help);
+  }
+}
+
+EngineConfig engine_config_from(const cxxopts::ParseResult& r, const StepDefaults& steps) {
+  EngineConfig c;
+  c.model_dir = r["model"].as<std::string>();
+  if (r.count("synthetic")) c.synthetic = r["synthetic"].as<std::string>();
+  c.backend = parse_backend(r["backend"].as<std::string>());
+  c.dtype = parse_compute_dtype(r["dtype"].as<std::string>());
+  c.kv_cache_dtype = parse_kv_cache_dtype(r["kv-cache-dtype"].as<std::string>());
+  c.block_size = r["block-size"].as<int>();
+  if (c.block_size < 1 || c.block_size > 1024) {
+    throw Error("--block-size must be in [1, 1024] (got " + std::to_string(c.block_size) + ")");
+  }
+  if (r.count("kv-cache-blocks")) {
+    c.kv_cache_blocks = r["kv-cache-blocks"].as<int>();
+    if (c.kv_cache_blocks < 1) {
+      throw Error("--kv-cache-blocks must be >= 1 (got " + std::to_string(c.kv_cache_blocks) + ")");
+    }
+  }
+  c.gpu_memory_fraction = r["gpu-memory-fraction"].as<double>();
+  c.cpu_threads = r["cpu-threads"].as<int>();
+  c.cuda_graphs = r.count("no-cuda-graphs") == 0;
+  c.max_batch = r.count("max-batch-size") ? r["max-batch-size"].as<int>() : steps.max_batch;
+  c.prefill_chunk = r.count("prefill-chunk") ? r["prefill-chunk"].as<int>() : steps.prefill_chunk;
+  if (c.max_batch < 1) {
+    throw Error("--max-batch-size must be >= 1 (got " + std::to_string(c.max_batch) + ")");
+  }
+  if (c.prefill_chunk < 1) {
+    throw Error("--prefill-chunk must be >= 1 (got " + std::to_string(c.prefill_chunk) + ")");
+  }
+  c.knobs = tuning_knobs_from_env();
+  return c;
+}
+
+SessionStart start_session(const CommandLine& cl, const StepDefaults& steps, int rank) {
+  check_engine_flags(cl);
+  SessionStart start(rank);
+  start.step([&] { start.cfg = engine_config_from(cl.args, steps); });
+  start.load_model();
+  return start;
+}
+
+StepLog open_step_log(const std::string& path) {
+  if (path.empty()) return nullptr;
+  StepLog log(std::fopen(path.c_str(), "a"));
+  if (!log) {
+    std::fprintf(stderr, "llama2: LLAMA2_STEP_LOG: cannot open %s; no step log\n", path.c_str());
+    return log;
+  }
+  // "decode_rows prefill_seqs prefill_tokens logit_rows ms host_ms" per step, flushed per line
+  // since a server that is killed never closes it (benchmarks/serve/step_log_summary.py): ms =
+  // wall time of the engine step on rank 0 (plan broadcast to logits back on the host), host_ms
+  // = rank 0's time between the previous step's end and this one's start (sampling,
+  // detokenizing, events, planning: the GPUs idle meanwhile; 0 after an idle pause).
+  std::fputs("# decode_rows prefill_seqs prefill_tokens logit_rows ms host_ms\n", log.get());
+  return log;
+}
+
+SchedulerOptions scheduler_options(const EngineConfig& cfg, std::FILE* step_log) {
+  return SchedulerOptions{cfg.max_batch, cfg.prefill_chunk, cfg.knobs.full_logits, step_log};
+}
+
+void add_sampling_options(cxxopts::Options& opts) {
+  const SamplingParams d;
+  opts.add_options("Sampling")("temperature", "Softmax temperature; 0 = greedy",
+                               cxxopts::value<float>()->default_value(shortest(d.temperature)))(
+      "top-p", "Nucleus sampling mass in (0, 1]",
+      cxxopts::value<float>()->default_value(shortest(d.top_p)))(
+      "top-k", "Keep the k most likely tokens; 0 = off",
+      cxxopts::value<int>()->default_value(std::to_string(d.top_k)))(
+      "repetition-penalty", "Penalty > 0 for tokens already seen (HF semantics); 1 = off",
+      cxxopts::value<float>()->default_value(shortest(d.repetition_penalty)))(
+      "n,max-new-tokens", "Maximum tokens to generate",
+      cxxopts::value<int>()->default_value(std::to_string(d.max_new_tokens)))(
+      "seed", "Sampling seed (default: random, reported with --json)", cxxopts::value<uint64_t>())(
+      "stop", "Stop string (repeatable); not included in the output",
+      cxxopts::value<std::vector<std::string>>())(
+      "ignore-eos", "Keep generating after the end-of-sequence token");
+}
+
+SamplingParams sampling_from_options(const cxxopts::ParseResult& r) {
+  SamplingParams p;
+  p.temperature = r["temperature"].as<float>();
+  p.top_p = r["top-p"].as<float>();
+  p.top_k = r["top-k"].as<int>();
+  p.repetition_penalty = r["repetition-penalty"].as<float>();
+  p.max_new_tokens = r["max-new-tokens"].as<int>();
+  if (r.count("seed")) p.seed = r["seed"].as<uint64_t>();
+  if (r.count("stop")) p.stop = r["stop"].as<std::vector<std::string>>();
+  p.ignore_eos = r.count("ignore-eos") > 0;
+  return p;
+}
+
+void check_sampling_defaults(const SamplingParams& defaults, const ModelConfig& model) {
+  if (std::string bad = validate_sampling(defaults, 1, model.max_position_embeddings);
+      !bad.empty()) {
+    throw Error(bad);
+  }
+}
+
+}  // namespace llama2

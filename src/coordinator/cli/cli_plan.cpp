@@ -1,0 +1,225 @@
+// `llama2 plan`: will a model fit on N GPUs of a given size, and how many full-length sequences
+// does the KV cache hold? Pure arithmetic (common/capacity.h, the engine's own sizing functions):
+// no MPI, no GPU, no weights read — only config.json, or a built-in Llama-2 preset.
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/capacity.h"
+#include "common/check.h"
+#include "common/engine_config.h"
+#include "common/model_config.h"
+#include "coordinator/cli/cli_common.h"
+#include "coordinator/cli/commands.h"
+
+namespace llama2 {
+namespace {
+
+// Schedulers and scripts branch on the exit status, so it is part of the help text.
+const char* kPlanEpilog =
+    "\nExit status: 0 the model fits at --tp (weights + reserve + one --max-seq-len sequence of\n"
+    "KV cache per GPU); 1 it does not fit, the --tp degree is invalid for the model, or a value\n"
+    "is wrong (bad size, dtype, model directory); 2 usage error (unknown flag, missing value).\n";
+
+cxxopts::Options plan_options() {
+  cxxopts::Options opts("llama2 plan",
+                        "Capacity planner: weight and KV-cache memory per GPU for a "
+                        "tensor-parallel degree. Reads only config.json; no MPI or GPU needed.");
+  // clang-format off
+  opts.add_options()
+      ("m,model", "Model directory (its config.json is read)", cxxopts::value<std::string>())
+      ("preset", "Official Llama-2 shapes instead of --model: 7b | 13b | 70b",
+       cxxopts::value<std::string>())
+      ("tp", "Tensor-parallel degree (number of GPUs)", cxxopts::value<int>()->default_value("1"))
+      ("gpu-mem", "Memory of ONE GPU, e.g. 24GiB, 80GiB, 141GB",
+       cxxopts::value<std::string>()->default_value("80GiB"))
+      ("max-seq-len", "Tokens per sequence (prompt + generated); default: the model's "
+       "max_position_embeddings", cxxopts::value<int>())
+      ("dtype", "Weight dtype (and the KV cache's with --kv-cache-dtype auto): fp16 | bf16 | fp32",
+       cxxopts::value<std::string>()->default_value("fp16"))
+      ("kv-cache-dtype", "KV-cache dtype: auto (same as --dtype) | fp8 | fp8_e4m3 (1 byte per "
+       "element, fp16/bf16 weights only)", cxxopts::value<std::string>()->default_value("auto"))
+      ("block-size", "KV cache block size in tokens", cxxopts::value<int>()->default_value("16"))
+      ("reserve", "Memory per GPU held back for CUDA context, workspaces, activations; default "
+       "max(2GiB, 10% of --gpu-mem)", cxxopts::value<std::string>())
+      ("json", "Print one JSON object (exact byte counts) instead of a table")
+      ("h,help", "Show this help");
+  // clang-format on
+  return opts;
+}
+
+uint64_t bytes_flag(const cxxopts::ParseResult& args, const char* flag) {
+  try {
+    return parse_bytes(args[flag].as<std::string>());
+  } catch (const Error& e) {
+    throw Error(std::string("--") + flag + ": " + e.what());
+  }
+}
+
+std::string join_ints(const std::vector<int>& v) {
+  std::string s;
+  for (int x : v) s += (s.empty() ? "" : ", ") + std::to_string(x);
+  return s;
+}
+
+std::string verdict(const CapacityPlan& p) {
+  if (!p.tp_valid) return "no: tp " + std::to_string(p.tp) + " invalid: " + p.tp_invalid_reason;
+  if (p.fits) return "yes";
+  return "no: short by " + format_bytes(p.shortfall_bytes) + " per GPU for one " +
+         std::to_string(p.max_seq_len) + "-token sequence";
+}
+
+void print_table(const CapacityPlan& p, const ModelConfig& c, const std::string& source,
+                 const std::string& dtype, const std::string& kv_dtype) {
+  auto row = [](const std::string& label, const std::string& value) {
+    std::printf("  %-32s %s\n", label.c_str(), value.c_str());
+  };
+  auto with_exact = [](int64_t b) {
+    return b < 1024 ? format_bytes(b) : format_bytes(b) + " (" + std::to_string(b) + " B)";
+  };
+  std::printf(
+      "llama2 plan: %s, tp %d, %s weights, %s KV cache, %s per GPU, max_seq_len %d, block %d "
+      "tokens\n",
+      source.c_str(), p.tp, dtype.c_str(), kv_dtype.c_str(), format_bytes(p.gpu_mem_bytes).c_str(),
+      p.max_seq_len, p.block_size);
+  row("model", std::to_string(c.num_layers) + " layers, hidden " + std::to_string(c.hidden_size) +
+                   ", " + std::to_string(c.num_heads) + " heads, " +
+                   std::to_string(c.num_kv_heads) + " kv heads, head_dim " +
+                   std::to_string(c.head_dim()) + ", vocab " + std::to_string(c.vocab_size) +
+                   (c.tie_word_embeddings ? ", tied embeddings" : ""));
+  row("weights, whole model", with_exact(p.model_weight_bytes));
+  if (p.tp_valid) {
+    row("weights per GPU (largest shard)", with_exact(p.weight_bytes_per_gpu));
+    row("reserve per GPU",
+        format_bytes(p.reserve_bytes) +
+            (p.reserve_is_default ? " (default: max(2GiB, 10% of --gpu-mem))" : " (--reserve)"));
+    row("free for KV cache per GPU", format_bytes(p.free_bytes_for_kv));
+    row("heads / kv heads per GPU",
+        std::to_string(p.heads_per_gpu) + " / " + std::to_string(p.kv_heads_per_gpu) +
+            (p.kv_replicated ? " (kv heads replicated: " + std::to_string(c.num_kv_heads) +
+                                   " kv heads < tp " + std::to_string(p.tp) + ")"
+                             : ""));
+    row("KV per token per GPU", with_exact(p.kv_bytes_per_token) + ", " + kv_dtype + " (" +
+                                    std::to_string(p.kv_dtype_bytes) + " B/element)");
+    row("KV per block (" + std::to_string(p.block_size) + " tokens)",
+        format_bytes(p.kv_bytes_per_block));
+    row("KV per full sequence", format_bytes(p.kv_bytes_per_sequence) + " (" +
+                                    std::to_string(p.blocks_per_sequence) + " blocks)");
+    row("KV blocks that fit per GPU",
+        std::to_string(p.kv_blocks) + " (" + std::to_string(p.kv_tokens) + " tokens)");
+    row("max full-length sequences", std::to_string(p.max_sequences));
+  }
+  row("fits", verdict(p));
+  if (!p.fits) {
+    row("smallest TP degree that fits", p.smallest_fitting_tp
+                                            ? std::to_string(p.smallest_fitting_tp)
+                                            : "none up to " + std::to_string(kPlanMaxTp));
+  }
+  row("valid TP degrees", join_ints(p.valid_tp_degrees));
+  for (size_t i = 0; i < p.invalid_tp.size(); ++i) {
+    row(i == 0 ? "invalid TP degrees" : "",
+        std::to_string(p.invalid_tp[i].tp) + ": " + p.invalid_tp[i].reason);
+  }
+}
+
+nlohmann::ordered_json plan_json(const CapacityPlan& p, const std::string& source,
+                                 const std::string& dtype, const std::string& kv_dtype) {
+  using nlohmann::ordered_json;
+  // Per-GPU numbers are null when the degree is invalid: there is no shard to measure.
+  auto per_gpu = [&](auto v) { return p.tp_valid ? ordered_json(v) : ordered_json(nullptr); };
+  ordered_json invalid = ordered_json::array();
+  for (const TpDegreeNote& n : p.invalid_tp)
+    invalid.push_back({{"tp", n.tp}, {"reason", n.reason}});
+  return ordered_json{
+      {"model", source},
+      {"tp", p.tp},
+      {"dtype", dtype},
+      {"dtype_bytes", p.dtype_bytes},
+      {"kv_cache_dtype", kv_dtype},
+      {"kv_dtype_bytes", p.kv_dtype_bytes},
+      {"gpu_mem_bytes", p.gpu_mem_bytes},
+      {"reserve_bytes", p.reserve_bytes},
+      {"reserve_is_default", p.reserve_is_default},
+      {"max_seq_len", p.max_seq_len},
+      {"block_size", p.block_size},
+      {"tp_valid", p.tp_valid},
+      {"tp_invalid_reason", p.tp_valid ? ordered_json(nullptr) : ordered_json(p.tp_invalid_reason)},
+      {"model_weight_bytes", p.model_weight_bytes},
+      {"weight_bytes_per_gpu", per_gpu(p.weight_bytes_per_gpu)},
+      {"heads_per_gpu", per_gpu(p.heads_per_gpu)},
+      {"kv_heads_per_gpu", per_gpu(p.kv_heads_per_gpu)},
+      {"kv_replicated", per_gpu(p.kv_replicated)},
+      {"kv_bytes_per_token_per_gpu", per_gpu(p.kv_bytes_per_token)},
+      {"kv_bytes_per_block", per_gpu(p.kv_bytes_per_block)},
+      {"blocks_per_sequence", per_gpu(p.blocks_per_sequence)},
+      {"kv_bytes_per_sequence", per_gpu(p.kv_bytes_per_sequence)},
+      {"free_bytes_for_kv", per_gpu(p.free_bytes_for_kv)},
+      {"kv_blocks", per_gpu(p.kv_blocks)},
+      {"kv_tokens", per_gpu(p.kv_tokens)},
+      {"max_sequences", per_gpu(p.max_sequences)},
+      {"fits", p.fits},
+      {"shortfall_bytes", per_gpu(p.shortfall_bytes)},
+      {"smallest_fitting_tp",
+       p.smallest_fitting_tp ? ordered_json(p.smallest_fitting_tp) : ordered_json(nullptr)},
+      {"valid_tp_degrees", p.valid_tp_degrees},
+      {"invalid_tp_degrees", invalid}};
+}
+
+}  // namespace
+
+int run_plan(int argc, char** argv) {
+  cxxopts::Options opts = plan_options();
+  const CommandLine cl = parse_command(opts, argc, argv, {}, kPlanEpilog);
+  if (cl.help_requested) return 0;
+  const cxxopts::ParseResult& args = cl.args;
+  require_one_of(cl, {"model", "preset"}, "give exactly one of --model DIR, --preset 7b|13b|70b");
+
+  // Values (not syntax) are checked here and in plan_capacity; their errors name the flag.
+  std::string source;
+  ModelConfig config;
+  if (args.count("preset")) {
+    const std::string name = args["preset"].as<std::string>();
+    try {
+      config = preset_config(name);
+    } catch (const Error& e) {
+      throw Error(std::string("--preset: ") + e.what());
+    }
+    source = "Llama-2-" + name + " (preset)";
+  } else {
+    source = args["model"].as<std::string>();
+    config = load_model_config(source);
+  }
+  // The planner has no checkpoint to follow, so auto is not among its dtypes.
+  const std::string dtype = args["dtype"].as<std::string>();
+  ComputeDType parsed = ComputeDType::kAuto;
+  try {
+    parsed = parse_compute_dtype(dtype);
+  } catch (const Error&) {
+  }
+  if (parsed == ComputeDType::kAuto) {
+    throw Error("--dtype: unknown dtype '" + dtype + "' (allowed: fp16, bf16, fp32)");
+  }
+
+  CapacityRequest req;
+  req.tp = args["tp"].as<int>();
+  req.dtype_bytes = dtype_bytes_of(dtype);
+  req.kv_dtype_bytes = kv_dtype_bytes_of(args["kv-cache-dtype"].as<std::string>(), req.dtype_bytes);
+  req.block_size = args["block-size"].as<int>();
+  req.gpu_mem_bytes = bytes_flag(args, "gpu-mem");
+  if (args.count("reserve")) req.reserve_bytes = bytes_flag(args, "reserve");
+  if (args.count("max-seq-len")) req.max_seq_len = args["max-seq-len"].as<int>();
+  const CapacityPlan plan = plan_capacity(config, req);
+  // Output shows the resolved name, so "auto" never reaches a script that reads the JSON.
+  const std::string kv_dtype = plan.kv_dtype_bytes == 1 ? "fp8_e4m3" : dtype;
+
+  if (args.count("json")) {
+    std::cout << plan_json(plan, source, dtype, kv_dtype).dump() << std::endl;
+  } else {
+    print_table(plan, config, source, dtype, kv_dtype);
+    std::fflush(stdout);
+  }
+  return plan.fits ? 0 : 1;
+}
+
+}  // namespace llama2

@@ -1,0 +1,228 @@
+// `llama2 serve`: rank 0 serves the socket protocol (docs/PROTOCOL.md) with continuous batching;
+// the other ranks run the worker loop. SIGTERM/SIGINT drain gracefully and exit 0; a step that
+// stalls past --step-timeout-ms ends the job with exit code 3 (coordinator/serving/watchdog.h).
+#include <mpi.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <iostream>
+
+#include "common/check.h"
+#include "coordinator/cli/cli_common.h"
+#include "coordinator/cli/commands.h"
+#include "coordinator/cli/session.h"
+#include "coordinator/requests/admission.h"
+#include "coordinator/requests/request_owner.h"
+#include "coordinator/scheduler/batch_scheduler.h"
+#include "coordinator/scheduler/block_allocator.h"
+#include "coordinator/serving/metrics.h"
+#include "coordinator/serving/serve_loop.h"
+#include "coordinator/serving/socket_server.h"
+#include "coordinator/serving/token_bound.h"
+#include "coordinator/serving/watchdog.h"
+
+namespace llama2 {
+namespace {
+
+std::atomic<bool> g_stop{false};
+std::atomic<int> g_wake_fd{-1};
+
+// Async-signal-safe: an atomic store and a write(2) to the server's eventfd.
+void on_signal(int) {
+  g_stop = true;
+  const int fd = g_wake_fd;
+  if (fd >= 0) {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(fd, &one, sizeof(one));
+  }
+}
+
+void install_signal_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+}
+
+cxxopts::Options serve_options() {
+  cxxopts::Options opts("llama2 serve",
+                        "Serve generations on a Unix socket (protocol: docs/PROTOCOL.md) with "
+                        "continuous batching. SIGTERM/SIGINT drain in-flight requests and exit 0.");
+  opts.add_options()("socket", "Unix socket path (created 0600)", cxxopts::value<std::string>())(
+      "max-batch-size", "Sequences decoded together per step",
+      cxxopts::value<int>()->default_value(std::to_string(kServeSteps.max_batch)))(
+      "max-queue", "Generations waiting for admission before queue_full",
+      cxxopts::value<int>()->default_value("256"))(
+      "max-inflight-per-connection",
+      "Unfinished generations one connection may have before too_many_in_flight (default: half "
+      "of --max-batch-size, at least 1)",
+      cxxopts::value<int>())(
+      "max-seq-len", "Prompt + max_new_tokens limit (default: the model's max_position_embeddings)",
+      cxxopts::value<int>())("kv-cache-blocks",
+                             "KV blocks (default: cuda, what --gpu-memory-fraction leaves; cpu, "
+                             "max-batch-size full-length sequences)",
+                             cxxopts::value<int>())(
+      "prefill-chunk", "Prompt tokens per step across sequences",
+      cxxopts::value<int>()->default_value(std::to_string(kServeSteps.prefill_chunk)))(
+      "request-timeout-ms", "Default and maximum per-request timeout",
+      cxxopts::value<int64_t>()->default_value("600000"))(
+      "shutdown-timeout-ms", "How long in-flight requests may finish after SIGTERM",
+      cxxopts::value<int64_t>()->default_value("30000"))(
+      "step-timeout-ms",
+      "A step running longer than this is stalled: every client gets an internal error and the "
+      "job exits with code 3 (0: never)",
+      cxxopts::value<int64_t>()->default_value("60000"));
+  add_engine_options(opts);
+  add_sampling_options(opts);
+  return opts;
+}
+
+// What `serve` needs besides the engine: the serve flags (the engine flags are in EngineConfig),
+// checked on rank 0 before the engine opens, and --max-seq-len resolved against the model.
+struct ServeSettings {
+  ServerOptions server;  // socket path, request timeout (max_piece_bytes set on rank 0)
+  int max_queue = 0, max_inflight = 0, max_seq_len = 0;
+  int64_t shutdown_timeout_ms = 0;
+  std::chrono::milliseconds step_timeout{0};
+  SamplingParams defaults;
+  bool quiet = false;
+};
+
+ServeSettings serve_settings_from(const cxxopts::ParseResult& args, int max_batch) {
+  ServeSettings s;
+  s.server.socket_path = args["socket"].as<std::string>();
+  s.server.request_timeout_ms = args["request-timeout-ms"].as<int64_t>();
+  s.max_queue = args["max-queue"].as<int>();
+  // Half the batch slots: a connection that pipelines without reading leaves the rest to others.
+  s.max_inflight = args.count("max-inflight-per-connection")
+                       ? args["max-inflight-per-connection"].as<int>()
+                       : std::max(1, max_batch / 2);
+  s.shutdown_timeout_ms = args["shutdown-timeout-ms"].as<int64_t>();
+  s.step_timeout = std::chrono::milliseconds(args["step-timeout-ms"].as<int64_t>());
+  s.defaults = sampling_from_options(args);
+  s.quiet = args.count("quiet") > 0;
+  return s;
+}
+
+// Rank 0: the serve flags' ranges.
+void validate_serve_settings(const ServeSettings& s) {
+  auto at_least = [](int64_t v, int64_t lo, const char* flag) {
+    if (v < lo) {
+      throw Error(std::string(flag) + " must be >= " + std::to_string(lo) + " (got " +
+                  std::to_string(v) + ")");
+    }
+  };
+  at_least(s.max_queue, 0, "--max-queue");
+  at_least(s.max_inflight, 1, "--max-inflight-per-connection");
+  at_least(s.server.request_timeout_ms, 1, "--request-timeout-ms");
+  at_least(s.shutdown_timeout_ms, 0, "--shutdown-timeout-ms");
+  at_least(s.step_timeout.count(), 0, "--step-timeout-ms");
+}
+
+// --max-seq-len, or the model's max_position_embeddings; Error outside [2, that].
+int serve_max_seq_len(const cxxopts::ParseResult& args, const ModelConfig& config) {
+  const int n =
+      args.count("max-seq-len") ? args["max-seq-len"].as<int>() : config.max_position_embeddings;
+  if (n < 2 || n > config.max_position_embeddings) {
+    throw Error("--max-seq-len must be in [2, " + std::to_string(config.max_position_embeddings) +
+                "] (max_position_embeddings) (got " + std::to_string(n) + ")");
+  }
+  return n;
+}
+
+// Rank 0 once the engine is open: the parts, in the order a request meets them
+// (docs/ARCHITECTURE.md), then the engine loop until a drain ends.
+int serve_on_rank0(Session& session, ServeSettings s) {
+  const EngineConfig& settings = session.settings;
+  RankEngine& engine = *session.engine;
+  if (!s.quiet) std::cerr << engine.startup_report() << std::flush;
+  s.server.max_piece_bytes =
+      max_piece_bytes_for_bound(settings.model_dir + "/tokenizer.model", *session.tokenizer);
+  ServeMetrics metrics;
+  AdmissionOptions aopt;
+  aopt.max_queue = s.max_queue;
+  aopt.max_inflight_per_client = s.max_inflight;
+  aopt.limits.max_position_embeddings = session.config.max_position_embeddings;
+  aopt.limits.max_seq_len = s.max_seq_len;
+  // The engine may have sized the cache from GPU memory: admission checks use what it allocated.
+  aopt.limits.kv_capacity_tokens = int64_t{session.num_blocks} * session.block_size;
+  Admission admission(aopt, &metrics);
+  const HealthInfo info{
+      engine.shard().tp,
+      engine.backend_name(),
+      engine.dtype_name(),
+      engine.kv_dtype_name(),
+      settings.synthetic.empty() ? settings.model_dir : "synthetic-" + settings.synthetic,
+      settings.max_batch,
+      s.max_queue,
+      s.max_seq_len};
+  std::unique_ptr<SocketServer> server;
+  server = std::make_unique<SocketServer>(
+      s.server, admission, *session.tokenizer, session.config, s.defaults,
+      [&] { return health_event(server.get(), admission, info); },
+      [&] { return metrics.render(admission.gauges()); });
+  SocketBridge bridge(*server, random_seed());
+  BlockAllocator blocks(session.num_blocks, session.block_size);
+  const StepLog step_log = open_step_log(settings.knobs.step_log);
+  BatchScheduler scheduler(engine, *session.tokenizer, session.config, blocks,
+                           scheduler_options(settings, step_log.get()));
+  RequestOwner owner(admission, scheduler, bridge, &metrics);
+
+  try {
+    server->start();
+  } catch (const std::exception& e) {
+    engine.shutdown(1);
+    throw ReportedError(e.what());
+  }
+  g_wake_fd = server->wake_fd();
+  std::cerr << "llama2 serve: listening on " << s.server.socket_path << " (max batch "
+            << settings.max_batch << ", max queue " << s.max_queue << ", max seq len "
+            << s.max_seq_len << ", KV " << session.num_blocks << " blocks x " << session.block_size
+            << ")" << std::endl;
+  // Started once the socket exists: from here on a stalled step ends the job (watchdog.h).
+  const std::chrono::milliseconds step_timeout = s.step_timeout;
+  StepWatchdog watchdog(
+      step_timeout, [&] { return engine_step_clock(engine); },
+      [&](const StepClock& clock) {
+        end_job_after_stall(stall_message(clock, step_timeout, engine.describe_stall()), *server,
+                            engine);
+      });
+  serve_loop(*server, bridge, owner, g_stop, std::chrono::milliseconds(s.shutdown_timeout_ms));
+  engine.shutdown(0);
+  g_wake_fd = -1;
+  server->stop(/*flush_ms=*/2000);
+  std::cerr << "llama2 serve: stopped" << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+int run_serve(int argc, char** argv, int rank) {
+  cxxopts::Options opts = serve_options();
+  const CommandLine cl = parse_command(opts, argc, argv, {"model", "socket"}, "", rank == 0);
+  if (cl.help_requested) return 0;
+  // mpirun forwards SIGTERM/SIGINT to every rank: workers must survive it and leave only when
+  // rank 0 broadcasts the shutdown plan.
+  install_signal_handlers();
+
+  SessionStart start = start_session(cl, kServeSteps, rank);
+  ServeSettings serve = serve_settings_from(cl.args, start.cfg.max_batch);
+  int kv_blocks = 0;  // rank 0: max-batch-size sequences of max_seq_len tokens
+  start.on_rank0([&] {
+    validate_serve_settings(serve);
+    check_sampling_defaults(serve.defaults, start.model);
+    serve.max_seq_len = serve_max_seq_len(cl.args, start.model);
+    kv_blocks =
+        start.cfg.max_batch * BlockAllocator::blocks_for(serve.max_seq_len, start.cfg.block_size);
+  });
+  Session session = open_engine(std::move(start), kv_blocks);
+  if (rank != 0) return session.engine->worker_loop();
+  return serve_on_rank0(session, std::move(serve));
+}
+
+}  // namespace llama2

@@ -1,0 +1,75 @@
+// Bringing up the engine for an MPI subcommand, in named steps that every command runs in the same
+// order: build and validate the EngineConfig (every rank), read config.json (every rank) and the
+// tokenizer (rank 0), read the command's inputs and size the KV cache for them (rank 0), then open
+// the engine (collective). A step that fails on one rank must not leave the others waiting in a
+// collective: failures are held in SessionStart until open_engine, where every rank agrees on them
+// (agree_on_errors) before any weight is loaded.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "common/engine_config.h"
+#include "common/model_config.h"
+#include "coordinator/text/tokenizer.h"
+#include "rank/engine.h"
+
+namespace llama2 {
+
+struct Session {
+  EngineConfig settings;  // what the engine was opened with
+  ModelConfig config;
+  std::unique_ptr<Tokenizer> tokenizer;  // rank 0 only
+  std::unique_ptr<RankEngine> engine;
+  int block_size = 16;
+  int num_blocks = 0;   // what the engine allocated
+  double load_s = 0.0;  // from the start of the session to a loaded engine
+};
+
+// The steps before the engine opens, with the first failure held (not thrown) until open_engine.
+class SessionStart {
+ public:
+  explicit SessionStart(int rank);
+
+  // Runs `step` on this rank unless an earlier step failed; what it throws is held.
+  template <typename F>
+  void step(F&& f) {
+    if (!error_.empty()) return;
+    try {
+      f();
+    } catch (const std::exception& e) {
+      error_ = *e.what() != '\0' ? e.what() : "unknown error";
+    }
+  }
+  // The same on rank 0 only (the command's inputs, the KV size they need).
+  template <typename F>
+  void on_rank0(F&& f) {
+    if (rank_ == 0) step(std::forward<F>(f));
+  }
+  // Every rank: config.json (or cfg's --synthetic preset); rank 0 also loads tokenizer.model and
+  // checks it against the model's vocabulary.
+  void load_model();
+
+  int rank() const { return rank_; }
+  bool ok() const { return error_.empty(); }
+  const std::string& error() const { return error_; }
+
+  EngineConfig cfg;
+  ModelConfig model;
+  std::unique_ptr<Tokenizer> tokenizer;  // rank 0, after load_model
+
+ private:
+  int rank_;
+  std::string error_;
+  std::chrono::steady_clock::time_point t0_;
+  friend Session open_engine(SessionStart&& start, int kv_blocks);
+};
+
+// Collective: every rank agrees on the held errors (ReportedError on every rank), rank 0's
+// `kv_blocks` (what the command's inputs need: the cpu backend allocates that many unless
+// --kv-cache-blocks was given) is broadcast, and every rank loads its shard.
+Session open_engine(SessionStart&& start, int kv_blocks);
+
+}  // namespace llama2

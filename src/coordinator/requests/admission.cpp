@@ -1,0 +1,60 @@
+#include "coordinator/requests/admission.h"
+
+namespace llama2 {
+
+Admission::Admission(AdmissionOptions opts, ServeMetrics* metrics)
+    : opts_(opts), metrics_(metrics) {}
+
+std::optional<Refusal> Admission::reserve(int client_inflight) {
+  // Checked before the queue: one client must not take every batch slot and queue place while
+  // others wait behind it (admission itself stays FIFO across clients).
+  if (client_inflight >= opts_.max_inflight_per_client) {
+    const std::string n = std::to_string(opts_.max_inflight_per_client);
+    count_refusal("too_many_in_flight");
+    return Refusal{"too_many_in_flight",
+                   "this connection already has " + n +
+                       " generations in flight (--max-inflight-per-connection " + n +
+                       "); wait for one to finish or use another connection"};
+  }
+  int now = waiting_.load(std::memory_order_relaxed);
+  do {
+    if (now >= opts_.max_queue) {
+      count_refusal("queue_full");
+      return Refusal{"queue_full", "queue is full (" + std::to_string(opts_.max_queue) +
+                                       " waiting, --max-queue); retry later"};
+    }
+  } while (!waiting_.compare_exchange_weak(now, now + 1, std::memory_order_relaxed));
+  return std::nullopt;
+}
+
+void Admission::count_refusal(const std::string& code) {
+  if (metrics_ != nullptr) metrics_->request_rejected(code);
+}
+
+std::optional<Refusal> Admission::check_prompt(int64_t prompt_tokens,
+                                               int64_t max_new_tokens) const {
+  if (prompt_tokens < 1) {
+    return Refusal{"invalid_request",
+                   "prompt must have >= 1 token (got " + std::to_string(prompt_tokens) + ")"};
+  }
+  std::string too_long = prompt_length_error(opts_.limits, prompt_tokens, false, max_new_tokens);
+  if (too_long.empty()) return std::nullopt;
+  return Refusal{"prompt_too_long", std::move(too_long)};
+}
+
+Gauges Admission::gauges() const {
+  Gauges g;
+  g.waiting = waiting_.load(std::memory_order_relaxed);
+  g.running = running_.load(std::memory_order_relaxed);
+  g.kv_blocks_used = kv_used_.load(std::memory_order_relaxed);
+  g.kv_blocks_total = kv_total_.load(std::memory_order_relaxed);
+  return g;
+}
+
+void Admission::set_engine_gauges(int running, int kv_used, int kv_total) {
+  running_.store(running, std::memory_order_relaxed);
+  kv_used_.store(kv_used, std::memory_order_relaxed);
+  kv_total_.store(kv_total, std::memory_order_relaxed);
+}
+
+}  // namespace llama2

@@ -1,0 +1,68 @@
+// The request owner's thread-safe half (request_owner.h has the engine-thread half): the admission
+// policy an endpoint applies on its own I/O thread, so that a full queue or an over-long prompt is
+// answered at once even while the engine is inside a long step, and the counters `health` and
+// `stats` both report. Every number either reports comes from gauges(): one owner per counter.
+//
+// Thread safety: every method may be called from any thread (atomics; rejection counts go to
+// ServeMetrics under its own lock). The engine thread's RequestOwner is the only writer of the
+// running / KV gauges and the only one that takes requests out of the queue count.
+#pragma once
+
+#include <atomic>
+#include <climits>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "common/sampling_params.h"
+#include "coordinator/serving/metrics.h"
+
+namespace llama2 {
+
+struct AdmissionOptions {
+  PromptLimits limits;                    // the one prompt-length check (prompt_length_error)
+  int max_queue = INT_MAX;                // requests reserved and not yet admitted
+  int max_inflight_per_client = INT_MAX;  // unfinished requests one client (connection) may have
+};
+
+// Why a request was not taken: an error code of docs/PROTOCOL.md and one message naming the limit.
+struct Refusal {
+  std::string code;
+  std::string message;
+};
+
+class Admission {
+ public:
+  // `metrics` (may be null: batch, generate) receives the rejection counts.
+  explicit Admission(AdmissionOptions opts, ServeMetrics* metrics = nullptr);
+
+  // Takes a place in the queue for a request about to be submitted by a client that has
+  // `client_inflight` unfinished requests, or says why not (too_many_in_flight, queue_full; the
+  // refusal is counted). Every successful reserve() is followed by exactly one of
+  // RequestOwner::submit() or unreserve().
+  std::optional<Refusal> reserve(int client_inflight);
+  // A reserved request that will never be submitted (refused after tokenizing, client gone).
+  void unreserve() { waiting_.fetch_sub(1, std::memory_order_relaxed); }
+  // Counts a refusal the endpoint answered itself (malformed frame, draining, ...).
+  void count_refusal(const std::string& code);
+  // The prompt-length check: nullopt when `prompt_tokens` + `max_new_tokens` fit, else
+  // prompt_too_long (invalid_request for an empty prompt) with prompt_length_error's message.
+  std::optional<Refusal> check_prompt(int64_t prompt_tokens, int64_t max_new_tokens) const;
+
+  const AdmissionOptions& options() const { return opts_; }
+  // What health and stats report: requests waiting for admission (reserved, being tokenized,
+  // on their way to the engine thread or in the owner's queue), running, KV blocks.
+  Gauges gauges() const;
+
+  // Engine thread (RequestOwner).
+  void left_queue() { waiting_.fetch_sub(1, std::memory_order_relaxed); }
+  void set_engine_gauges(int running, int kv_used, int kv_total);
+
+ private:
+  AdmissionOptions opts_;
+  ServeMetrics* metrics_;
+  std::atomic<int> waiting_{0};
+  std::atomic<int> running_{0}, kv_used_{0}, kv_total_{0};
+};
+
+}  // namespace llama2

@@ -1,0 +1,154 @@
+#include "coordinator/requests/request.h"
+
+#include "common/check.h"
+#include "coordinator/text/tokenizer.h"
+
+namespace llama2 {
+
+using nlohmann::json;
+
+const std::set<std::string> kRequestKeys = {"prompt",
+                                            "prompt_tokens",
+                                            "temperature",
+                                            "top_p",
+                                            "top_k",
+                                            "repetition_penalty",
+                                            "presence_penalty",
+                                            "frequency_penalty",
+                                            "max_new_tokens",
+                                            "seed",
+                                            "stop",
+                                            "ignore_eos"};
+
+namespace {
+ParsedRequest invalid(const std::string& code, const std::string& msg) {
+  ParsedRequest r;
+  r.error_code = code;
+  r.error_message = msg;
+  return r;
+}
+
+std::string key_list(const std::set<std::string>& a, const std::set<std::string>& b) {
+  std::set<std::string> all = a;
+  all.insert(b.begin(), b.end());
+  std::string s;
+  for (const auto& k : all) s += (s.empty() ? "" : ", ") + k;
+  return s;
+}
+
+// The longest prefix of `s` of at most `max_bytes` that does not end inside a UTF-8 character.
+size_t utf8_cut(const std::string& s, size_t max_bytes) {
+  if (s.size() <= max_bytes) return s.size();
+  size_t n = max_bytes;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+  return n;
+}
+
+// The length checks, once the prompt has `prompt_tokens` tokens (at least; 1 for a text prompt
+// still to tokenize): prompt_too_long first, then the sampling values.
+void check_lengths(ParsedRequest& r, int64_t prompt_tokens, const ModelConfig& config) {
+  PromptLimits limits;
+  limits.max_position_embeddings = config.max_position_embeddings;
+  if (r.params.max_new_tokens >= 1) {
+    std::string too_long =
+        prompt_length_error(limits, prompt_tokens, false, r.params.max_new_tokens);
+    if (!too_long.empty()) {
+      r.error_code = "prompt_too_long";
+      r.error_message = std::move(too_long);
+      return;
+    }
+  }
+  const std::string bad =
+      validate_sampling(r.params, static_cast<int>(prompt_tokens), config.max_position_embeddings);
+  if (!bad.empty()) {
+    r.error_code = "invalid_request";
+    r.error_message = bad;
+  }
+}
+}  // namespace
+
+std::string quote(const std::string& text) {
+  if (text.size() <= kMaxQuoteBytes) return "\"" + text + "\"";
+  return "\"" + text.substr(0, utf8_cut(text, kMaxQuoteBytes)) + "...\" (" +
+         std::to_string(text.size()) + " bytes)";
+}
+
+std::string quote_json(const json& value) {
+  if (value.is_string()) return quote(value.get_ref<const std::string&>());
+  // Numbers, booleans and null are short; arrays and objects are at most a frame (1 MiB) and
+  // nest at most kMaxJsonDepth levels, so dumping them whole before cutting is bounded.
+  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (text.size() <= kMaxQuoteBytes) return text;
+  return text.substr(0, utf8_cut(text, kMaxQuoteBytes)) + "... (" + std::to_string(text.size()) +
+         " bytes)";
+}
+
+ParsedRequest parse_request_fields(const json& obj, const SamplingParams& defaults,
+                                   const ModelConfig& config,
+                                   const std::set<std::string>& extra_keys) {
+  if (!obj.is_object()) return invalid("invalid_request", "a request must be a JSON object");
+  for (const auto& item : obj.items()) {
+    if (!kRequestKeys.count(item.key()) && !extra_keys.count(item.key())) {
+      // Typos such as "max_tokens" would otherwise silently fall back to the defaults.
+      return invalid("invalid_request", "unknown key " + quote(item.key()) + " (allowed: " +
+                                            key_list(kRequestKeys, extra_keys) + ")");
+    }
+  }
+  ParsedRequest r;
+  try {
+    r.params = sampling_from_json(obj, defaults);
+  } catch (const Error& e) {
+    return invalid("invalid_request", e.what());
+  }
+
+  const auto text_it = obj.find("prompt");
+  const auto ids_it = obj.find("prompt_tokens");
+  const bool has_text = text_it != obj.end() && !text_it->is_null();
+  const bool has_ids = ids_it != obj.end() && !ids_it->is_null();
+  if (has_text == has_ids) {
+    return invalid(
+        "invalid_request",
+        "give exactly one of \"prompt\" (string) or \"prompt_tokens\" (array of token ids)");
+  }
+  if (has_text) {
+    if (!text_it->is_string()) return invalid("invalid_request", "\"prompt\" must be a string");
+    r.prompt_text = text_it->get<std::string>();
+    if (!is_valid_utf8(r.prompt_text))
+      return invalid("invalid_request", "\"prompt\" is not valid UTF-8");
+    r.text_pending = true;
+    check_lengths(r, 1, config);  // <s> at least: bad values are refused before tokenizing
+    return r;
+  }
+  const json& ids = *ids_it;
+  if (!ids.is_array() || ids.empty()) {
+    return invalid("invalid_request", "\"prompt_tokens\" must be a non-empty array of token ids");
+  }
+  r.prompt.reserve(ids.size());
+  for (const auto& v : ids) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= config.vocab_size) {
+      return invalid("invalid_request", "\"prompt_tokens\" entry " + quote_json(v) +
+                                            " is not a token id in [0, " +
+                                            std::to_string(config.vocab_size) + ")");
+    }
+    r.prompt.push_back(v.get<int>());
+  }
+  check_lengths(r, static_cast<int64_t>(r.prompt.size()), config);
+  return r;
+}
+
+void tokenize_request(ParsedRequest& r, const Tokenizer& tok, const ModelConfig& config) {
+  if (!r.ok() || !r.text_pending) return;
+  r.prompt = tok.encode(r.prompt_text, /*add_bos=*/true);
+  r.text_pending = false;
+  std::string().swap(r.prompt_text);  // up to a frame of text, no longer needed
+  check_lengths(r, static_cast<int64_t>(r.prompt.size()), config);
+}
+
+ParsedRequest parse_request(const json& obj, const SamplingParams& defaults, const Tokenizer& tok,
+                            const ModelConfig& config, const std::set<std::string>& extra_keys) {
+  ParsedRequest r = parse_request_fields(obj, defaults, config, extra_keys);
+  tokenize_request(r, tok, config);
+  return r;
+}
+
+}  // namespace llama2

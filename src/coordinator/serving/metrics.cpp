@@ -1,0 +1,118 @@
+#include "coordinator/serving/metrics.h"
+
+#include <cstdio>
+
+namespace llama2 {
+namespace {
+std::string fmt(double v) {
+  char b[32];
+  std::snprintf(b, sizeof(b), "%.9g", v);
+  return b;
+}
+// Latency buckets spanning sub-millisecond CPU decode steps to multi-second GPU prefills.
+const std::vector<double> kLatencyBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                             0.5,   1.0,    2.5,   5.0,  10.0,  30.0, 60.0};
+}  // namespace
+
+Histogram::Histogram(std::vector<double> bounds)
+    : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+
+void Histogram::observe(double v) {
+  size_t i = 0;
+  while (i < bounds_.size() && v > bounds_[i]) ++i;
+  ++counts_[i];
+  sum_ += v;
+  ++count_;
+}
+
+void Histogram::render(const std::string& name, const std::string& help, std::string* out) const {
+  *out += "# HELP " + name + " " + help + "\n# TYPE " + name + " histogram\n";
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cumulative += counts_[i];
+    *out += name + "_bucket{le=\"" + fmt(bounds_[i]) + "\"} " + std::to_string(cumulative) + "\n";
+  }
+  *out += name + "_bucket{le=\"+Inf\"} " + std::to_string(count_) + "\n";
+  *out += name + "_sum " + fmt(sum_) + "\n" + name + "_count " + std::to_string(count_) + "\n";
+}
+
+ServeMetrics::ServeMetrics()
+    : ttft_(kLatencyBuckets),
+      itl_(kLatencyBuckets),
+      e2e_(kLatencyBuckets),
+      queue_(kLatencyBuckets) {
+  for (const char* r : {"stop", "length", "cancelled", "timeout", "shutting_down"})
+    finished_[r] = 0;
+  for (const char* c :
+       {"invalid_request", "prompt_too_long", "queue_full", "too_many_in_flight", "shutting_down"})
+    rejected_[c] = 0;
+}
+
+void ServeMetrics::request_finished(const std::string& reason, double queue_s, double ttft_s,
+                                    double e2e_s, int prompt_tokens, int completion_tokens) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++finished_[reason];
+  queue_.observe(queue_s);
+  if (completion_tokens > 0) ttft_.observe(ttft_s);
+  e2e_.observe(e2e_s);
+  prompt_tokens_ += static_cast<uint64_t>(prompt_tokens);
+  generation_tokens_ += static_cast<uint64_t>(completion_tokens);
+}
+
+void ServeMetrics::request_rejected(const std::string& code) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++rejected_[code];
+}
+
+void ServeMetrics::inter_token(double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  itl_.observe(seconds);
+}
+
+std::string ServeMetrics::render(const Gauges& g) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string out;
+  out +=
+      "# HELP llama2_requests_total Finished generations by finish reason.\n"
+      "# TYPE llama2_requests_total counter\n";
+  for (const auto& [reason, n] : finished_) {
+    out += "llama2_requests_total{finish_reason=\"" + reason + "\"} " + std::to_string(n) + "\n";
+  }
+  out +=
+      "# HELP llama2_requests_rejected_total Requests refused before running, by error code.\n"
+      "# TYPE llama2_requests_rejected_total counter\n";
+  for (const auto& [code, n] : rejected_) {
+    out += "llama2_requests_rejected_total{code=\"" + code + "\"} " + std::to_string(n) + "\n";
+  }
+  out +=
+      "# HELP llama2_prompt_tokens_total Prompt tokens of finished generations.\n"
+      "# TYPE llama2_prompt_tokens_total counter\nllama2_prompt_tokens_total " +
+      std::to_string(prompt_tokens_) + "\n";
+  out +=
+      "# HELP llama2_generation_tokens_total Generated tokens of finished generations.\n"
+      "# TYPE llama2_generation_tokens_total counter\nllama2_generation_tokens_total " +
+      std::to_string(generation_tokens_) + "\n";
+  out +=
+      "# HELP llama2_requests_running Generations in the running batch.\n"
+      "# TYPE llama2_requests_running gauge\nllama2_requests_running " +
+      std::to_string(g.running) + "\n";
+  out +=
+      "# HELP llama2_requests_waiting Generations queued for admission.\n"
+      "# TYPE llama2_requests_waiting gauge\nllama2_requests_waiting " +
+      std::to_string(g.waiting) + "\n";
+  const double usage =
+      g.kv_blocks_total > 0 ? static_cast<double>(g.kv_blocks_used) / g.kv_blocks_total : 0.0;
+  out +=
+      "# HELP llama2_kv_cache_usage_ratio Fraction of KV-cache blocks in use.\n"
+      "# TYPE llama2_kv_cache_usage_ratio gauge\nllama2_kv_cache_usage_ratio " +
+      fmt(usage) + "\n";
+  ttft_.render("llama2_time_to_first_token_seconds", "Time from arrival to the first token.", &out);
+  itl_.render("llama2_inter_token_latency_seconds",
+              "Time between consecutive tokens of a generation.", &out);
+  e2e_.render("llama2_e2e_request_latency_seconds", "Time from arrival to the end of a generation.",
+              &out);
+  queue_.render("llama2_request_queue_time_seconds", "Time from arrival to admission.", &out);
+  return out;
+}
+
+}  // namespace llama2

@@ -1,0 +1,167 @@
+// Rank 0's Unix-socket endpoint (docs/PROTOCOL.md). One I/O thread polls the listening socket and
+// every connection, decodes frames and applies the request owner's admission policy (Admission:
+// bad requests, prompt length, per-connection in-flight limit, queue-full) at once, answers health
+// and stats itself, and hands generate/cancel/disconnect commands to the engine thread
+// (serve_loop.h), which sends events back through send(). The engine thread never blocks on a
+// socket, and the I/O thread never waits for the engine: deadlines and disconnects hold even while
+// a step is stuck. Text prompts longer than kInlineTokenizeBytes go to a TokenizerPool.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "common/model_config.h"
+#include "coordinator/requests/admission.h"
+#include "coordinator/requests/request.h"
+#include "coordinator/serving/protocol.h"
+#include "coordinator/serving/tokenizer_pool.h"
+
+namespace llama2 {
+
+class Tokenizer;
+
+// The endpoint's own settings; the admission limits (queue, prompt length, in flight per
+// connection) are the request owner's (AdmissionOptions).
+struct ServerOptions {
+  std::string socket_path;
+  int64_t request_timeout_ms = 600000;  // default and cap of a request's timeout_ms
+  int max_piece_bytes = 0;              // token_bound.h: 0, no byte-length refusal of prompts
+  int tokenizer_threads = 2;            // workers tokenizing long text prompts
+};
+
+// Text prompts up to this size are tokenized on the I/O thread itself (well under a millisecond,
+// and their order of arrival is kept); longer ones go to the tokenizer workers.
+constexpr size_t kInlineTokenizeBytes = 4096;
+
+struct ServeCommand {
+  // kExpired: the I/O thread has already answered generation `serial` (its deadline passed while
+  // the engine was inside a step); the engine only has to end it and free its blocks.
+  enum class Kind { kGenerate, kCancel, kDisconnect, kExpired } kind = Kind::kGenerate;
+  uint64_t conn = 0;
+  uint64_t serial = 0;    // kGenerate, kExpired: the server's own number for the generation
+  std::string id;         // the client's request id
+  ParsedRequest request;  // kGenerate
+  bool stream = true;
+  std::chrono::steady_clock::time_point arrival, deadline;
+};
+
+class SocketServer {
+ public:
+  // `admission` decides what is taken and counts it; `health` and `stats` build those events.
+  SocketServer(ServerOptions opts, Admission& admission, const Tokenizer& tok,
+               const ModelConfig& config, SamplingParams defaults,
+               std::function<nlohmann::json()> health, std::function<std::string()> stats);
+  ~SocketServer();
+
+  // Creates the socket (mode 0600; refuses a path that exists and is not a stale socket) and
+  // starts the I/O thread. Error with the path and the reason on failure.
+  void start();
+  // Stops accepting and answers new generations with shutting_down.
+  void set_draining();
+  bool draining() const { return draining_; }
+  // Flushes pending events (up to `flush_ms`), closes every connection, removes the socket file.
+  void stop(int flush_ms);
+
+  // Engine thread: commands that arrived, waiting up to `wait` for the first one.
+  std::deque<ServeCommand> take_commands(std::chrono::milliseconds wait);
+  // Engine thread: queue an event of generation `serial` (client id `id`) for a connection;
+  // dropped if the connection has gone or the generation was already answered here (deadline,
+  // fail_all). `final` ends it.
+  void send(uint64_t conn, const nlohmann::json& event, const std::string& id, uint64_t serial,
+            bool final);
+  // Engine thread: queue an already serialized event without waking the I/O thread; the engine
+  // calls wake() once after a step (one eventfd write per step instead of one per token).
+  void send_quiet(uint64_t conn, std::string payload, const std::string& id, uint64_t serial,
+                  bool final);
+  // The `token` event's JSON, the same bytes as dumping the object, built without one: at
+  // saturation rank 0 emits ~10k of them per second between engine steps (GPUs idle meanwhile).
+  // `id_json` is the request id already serialized as a JSON string.
+  static std::string token_event(const std::string& id_json, int index, int token,
+                                 const std::string& piece);
+  // A generation whose deadline passed more than this long ago while the engine did not end it (it
+  // is inside a long or stalled step) is answered by the I/O thread itself: `done` with
+  // finish_reason "timeout". Before that the engine ends it at its next step, with its text.
+  static constexpr std::chrono::milliseconds kDeadlineGrace{250};
+  // Any thread (the step watchdog): ends every generation in flight with an error event (`code`,
+  // `message`) and marks the server stalled: `health` can report it (connections are still
+  // accepted for that), new generations get shutting_down.
+  void fail_all(const std::string& code, const std::string& message);
+  bool stalled() const { return stalled_; }
+  // Removes the socket file now (the watchdog ends the process without stop()).
+  void remove_socket_file();
+  // Wakes the I/O thread (also called from the signal handler path through wake_fd()).
+  void wake();
+  int wake_fd() const { return wake_fd_; }
+
+ private:
+  struct Conn;
+  // A generation waiting for its prompt to be tokenized.
+  struct TokenizeJob {
+    uint64_t conn = 0;
+    FrameRequest request;
+    std::chrono::steady_clock::time_point arrival;
+    uint64_t serial = 0;  // the generation's entry in Conn::inflight
+  };
+  void io_loop();
+  void accept_all();
+  // At the fd limit: accepts one pending connection on the spare descriptor, answers it with an
+  // error and closes it; false when there is nothing more to accept now (or accepting paused).
+  bool refuse_one_connection(int accept_errno);
+  void handle_frame(Conn& c, const std::string& payload);
+  void handle_generate(Conn& c, FrameRequest r);
+  void handle_cancel(Conn& c, const std::string& id);
+  // mu_ held: a tokenized generation (or its refusal) goes on to the engine.
+  void enqueue_generate(Conn& c, TokenizeJob job, const nlohmann::json& refusal);
+  // A tokenizer worker: tokenizes `job`'s prompt, then hands it on under mu_.
+  void tokenize(TokenizeJob& job);
+  void reply(Conn& c, const nlohmann::json& event);  // from the I/O thread, mu_ held
+  void error(Conn& c, const nlohmann::json& id, const std::string& code, const std::string& msg);
+  void close_conn(uint64_t id);
+  ServeLimits limits() const;
+  // mu_ held. Records a generation admitted at `arrival`; returns its serial.
+  uint64_t track(Conn& c, const FrameRequest& r, std::chrono::steady_clock::time_point arrival);
+  // mu_ held. Answers the generations past deadline + kDeadlineGrace and tells the engine.
+  void expire_overdue(std::chrono::steady_clock::time_point now);
+  // mu_ held. How long poll() may sleep: until the next deadline to enforce, at most 1 s.
+  int poll_timeout_ms(std::chrono::steady_clock::time_point now) const;
+  bool accepts_connections() const { return !draining_ || stalled_; }
+
+  ServerOptions opts_;
+  Admission& admission_;
+  const Tokenizer& tok_;
+  ModelConfig config_;
+  SamplingParams defaults_;
+  std::function<nlohmann::json()> health_;
+  std::function<std::string()> stats_;
+
+  int listen_fd_ = -1;
+  int wake_fd_ = -1;
+  int spare_fd_ = -1;  // held in reserve: at the fd limit it is freed to accept-and-refuse
+  std::chrono::steady_clock::time_point accept_paused_until_{};
+  std::thread io_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> draining_{false};
+  std::atomic<bool> stalled_{false};
+
+  std::mutex mu_;  // guards conns_ (outboxes, in-flight ids) and inbox_; taken before the pool's
+  std::map<uint64_t, std::unique_ptr<Conn>> conns_;
+  uint64_t next_conn_ = 1;
+  std::deque<ServeCommand> inbox_;
+  uint64_t next_serial_ = 1;
+  // No tracked generation must be answered by the I/O thread before this (deadline + grace).
+  std::chrono::steady_clock::time_point next_expiry_ = std::chrono::steady_clock::time_point::max();
+  std::condition_variable inbox_cv_;
+
+  TokenizerPool tokenizers_;
+};
+
+}  // namespace llama2
