@@ -21,9 +21,9 @@
 
 #include "common/check.h"
 #include "common/model_config.h"
-#include "coordinator/block_allocator.h"
-#include "coordinator/cli_common.h"
-#include "coordinator/mpi_program.h"
+#include "coordinator/cli/cli_common.h"
+#include "coordinator/cli/mpi_program.h"
+#include "coordinator/scheduler/block_allocator.h"
 #include "rank/comm.h"
 #include "rank/engine.h"
 

@@ -5,11 +5,11 @@
 //       --prompt-len 128 --decode-steps 128 --prefill-lens 512,2048 --json out.json
 //
 // Rank 0 builds every StepPlan by hand (as tests/integration/reference_test.cpp does) and owns the
-// KV blocks (coordinator/block_allocator.h); the other ranks sit in RankEngine::worker_loop. All
-// timings are steady_clock wall time on rank 0 around RankEngine::execute(), which returns only
-// when the step's greedy candidates are back on the host, so each interval covers the whole step:
-// plan broadcast, metadata upload, forward pass on every GPU, NCCL, candidate gather.
-// What is measured and the FLOP formula: benchmarks/e2e/README.md.
+// KV blocks (coordinator/scheduler/block_allocator.h); the other ranks sit in
+// RankEngine::worker_loop. All timings are steady_clock wall time on rank 0 around
+// RankEngine::execute(), which returns only when the step's greedy candidates are back on the host,
+// so each interval covers the whole step: plan broadcast, metadata upload, forward pass on every
+// GPU, NCCL, candidate gather. What is measured and the FLOP formula: benchmarks/e2e/README.md.
 #include <cuda_runtime.h>
 #include <mpi.h>
 #include <unistd.h>
@@ -32,9 +32,9 @@
 #include "common/check.h"
 #include "common/model_config.h"
 #include "common/shard_plan.h"
-#include "coordinator/block_allocator.h"
-#include "coordinator/cli_common.h"
-#include "coordinator/mpi_program.h"
+#include "coordinator/cli/cli_common.h"
+#include "coordinator/cli/mpi_program.h"
+#include "coordinator/scheduler/block_allocator.h"
 #include "rank/comm.h"
 #include "rank/engine.h"
 
