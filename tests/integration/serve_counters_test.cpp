@@ -21,22 +21,18 @@
 #include <sstream>
 #include <string>
 
+#include "case_main.h"
 #include "server_job.h"
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
+using llama2_test::check;
 using llama2_test::ServerJob;
 
 namespace {
 
-std::string g_llama2, g_model, g_mpirun, g_tmp;
-int g_pass = 0, g_fail = 0;
-
-bool check(bool ok, const std::string& what) {
-  std::printf("%s: %s\n", ok ? "ok" : "FAIL", what.c_str());
-  std::fflush(stdout);
-  (ok ? g_pass : g_fail)++;
-  return ok;
+llama2_test::CaseEnv& env() {
+  return llama2_test::case_env();
 }
 
 // The value of the Prometheus sample `name` (the whole name, labels included) in `text`; -1 when
@@ -59,7 +55,7 @@ int queued(const json& health) {
 
 void case_queue_depth() {
   // Step 3 of the engine takes 4 s: long enough for the checks below, which need ~ms.
-  ServerJob job(g_mpirun, g_llama2, g_tmp, "queue_depth", 1, g_model,
+  ServerJob job(env().mpirun, env().llama2, env().tmp, "queue_depth", 1, env().model,
                 {"--max-batch-size", "1", "--cpu-threads", "1"}, {"LLAMA2_TEST_STALL=3:0:4000"});
   if (!check(job.wait_up(120), "server up")) return;
   auto a = llama2::Client::connect(job.socket, 2000);
@@ -128,11 +124,11 @@ void case_queue_depth() {
   check(queued(h2) == 0 && w2 == 0, "afterwards both report 0 queued (health " +
                                         std::to_string(queued(h2)) + ", stats " +
                                         std::to_string(w2) + ")");
-  if (g_fail > 0) std::printf("---- server log ----\n%s\n----\n", job.log_text().c_str());
+  if (env().failures > 0) std::printf("---- server log ----\n%s\n----\n", job.log_text().c_str());
 }
 
 void case_rejected() {
-  ServerJob job(g_mpirun, g_llama2, g_tmp, "rejected", 1, g_model,
+  ServerJob job(env().mpirun, env().llama2, env().tmp, "rejected", 1, env().model,
                 {"--max-queue", "0", "--max-seq-len", "64", "--cpu-threads", "1"});
   if (!check(job.wait_up(120), "server up")) return;
   auto c = llama2::Client::connect(job.socket, 2000);
@@ -153,35 +149,12 @@ void case_rejected() {
     check(got == want, "llama2_requests_rejected_total{code=\"" + code + "\"} is " +
                            std::to_string(got) + " (want " + std::to_string(want) + ")");
   }
-  if (g_fail > 0) std::printf("---- stats ----\n%s\n----\n", stats.c_str());
+  if (env().failures > 0) std::printf("---- stats ----\n%s\n----\n", stats.c_str());
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 5) {
-    std::fprintf(stderr,
-                 "usage: llama2_serve_counters_test LLAMA2_BINARY MODEL_DIR MPIRUN_SH "
-                 "queue_depth|rejected\n");
-    return 2;
-  }
-  signal(SIGPIPE, SIG_IGN);
-  g_llama2 = argv[1];
-  g_model = argv[2];
-  g_mpirun = argv[3];
-  const std::string which = argv[4];
-  char tmpl[] = "/tmp/llama2_counters_XXXXXX";
-  g_tmp = mkdtemp(tmpl);
-  if (which == "queue_depth") {
-    case_queue_depth();
-  } else if (which == "rejected") {
-    case_rejected();
-  } else {
-    std::fprintf(stderr, "unknown case '%s' (queue_depth, rejected)\n", which.c_str());
-    return 2;
-  }
-  std::printf("%d passed, %d failed\n", g_pass, g_fail);
-  std::error_code ec;
-  std::filesystem::remove_all(g_tmp, ec);
-  return g_fail == 0 ? 0 : 1;
+  return llama2_test::case_main(argc, argv, "llama2_serve_counters_test", "llama2_counters",
+                                {{"queue_depth", case_queue_depth}, {"rejected", case_rejected}});
 }

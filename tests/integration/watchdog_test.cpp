@@ -25,22 +25,18 @@
 #include <mutex>
 #include <string>
 
+#include "case_main.h"
 #include "server_job.h"
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
+using llama2_test::check;
 using llama2_test::ServerJob;
 
 namespace {
 
-std::string g_llama2, g_model, g_mpirun, g_tmp, g_backend = "cpu";
-int g_pass = 0, g_fail = 0;
-
-bool check(bool ok, const std::string& what) {
-  std::printf("%s: %s\n", ok ? "ok" : "FAIL", what.c_str());
-  std::fflush(stdout);
-  (ok ? g_pass : g_fail)++;
-  return ok;
+llama2_test::CaseEnv& env() {
+  return llama2_test::case_env();
 }
 
 double secs_since(Clock::time_point t) {
@@ -101,11 +97,11 @@ void check_job_end(ServerJob& job, Clock::time_point since, double bound_s,
   for (const std::string& part : log_parts)
     check(contains(log, part), "the log says \"" + part + "\"");
   check(access(job.socket.c_str(), F_OK) != 0, "socket file removed");
-  if (g_fail > 0) std::printf("---- server log ----\n%s\n----\n", log.c_str());
+  if (env().failures > 0) std::printf("---- server log ----\n%s\n----\n", log.c_str());
 }
 
 void test_stall() {
-  ServerJob job(g_mpirun, g_llama2, g_tmp, "stall", 2, g_model,
+  ServerJob job(env().mpirun, env().llama2, env().tmp, "stall", 2, env().model,
                 {"--step-timeout-ms", "3000", "--cpu-threads", "1", "--max-batch-size", "4"});
   if (!check(job.wait_up(60), "server up")) return;
   auto a = llama2::Client::connect(job.socket, 2000);
@@ -171,9 +167,10 @@ void test_stall() {
 }
 
 void test_hook() {
-  ServerJob job(g_mpirun, g_llama2, g_tmp, "hook", 1, g_model, {"--step-timeout-ms", "1500"},
-                {"LLAMA2_TEST_STALL=3"}, g_backend);
-  if (!check(job.wait_up(120), "server up (TP 1, LLAMA2_TEST_STALL=3, backend " + g_backend + ")"))
+  ServerJob job(env().mpirun, env().llama2, env().tmp, "hook", 1, env().model,
+                {"--step-timeout-ms", "1500"}, {"LLAMA2_TEST_STALL=3"}, env().backend);
+  if (!check(job.wait_up(120),
+             "server up (TP 1, LLAMA2_TEST_STALL=3, backend " + env().backend + ")"))
     return;
   auto c = llama2::Client::connect(job.socket, 2000);
   const auto t0 = Clock::now();
@@ -186,7 +183,8 @@ void test_hook() {
 }
 
 void test_idle() {
-  ServerJob job(g_mpirun, g_llama2, g_tmp, "idle", 2, g_model, {"--cpu-threads", "1"});
+  ServerJob job(env().mpirun, env().llama2, env().tmp, "idle", 2, env().model,
+                {"--cpu-threads", "1"});
   if (!check(job.wait_up(60), "server up")) return;
   auto c = llama2::Client::connect(job.socket, 2000);
   // One request, so the measurement covers the wait after a step as well as after start-up.
@@ -208,32 +206,7 @@ void test_idle() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 5 && argc != 6) {
-    std::fprintf(stderr,
-                 "usage: llama2_watchdog_test LLAMA2_BINARY MODEL_DIR MPIRUN_SH "
-                 "stall|hook|idle [BACKEND]\n");
-    return 2;
-  }
-  if (argc == 6) g_backend = argv[5];
-  signal(SIGPIPE, SIG_IGN);
-  g_llama2 = argv[1];
-  g_model = argv[2];
-  g_mpirun = argv[3];
-  const std::string which = argv[4];
-  char tmpl[] = "/tmp/llama2_watchdog_XXXXXX";
-  g_tmp = mkdtemp(tmpl);
-  if (which == "stall") {
-    test_stall();
-  } else if (which == "hook") {
-    test_hook();
-  } else if (which == "idle") {
-    test_idle();
-  } else {
-    std::fprintf(stderr, "unknown case '%s' (stall, hook, idle)\n", which.c_str());
-    return 2;
-  }
-  std::printf("%d passed, %d failed\n", g_pass, g_fail);
-  std::error_code ec;
-  std::filesystem::remove_all(g_tmp, ec);
-  return g_fail == 0 ? 0 : 1;
+  return llama2_test::case_main(argc, argv, "llama2_watchdog_test", "llama2_watchdog",
+                                {{"stall", test_stall}, {"hook", test_hook}, {"idle", test_idle}},
+                                /*takes_backend=*/true);
 }
