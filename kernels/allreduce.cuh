@@ -37,4 +37,16 @@ template <typename T>
 cudaError_t launch_allreduce(const AllReduceShared& shared, T* data, int64_t n,
                              cudaStream_t stream);
 
+// Whether launch_allreduce takes this message (size within the buffers, a whole number of 16-byte
+// vectors, `data` 16-byte aligned): a caller decides between it and another all-reduce before
+// launching, so that a launch error is never mistaken for "use the other one". Depends only on
+// values every rank shares (count, element size, allocation alignment).
+inline bool allreduce_fits(const AllReduceShared& shared, const void* data, int64_t n,
+                           size_t elem_bytes) {
+  return n >= 0 && elem_bytes > 0 && 16 % elem_bytes == 0 &&
+         static_cast<size_t>(n) * elem_bytes <= shared.max_bytes &&
+         (static_cast<size_t>(n) * elem_bytes) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(data) % 16 == 0;
+}
+
 }  // namespace llama2::kernels

@@ -110,26 +110,26 @@ NcclComm::~NcclComm() {
 
 void NcclComm::all_reduce_sum(void* data, size_t count, CommType type) {
   if (comm_ == nullptr || count == 0) return;
-  if (one_shot_ && count * comm_type_bytes(type) <= kOneShotBytes) {
-    const auto n = static_cast<int64_t>(count);
-    cudaError_t rc = cudaErrorInvalidValue;
+  const auto n = static_cast<int64_t>(count);
+  // The one-shot kernel or NCCL is chosen before anything is launched, from values every rank
+  // shares (count, type, alignment), so all ranks choose alike; a failed one-shot launch is an
+  // error, not a reason to try NCCL.
+  if (one_shot_ && type != CommType::kI32 && count * comm_type_bytes(type) <= kOneShotBytes &&
+      kernels::allreduce_fits(shared_, data, n, comm_type_bytes(type))) {
     switch (type) {
       case CommType::kF16:
-        rc = kernels::launch_allreduce(shared_, static_cast<__half*>(data), n, stream_);
-        break;
+        CUDA_CHECK(kernels::launch_allreduce(shared_, static_cast<__half*>(data), n, stream_));
+        return;
       case CommType::kBF16:
-        rc = kernels::launch_allreduce(shared_, static_cast<__nv_bfloat16*>(data), n, stream_);
-        break;
+        CUDA_CHECK(
+            kernels::launch_allreduce(shared_, static_cast<__nv_bfloat16*>(data), n, stream_));
+        return;
       case CommType::kF32:
-        rc = kernels::launch_allreduce(shared_, static_cast<float*>(data), n, stream_);
-        break;
+        CUDA_CHECK(kernels::launch_allreduce(shared_, static_cast<float*>(data), n, stream_));
+        return;
       case CommType::kI32:
         break;
     }
-    // Every rank makes the same choice (same count, type and alignment rules), so a refused
-    // launch (odd length, misaligned buffer) falls back to NCCL on all of them together.
-    if (rc == cudaSuccess) return;
-    (void)cudaGetLastError();
   }
   NCCL_CHECK(ncclAllReduce(data, data, count, nccl_type(type), ncclSum, comm_, stream_));
 }

@@ -5,7 +5,10 @@
 //
 // Behaviour kept as it was before the Comm interface covered both backends (the same NCCL calls
 // on the same stream, the same one-shot selection by size, LLAMA2_CUSTOM_ALLREDUCE and node
-// membership) until the two-GPU runs (issue 21) can verify a change: nothing new runs here.
+// membership) until the two-GPU runs (issue 21) can verify a change. One difference, on an error
+// path only: the one-shot kernel is chosen before launching (kernels::allreduce_fits, the same
+// rules its launcher checked), so a failed launch now throws instead of silently retrying with
+// NCCL; messages the kernel refuses go to NCCL as before. Not yet run at TP 2.
 // all_reduce_add_rmsnorm is not overridden yet (Comm's default: not fused).
 #pragma once
 
