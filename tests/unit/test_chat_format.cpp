@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "common/capacity.h"
 #include "common/check.h"
+#include "coordinator/requests/request.h"
 #include "coordinator/text/chat_format.h"
 #include "coordinator/text/tokenizer.h"
 
@@ -135,5 +137,44 @@ TEST_SUITE("chat_format") {
     const json bad_utf8 = json::array({{{"role", "user"}, {"content", std::string("ok \xff")}}});
     CHECK(error_of(bad_utf8, tok).find("messages[0].content: not valid UTF-8") !=
           std::string::npos);
+  }
+}
+
+TEST_SUITE("chat_format") {
+  TEST_CASE(
+      "requests (socket protocol, batch lines) take \"messages\" and encode them at tokenizing") {
+    const Tokenizer& tok = tokenizer("tests/models/tiny-gqa");
+    const llama2::ModelConfig config = llama2::preset_config("7b");
+    const json messages = json::parse(
+        R"([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}])");
+    llama2::ParsedRequest r = llama2::parse_request_fields(json{{"messages", messages}},
+                                                           llama2::SamplingParams{}, config, {});
+    REQUIRE(r.ok());
+    CHECK(r.text_pending);
+    CHECK(r.pending_bytes() == std::string("Be brief.Hi there").size());
+    llama2::tokenize_request(r, tok, config);
+    REQUIRE(r.ok());
+    CHECK_FALSE(r.text_pending);
+    CHECK(r.prompt == encode_llama2_chat(tok, parse_chat_messages(messages)));
+    // The batch command's one-call path gives the same ids.
+    CHECK(llama2::parse_request(json{{"messages", messages}}, llama2::SamplingParams{}, tok, config,
+                                {})
+              .prompt == r.prompt);
+  }
+
+  TEST_CASE("a request with two prompt forms or a bad dialog is refused before tokenizing") {
+    const llama2::ModelConfig config = llama2::preset_config("7b");
+    const auto refused = [&](const json& obj, const std::string& what) {
+      const auto r = llama2::parse_request_fields(obj, llama2::SamplingParams{}, config, {});
+      CAPTURE(obj.dump());
+      CHECK(r.error_code == "invalid_request");
+      CHECK(r.error_message.find(what) != std::string::npos);
+    };
+    const json user = json::array({{{"role", "user"}, {"content", "u"}}});
+    refused(json{{"prompt", "x"}, {"messages", user}}, "give exactly one of \"prompt\"");
+    refused(json::object(), "\"messages\" (chat turns");
+    refused(json{{"messages", json::array({{{"role", "assistant"}, {"content", "a"}}})}},
+            "messages[0]: role 'assistant' where 'user' is expected");
+    refused(json{{"messages", "hello"}}, "messages: expected an array");
   }
 }

@@ -9,6 +9,7 @@ using nlohmann::json;
 
 const std::set<std::string> kRequestKeys = {"prompt",
                                             "prompt_tokens",
+                                            "messages",
                                             "temperature",
                                             "top_p",
                                             "top_k",
@@ -103,12 +104,27 @@ ParsedRequest parse_request_fields(const json& obj, const SamplingParams& defaul
 
   const auto text_it = obj.find("prompt");
   const auto ids_it = obj.find("prompt_tokens");
+  const auto chat_it = obj.find("messages");
   const bool has_text = text_it != obj.end() && !text_it->is_null();
   const bool has_ids = ids_it != obj.end() && !ids_it->is_null();
-  if (has_text == has_ids) {
-    return invalid(
-        "invalid_request",
-        "give exactly one of \"prompt\" (string) or \"prompt_tokens\" (array of token ids)");
+  const bool has_chat = chat_it != obj.end() && !chat_it->is_null();
+  if (int{has_text} + int{has_ids} + int{has_chat} != 1) {
+    return invalid("invalid_request",
+                   "give exactly one of \"prompt\" (string), \"prompt_tokens\" (array of token "
+                   "ids) or \"messages\" (chat turns: [{\"role\", \"content\"}, ...])");
+  }
+  if (has_chat) {
+    try {
+      r.chat = parse_chat_messages(*chat_it);
+      // The order rule, before any tokenizing: encode_llama2_chat checks it again when it runs.
+      check_chat_order(r.chat);
+    } catch (const Error& e) {
+      return invalid("invalid_request", e.what());
+    }
+    r.is_chat = true;
+    r.text_pending = true;
+    check_lengths(r, 1, config);
+    return r;
   }
   if (has_text) {
     if (!text_it->is_string()) return invalid("invalid_request", "\"prompt\" must be a string");
@@ -136,9 +152,20 @@ ParsedRequest parse_request_fields(const json& obj, const SamplingParams& defaul
   return r;
 }
 
+size_t ParsedRequest::pending_bytes() const {
+  size_t bytes = prompt_text.size();
+  for (const ChatMessage& m : chat) bytes += m.content.size();
+  return bytes;
+}
+
 void tokenize_request(ParsedRequest& r, const Tokenizer& tok, const ModelConfig& config) {
   if (!r.ok() || !r.text_pending) return;
-  r.prompt = tok.encode(r.prompt_text, /*add_bos=*/true);
+  if (r.is_chat) {
+    r.prompt = encode_llama2_chat(tok, r.chat);
+    std::vector<ChatMessage>().swap(r.chat);
+  } else {
+    r.prompt = tok.encode(r.prompt_text, /*add_bos=*/true);
+  }
   r.text_pending = false;
   std::string().swap(r.prompt_text);  // up to a frame of text, no longer needed
   check_lengths(r, static_cast<int64_t>(r.prompt.size()), config);

@@ -11,6 +11,7 @@
 
 #include "common/model_config.h"
 #include "common/sampling_params.h"
+#include "coordinator/text/chat_format.h"
 
 namespace llama2 {
 
@@ -19,7 +20,13 @@ class Tokenizer;
 struct ParsedRequest {
   std::vector<int> prompt;  // token ids (BOS added to text prompts), once known
   std::string prompt_text;  // a text prompt parse_request_fields() left to tokenize_request()
-  bool text_pending = false;
+  // `messages`: the dialog parse_request_fields() checked and left to tokenize_request(), which
+  // encodes it in the Llama-2 chat format (text/chat_format.h).
+  std::vector<ChatMessage> chat;
+  bool is_chat = false;
+  bool text_pending = false;  // prompt_text or chat still to tokenize
+  // Bytes of text still to tokenize (the prompt, or every message's content).
+  size_t pending_bytes() const;
   SamplingParams params;   // defaults overridden by the request's keys, validated
   std::string error_code;  // "" when valid; else invalid_request | prompt_too_long
   std::string error_message;

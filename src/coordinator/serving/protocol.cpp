@@ -52,7 +52,10 @@ FrameRequest decode_generate(const json& j, const json& id, const SamplingParams
   r.request = parse_request_fields(j, defaults, config, {"op", "id", "stream", "timeout_ms"});
   if (!r.request.ok()) return refuse(id, r.request.error_code, r.request.error_message);
   const int max_new = r.request.params.max_new_tokens;
-  if (r.request.text_pending) {
+  if (r.request.is_chat) {
+    // No byte bound for a dialog (whitespace the chat format strips would make one unsound): its
+    // length is checked once it is encoded.
+  } else if (r.request.text_pending) {
     // Refused here, without tokenizing, only when no tokenization could make it fit.
     const size_t bytes = r.request.prompt_text.size();
     const int64_t least = min_prompt_tokens(bytes, limits.max_piece_bytes);

@@ -421,7 +421,7 @@ void SocketServer::handle_generate(Conn& c, FrameRequest r) {
   const uint64_t serial = track(c, r, arrival);
   TokenizeJob job{c.id, std::move(r), arrival, serial};
   if (!job.request.request.text_pending) return enqueue_generate(c, std::move(job), json());
-  if (job.request.request.prompt_text.size() <= kInlineTokenizeBytes) {
+  if (job.request.request.pending_bytes() <= kInlineTokenizeBytes) {
     const json refusal = tokenize_frame_request(job.request, tok_, config_, limits());
     return enqueue_generate(c, std::move(job), refusal);
   }

@@ -137,8 +137,10 @@ std::vector<ChatMessage> parse_chat_messages(const nlohmann::json& messages) {
   return dialog;
 }
 
-std::vector<int> encode_llama2_chat(const Tokenizer& tokenizer,
-                                    const std::vector<ChatMessage>& dialog) {
+namespace {
+// The turns the reference encodes: the system text merged into the first user turn. Error naming
+// the rule when the roles break it.
+std::vector<ChatMessage> merged_turns(const std::vector<ChatMessage>& dialog) {
   if (dialog.empty()) throw Error(std::string("messages: empty; expected ") + kOrderRule);
   // The system text is merged into the first user turn, then roles must alternate.
   std::vector<ChatMessage> turns;
@@ -165,6 +167,17 @@ std::vector<int> encode_llama2_chat(const Tokenizer& tokenizer,
     throw Error(std::string("messages: the last message must be from 'user'; expected ") +
                 kOrderRule);
   }
+  return turns;
+}
+}  // namespace
+
+void check_chat_order(const std::vector<ChatMessage>& dialog) {
+  merged_turns(dialog);
+}
+
+std::vector<int> encode_llama2_chat(const Tokenizer& tokenizer,
+                                    const std::vector<ChatMessage>& dialog) {
+  const std::vector<ChatMessage> turns = merged_turns(dialog);
   std::vector<int> ids;
   for (size_t t = 0; t + 1 < turns.size(); t += 2) {
     const std::string text = std::string(kBeginInst) + " " + python_strip(turns[t].content) + " " +

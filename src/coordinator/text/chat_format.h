@@ -32,6 +32,10 @@ struct ChatMessage {
 // values otherwise; the order rule is checked by encode_llama2_chat.
 std::vector<ChatMessage> parse_chat_messages(const nlohmann::json& messages);
 
+// Error naming the rule when the roles of `dialog` break it (see encode_llama2_chat); no tokenizer
+// needed, so front ends can refuse a bad dialog before any tokenizing.
+void check_chat_order(const std::vector<ChatMessage>& dialog);
+
 // The token ids of `dialog` in the Llama-2 chat format (see above): ends with the final user
 // turn, ready for the model to answer. Error naming the rule when the roles break it (empty
 // dialog, a system message not first, two turns of one role in a row, not ending with user).
