@@ -3,6 +3,7 @@ package dev.llama2;
 import com.sun.jna.Pointer;
 import com.sun.jna.ptr.IntByReference;
 import java.time.Duration;
+import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.concurrent.atomic.AtomicBoolean;
@@ -94,7 +95,28 @@ public final class Llama2Client implements AutoCloseable {
    * {@link Llama2Exception} of any other failure. Not interruptible: bound it with a timeout.
    */
   public Completion generate(String prompt, GenerationParams params) {
-    byte[] request = request(prompt, params, false, null);
+    return complete(promptField(prompt, null), params);
+  }
+
+  /**
+   * Like {@link #generate(String, GenerationParams)} for a chat dialog, which the server encodes in
+   * the Llama-2 chat format. A dialog that breaks the order rule (optional system first, then user
+   * and assistant alternating, starting and ending with user) throws
+   * {@link InvalidRequestException} naming the rule.
+   */
+  public Completion chat(List<ChatMessage> messages, GenerationParams params) {
+    return complete(messagesField(messages), params);
+  }
+
+  /** Streamed {@link #chat}: as {@link #stream(String, GenerationParams, TokenListener)}. */
+  public Generation chatStream(List<ChatMessage> messages, GenerationParams params,
+      TokenListener listener) {
+    Objects.requireNonNull(listener, "listener");
+    return start(messagesField(messages), params, listener);
+  }
+
+  private Completion complete(String promptField, GenerationParams params) {
+    byte[] request = request(promptField, params, false, null);
     Pointer h = enter();
     String event;
     try {
@@ -115,7 +137,7 @@ public final class Llama2Client implements AutoCloseable {
    */
   public Generation stream(String prompt, GenerationParams params, TokenListener listener) {
     Objects.requireNonNull(listener, "listener");
-    return start(prompt, params, listener);
+    return start(promptField(prompt, null), params, listener);
   }
 
   /**
@@ -124,13 +146,13 @@ public final class Llama2Client implements AutoCloseable {
    */
   public TokenStream tokens(String prompt, GenerationParams params) {
     TokenStream ts = new TokenStream();
-    ts.attach(start(prompt, params, ts.listener()));
+    ts.attach(start(promptField(prompt, null), params, ts.listener()));
     return ts;
   }
 
-  private Generation start(String prompt, GenerationParams params, TokenListener listener) {
+  private Generation start(String promptField, GenerationParams params, TokenListener listener) {
     String id = ID_PREFIX + NEXT_ID.incrementAndGet();
-    byte[] request = request(prompt, params, true, id);
+    byte[] request = request(promptField, params, true, id);
     Generation g = new Generation(this, id, listener);
     long key = Calls.register(g);
     g.registered(key);
@@ -297,18 +319,44 @@ public final class Llama2Client implements AutoCloseable {
     }
   }
 
-  private static byte[] request(String prompt, GenerationParams params, boolean stream, String id) {
+  /** {@code "prompt":"..."}, the text checked for unpaired surrogates. */
+  private static String promptField(String prompt, String id) {
     Objects.requireNonNull(prompt, "prompt");
-    Objects.requireNonNull(params, "params");
     if (!Utf8.isWellFormed(prompt)) {
       throw new InvalidRequestException("prompt is not valid Unicode (unpaired surrogate)", id);
     }
-    StringBuilder b = new StringBuilder(prompt.length() + 256);
-    b.append('{');
-    if (id != null) b.append("\"id\":").append(Json.quote(id)).append(',');
+    StringBuilder b = new StringBuilder(prompt.length() + 16);
     b.append("\"prompt\":");
     Json.quoteTo(b, prompt);
-    b.append(',');
+    return b.toString();
+  }
+
+  /** {@code "messages":[{"role":..., "content":...}, ...]}; the order rule is the server's. */
+  private static String messagesField(List<ChatMessage> messages) {
+    Objects.requireNonNull(messages, "messages");
+    StringBuilder b = new StringBuilder(256);
+    b.append("\"messages\":[");
+    for (int i = 0; i < messages.size(); ++i) {
+      ChatMessage m = Objects.requireNonNull(messages.get(i), "messages[" + i + "]");
+      if (!Utf8.isWellFormed(m.content())) {
+        throw new InvalidRequestException(
+            "messages[" + i + "].content is not valid Unicode (unpaired surrogate)", null);
+      }
+      if (i > 0) b.append(',');
+      b.append("{\"role\":\"").append(m.role().wire()).append("\",\"content\":");
+      Json.quoteTo(b, m.content());
+      b.append('}');
+    }
+    return b.append(']').toString();
+  }
+
+  private static byte[] request(String promptField, GenerationParams params, boolean stream,
+      String id) {
+    Objects.requireNonNull(params, "params");
+    StringBuilder b = new StringBuilder(promptField.length() + 256);
+    b.append('{');
+    if (id != null) b.append("\"id\":").append(Json.quote(id)).append(',');
+    b.append(promptField).append(',');
     params.appendJson(b);
     b.append(",\"stream\":").append(stream).append('}');
     return Utf8.cString(b.toString());
