@@ -24,7 +24,8 @@ mkdir -p "$out/seeds" "$out/corpus"
 # One object per source, compiled in parallel through ccache when it is installed (a rebuild after
 # a change recompiles what changed). -fno-sanitize-recover: a UBSan report must fail the run.
 sources=(tests/fuzz/fuzz_requests.cpp src/coordinator/serving/protocol.cpp src/coordinator/requests/request.cpp
-  src/coordinator/serving/token_bound.cpp src/coordinator/text/tokenizer.cpp src/common/frame.cpp
+  src/coordinator/serving/token_bound.cpp src/coordinator/text/tokenizer.cpp
+  src/coordinator/text/chat_format.cpp src/common/frame.cpp
   src/common/check.cpp src/common/sampling_params.cpp src/common/model_config.cpp)
 flags=(-std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
   -pthread -I"$root/src" -DFUZZ_MODEL_DIR="\"$root/tests/models/tiny-gqa\"")
