@@ -35,6 +35,8 @@ run_capture topk 2 generate --model "$MODELS/tiny-mha" --prompt hi --top-k -3
 expect_failure topk "top_k must be >= 0"
 run_capture penalty 2 generate --model "$MODELS/tiny-mha" --prompt hi --repetition-penalty 0
 expect_failure penalty "repetition_penalty must be > 0"
+run_capture presence 2 generate --model "$MODELS/tiny-mha" --prompt hi --presence-penalty 2.5
+expect_failure presence "presence_penalty must be in \[-2, 2\] (got 2.5)"
 run_capture maxnew 2 generate --model "$MODELS/tiny-mha" --prompt hi -n 0
 expect_failure maxnew "max_new_tokens must be >= 1"
 run_capture toolong 2 generate --model "$MODELS/tiny-mha" --prompt hi -n 100000

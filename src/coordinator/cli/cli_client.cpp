@@ -87,6 +87,12 @@ json build_request(const cxxopts::ParseResult& args, const std::string& help) {
   if (args.count("repetition-penalty")) {
     req["repetition_penalty"] = args["repetition-penalty"].as<float>();
   }
+  if (args.count("presence-penalty")) {
+    req["presence_penalty"] = args["presence-penalty"].as<float>();
+  }
+  if (args.count("frequency-penalty")) {
+    req["frequency_penalty"] = args["frequency-penalty"].as<float>();
+  }
   if (args.count("max-new-tokens")) req["max_new_tokens"] = args["max-new-tokens"].as<int>();
   if (args.count("seed")) req["seed"] = args["seed"].as<uint64_t>();
   if (args.count("stop")) req["stop"] = args["stop"].as<std::vector<std::string>>();

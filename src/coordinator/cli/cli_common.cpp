@@ -179,6 +179,12 @@ void add_sampling_options(cxxopts::Options& opts) {
       cxxopts::value<int>()->default_value(std::to_string(d.top_k)))(
       "repetition-penalty", "Penalty > 0 for tokens already seen (HF semantics); 1 = off",
       cxxopts::value<float>()->default_value(shortest(d.repetition_penalty)))(
+      "presence-penalty",
+      "OpenAI's: subtracted once from the logit of every token generated so far, in [-2, 2]",
+      cxxopts::value<float>()->default_value(shortest(d.presence_penalty)))(
+      "frequency-penalty",
+      "OpenAI's: times how often a token was generated, subtracted from its logit, in [-2, 2]",
+      cxxopts::value<float>()->default_value(shortest(d.frequency_penalty)))(
       "n,max-new-tokens", "Maximum tokens to generate",
       cxxopts::value<int>()->default_value(std::to_string(d.max_new_tokens)))(
       "seed", "Sampling seed (default: random, reported with --json)", cxxopts::value<uint64_t>())(
@@ -193,6 +199,8 @@ SamplingParams sampling_from_options(const cxxopts::ParseResult& r) {
   p.top_p = r["top-p"].as<float>();
   p.top_k = r["top-k"].as<int>();
   p.repetition_penalty = r["repetition-penalty"].as<float>();
+  p.presence_penalty = r["presence-penalty"].as<float>();
+  p.frequency_penalty = r["frequency-penalty"].as<float>();
   p.max_new_tokens = r["max-new-tokens"].as<int>();
   if (r.count("seed")) p.seed = r["seed"].as<uint64_t>();
   if (r.count("stop")) p.stop = r["stop"].as<std::vector<std::string>>();

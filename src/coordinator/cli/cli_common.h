@@ -90,7 +90,8 @@ StepLog open_step_log(const std::string& path);
 // The batch scheduler's options for an engine opened with `cfg`.
 SchedulerOptions scheduler_options(const EngineConfig& cfg, std::FILE* step_log);
 
-// Adds --temperature, --top-p, --top-k, --repetition-penalty, --max-new-tokens, --seed, --stop,
+// Adds --temperature, --top-p, --top-k, --repetition-penalty, --presence-penalty,
+// --frequency-penalty, --max-new-tokens, --seed, --stop,
 // --ignore-eos with SamplingParams' defaults.
 void add_sampling_options(cxxopts::Options& opts);
 // Reads them back (no range validation: validate_sampling does that with the prompt length).
