@@ -26,14 +26,11 @@
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
+using llama2_test::case_env;
 using llama2_test::check;
 using llama2_test::ServerJob;
 
 namespace {
-
-llama2_test::CaseEnv& env() {
-  return llama2_test::case_env();
-}
 
 // The value of the Prometheus sample `name` (the whole name, labels included) in `text`; -1 when
 // it is missing.
@@ -55,8 +52,9 @@ int queued(const json& health) {
 
 void case_queue_depth() {
   // Step 3 of the engine takes 4 s: long enough for the checks below, which need ~ms.
-  ServerJob job(env().mpirun, env().llama2, env().tmp, "queue_depth", 1, env().model,
-                {"--max-batch-size", "1", "--cpu-threads", "1"}, {"LLAMA2_TEST_STALL=3:0:4000"});
+  ServerJob job(case_env().mpirun, case_env().llama2, case_env().tmp, "queue_depth", 1,
+                case_env().model, {"--max-batch-size", "1", "--cpu-threads", "1"},
+                {"LLAMA2_TEST_STALL=3:0:4000"});
   if (!check(job.wait_up(120), "server up")) return;
   auto a = llama2::Client::connect(job.socket, 2000);
   auto b = llama2::Client::connect(job.socket, 2000);
@@ -124,11 +122,13 @@ void case_queue_depth() {
   check(queued(h2) == 0 && w2 == 0, "afterwards both report 0 queued (health " +
                                         std::to_string(queued(h2)) + ", stats " +
                                         std::to_string(w2) + ")");
-  if (env().failures > 0) std::printf("---- server log ----\n%s\n----\n", job.log_text().c_str());
+  if (case_env().failures > 0)
+    std::printf("---- server log ----\n%s\n----\n", job.log_text().c_str());
 }
 
 void case_rejected() {
-  ServerJob job(env().mpirun, env().llama2, env().tmp, "rejected", 1, env().model,
+  ServerJob job(case_env().mpirun, case_env().llama2, case_env().tmp, "rejected", 1,
+                case_env().model,
                 {"--max-queue", "0", "--max-seq-len", "64", "--cpu-threads", "1"});
   if (!check(job.wait_up(120), "server up")) return;
   auto c = llama2::Client::connect(job.socket, 2000);
@@ -149,7 +149,7 @@ void case_rejected() {
     check(got == want, "llama2_requests_rejected_total{code=\"" + code + "\"} is " +
                            std::to_string(got) + " (want " + std::to_string(want) + ")");
   }
-  if (env().failures > 0) std::printf("---- stats ----\n%s\n----\n", stats.c_str());
+  if (case_env().failures > 0) std::printf("---- stats ----\n%s\n----\n", stats.c_str());
 }
 
 }  // namespace

@@ -30,14 +30,11 @@
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
+using llama2_test::case_env;
 using llama2_test::check;
 using llama2_test::ServerJob;
 
 namespace {
-
-llama2_test::CaseEnv& env() {
-  return llama2_test::case_env();
-}
 
 double secs_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -97,11 +94,11 @@ void check_job_end(ServerJob& job, Clock::time_point since, double bound_s,
   for (const std::string& part : log_parts)
     check(contains(log, part), "the log says \"" + part + "\"");
   check(access(job.socket.c_str(), F_OK) != 0, "socket file removed");
-  if (env().failures > 0) std::printf("---- server log ----\n%s\n----\n", log.c_str());
+  if (case_env().failures > 0) std::printf("---- server log ----\n%s\n----\n", log.c_str());
 }
 
 void test_stall() {
-  ServerJob job(env().mpirun, env().llama2, env().tmp, "stall", 2, env().model,
+  ServerJob job(case_env().mpirun, case_env().llama2, case_env().tmp, "stall", 2, case_env().model,
                 {"--step-timeout-ms", "3000", "--cpu-threads", "1", "--max-batch-size", "4"});
   if (!check(job.wait_up(60), "server up")) return;
   auto a = llama2::Client::connect(job.socket, 2000);
@@ -167,10 +164,10 @@ void test_stall() {
 }
 
 void test_hook() {
-  ServerJob job(env().mpirun, env().llama2, env().tmp, "hook", 1, env().model,
-                {"--step-timeout-ms", "1500"}, {"LLAMA2_TEST_STALL=3"}, env().backend);
+  ServerJob job(case_env().mpirun, case_env().llama2, case_env().tmp, "hook", 1, case_env().model,
+                {"--step-timeout-ms", "1500"}, {"LLAMA2_TEST_STALL=3"}, case_env().backend);
   if (!check(job.wait_up(120),
-             "server up (TP 1, LLAMA2_TEST_STALL=3, backend " + env().backend + ")"))
+             "server up (TP 1, LLAMA2_TEST_STALL=3, backend " + case_env().backend + ")"))
     return;
   auto c = llama2::Client::connect(job.socket, 2000);
   const auto t0 = Clock::now();
@@ -183,7 +180,7 @@ void test_hook() {
 }
 
 void test_idle() {
-  ServerJob job(env().mpirun, env().llama2, env().tmp, "idle", 2, env().model,
+  ServerJob job(case_env().mpirun, case_env().llama2, case_env().tmp, "idle", 2, case_env().model,
                 {"--cpu-threads", "1"});
   if (!check(job.wait_up(60), "server up")) return;
   auto c = llama2::Client::connect(job.socket, 2000);
