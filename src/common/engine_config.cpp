@@ -55,4 +55,10 @@ KvCacheDType parse_kv_cache_dtype(const std::string& s) {
   throw Error("--kv-cache-dtype must be one of auto, fp8, fp8_e4m3 (got \"" + s + "\")");
 }
 
+bool parse_prefix_caching(const std::string& s) {
+  if (s == "on") return true;
+  if (s == "off") return false;
+  throw Error("--prefix-caching must be one of on, off (got \"" + s + "\")");
+}
+
 }  // namespace llama2

@@ -28,6 +28,7 @@ const char* kv_dtype_name(KvCacheDType kv, ComputeDType dtype);
 Backend parse_backend(const std::string& s);              // cpu | cuda | auto
 ComputeDType parse_compute_dtype(const std::string& s);   // auto | fp16 | bf16 | fp32
 KvCacheDType parse_kv_cache_dtype(const std::string& s);  // auto | fp8 | fp8_e4m3
+bool parse_prefix_caching(const std::string& s);          // on | off
 
 // What an engine is asked for. Every default lives here; a command overrides the step shape
 // (max_batch, prefill_chunk) from its table in cli_common.cpp.
@@ -47,6 +48,7 @@ struct EngineConfig {
   int prefill_chunk = 512;           // prompt tokens per step over all sequences (>= 0)
   int max_seq_len = 0;               // 0: the model's max_position_embeddings
   bool cuda_graphs = true;           // replay decode steps as CUDA graphs
+  bool prefix_caching = true;        // share the KV blocks of cached prompt prefixes (batch, serve)
   int cpu_threads = 0;               // cpu threads per rank; 0: cpu_threads_for_rank's choice
   TuningKnobs knobs;                 // the environment's knobs (tuning_knobs_from_env), or a test's
 

@@ -5,21 +5,25 @@
 //       --fixture tests/reference/fixtures/tiny-gqa.json [--tolerance 1e-4] [--near-tie 0]
 //       [--backend cpu|cuda] [--dtype auto|fp16|bf16|fp32] [--kv-cache-dtype auto|fp8]
 //
-// Per prompt it runs five KV-cache paths and compares their logits with the fixture:
+// Per prompt it runs six KV-cache paths and compares their logits with the fixture:
 //   token-by-token decode (logits at every position), one full prefill (last position), a
-//   chunked prefill (chunks of 5, logits at each chunk end), and twice mixed steps that decode one
+//   chunked prefill (chunks of 5, logits at each chunk end), twice mixed steps that decode one
 //   sequence while another prefills in chunks of 3 (decoding row first, as the BatchScheduler
-//   orders them, and last); only positions the fixture stores are compared (its "logit_positions",
-//   or every position when absent). Then a 32-step greedy continuation through the request owner
-//   and BatchScheduler, which must equal HF's greedy ids. A divergence at a step where HF's own
-//   top-2 margin is below --near-tie is a near-tie (HF in another rounding could pick either
+//   orders them, and last), and a prefix-cache hit (the prompt's full blocks computed by another
+//   sequence, the rest token by token); only positions the fixture stores are compared (its
+//   "logit_positions", or every position when absent). Then a 32-step greedy continuation through
+//   the request owner and BatchScheduler, without and with prefix caching (a hit on the blocks of
+//   the path before), each of which must equal HF's greedy ids. A divergence at a step where HF's
+//   own top-2 margin is below --near-tie is a near-tie (HF in another rounding could pick either
 //   token): it is reported, forgiven, and the rest of that continuation is not compared (the two
 //   sequences no longer share a prefix).
 //
 // The last line is machine-readable (tests/reference/gpu_check.sh collects it):
 //   RESULT model=.. backend=.. dtype=.. np=.. max_abs_diff=.. tolerance=.. compared=..
 //   (dtype is e.g. "fp16", or "fp16+kv-fp8_e4m3" when the KV cache has its own element type)
-//          greedy_identical=a/b near_tie=c mismatches=m status=PASS|FAIL
+//          greedy_identical=a/b near_tie=c mismatches=m prefix_hit_max_abs_diff=..
+//          prefix_hit_compared=.. status=PASS|FAIL
+//   (max_abs_diff covers every path, the prefix hit's included; prefix_hit_* is that path alone)
 #include <mpi.h>
 
 #include <cmath>
@@ -28,6 +32,7 @@
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "common/check.h"
@@ -195,6 +200,47 @@ std::vector<std::pair<int, std::vector<float>>> run_mixed(llama2::RankEngine& en
   return out;
 }
 
+// The prefix cache's path: a donor sequence computes the prompt's full blocks before its last
+// token followed by other tokens (as an earlier request sharing the prefix would) and registers
+// them; the prompt then finds them through BlockAllocator::allocate and computes only the rest,
+// token by token. Returns the logits at every position it computes (none when the prompt has no
+// full block before its last token).
+std::vector<std::pair<int, std::vector<float>>> run_prefix_hit(llama2::RankEngine& engine,
+                                                               llama2::BlockAllocator& blocks,
+                                                               const std::vector<int>& ids) {
+  const int n = static_cast<int>(ids.size()), bs = blocks.block_size();
+  const int shared = (n - 1) / bs * bs;
+  if (shared == 0) return {};
+  std::vector<int> donor(ids.begin(), ids.begin() + shared);
+  donor.insert(donor.end(), ids.rbegin(), ids.rbegin() + std::min(n, 3));  // a different tail
+  std::vector<int> table;
+  llama2::PrefixChain chain;
+  const std::optional<int> donor_hit =
+      blocks.allocate(donor, static_cast<int>(donor.size()), true, &table, &chain);
+  LLAMA2_CHECK(donor_hit.has_value());
+  StepPlan plan;
+  llama2::append_seq(&plan, 0, *donor_hit, donor.data() + *donor_hit,
+                     static_cast<int>(donor.size()) - *donor_hit, true, table.data(),
+                     static_cast<int>(table.size()));
+  std::vector<float> logits;
+  engine.execute(plan, &logits);
+  blocks.cache_full_blocks(donor, static_cast<int>(donor.size()), table, &chain);
+  blocks.release(&table);
+
+  const std::optional<int> hit = blocks.allocate(ids, n, true, &table, &chain);
+  LLAMA2_CHECK(hit.has_value() && *hit == shared);
+  std::vector<std::pair<int, std::vector<float>>> out;
+  for (int pos = shared; pos < n; ++pos) {
+    StepPlan step;
+    llama2::append_seq(&step, 0, pos, ids.data() + pos, 1, true, table.data(),
+                       llama2::BlockAllocator::blocks_for(pos + 1, bs));
+    engine.execute(step, &logits);
+    out.emplace_back(pos, std::move(logits));
+  }
+  blocks.release(&table);
+  return out;
+}
+
 // Compares the rows the fixture has; positions it does not store are skipped.
 void compare(const ExpectedLogits& expected,
              const std::vector<std::pair<int, std::vector<float>>>& got, Stats* stats) {
@@ -284,7 +330,7 @@ int run(int argc, char** argv, int rank, int size) {
 
   llama2::Tokenizer tok(opt.model_dir + "/tokenizer.model");
   llama2::BlockAllocator blocks(cfg.kv_cache_blocks, cfg.block_size);
-  Stats stats;
+  Stats stats, hit_stats;
   int greedy_identical = 0, near_ties = 0, greedy_mismatches = 0, greedy_total = 0;
   int tokenizer_mismatches = 0;
   for (const auto& p : fixture["prompts"]) {
@@ -305,6 +351,12 @@ int run(int argc, char** argv, int rank, int size) {
     compare(expected, run_chunks(engine, blocks, ids, 5), &one);
     compare(expected, run_mixed(engine, blocks, ids, true), &one);
     compare(expected, run_mixed(engine, blocks, ids, false), &one);
+    Stats hit;  // the prefix-hit path alone, also reported on its own
+    compare(expected, run_prefix_hit(engine, blocks, ids), &hit);
+    one.max_diff = std::max(one.max_diff, hit.max_diff);
+    one.compared += hit.compared;
+    hit_stats.max_diff = std::max(hit_stats.max_diff, hit.max_diff);
+    hit_stats.compared += hit.compared;
 
     llama2::SamplingParams params;
     params.temperature = 0.0f;
@@ -315,22 +367,35 @@ int run(int argc, char** argv, int rank, int size) {
       void on_finished(const llama2::Finished& r, const llama2::Timings&) override {
         got = r.tokens;
       }
-    } greedy;
-    llama2::Admission admission(llama2::AdmissionOptions{});
-    llama2::BatchScheduler scheduler(engine, tok, config, blocks, {1, 512});
-    llama2::RequestOwner owner(admission, scheduler, greedy);
-    LLAMA2_CHECK(!admission.reserve(0) && !owner.submit({0, ids, params, 0}));
-    while (!owner.idle()) owner.step();
-    const std::vector<int>& got = greedy.got;
+    };
+    // Twice: computing the whole prompt, then with prefix caching, where run_prefix_hit's blocks
+    // hold the prompt's full blocks before its last token (a hit).
     const std::vector<int> want = p["greedy"].get<std::vector<int>>();
-    const GreedyVerdict g = judge_greedy(want, got, p, opt.near_tie);
-    ++greedy_total;
-    greedy_identical += g.kind == GreedyKind::kIdentical;
-    near_ties += g.kind == GreedyKind::kNearTie;
-    greedy_mismatches += g.kind == GreedyKind::kMismatch;
+    std::string verdicts;
+    for (const bool prefix_caching : {false, true}) {
+      Greedy greedy;
+      llama2::SchedulerOptions sopt{1, 512};
+      sopt.prefix_caching = prefix_caching;
+      llama2::Admission admission(llama2::AdmissionOptions{});
+      llama2::BatchScheduler scheduler(engine, tok, config, blocks, sopt);
+      llama2::RequestOwner owner(admission, scheduler, greedy);
+      const int64_t hits_before = blocks.counters().hit_tokens;
+      LLAMA2_CHECK(!admission.reserve(0) && !owner.submit({0, ids, params, 0}));
+      while (!owner.idle()) owner.step();
+      const GreedyVerdict g = judge_greedy(want, greedy.got, p, opt.near_tie);
+      ++greedy_total;
+      greedy_identical += g.kind == GreedyKind::kIdentical;
+      near_ties += g.kind == GreedyKind::kNearTie;
+      greedy_mismatches += g.kind == GreedyKind::kMismatch;
+      verdicts += (verdicts.empty() ? "" : "; ") + describe(g, want.size(), opt.near_tie);
+      if (prefix_caching) {
+        verdicts += " with " + std::to_string(blocks.counters().hit_tokens - hits_before) +
+                    " prompt tokens from the prefix cache";
+      }
+    }
     std::printf("%s/%s (np=%d): %zu prompt ids, max |logit diff| %.3g over %ld values, %s\n",
                 model.c_str(), name.c_str(), size, ids.size(), one.max_diff, one.compared,
-                describe(g, want.size(), opt.near_tie).c_str());
+                verdicts.c_str());
     stats.max_diff = std::max(stats.max_diff, one.max_diff);
     stats.compared += one.compared;
   }
@@ -347,10 +412,11 @@ int run(int argc, char** argv, int rank, int size) {
                                        : std::string("+kv-") + engine.kv_dtype_name());
   std::printf(
       "RESULT model=%s backend=%s dtype=%s np=%d max_abs_diff=%.3g tolerance=%g "
-      "compared=%ld greedy_identical=%d/%d near_tie=%d mismatches=%d status=%s\n",
+      "compared=%ld greedy_identical=%d/%d near_tie=%d mismatches=%d prefix_hit_max_abs_diff=%.3g "
+      "prefix_hit_compared=%ld status=%s\n",
       model.c_str(), engine.backend_name(), dtype_label.c_str(), size, stats.max_diff,
       opt.tolerance, stats.compared, greedy_identical, greedy_total, near_ties, greedy_mismatches,
-      ok ? "PASS" : "FAIL");
+      hit_stats.max_diff, hit_stats.compared, ok ? "PASS" : "FAIL");
   std::fflush(stdout);
   engine.shutdown(ok ? 0 : 1);
   return ok ? 0 : 1;

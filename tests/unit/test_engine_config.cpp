@@ -45,6 +45,7 @@ cxxopts::ParseResult parse(std::vector<std::string> args) {
     o.add_options()("max-batch-size", "", cxxopts::value<int>())(
         "prefill-chunk", "", cxxopts::value<int>())("kv-cache-blocks", "", cxxopts::value<int>());
     llama2::add_engine_options(o);
+    llama2::add_prefix_caching_options(o);
     return o;
   }();
   args.insert(args.begin(), "llama2");
@@ -164,6 +165,23 @@ TEST_SUITE("engine_config") {
           "--block-size must be in [1, 1024] (got 2000)");
     CHECK(config_error({"-m", "M", "--dtype", "half"}) ==
           "--dtype must be one of auto, fp16, bf16, fp32 (got \"half\")");
+    CHECK(config_error({"-m", "M", "--prefix-caching", "yes"}) ==
+          "--prefix-caching must be one of on, off (got \"yes\")");
+    CHECK(config_error({"-m", "M", "--prefix-caching", "on", "--no-prefix-caching"}) ==
+          "--no-prefix-caching and --prefix-caching on contradict each other; give one");
+  }
+
+  TEST_CASE("prefix caching: on by default, off by either flag, into the scheduler's options") {
+    auto caching = [](const std::vector<std::string>& args) {
+      const llama2::EngineConfig c = llama2::engine_config_from(parse(args), llama2::kBatchSteps);
+      CHECK(llama2::scheduler_options(c, nullptr).prefix_caching == c.prefix_caching);
+      return c.prefix_caching;
+    };
+    CHECK(caching({"-m", "M"}));
+    CHECK(caching({"-m", "M", "--prefix-caching", "on"}));
+    CHECK_FALSE(caching({"-m", "M", "--prefix-caching", "off"}));
+    CHECK_FALSE(caching({"-m", "M", "--no-prefix-caching"}));
+    CHECK_FALSE(caching({"-m", "M", "--prefix-caching", "off", "--no-prefix-caching"}));
   }
 }
 

@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <fstream>
+#include <iomanip>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -70,6 +71,7 @@ cxxopts::Options batch_options() {
                              "Seconds between progress lines when stderr is not a terminal",
                              cxxopts::value<double>()->default_value("10"));
   add_engine_options(opts);
+  add_prefix_caching_options(opts);
   add_sampling_options(opts);
   return opts;
 }
@@ -191,6 +193,13 @@ int run_job(Session& session, const BatchInput& input, const std::string& out_pa
     progress.update(finished, failed, tokens);
   }
   progress.update(finished, failed, tokens, /*final=*/true);
+  if (session.settings.prefix_caching) {
+    const PrefixCacheCounters& pc = serving.blocks.counters();
+    std::cerr << "llama2 batch: prefix cache: " << pc.hit_tokens << " of " << pc.queried_tokens
+              << " prompt tokens reused (" << std::fixed << std::setprecision(1)
+              << (pc.queried_tokens > 0 ? 100.0 * pc.hit_tokens / pc.queried_tokens : 0.0) << "%), "
+              << pc.evicted_blocks << " cached blocks evicted" << std::endl;
+  }
   // Error lines of earlier runs of a resumed job count: the job as a whole had invalid lines.
   return failed + input.done.errors > 0 ? kExitSomeLinesFailed : 0;
 }

@@ -94,6 +94,14 @@ void add_engine_options(cxxopts::Options& opts) {
       "q,quiet", "No start-up report on stderr")("h,help", "Show this help");
 }
 
+void add_prefix_caching_options(cxxopts::Options& opts) {
+  opts.add_options("Engine")(
+      "prefix-caching",
+      "on | off: share the KV blocks of prompt prefixes already computed (kept until the cache "
+      "needs the room, least recently used first); default on",
+      cxxopts::value<std::string>())("no-prefix-caching", "Same as --prefix-caching off");
+}
+
 void check_engine_flags(const CommandLine& cl) {
   const double fraction = cl.args["gpu-memory-fraction"].as<double>();
   if (!(fraction > 0.0 && fraction <= 1.0)) {
@@ -129,6 +137,16 @@ EngineConfig engine_config_from(const cxxopts::ParseResult& r, const StepDefault
   c.gpu_memory_fraction = r["gpu-memory-fraction"].as<double>();
   c.cpu_threads = r["cpu-threads"].as<int>();
   c.cuda_graphs = r.count("no-cuda-graphs") == 0;
+  // Only batch and serve have the flags (count() is 0 for a flag a command does not define).
+  if (r.count("prefix-caching")) {
+    c.prefix_caching = parse_prefix_caching(r["prefix-caching"].as<std::string>());
+  }
+  if (r.count("no-prefix-caching")) {
+    if (r.count("prefix-caching") && c.prefix_caching) {
+      throw Error("--no-prefix-caching and --prefix-caching on contradict each other; give one");
+    }
+    c.prefix_caching = false;
+  }
   c.max_batch = r.count("max-batch-size") ? r["max-batch-size"].as<int>() : steps.max_batch;
   c.prefill_chunk = r.count("prefill-chunk") ? r["prefill-chunk"].as<int>() : steps.prefill_chunk;
   if (c.max_batch < 1) {
@@ -166,7 +184,8 @@ StepLog open_step_log(const std::string& path) {
 }
 
 SchedulerOptions scheduler_options(const EngineConfig& cfg, std::FILE* step_log) {
-  return SchedulerOptions{cfg.max_batch, cfg.prefill_chunk, cfg.knobs.full_logits, step_log};
+  return SchedulerOptions{cfg.max_batch, cfg.prefill_chunk, cfg.knobs.full_logits, step_log,
+                          cfg.prefix_caching};
 }
 
 void add_sampling_options(cxxopts::Options& opts) {

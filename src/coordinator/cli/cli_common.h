@@ -69,6 +69,9 @@ extern const StepDefaults kGenerateSteps, kBatchSteps, kServeSteps, kPerplexityS
 // --no-cuda-graphs, -q/--quiet, -h/--help (group "Engine").
 void add_engine_options(cxxopts::Options& opts);
 
+// Adds --prefix-caching on|off and --no-prefix-caching (batch and serve; group "Engine").
+void add_prefix_caching_options(cxxopts::Options& opts);
+
 // The engine flags' usage checks, on every rank before anything else: UsageError for a
 // --gpu-memory-fraction outside (0, 1] or a --cpu-threads outside 0..1024.
 void check_engine_flags(const CommandLine& cl);

@@ -78,6 +78,7 @@ cxxopts::Options serve_options() {
       "job exits with code 3 (0: never)",
       cxxopts::value<int64_t>()->default_value("60000"));
   add_engine_options(opts);
+  add_prefix_caching_options(opts);
   add_sampling_options(opts);
   return opts;
 }

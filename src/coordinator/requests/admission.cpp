@@ -48,6 +48,10 @@ Gauges Admission::gauges() const {
   g.running = running_.load(std::memory_order_relaxed);
   g.kv_blocks_used = kv_used_.load(std::memory_order_relaxed);
   g.kv_blocks_total = kv_total_.load(std::memory_order_relaxed);
+  g.kv_blocks_cached = kv_cached_.load(std::memory_order_relaxed);
+  g.prefix_queried_tokens = prefix_queried_.load(std::memory_order_relaxed);
+  g.prefix_hit_tokens = prefix_hits_.load(std::memory_order_relaxed);
+  g.prefix_evicted_blocks = prefix_evicted_.load(std::memory_order_relaxed);
   return g;
 }
 
@@ -55,6 +59,14 @@ void Admission::set_engine_gauges(int running, int kv_used, int kv_total) {
   running_.store(running, std::memory_order_relaxed);
   kv_used_.store(kv_used, std::memory_order_relaxed);
   kv_total_.store(kv_total, std::memory_order_relaxed);
+}
+
+void Admission::set_prefix_cache_gauges(int cached_blocks, int64_t queried_tokens,
+                                        int64_t hit_tokens, int64_t evicted_blocks) {
+  kv_cached_.store(cached_blocks, std::memory_order_relaxed);
+  prefix_queried_.store(queried_tokens, std::memory_order_relaxed);
+  prefix_hits_.store(hit_tokens, std::memory_order_relaxed);
+  prefix_evicted_.store(evicted_blocks, std::memory_order_relaxed);
 }
 
 }  // namespace llama2

@@ -57,12 +57,16 @@ class Admission {
   // Engine thread (RequestOwner).
   void left_queue() { waiting_.fetch_sub(1, std::memory_order_relaxed); }
   void set_engine_gauges(int running, int kv_used, int kv_total);
+  // The prefix cache's numbers (Gauges' kv_blocks_cached and prefix_* fields).
+  void set_prefix_cache_gauges(int cached_blocks, int64_t queried_tokens, int64_t hit_tokens,
+                               int64_t evicted_blocks);
 
  private:
   AdmissionOptions opts_;
   ServeMetrics* metrics_;
   std::atomic<int> waiting_{0};
-  std::atomic<int> running_{0}, kv_used_{0}, kv_total_{0};
+  std::atomic<int> running_{0}, kv_used_{0}, kv_total_{0}, kv_cached_{0};
+  std::atomic<int64_t> prefix_queried_{0}, prefix_hits_{0}, prefix_evicted_{0};
 };
 
 }  // namespace llama2

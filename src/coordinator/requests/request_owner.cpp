@@ -58,6 +58,9 @@ void RequestOwner::dispatch() {
 void RequestOwner::refresh_gauges() {
   admission_.set_engine_gauges(static_cast<int>(scheduler_.running()),
                                scheduler_.blocks().used_blocks(), scheduler_.blocks().num_blocks());
+  const PrefixCacheCounters& pc = scheduler_.blocks().counters();
+  admission_.set_prefix_cache_gauges(scheduler_.blocks().cached_blocks(), pc.queried_tokens,
+                                     pc.hit_tokens, pc.evicted_blocks);
 }
 
 void RequestOwner::finish_queued(SubmitRequest&& req, const std::string& reason) {

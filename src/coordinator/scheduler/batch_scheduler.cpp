@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 
 #include "common/check.h"
 #include "coordinator/scheduler/sampler.h"
@@ -18,19 +19,23 @@ struct BatchScheduler::Sequence {
   Sampler sampler;
   StreamingDetokenizer detok;
   StopMatcher stop;
-  std::vector<int> table;    // KV block ids
-  std::vector<int> context;  // prompt + generated, for the repetition penalty
-  int cached = 0;            // tokens already in the KV cache
+  std::vector<int> table;    // KV block ids; the first ones may be shared (prefix cache hits)
+  std::vector<int> context;  // prompt + generated: the repetition penalty, the prefix hashes
+  int cached = 0;            // tokens already in the KV cache (found there, or computed)
+  PrefixChain chain;         // full blocks of `context` hashed so far
   Finished result;
   bool done = false;
 
-  Sequence(SubmitRequest&& r, const Tokenizer& tok, std::vector<int>&& blocks)
+  Sequence(SubmitRequest&& r, const Tokenizer& tok, std::vector<int>&& blocks, int hit_tokens,
+           PrefixChain hit_chain)
       : req(std::move(r)),
         sampler(req.params, req.params.seed.value_or(req.seed)),
         detok(tok),
         stop(req.params.stop),
         table(std::move(blocks)),
-        context(req.prompt) {
+        context(req.prompt),
+        cached(hit_tokens),
+        chain(hit_chain) {
     result.id = req.id;
     result.prompt_tokens = prompt_len();
   }
@@ -53,9 +58,15 @@ bool BatchScheduler::try_admit(SubmitRequest& req) {
   // The owner's prompt-length check makes both impossible; a request failing them would never run.
   LLAMA2_CHECK(!req.prompt.empty());
   LLAMA2_CHECK(BlockAllocator::blocks_for(positions, blocks_.block_size()) <= blocks_.num_blocks());
+  // Cached prefix blocks count as present and evictable ones as free: the reservation is still
+  // the whole prompt + max_new_tokens, so nothing is ever preempted.
   std::vector<int> table;
-  if (!blocks_.ensure(&table, positions)) return false;
-  running_.push_back(std::make_unique<Sequence>(std::move(req), tok_, std::move(table)));
+  PrefixChain chain;
+  const std::optional<int> hit =
+      blocks_.allocate(req.prompt, positions, opts_.prefix_caching, &table, &chain);
+  if (!hit) return false;
+  running_.push_back(
+      std::make_unique<Sequence>(std::move(req), tok_, std::move(table), *hit, chain));
   return true;
 }
 
@@ -143,6 +154,8 @@ int BatchScheduler::step(SchedulerEvents& events) {
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     Sequence& s = *order[i];
     s.cached += plan.seqs[i].n_tokens;
+    // Blocks this step filled are computed now: later prompts with the same prefix may share them.
+    if (opts_.prefix_caching) blocks_.cache_full_blocks(s.context, s.cached, s.table, &s.chain);
     if (!plan.seqs[i].want_logits) continue;
     const size_t W = static_cast<size_t>(logits.width);
     int token = 0;

@@ -7,7 +7,9 @@
 //
 // Admission policy: a request is taken when a batch slot is free and the allocator can reserve
 // blocks for its whole prompt + max_new_tokens, so a running sequence never runs out of KV blocks
-// and nothing is ever preempted.
+// and nothing is ever preempted. With prefix caching, the reservation starts with the cached
+// blocks of its prompt's longest cached prefix (shared, counted as present; evictable cached
+// blocks count as free), prefill starts after them, and each block a step fills is registered.
 #pragma once
 
 #include <chrono>
@@ -33,6 +35,9 @@ struct SchedulerOptions {
   // prefill_seqs prefill_tokens logit_rows ms host_ms", see benchmarks/serve/step_log_summary.py.
   // The file stays the caller's. nullptr: no step log.
   std::FILE* step_log = nullptr;
+  // Share the KV blocks of prompt prefixes already computed (block_allocator.h). The commands'
+  // default (on) is EngineConfig::prefix_caching; a scheduler built without it does not cache.
+  bool prefix_caching = false;
 };
 
 class BatchScheduler {

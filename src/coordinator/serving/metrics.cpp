@@ -106,6 +106,29 @@ std::string ServeMetrics::render(const Gauges& g) const {
       "# HELP llama2_kv_cache_usage_ratio Fraction of KV-cache blocks in use.\n"
       "# TYPE llama2_kv_cache_usage_ratio gauge\nllama2_kv_cache_usage_ratio " +
       fmt(usage) + "\n";
+  // vLLM's names, counted the same way (tokens): prefix_cache_queries / prefix_cache_hits.
+  out +=
+      "# HELP llama2_prefix_cache_queries_total Prompt tokens looked up in the prefix cache.\n"
+      "# TYPE llama2_prefix_cache_queries_total counter\nllama2_prefix_cache_queries_total " +
+      std::to_string(g.prefix_queried_tokens) + "\n";
+  out +=
+      "# HELP llama2_prefix_cache_hits_total Prompt tokens whose KV was found in the prefix "
+      "cache.\n"
+      "# TYPE llama2_prefix_cache_hits_total counter\nllama2_prefix_cache_hits_total " +
+      std::to_string(g.prefix_hit_tokens) + "\n";
+  out +=
+      "# HELP llama2_prefix_cache_hit_rate Prefix cache hits over queries since start (tokens).\n"
+      "# TYPE llama2_prefix_cache_hit_rate gauge\nllama2_prefix_cache_hit_rate " +
+      fmt(g.prefix_hit_rate()) + "\n";
+  out +=
+      "# HELP llama2_prefix_cache_evictions_total Cached KV blocks taken back for other use.\n"
+      "# TYPE llama2_prefix_cache_evictions_total counter\nllama2_prefix_cache_evictions_total " +
+      std::to_string(g.prefix_evicted_blocks) + "\n";
+  out +=
+      "# HELP llama2_kv_cache_cached_blocks KV blocks holding a cached prefix, in use or "
+      "evictable.\n"
+      "# TYPE llama2_kv_cache_cached_blocks gauge\nllama2_kv_cache_cached_blocks " +
+      std::to_string(g.kv_blocks_cached) + "\n";
   ttft_.render("llama2_time_to_first_token_seconds", "Time from arrival to the first token.", &out);
   itl_.render("llama2_inter_token_latency_seconds",
               "Time between consecutive tokens of a generation.", &out);

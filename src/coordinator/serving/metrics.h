@@ -32,6 +32,17 @@ struct Gauges {
   int waiting = 0;
   int kv_blocks_used = 0;
   int kv_blocks_total = 0;
+  // Prefix cache (block_allocator.h): registered blocks (in use or evictable) and the counters
+  // since start; hit rate = prefix_hit_tokens / prefix_queried_tokens.
+  int kv_blocks_cached = 0;
+  int64_t prefix_queried_tokens = 0;
+  int64_t prefix_hit_tokens = 0;
+  int64_t prefix_evicted_blocks = 0;
+  double prefix_hit_rate() const {
+    return prefix_queried_tokens > 0
+               ? static_cast<double>(prefix_hit_tokens) / static_cast<double>(prefix_queried_tokens)
+               : 0.0;
+  }
 };
 
 class ServeMetrics {
