@@ -88,9 +88,9 @@ TEST_CASE("quantize_rows: the host's rule exactly, int8 and fp8 e4m3, and dequan
     DeviceBuffer<__half> dh(x.size());
     ds.poison();
     LLAMA2_CUDA_REQUIRE(
-        k::launch_quantize_rows<Q, float>(dx.get(), dq.get(), ds.get(), rows, K, 0));
+        (k::launch_quantize_rows<Q, float>(dx.get(), dq.get(), ds.get(), rows, K, 0)));
     LLAMA2_CUDA_REQUIRE(
-        k::launch_dequantize_rows<Q, __half>(dq.get(), ds.get(), dh.get(), rows, K, 0));
+        (k::launch_dequantize_rows<Q, __half>(dq.get(), ds.get(), dh.get(), rows, K, 0)));
     LLAMA2_CUDA_REQUIRE(cudaDeviceSynchronize());
     const std::string what = std::is_same_v<Q, int8_t> ? "int8" : "fp8";
     expect_close(what + " scales", ds.download(), want_s, Tol{0, 0});
