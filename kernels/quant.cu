@@ -64,7 +64,33 @@ __global__ void __launch_bounds__(kThreads)
   if (k < K) out[r * K + k] = from_float<T>(scale[r] * to_float(q[r * K + k]));
 }
 
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    scale_outer_kernel(const float* __restrict__ acc, const float* __restrict__ xs,
+                       const float* __restrict__ ws, T* __restrict__ y, int N) {
+  wait_for_previous_grid();
+  const int64_t m = blockIdx.y;
+  const int n = blockIdx.x * kThreads + threadIdx.x;
+  if (n < N) y[m * N + n] = from_float<T>(acc[m * N + n] * (xs[m] * ws[n]));
+}
+
 }  // namespace
+
+template <typename T>
+cudaError_t launch_scale_outer(const float* acc, const float* x_scale, const float* w_scale, T* y,
+                               int M, int N, cudaStream_t stream) {
+  LLAMA2_LAUNCH_REQUIRE(M >= 1 && M <= 65535, "M " + std::to_string(M) + ", allowed 1..65535");
+  LLAMA2_LAUNCH_REQUIRE(N >= 1, "N " + std::to_string(N));
+  LLAMA2_LAUNCH_REQUIRE(acc != nullptr && x_scale != nullptr && w_scale != nullptr && y != nullptr,
+                        "");
+  const dim3 grid(static_cast<unsigned>(ceil_div(N, kThreads)), static_cast<unsigned>(M));
+  launch_kernel(scale_outer_kernel<T>, grid, kThreads, 0, stream, acc, x_scale, w_scale, y, N);
+  return cudaGetLastError();
+}
+template cudaError_t launch_scale_outer<__half>(const float*, const float*, const float*, __half*,
+                                                int, int, cudaStream_t);
+template cudaError_t launch_scale_outer<__nv_bfloat16>(const float*, const float*, const float*,
+                                                       __nv_bfloat16*, int, int, cudaStream_t);
 
 template <typename Q, typename T>
 cudaError_t launch_quantize_rows(const T* x, Q* q, float* scale, int64_t rows, int K,

@@ -30,4 +30,13 @@ cudaError_t launch_dequantize_rows(const Q* q,          // [rows, K]
                                    T* out,              // [rows, K]
                                    int64_t rows, int K, cudaStream_t stream);
 
+// y[m, n] = round_T(acc[m, n] * (x_scale[m] * w_scale[n])): the scales of an fp8 product applied
+// to its fp32 sums (the same factor, in the same order, as launch_gemv_q's epilogue).
+template <typename T>
+cudaError_t launch_scale_outer(const float* acc,      // [M, N]
+                               const float* x_scale,  // [M]
+                               const float* w_scale,  // [N]
+                               T* y,                  // [M, N]
+                               int M, int N, cudaStream_t stream);
+
 }  // namespace llama2::kernels

@@ -197,7 +197,7 @@ TEST_CASE("Fp8Gemm: cuBLASLt FP8 with per-row scales matches the quantized refer
       DeviceBuffer<float> dsx(sx), dsw(s8);
       DeviceBuffer<__half> dy(want.size());
       dy.poison();
-      llama2::Fp8Gemm gemm(CUDA_R_16F, nullptr);
+      llama2::Fp8Gemm gemm(CUDA_R_16F, M, N, nullptr);
       gemm.run(dx.get(), dsx.get(), dw.get(), dsw.get(), dy.get(), M, N, K);
       LLAMA2_CUDA_REQUIRE(cudaDeviceSynchronize());
       const auto got = to_f32(dy.download());

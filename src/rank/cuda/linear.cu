@@ -45,7 +45,8 @@ CudaLinear<T>::CudaLinear(WeightDType wd, int gemv_rows, int max_rows, const Pro
     }
     xq_ = DeviceBuffer(static_cast<size_t>(max_rows) * max_k, "fp8 activations");
     xs_ = DeviceBuffer(static_cast<size_t>(max_rows) * sizeof(float), "fp8 activation scales");
-    fp8_ = std::make_unique<Fp8Gemm>(cuda_type<T>(), stream);
+    const int64_t max_n = std::max({d.q + 2 * d.kv, d.hidden, 2 * d.ffn});
+    fp8_ = std::make_unique<Fp8Gemm>(cuda_type<T>(), max_rows, max_n, stream);
   } else if (wd == WeightDType::kInt8 && max_rows > gemv_rows) {
     const int64_t largest = std::max(
         {(d.q + 2 * d.kv) * d.hidden, d.hidden * d.q, 2 * d.ffn * d.hidden, d.hidden * d.ffn});
