@@ -1,8 +1,9 @@
 // Element types of activations and of the KV cache, and the fp32 load/store helpers every kernel
 // family uses. fp16 (`__half`) and bf16 (`__nv_bfloat16`) are the model dtypes; fp32 (`float`) is
 // instantiated too so that each kernel can be validated against the fp32 CPU reference at ~1e-5.
-// fp8 e4m3 (`__nv_fp8_e4m3`) is a KV-cache-only storage type for fp16/bf16 models: half the bytes
-// per cached token, converted to fp32 on load like the others.
+// fp8 e4m3 (`__nv_fp8_e4m3`) is a storage type for fp16/bf16 models: of the KV cache (half the
+// bytes per cached token) and of quantized weights and activations (--weight-dtype fp8); int8 of
+// quantized weights (--weight-dtype int8). Both are converted to fp32 on load like the others.
 // Arithmetic is always fp32: load -> to_float -> compute -> from_float -> store.
 #pragma once
 
@@ -29,6 +30,10 @@ __host__ __device__ __forceinline__ float to_float(__nv_bfloat16 x) {
   return __bfloat162float(x);
 }
 __host__ __device__ __forceinline__ float to_float(__nv_fp8_e4m3 x) {
+  return static_cast<float>(x);
+}
+// int8 is a weight-only storage type (--weight-dtype int8): the stored integer, before its scale.
+__host__ __device__ __forceinline__ float to_float(int8_t x) {
   return static_cast<float>(x);
 }
 
@@ -77,20 +82,6 @@ struct alignas(N) Pack<__nv_fp8_e4m3, N> {
   static_assert(N % 4 == 0, "fp8 packs are whole 32-bit words");
   uint32_t w[N / 4];
 };
-
-// N consecutive elements of T at p as fp32, in accesses of at most 16 bytes (p aligned to the
-// smaller of 16 and sizeof(T) * N).
-template <typename T, int N>
-__device__ __forceinline__ void load_float(const T* p, float (&out)[N]) {
-  constexpr int kPiece = N < kVec16<T> ? N : kVec16<T>;
-  static_assert(N % kPiece == 0, "whole pieces");
-#pragma unroll
-  for (int c = 0; c < N / kPiece; ++c) {
-    const Pack<T, kPiece> pk = *reinterpret_cast<const Pack<T, kPiece>*>(p + c * kPiece);
-#pragma unroll
-    for (int i = 0; i < kPiece; ++i) out[c * kPiece + i] = to_float(pk.v[i]);
-  }
-}
 
 template <typename T, int N>
 __device__ __forceinline__ void store_float(T* p, const float (&in)[N]) {
@@ -156,6 +147,22 @@ __device__ __forceinline__ void unpack_float(const Pack<__nv_fp8_e4m3, N>& pk, f
     out[4 * i + 3] = f23.y;
   }
 #endif
+}
+
+// N consecutive elements of T at p as fp32, in accesses of at most 16 bytes (p aligned to the
+// smaller of 16 and sizeof(T) * N).
+template <typename T, int N>
+__device__ __forceinline__ void load_float(const T* p, float (&out)[N]) {
+  constexpr int kPiece = N < kVec16<T> ? N : kVec16<T>;
+  static_assert(N % kPiece == 0, "whole pieces");
+#pragma unroll
+  for (int c = 0; c < N / kPiece; ++c) {
+    const Pack<T, kPiece> pk = *reinterpret_cast<const Pack<T, kPiece>*>(p + c * kPiece);
+    float piece[kPiece];
+    unpack_float(pk, piece);
+#pragma unroll
+    for (int i = 0; i < kPiece; ++i) out[c * kPiece + i] = piece[i];
+  }
 }
 
 // The (activation T, KV-cache element C) pairs every kernel that touches the cache is instantiated

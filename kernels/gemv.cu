@@ -1,4 +1,5 @@
 #include <string>
+#include <type_traits>
 
 #include "common/check.h"
 #include "kernels/activation.cuh"
@@ -19,32 +20,41 @@ constexpr int kOneRowMaxN = 8192;
 // kGateUp: W is the fused [gate; up] matrix [2N, K]; a warp owns output j = its index, reads rows
 // j (gate) and N + j (up) and writes y[:, j] = round_T(silu_mul(round_T(gate), round_T(up))): the
 // GEMM output rounding and launch_swiglu, without the [M, 2N] intermediate or a second launch.
-template <typename T, int M, bool kGateUp, int R>
+// Types: y is T; W is T, or int8 / fp8 e4m3 with w_scale[rows of W] (quantized weights); x is T,
+// or fp8 e4m3 with x_scale[M] (fp8 activations). A sum is multiplied by its scales once, at the
+// end: y[m, n] = round_T(x_scale[m] * w_scale[n] * sum_k x[m, k] * w[n, k]).
+template <typename T, typename X, typename W, int M, bool kGateUp, int R>
 __global__ void __launch_bounds__(kWarps * 32)
-    gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, int N, int K) {
+    gemv_kernel(const X* __restrict__ x, const float* __restrict__ x_scale, const W* __restrict__ w,
+                const float* __restrict__ w_scale, T* __restrict__ y, int N, int K) {
   static_assert(R == 2 || (R == 1 && !kGateUp), "gate|up reads two rows per output");
+  constexpr bool kXScale = std::is_same_v<X, __nv_fp8_e4m3>;
+  constexpr bool kWScale = !std::is_same_v<W, T>;
   wait_for_previous_grid();
-  constexpr int V = kVec16<T>;
-  constexpr int kUnroll = R == 1 ? 8 : 4;  // ~8 16-byte loads of W in flight per lane
+  constexpr int V = kVec16<W>;  // elements per 16-byte load of W
+  // ~8 16-byte loads of W in flight per lane (fewer for 1-byte weights: each load feeds 16 FMAs
+  // per row of x, and the registers for x grow with it).
+  constexpr int kUnroll = (R == 1 ? 8 : 4) / (V > 8 ? 2 : 1);
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int n0 = kGateUp ? blockIdx.x * kWarps + warp : (blockIdx.x * kWarps + warp) * R;
   if (n0 >= N) return;
   const bool two = kGateUp || (R == 2 && n0 + 1 < N);
-  const T* w0 = w + static_cast<int64_t>(n0) * K;
+  const int n1 = kGateUp ? N + n0 : (two ? n0 + 1 : n0);
+  const W* w0 = w + static_cast<int64_t>(n0) * K;
   // Plain: a lone last row reads itself twice and writes once.
-  const T* w1 = kGateUp ? w + (static_cast<int64_t>(N) + n0) * K : (two ? w0 + K : w0);
+  const W* w1 = w + static_cast<int64_t>(n1) * K;
 
   float acc[R][M] = {};
 #pragma unroll kUnroll
   for (int k = lane * V; k < K; k += 32 * V) {
     float a[V], b[V];
-    load_float<T, V>(w0 + k, a);
-    if constexpr (R == 2) load_float<T, V>(w1 + k, b);
+    load_float<W, V>(w0 + k, a);
+    if constexpr (R == 2) load_float<W, V>(w1 + k, b);
 #pragma unroll
     for (int m = 0; m < M; ++m) {
       float xv[V];
-      load_float<T, V>(x + static_cast<int64_t>(m) * K + k, xv);
+      load_float<X, V>(x + static_cast<int64_t>(m) * K + k, xv);
 #pragma unroll
       for (int i = 0; i < V; ++i) {
         acc[0][m] = fmaf(a[i], xv[i], acc[0][m]);
@@ -52,11 +62,18 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     }
   }
+  // The factor of a row's sum: x_scale[m] * w_scale[row] (1 for unquantized operands).
+  auto factor = [&](int m, int row) {
+    float f = 1.f;
+    if constexpr (kXScale) f *= x_scale[m];
+    if constexpr (kWScale) f *= w_scale[row];
+    return f;
+  };
   if constexpr (kGateUp) {
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-      const float g = round_to<T>(warp_sum(acc[0][m]));
-      const float u = round_to<T>(warp_sum(acc[R - 1][m]));
+      const float g = round_to<T>(warp_sum(acc[0][m]) * factor(m, n0));
+      const float u = round_to<T>(warp_sum(acc[R - 1][m]) * factor(m, n1));
       if (lane == m) y[static_cast<int64_t>(m) * N + n0] = from_float<T>(silu_mul<T>(g, u));
     }
   } else {
@@ -67,59 +84,56 @@ __global__ void __launch_bounds__(kWarps * 32)
         const float s = warp_sum(acc[r][m]);
         // Lane (r * M + m) writes one output: the stores of a warp go out together.
         if (lane == r * M + m && (r == 0 || two)) {
-          y[static_cast<int64_t>(m) * N + n0 + r] = from_float<T>(s);
+          y[static_cast<int64_t>(m) * N + n0 + r] = from_float<T>(s * factor(m, n0 + r));
         }
       }
     }
   }
 }
 
-template <typename T, int M, bool kGateUp>
-void launch_m(const T* x, const T* w, T* y, int N, int K, cudaStream_t stream) {
+template <typename T, typename X, typename W, int M, bool kGateUp>
+void launch_m(const X* x, const float* xs, const W* w, const float* ws, T* y, int N, int K,
+              cudaStream_t stream) {
   if (!kGateUp && N <= kOneRowMaxN) {
     const int blocks = static_cast<int>(ceil_div(N, kWarps));
-    launch_kernel(gemv_kernel<T, M, false, 1>, blocks, kWarps * 32, 0, stream, x, w, y, N, K);
+    launch_kernel(gemv_kernel<T, X, W, M, false, 1>, blocks, kWarps * 32, 0, stream, x, xs, w, ws,
+                  y, N, K);
   } else {
     const int blocks = static_cast<int>(ceil_div(N, kGateUp ? kWarps : kWarps * 2));
-    launch_kernel(gemv_kernel<T, M, kGateUp, 2>, blocks, kWarps * 32, 0, stream, x, w, y, N, K);
+    launch_kernel(gemv_kernel<T, X, W, M, kGateUp, 2>, blocks, kWarps * 32, 0, stream, x, xs, w, ws,
+                  y, N, K);
   }
 }
 
-template <typename T, bool kGateUp>
-cudaError_t launch_gemv_kind(const T* x, const T* w, T* y, int M, int N, int K,
-                             cudaStream_t stream) {
+template <typename T, typename X, typename W, bool kGateUp>
+cudaError_t launch_gemv_kind(const X* x, const float* xs, const W* w, const float* ws, T* y, int M,
+                             int N, int K, cudaStream_t stream) {
   LLAMA2_LAUNCH_REQUIRE(M >= 1 && M <= kGemvMaxRows,
                         "M " + std::to_string(M) + ", allowed 1.." + std::to_string(kGemvMaxRows));
   LLAMA2_LAUNCH_REQUIRE(N >= 1, "N " + std::to_string(N));
-  LLAMA2_LAUNCH_REQUIRE(K >= 1 && K % kVec16<T> == 0,
+  LLAMA2_LAUNCH_REQUIRE(K >= 1 && K % kVec16<W> == 0,
                         "K " + std::to_string(K) + " must be a positive multiple of " +
-                            std::to_string(kVec16<T>) + " (16 bytes)");
+                            std::to_string(kVec16<W>) + " (16 bytes of W)");
   LLAMA2_LAUNCH_REQUIRE(x != nullptr && w != nullptr && y != nullptr, "");
+  LLAMA2_LAUNCH_REQUIRE(
+      (std::is_same_v<X, T> || xs != nullptr) && (std::is_same_v<W, T> || ws != nullptr),
+      "a quantized operand needs its scales");
   LLAMA2_LAUNCH_REQUIRE(is_aligned(x, 16) && is_aligned(w, 16), "16-byte alignment");
   switch (M) {
-    case 1:
-      launch_m<T, 1, kGateUp>(x, w, y, N, K, stream);
-      break;
-    case 2:
-      launch_m<T, 2, kGateUp>(x, w, y, N, K, stream);
-      break;
-    case 3:
-      launch_m<T, 3, kGateUp>(x, w, y, N, K, stream);
-      break;
-    case 4:
-      launch_m<T, 4, kGateUp>(x, w, y, N, K, stream);
-      break;
-    case 5:
-      launch_m<T, 5, kGateUp>(x, w, y, N, K, stream);
-      break;
-    case 6:
-      launch_m<T, 6, kGateUp>(x, w, y, N, K, stream);
-      break;
-    case 7:
-      launch_m<T, 7, kGateUp>(x, w, y, N, K, stream);
-      break;
+#define LLAMA2_GEMV_CASE(m)                                       \
+  case m:                                                         \
+    launch_m<T, X, W, m, kGateUp>(x, xs, w, ws, y, N, K, stream); \
+    break;
+    LLAMA2_GEMV_CASE(1)
+    LLAMA2_GEMV_CASE(2)
+    LLAMA2_GEMV_CASE(3)
+    LLAMA2_GEMV_CASE(4)
+    LLAMA2_GEMV_CASE(5)
+    LLAMA2_GEMV_CASE(6)
+    LLAMA2_GEMV_CASE(7)
+#undef LLAMA2_GEMV_CASE
     default:
-      launch_m<T, 8, kGateUp>(x, w, y, N, K, stream);
+      launch_m<T, X, W, 8, kGateUp>(x, xs, w, ws, y, N, K, stream);
       break;
   }
   return cudaGetLastError();
@@ -129,13 +143,26 @@ cudaError_t launch_gemv_kind(const T* x, const T* w, T* y, int M, int N, int K,
 
 template <typename T>
 cudaError_t launch_gemv(const T* x, const T* w, T* y, int M, int N, int K, cudaStream_t stream) {
-  return launch_gemv_kind<T, false>(x, w, y, M, N, K, stream);
+  return launch_gemv_kind<T, T, T, false>(x, nullptr, w, nullptr, y, M, N, K, stream);
 }
 
 template <typename T>
 cudaError_t launch_gemv_gate_up_swiglu(const T* x, const T* w_gate_up, T* act, int M, int F, int K,
                                        cudaStream_t stream) {
-  return launch_gemv_kind<T, true>(x, w_gate_up, act, M, F, K, stream);
+  return launch_gemv_kind<T, T, T, true>(x, nullptr, w_gate_up, nullptr, act, M, F, K, stream);
+}
+
+template <typename T, typename X, typename W>
+cudaError_t launch_gemv_q(const X* x, const float* x_scale, const W* w, const float* w_scale, T* y,
+                          int M, int N, int K, cudaStream_t stream) {
+  return launch_gemv_kind<T, X, W, false>(x, x_scale, w, w_scale, y, M, N, K, stream);
+}
+
+template <typename T, typename X, typename W>
+cudaError_t launch_gemv_q_gate_up_swiglu(const X* x, const float* x_scale, const W* w_gate_up,
+                                         const float* w_scale, T* act, int M, int F, int K,
+                                         cudaStream_t stream) {
+  return launch_gemv_kind<T, X, W, true>(x, x_scale, w_gate_up, w_scale, act, M, F, K, stream);
 }
 
 #define LLAMA2_INSTANTIATE(T)                                                               \
@@ -146,5 +173,16 @@ LLAMA2_INSTANTIATE(float)
 LLAMA2_INSTANTIATE(__half)
 LLAMA2_INSTANTIATE(__nv_bfloat16)
 #undef LLAMA2_INSTANTIATE
+
+#define LLAMA2_INSTANTIATE_Q(T, X, W)                                                             \
+  template cudaError_t launch_gemv_q<T, X, W>(const X*, const float*, const W*, const float*, T*, \
+                                              int, int, int, cudaStream_t);                       \
+  template cudaError_t launch_gemv_q_gate_up_swiglu<T, X, W>(                                     \
+      const X*, const float*, const W*, const float*, T*, int, int, int, cudaStream_t);
+LLAMA2_INSTANTIATE_Q(__half, __half, int8_t)
+LLAMA2_INSTANTIATE_Q(__nv_bfloat16, __nv_bfloat16, int8_t)
+LLAMA2_INSTANTIATE_Q(__half, __nv_fp8_e4m3, __nv_fp8_e4m3)
+LLAMA2_INSTANTIATE_Q(__nv_bfloat16, __nv_fp8_e4m3, __nv_fp8_e4m3)
+#undef LLAMA2_INSTANTIATE_Q
 
 }  // namespace llama2::kernels

@@ -15,9 +15,9 @@ constexpr int kGemvMaxRows = 8;
 // kGemvMaxRows, K a positive multiple of 16 bytes, x and w 16-byte aligned. The caller decides
 // with it before launching (cuBLAS otherwise), so a launch error is never mistaken for "use
 // cuBLAS instead".
-template <typename T>
-inline bool gemv_fits(const T* x, const T* w, int M, int K) {
-  constexpr int kVec = static_cast<int>(16 / sizeof(T));
+template <typename X, typename W>
+inline bool gemv_fits(const X* x, const W* w, int M, int K) {
+  constexpr int kVec = static_cast<int>(16 / sizeof(W));
   return M >= 1 && M <= kGemvMaxRows && K >= 1 && K % kVec == 0 &&
          reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
 }
@@ -43,5 +43,21 @@ cudaError_t launch_gemv_gate_up_swiglu(const T* x,          // [M, K]
                                        const T* w_gate_up,  // [2F, K]
                                        T* act,              // [M, F]
                                        int M, int F, int K, cudaStream_t stream);
+
+// Quantized weights (--weight-dtype, kernels/quant.cuh): W is int8_t (with x of T: W8A16) or
+// __nv_fp8_e4m3 (with x quantized to e4m3 per row by launch_quantize_rows: W8A8), with one fp32
+// scale per row of W (w_scale[N], gate|up: [2F]) and, for fp8 x, per row of x (x_scale[M]):
+// y[m, n] = round_T(x_scale[m] * w_scale[n] * sum_k x[m, k] * w[n, k]), fp32 accumulation. The
+// same launch shape as launch_gemv, with 16 weights per 16-byte load; needs gemv_fits(x, w, M, K).
+template <typename T, typename X, typename W>
+cudaError_t launch_gemv_q(const X* x, const float* x_scale,  // [M, K], [M] (fp8 x) or nullptr
+                          const W* w, const float* w_scale,  // [N, K], [N]
+                          T* y,                              // [M, N]
+                          int M, int N, int K, cudaStream_t stream);
+template <typename T, typename X, typename W>
+cudaError_t launch_gemv_q_gate_up_swiglu(const X* x, const float* x_scale,          // [M, K], [M]
+                                         const W* w_gate_up, const float* w_scale,  // [2F, K], [2F]
+                                         T* act,                                    // [M, F]
+                                         int M, int F, int K, cudaStream_t stream);
 
 }  // namespace llama2::kernels

@@ -48,7 +48,7 @@ using Clock = std::chrono::steady_clock;
 using ojson = nlohmann::ordered_json;
 
 struct Options {
-  std::string synthetic, dtype, kv_cache_dtype, json_path, command;
+  std::string synthetic, dtype, kv_cache_dtype, weight_dtype, json_path, command;
   std::vector<int> batches, prefill_lens;
   int prompt_len = 0, decode_steps = 0, warmup = 0, repeats = 0, block_size = 0;
   double gpu_memory_fraction = 0.9;
@@ -67,6 +67,8 @@ cxxopts::Options bench_options() {
        cxxopts::value<std::string>()->default_value("7b"))
       ("dtype", "fp16 | bf16 | fp32", cxxopts::value<std::string>()->default_value("fp16"))
       ("kv-cache-dtype", "auto | fp8 | fp8_e4m3 (KV cache element type; auto: as --dtype)",
+       cxxopts::value<std::string>()->default_value("auto"))
+      ("weight-dtype", "auto | fp8 | int8 (projection weights, quantized at load; auto: as --dtype)",
        cxxopts::value<std::string>()->default_value("auto"))
       ("batches", "Decode batch sizes, comma-separated (\"\" for none)",
        cxxopts::value<std::string>()->default_value("1,8,32,64"))
@@ -131,6 +133,7 @@ Options parse_options(int argc, char** argv, int rank, bool* help_only) {
   o.synthetic = r["synthetic"].as<std::string>();
   o.dtype = r["dtype"].as<std::string>();
   o.kv_cache_dtype = r["kv-cache-dtype"].as<std::string>();
+  o.weight_dtype = r["weight-dtype"].as<std::string>();
   o.batches = parse_int_list(r["batches"].as<std::string>(), "batches", help);
   o.prefill_lens = parse_int_list(r["prefill-lens"].as<std::string>(), "prefill-lens", help);
   o.prompt_len = r["prompt-len"].as<int>();
@@ -439,6 +442,7 @@ int run(int argc, char** argv, int rank, int size) {
   spec.backend = llama2::Backend::kCuda;
   spec.dtype = llama2::parse_compute_dtype(o.dtype);
   spec.kv_cache_dtype = llama2::parse_kv_cache_dtype(o.kv_cache_dtype);
+  spec.weight_dtype = llama2::parse_weight_dtype(o.weight_dtype, &spec.weight_dtype_named);
   spec.block_size = o.block_size;
   spec.gpu_memory_fraction = o.gpu_memory_fraction;
   spec.max_batch = max_batch;
@@ -471,7 +475,8 @@ int run(int argc, char** argv, int rank, int size) {
   const int elem = llama2::dtype_bytes_of(engine.dtype_name());
   const int kv_elem = llama2::kv_dtype_bytes_of(o.kv_cache_dtype, elem);
   std::vector<unsigned long long> mine = gpu_memory();
-  mine.push_back(llama2::shard_weight_bytes(config, engine.shard(), elem));
+  const bool quantized = engine.settings().weight_dtype != llama2::WeightDType::kAuto;
+  mine.push_back(llama2::shard_weight_bytes(config, engine.shard(), elem, quantized ? 1 : 0));
   mine.push_back(llama2::kv_bytes_per_token(config, engine.shard(), kv_elem) * kv.block_size *
                  static_cast<unsigned long long>(kv.num_blocks));
   const std::vector<unsigned long long> setup_mem = gather_u64(mine, size);
@@ -496,6 +501,8 @@ int run(int argc, char** argv, int rank, int size) {
     result["model"] = o.synthetic;
     result["dtype"] = engine.dtype_name();
     result["kv_cache_dtype"] = engine.kv_dtype_name();
+    result["weight_dtype"] =
+        llama2::weight_dtype_name(engine.settings().weight_dtype, engine.settings().dtype);
     result["tp"] = size;
     result["date"] = utc_now_iso();
     result["host"] = hostname();

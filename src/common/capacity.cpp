@@ -28,7 +28,7 @@ void fill_per_gpu(const ModelConfig& c, CapacityPlan* p) {
   p->heads_per_gpu = s0.num_heads;
   p->kv_heads_per_gpu = s0.num_kv_heads;
   p->kv_replicated = c.num_kv_heads < p->tp;
-  p->weight_bytes_per_gpu = max_shard_weight_bytes(c, p->tp, p->dtype_bytes);
+  p->weight_bytes_per_gpu = max_shard_weight_bytes(c, p->tp, p->dtype_bytes, p->linear_bytes);
   p->kv_bytes_per_token = kv_bytes_per_token(c, s0, p->kv_dtype_bytes);
   p->kv_bytes_per_block = p->kv_bytes_per_token * static_cast<uint64_t>(p->block_size);
   p->blocks_per_sequence = (int64_t{p->max_seq_len} + p->block_size - 1) / p->block_size;
@@ -57,29 +57,36 @@ uint64_t default_reserve_bytes(uint64_t gpu_mem_bytes) {
   return std::max<uint64_t>(2 * kGiB, gpu_mem_bytes / 10);
 }
 
-uint64_t shard_weight_bytes(const ModelConfig& c, const ShardPlan& s, int dtype_bytes) {
+uint64_t shard_weight_bytes(const ModelConfig& c, const ShardPlan& s, int dtype_bytes,
+                            int linear_bytes) {
   const uint64_t H = static_cast<uint64_t>(c.hidden_size);
   const uint64_t q = static_cast<uint64_t>(s.num_heads) * s.head_dim;      // local q/o width
   const uint64_t kv = static_cast<uint64_t>(s.num_kv_heads) * s.head_dim;  // local k/v width
   const uint64_t ffn = static_cast<uint64_t>(s.ffn_size);
-  const uint64_t per_layer = q * H          // q_proj rows [q, H]
-                             + 2 * kv * H   // k_proj, v_proj rows [kv, H]
-                             + H * q        // o_proj columns [H, q]
-                             + 2 * ffn * H  // gate_proj, up_proj rows [ffn, H]
-                             + H * ffn      // down_proj columns [H, ffn]
-                             + 2 * H;       // input / post-attention RMSNorm, replicated
+  const uint64_t projections = q * H          // q_proj rows [q, H]
+                               + 2 * kv * H   // k_proj, v_proj rows [kv, H]
+                               + H * q        // o_proj columns [H, q]
+                               + 2 * ffn * H  // gate_proj, up_proj rows [ffn, H]
+                               + H * ffn;     // down_proj columns [H, ffn]
+  // Quantized projections: one fp32 scale per output row (q + 2 kv, H, 2 ffn, H rows).
+  const uint64_t scales = q + 2 * kv + H + 2 * ffn + H;
+  const uint64_t per_layer_bytes =
+      linear_bytes == 0 ? (projections + 2 * H) * static_cast<uint64_t>(dtype_bytes)
+                        : projections * static_cast<uint64_t>(linear_bytes) + scales * 4 +
+                              2 * H * static_cast<uint64_t>(dtype_bytes);  // + the two RMSNorms
   // Embedding and LM head rows of this rank's vocab slice; a tied LM head is the same tensor.
   const uint64_t vocab = static_cast<uint64_t>(s.vocab_size) * H * (c.tie_word_embeddings ? 1 : 2);
-  const uint64_t elems = static_cast<uint64_t>(c.num_layers) * per_layer + vocab + H /* norm */;
-  return elems * static_cast<uint64_t>(dtype_bytes);
+  return static_cast<uint64_t>(c.num_layers) * per_layer_bytes +
+         (vocab + H /* norm */) * static_cast<uint64_t>(dtype_bytes);
 }
 
-uint64_t max_shard_weight_bytes(const ModelConfig& c, int tp, int dtype_bytes) {
+uint64_t max_shard_weight_bytes(const ModelConfig& c, int tp, int dtype_bytes, int linear_bytes) {
   // Rank 0 always gets split_range's extra rows today, but asking every rank keeps this right if
   // the split ever changes; tp <= num_heads for any valid degree, so the loop is short.
   uint64_t most = 0;
   for (int r = 0; r < tp; ++r) {
-    most = std::max(most, shard_weight_bytes(c, make_shard_plan(c, tp, r), dtype_bytes));
+    most =
+        std::max(most, shard_weight_bytes(c, make_shard_plan(c, tp, r), dtype_bytes, linear_bytes));
   }
   return most;
 }
@@ -116,6 +123,13 @@ CapacityPlan plan_capacity(const ModelConfig& c, const CapacityRequest& req) {
         std::to_string(kv_bytes) + "-byte KV elements with " + std::to_string(req.dtype_bytes) +
         "-byte weights)");
   }
+  if (req.linear_bytes != 0 && (req.linear_bytes != 1 || req.dtype_bytes != 2)) {
+    throw Error(
+        "--weight-dtype must be auto (same as --dtype) or fp8 / int8 (1 byte, fp16/bf16 "
+        "models only) (got " +
+        std::to_string(req.linear_bytes) + "-byte projections with " +
+        std::to_string(req.dtype_bytes) + "-byte weights)");
+  }
   if (req.block_size < 1 || req.block_size > kMaxKvBlockSize) {
     throw Error("--block-size must be in [1, " + std::to_string(kMaxKvBlockSize) + "] (got " +
                 std::to_string(req.block_size) + ")");
@@ -133,12 +147,14 @@ CapacityPlan plan_capacity(const ModelConfig& c, const CapacityRequest& req) {
   p.tp = req.tp;
   p.dtype_bytes = req.dtype_bytes;
   p.kv_dtype_bytes = kv_bytes;
+  p.linear_bytes = req.linear_bytes;
   p.block_size = req.block_size;
   p.max_seq_len = max_seq;
   p.gpu_mem_bytes = req.gpu_mem_bytes;
   p.reserve_is_default = !req.reserve_bytes.has_value();
   p.reserve_bytes = req.reserve_bytes.value_or(default_reserve_bytes(req.gpu_mem_bytes));
-  p.model_weight_bytes = shard_weight_bytes(c, make_shard_plan(c, 1, 0), p.dtype_bytes);
+  p.model_weight_bytes =
+      shard_weight_bytes(c, make_shard_plan(c, 1, 0), p.dtype_bytes, p.linear_bytes);
   p.valid_tp_degrees = valid_tp_degrees(c, kPlanMaxTp);
   // Degrees 1..8 cover one node; the requested degree is added so its reason is always listed.
   std::vector<int> explain = {1, 2, 3, 4, 5, 6, 7, 8};

@@ -32,6 +32,7 @@ struct CapacityRequest {
   int tp = 1;                             // tensor-parallel degree = GPUs
   int dtype_bytes = 2;                    // weights: 2 fp16/bf16, 4 fp32
   int kv_dtype_bytes = 0;                 // KV cache: 0 same as dtype_bytes; 1 fp8 (e4m3)
+  int linear_bytes = 0;                   // projections: 0 same as dtype_bytes; 1 fp8/int8
   int block_size = 16;                    // tokens per KV block
   uint64_t gpu_mem_bytes = 80 * kGiB;     // memory of ONE GPU
   std::optional<uint64_t> reserve_bytes;  // held back per GPU; unset: default_reserve_bytes()
@@ -49,6 +50,7 @@ struct CapacityPlan {
   // Resolved inputs (defaults applied).
   int tp = 1, dtype_bytes = 2, block_size = 16, max_seq_len = 0;
   int kv_dtype_bytes = 2;  // bytes per KV-cache element: dtype_bytes, or 1 for fp8 (e4m3)
+  int linear_bytes = 0;    // bytes per projection weight: 0 as dtype_bytes, 1 fp8/int8 (+ scales)
   uint64_t gpu_mem_bytes = 0, reserve_bytes = 0;
   bool reserve_is_default = true;
 
@@ -87,9 +89,13 @@ uint64_t default_reserve_bytes(uint64_t gpu_mem_bytes);
 
 // Weight bytes of one rank's shard: per layer q/k/v/o, gate/up/down and two (replicated) norms,
 // plus the vocab slice of the embedding and of the LM head (once when tied) and the final norm.
-uint64_t shard_weight_bytes(const ModelConfig& c, const ShardPlan& s, int dtype_bytes);
+// linear_bytes 1 (--weight-dtype fp8/int8): the seven projections take 1 byte per weight plus a
+// 4-byte scale per output row; 0: everything is dtype_bytes.
+uint64_t shard_weight_bytes(const ModelConfig& c, const ShardPlan& s, int dtype_bytes,
+                            int linear_bytes = 0);
 // The maximum of shard_weight_bytes over the ranks of a valid tp degree (Error if invalid).
-uint64_t max_shard_weight_bytes(const ModelConfig& c, int tp, int dtype_bytes);
+uint64_t max_shard_weight_bytes(const ModelConfig& c, int tp, int dtype_bytes,
+                                int linear_bytes = 0);
 // KV-cache bytes one token takes on one rank: 2 x layers x s.num_kv_heads x head_dim x
 // kv_dtype_bytes (the KV cache's element size, which need not be the weights').
 uint64_t kv_bytes_per_token(const ModelConfig& c, const ShardPlan& s, int kv_dtype_bytes);

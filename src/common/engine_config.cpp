@@ -34,6 +34,15 @@ const char* kv_dtype_name(KvCacheDType kv, ComputeDType dtype) {
   return kv == KvCacheDType::kFp8E4m3 ? "fp8_e4m3" : to_string(dtype);
 }
 
+const char* weight_dtype_name(WeightDType w, ComputeDType dtype) {
+  return w == WeightDType::kFp8 ? "fp8_e4m3" : w == WeightDType::kInt8 ? "int8" : to_string(dtype);
+}
+
+int weight_dtype_bytes(WeightDType w, ComputeDType dtype) {
+  if (w != WeightDType::kAuto) return 1;
+  return dtype == ComputeDType::kFp32 ? 4 : 2;
+}
+
 Backend parse_backend(const std::string& s) {
   if (s == "auto") return Backend::kAuto;
   if (s == "cpu") return Backend::kCpu;
@@ -59,6 +68,19 @@ bool parse_prefix_caching(const std::string& s) {
   if (s == "on") return true;
   if (s == "off") return false;
   throw Error("--prefix-caching must be one of on, off (got \"" + s + "\")");
+}
+
+WeightDType parse_weight_dtype(const std::string& s, ComputeDType* requested) {
+  *requested = ComputeDType::kAuto;
+  if (s == "auto") return WeightDType::kAuto;
+  if (s == "fp16" || s == "bf16") {
+    *requested = parse_compute_dtype(s);
+    return WeightDType::kAuto;
+  }
+  if (s == "fp8" || s == "fp8_e4m3") return WeightDType::kFp8;
+  if (s == "int8") return WeightDType::kInt8;
+  throw Error("--weight-dtype must be one of auto, fp16, bf16, fp8, fp8_e4m3, int8 (got \"" + s +
+              "\")");
 }
 
 }  // namespace llama2

@@ -17,18 +17,31 @@ enum class ComputeDType { kAuto, kFp16, kBf16, kFp32 };
 // The KV cache's element type: kAuto keeps the compute dtype; kFp8E4m3 (--kv-cache-dtype fp8 or
 // fp8_e4m3) stores one byte per element, for fp16/bf16 on cuda.
 enum class KvCacheDType { kAuto, kFp8E4m3 };
+// The element type of the projection weights (q|k|v, o, gate|up, down; embeddings, norms and the
+// LM head stay in the compute dtype): kAuto keeps the compute dtype (also what --weight-dtype fp16
+// or bf16 ask for, when they name it); kFp8 is e4m3 with a scale per output channel and
+// activations quantized per token (W8A8); kInt8 is int8 with a scale per output channel and
+// fp16/bf16 activations (W8A16). Both are quantized at load, on the GPU, each rank its shard.
+enum class WeightDType { kAuto, kFp8, kInt8 };
 
 // The names used on the command line and in reports: "auto", "cpu", "cuda", "fp16", ...
 const char* to_string(Backend b);
 const char* to_string(ComputeDType d);
 // The KV cache's element name given the resolved compute dtype: "fp8_e4m3", or the dtype's.
 const char* kv_dtype_name(KvCacheDType kv, ComputeDType dtype);
+// The weights' element name given the resolved compute dtype: "fp8_e4m3", "int8", or the dtype's.
+const char* weight_dtype_name(WeightDType w, ComputeDType dtype);
+// Bytes per projection-weight element (1 for fp8/int8, else the compute dtype's).
+int weight_dtype_bytes(WeightDType w, ComputeDType dtype);
 
 // Flag values to enums; Error naming the flag and its allowed values otherwise.
 Backend parse_backend(const std::string& s);              // cpu | cuda | auto
 ComputeDType parse_compute_dtype(const std::string& s);   // auto | fp16 | bf16 | fp32
 KvCacheDType parse_kv_cache_dtype(const std::string& s);  // auto | fp8 | fp8_e4m3
 bool parse_prefix_caching(const std::string& s);          // on | off
+// auto | fp16 | bf16 | fp8 | fp8_e4m3 | int8; fp16/bf16 must then equal the resolved --dtype
+// (checked by choose_weight_dtype in rank/engine.cpp, which knows it): `requested` keeps the name.
+WeightDType parse_weight_dtype(const std::string& s, ComputeDType* requested);
 
 // What an engine is asked for. Every default lives here; a command overrides the step shape
 // (max_batch, prefill_chunk) from its table in cli_common.cpp.
@@ -40,7 +53,9 @@ struct EngineConfig {
   Backend backend = Backend::kAuto;          // auto: cuda when a GPU is visible
   ComputeDType dtype = ComputeDType::kAuto;  // auto: the checkpoint's torch_dtype (cpu: fp32)
   KvCacheDType kv_cache_dtype = KvCacheDType::kAuto;
-  int block_size = 16;               // tokens per KV block, 1..1024
+  WeightDType weight_dtype = WeightDType::kAuto;
+  ComputeDType weight_dtype_named = ComputeDType::kAuto;  // --weight-dtype fp16|bf16: must match
+  int block_size = 16;                                    // tokens per KV block, 1..1024
   int kv_cache_blocks = 0;           // --kv-cache-blocks; 0: cuda sizes the cache from free memory,
                                      // cpu allocates what the command's inputs need
   double gpu_memory_fraction = 0.9;  // cuda: share of each GPU's memory this rank may hold
@@ -63,6 +78,7 @@ struct ResolvedConfig {
   Backend backend = Backend::kCpu;                    // kCpu | kCuda
   ComputeDType dtype = ComputeDType::kFp32;           // never kAuto
   KvCacheDType kv_cache_dtype = KvCacheDType::kAuto;  // kAuto: the cache holds `dtype`
+  WeightDType weight_dtype = WeightDType::kAuto;      // kAuto: projections hold `dtype`
   int max_batch = 1;
   int max_step_tokens = 2048;
   int max_seq_len = 4096;

@@ -110,12 +110,35 @@ KvCacheDType choose_kv_dtype(KvCacheDType requested, Backend backend, ComputeDTy
   return KvCacheDType::kFp8E4m3;
 }
 
+WeightDType choose_weight_dtype(const EngineConfig& cfg, Backend backend, ComputeDType dtype) {
+  if (cfg.weight_dtype_named != ComputeDType::kAuto && cfg.weight_dtype_named != dtype) {
+    throw Error(std::string("--weight-dtype ") + to_string(cfg.weight_dtype_named) +
+                " differs from this run's --dtype " + to_string(dtype) +
+                ": unquantized weights are held in the compute dtype (use --weight-dtype auto, "
+                "fp8 or int8, or --dtype " +
+                to_string(cfg.weight_dtype_named) + ")");
+  }
+  if (cfg.weight_dtype == WeightDType::kAuto) return WeightDType::kAuto;
+  const char* name = weight_dtype_name(cfg.weight_dtype, dtype);
+  if (backend != Backend::kCuda) {
+    throw Error(std::string("--weight-dtype ") + name +
+                " needs the cuda backend (the cpu backend keeps fp32 weights; use "
+                "--weight-dtype auto)");
+  }
+  if (dtype != ComputeDType::kFp16 && dtype != ComputeDType::kBf16) {
+    throw Error(std::string("--weight-dtype ") + name +
+                " needs --dtype fp16 or bf16 (this run: " + to_string(dtype) + ")");
+  }
+  return cfg.weight_dtype;
+}
+
 ResolvedConfig resolve_config(const EngineConfig& cfg, const ModelConfig& model,
                               int visible_devices, std::string* note) {
   ResolvedConfig r;
   r.backend = choose_backend(cfg.backend, visible_devices, model.head_dim(), note);
   r.dtype = choose_dtype(cfg.dtype, r.backend, model.torch_dtype);
   r.kv_cache_dtype = choose_kv_dtype(cfg.kv_cache_dtype, r.backend, r.dtype);
+  r.weight_dtype = choose_weight_dtype(cfg, r.backend, r.dtype);
   r.max_batch = cfg.max_batch;
   r.max_step_tokens = cfg.max_step_tokens();
   r.max_seq_len = cfg.max_seq_len > 0 ? cfg.max_seq_len : model.max_position_embeddings;
@@ -193,7 +216,10 @@ RankEngine::RankEngine(const EngineConfig& cfg, const ModelConfig& config, MPI_C
 
   // The planner's arithmetic and the runner's allocation must agree byte for byte: `llama2 plan`
   // is only trustworthy if it describes what the engine really allocates.
-  LLAMA2_CHECK(shard_weight_bytes(config_, shard_, runner_->dtype_bytes()) ==
+  const int linear_bytes = settings_.weight_dtype == WeightDType::kAuto
+                               ? 0
+                               : weight_dtype_bytes(settings_.weight_dtype, settings_.dtype);
+  LLAMA2_CHECK(shard_weight_bytes(config_, shard_, runner_->dtype_bytes(), linear_bytes) ==
                runner_->weight_bytes());
   LLAMA2_CHECK(kv_bytes_per_token(config_, shard_, runner_->kv_dtype_bytes()) *
                    static_cast<uint64_t>(kv_.block_size) * kv_.num_blocks ==
@@ -201,8 +227,12 @@ RankEngine::RankEngine(const EngineConfig& cfg, const ModelConfig& config, MPI_C
 
   std::ostringstream line;
   line << "rank " << rank_ << "/" << size_ << ": local rank " << local.local_rank << "/"
-       << local.local_size << ", backend " << backend_name() << " " << dtype_name() << ", device "
-       << runner_->device_description() << ", heads [" << shard_.head_begin << ","
+       << local.local_size << ", backend " << backend_name() << " " << dtype_name()
+       << (settings_.weight_dtype == WeightDType::kAuto
+               ? std::string()
+               : std::string(" (projections ") +
+                     weight_dtype_name(settings_.weight_dtype, settings_.dtype) + ")")
+       << ", device " << runner_->device_description() << ", heads [" << shard_.head_begin << ","
        << shard_.head_begin + shard_.num_heads << "), kv heads [" << shard_.kv_head_begin << ","
        << shard_.kv_head_begin + shard_.num_kv_heads << "), vocab [" << shard_.vocab_begin << ","
        << shard_.vocab_begin + shard_.vocab_size << "), shard " << runner_->weight_bytes() << " B ("

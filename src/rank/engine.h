@@ -36,6 +36,8 @@ ComputeDType choose_dtype(ComputeDType requested, Backend backend, const std::st
 // The KV cache's element type given the resolved backend and dtype: kAuto stays kAuto (the
 // dtype); kFp8E4m3 needs cuda with fp16/bf16. Error naming the allowed values otherwise.
 KvCacheDType choose_kv_dtype(KvCacheDType requested, Backend backend, ComputeDType dtype);
+// --weight-dtype: fp8/int8 only on cuda with fp16/bf16; a named fp16/bf16 must be the dtype.
+WeightDType choose_weight_dtype(const EngineConfig& cfg, Backend backend, ComputeDType dtype);
 
 class RankEngine final : public StepExecutor {
  public:

@@ -50,10 +50,12 @@ using nlohmann::json;
 
 constexpr const char* kUsage =
     "usage: llama2_reference_test --model DIR --fixture FILE [--tolerance T] [--near-tie M] "
-    "[--backend cpu|cuda] [--dtype auto|fp16|bf16|fp32] [--kv-cache-dtype auto|fp8]";
+    "[--backend cpu|cuda] [--dtype auto|fp16|bf16|fp32] [--kv-cache-dtype auto|fp8] "
+    "[--weight-dtype auto|fp8|int8]";
 
 struct Options {
-  std::string model_dir, fixture_path, backend = "cpu", dtype = "auto", kv_cache_dtype = "auto";
+  std::string model_dir, fixture_path, backend = "cpu", dtype = "auto", kv_cache_dtype = "auto",
+                                       weight_dtype = "auto";
   double tolerance = 1e-4;
   double near_tie = 0.0;  // greedy divergences where HF's top-2 margin < near_tie are forgiven
 };
@@ -90,6 +92,8 @@ Options parse_options(int argc, char** argv) {
       o.dtype = v;
     else if (a == "--kv-cache-dtype")
       o.kv_cache_dtype = v;
+    else if (a == "--weight-dtype")
+      o.weight_dtype = v;
     // A misspelt flag must not silently leave a default (e.g. a stricter or looser tolerance).
     else
       throw llama2::Error("unknown flag " + a + "\n" + kUsage);
@@ -320,6 +324,7 @@ int run(int argc, char** argv, int rank, int size) {
   cfg.backend = llama2::parse_backend(opt.backend);
   cfg.dtype = llama2::parse_compute_dtype(opt.dtype);
   cfg.kv_cache_dtype = llama2::parse_kv_cache_dtype(opt.kv_cache_dtype);
+  cfg.weight_dtype = llama2::parse_weight_dtype(opt.weight_dtype, &cfg.weight_dtype_named);
   cfg.max_batch = 4;
   cfg.prefill_chunk = 2048 - cfg.max_batch;  // a step of up to 2048 tokens
   cfg.block_size = 16;
@@ -406,10 +411,15 @@ int run(int argc, char** argv, int rank, int size) {
       "%d near-tie, %d mismatched; tokenizer mismatches %d: %s\n",
       model.c_str(), stats.max_diff, opt.tolerance, stats.compared, greedy_identical, greedy_total,
       near_ties, greedy_mismatches, tokenizer_mismatches, ok ? "PASS" : "FAIL");
-  const std::string dtype_label = std::string(engine.dtype_name()) +
-                                  (engine.settings().kv_cache_dtype == llama2::KvCacheDType::kAuto
-                                       ? ""
-                                       : std::string("+kv-") + engine.kv_dtype_name());
+  const std::string dtype_label =
+      std::string(engine.dtype_name()) +
+      (engine.settings().kv_cache_dtype == llama2::KvCacheDType::kAuto
+           ? ""
+           : std::string("+kv-") + engine.kv_dtype_name()) +
+      (engine.settings().weight_dtype == llama2::WeightDType::kAuto
+           ? ""
+           : std::string("+w-") + llama2::weight_dtype_name(engine.settings().weight_dtype,
+                                                            engine.settings().dtype));
   std::printf(
       "RESULT model=%s backend=%s dtype=%s np=%d max_abs_diff=%.3g tolerance=%g "
       "compared=%ld greedy_identical=%d/%d near_tie=%d mismatches=%d prefix_hit_max_abs_diff=%.3g "

@@ -12,7 +12,11 @@
 # h. the fp8 KV cache (--kv-cache-dtype fp8): fp16/bf16 with an e4m3 cache vs HF with its cached
 #    K/V rounded to e4m3 (make_fixtures.py --kv-cache-dtype fp8_e4m3), within NOISE_FACTOR x that
 #    configuration's own noise (HF-with-fp8-KV vs HF-fp32 on the same files).
-# CHECKS=fp8kv runs only a, h and what h needs. Every reference run is at np 1 and 2 ($NPS). All RESULT/STEP/NOISE lines go to
+# i. quantized projections (--weight-dtype fp8 | int8): CUDA fp16/bf16 vs HF applying the same
+#    quantization (make_fixtures.py --weight-dtype, per np: o/down are quantized per rank's shard),
+#    within NOISE_FACTOR x the dtype's noise under that quantization (HF-quantized in dtype vs
+#    HF-quantized in fp32).
+# CHECKS=fp8kv runs only a, h and what h needs; CHECKS=wquant only a, i and what i needs. Every reference run is at np 1 and 2 ($NPS). All RESULT/STEP/NOISE lines go to
 # OUTDIR/summary.txt, logs to OUTDIR/logs/; the exit code is non-zero if anything failed.
 # Tolerances are explained in tests/reference/README.md.
 set -uo pipefail  # no -e: every check runs and reports even after an earlier one failed
@@ -27,9 +31,13 @@ NOISE_FACTOR=${NOISE_FACTOR:-2}
 FP32_TOL=${FP32_TOL:-1e-3}
 FP32_NEAR_TIE=${FP32_NEAR_TIE:-1e-3}
 NPS=${NPS:-1 2}
-CHECKS=${CHECKS:-all}  # all | fp8kv
-case $CHECKS in all | fp8kv) ;; *) echo "CHECKS must be all or fp8kv (got '$CHECKS')" >&2; exit 2 ;; esac
+CHECKS=${CHECKS:-all}  # all | fp8kv | wquant
+case $CHECKS in all | fp8kv | wquant) ;; *) echo "CHECKS must be all, fp8kv or wquant (got '$CHECKS')" >&2; exit 2 ;; esac
 all() { [ "$CHECKS" = all ]; }
+kv8() { [ "$CHECKS" != wquant ]; }
+wq() { [ "$CHECKS" != fp8kv ]; }
+# Models of step i: every projection's input width must be a multiple of 16 at each np (fp8).
+WQ_SMALL=${WQ_SMALL:-small-d128-f16}
 MPI_TIMEOUT=${MPI_TIMEOUT:-300}
 
 out_arg=${1:-./gpu-check-out}
@@ -69,13 +77,13 @@ step() {
   return "$rc"
 }
 
-# ref MODEL_DIR FIXTURE DTYPE TOLERANCE NEAR_TIE [KV_DTYPE]: llama2_reference_test on cuda at
-# every np.
+# ref MODEL_DIR FIXTURE DTYPE TOLERANCE NEAR_TIE [KV_DTYPE [WEIGHT_DTYPE]]: llama2_reference_test
+# on cuda at every np.
 ref() {
-  local model_dir=$1 fixture=$2 dtype=$3 tol=$4 near_tie=$5 kv=${6:-auto} label np log rc line
+  local model_dir=$1 fixture=$2 dtype=$3 tol=$4 near_tie=$5 kv=${6:-auto} wd=${7:-auto} label np log rc line
   label=$(basename "$model_dir")
   for np in $NPS; do
-    log=$LOGS/ref-$dtype-kv$kv-$label-np$np.log
+    log=$LOGS/ref-$dtype-kv$kv-w$wd-$label-np$np.log
     echo "== reference $label $dtype np=$np" >&2
     if [ ! -f "$fixture" ]; then
       line="RESULT model=$label backend=cuda dtype=$dtype np=$np reason=no-fixture status=FAIL"
@@ -83,7 +91,8 @@ ref() {
       timeout --kill-after=10 "$MPI_TIMEOUT" mpirun --allow-run-as-root --oversubscribe \
         -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS \
         -np "$np" "$BIN" --model "$model_dir" --fixture "$fixture" --backend cuda \
-        --dtype "$dtype" --kv-cache-dtype "$kv" --tolerance "$tol" --near-tie "$near_tie" > "$log" 2>&1
+        --dtype "$dtype" --kv-cache-dtype "$kv" --weight-dtype "$wd" --tolerance "$tol" \
+        --near-tie "$near_tie" > "$log" 2>&1
       rc=$?
       line=$(grep '^RESULT ' "$log" | tail -n 1)
       # A crash, a hang (timeout: rc 124/137) or an exit code that contradicts the line fails.
@@ -142,9 +151,24 @@ if all; then
   fixtures bf16-small tests/models "$small_csv" bfloat16 fixtures-bf16
   fixtures bf16-random "$TMP" random-bf16 bfloat16 fixtures-bf16
 fi
-fixtures fp8kv-fp16-small tests/models "$small_csv" float16 fixtures-fp8kv-fp16 --kv-cache-dtype fp8_e4m3
-fixtures fp8kv-fp16-random "$TMP" random-fp16 float16 fixtures-fp8kv-fp16 --kv-cache-dtype fp8_e4m3
-fixtures fp8kv-bf16-random "$TMP" random-bf16 bfloat16 fixtures-fp8kv-bf16 --kv-cache-dtype fp8_e4m3
+if kv8; then
+  fixtures fp8kv-fp16-small tests/models "$small_csv" float16 fixtures-fp8kv-fp16 --kv-cache-dtype fp8_e4m3
+  fixtures fp8kv-fp16-random "$TMP" random-fp16 float16 fixtures-fp8kv-fp16 --kv-cache-dtype fp8_e4m3
+  fixtures fp8kv-bf16-random "$TMP" random-bf16 bfloat16 fixtures-fp8kv-bf16 --kv-cache-dtype fp8_e4m3
+fi
+WQ_DTYPES="fp8_e4m3 int8"
+if wq; then
+  for wd in $WQ_DTYPES; do
+    for np in $NPS; do
+      for dt in float16 float32; do
+        fixtures "w$wd-$dt-small-tp$np" tests/models "${WQ_SMALL// /,}" $dt "fixtures-w$wd-$dt-tp$np" \
+          --weight-dtype "$wd" --tp "$np"
+        fixtures "w$wd-$dt-random-tp$np" "$TMP" random-fp16 $dt "fixtures-w$wd-$dt-tp$np" \
+          --weight-dtype "$wd" --tp "$np"
+      done
+    done
+  done
+fi
 # fp32 for both random models: each dtype's noise is measured against its own files upcast.
 fixtures fp32-random "$TMP" random-fp16,random-bf16 float32 fixtures-fp32
 
@@ -161,11 +185,23 @@ FP8=+kv-fp8_e4m3  # the dtype label of llama2_reference_test's RESULT line with 
     echo "random-fp16 fp16 $OUT/fixtures-fp16/random-fp16.json $OUT/fixtures-fp32/random-fp16.json"
     echo "random-bf16 bf16 $OUT/fixtures-bf16/random-bf16.json $OUT/fixtures-fp32/random-bf16.json"
   fi
-  for m in $SMALL; do
-    echo "$m fp16$FP8 $OUT/fixtures-fp8kv-fp16/$m.json $(cpu_fixture "$m")"
-  done
-  echo "random-fp16 fp16$FP8 $OUT/fixtures-fp8kv-fp16/random-fp16.json $OUT/fixtures-fp32/random-fp16.json"
-  echo "random-bf16 bf16$FP8 $OUT/fixtures-fp8kv-bf16/random-bf16.json $OUT/fixtures-fp32/random-bf16.json"
+  if kv8; then
+    for m in $SMALL; do
+      echo "$m fp16$FP8 $OUT/fixtures-fp8kv-fp16/$m.json $(cpu_fixture "$m")"
+    done
+    echo "random-fp16 fp16$FP8 $OUT/fixtures-fp8kv-fp16/random-fp16.json $OUT/fixtures-fp32/random-fp16.json"
+    echo "random-bf16 bf16$FP8 $OUT/fixtures-fp8kv-bf16/random-bf16.json $OUT/fixtures-fp32/random-bf16.json"
+  fi
+  # Quantized: the label carries np too (the fixtures differ per np); see step i.
+  if wq; then
+    for wd in $WQ_DTYPES; do
+      for np in $NPS; do
+        for m in $WQ_SMALL random-fp16; do
+          echo "$m fp16+w-$wd@np$np $OUT/fixtures-w$wd-float16-tp$np/$m.json $OUT/fixtures-w$wd-float32-tp$np/$m.json"
+        done
+      done
+    done
+  fi
 } > "$pairs"
 cat > "$TMP/noise.py" <<'PYEOF'
 import json
@@ -235,14 +271,32 @@ if all; then
 fi
 
 # ---- h. fp8 KV cache vs HF with e4m3-rounded K/V, within NOISE_FACTOR x that setup's own noise
-for m in $SMALL; do
-  t=$(noise_of "$m" "fp16$FP8")
-  ref "$ROOT/tests/models/$m" "$OUT/fixtures-fp8kv-fp16/$m.json" fp16 "$t" "$t" fp8
-done
-t=$(noise_of random-fp16 "fp16$FP8")
-ref "$TMP/random-fp16" "$OUT/fixtures-fp8kv-fp16/random-fp16.json" fp16 "$t" "$t" fp8
-t=$(noise_of random-bf16 "bf16$FP8")
-ref "$TMP/random-bf16" "$OUT/fixtures-fp8kv-bf16/random-bf16.json" bf16 "$t" "$t" fp8
+if kv8; then
+  for m in $SMALL; do
+    t=$(noise_of "$m" "fp16$FP8")
+    ref "$ROOT/tests/models/$m" "$OUT/fixtures-fp8kv-fp16/$m.json" fp16 "$t" "$t" fp8
+  done
+  t=$(noise_of random-fp16 "fp16$FP8")
+  ref "$TMP/random-fp16" "$OUT/fixtures-fp8kv-fp16/random-fp16.json" fp16 "$t" "$t" fp8
+  t=$(noise_of random-bf16 "bf16$FP8")
+  ref "$TMP/random-bf16" "$OUT/fixtures-fp8kv-bf16/random-bf16.json" bf16 "$t" "$t" fp8
+fi
+
+# ---- i. quantized projections vs HF with the same quantization, per np (see the header)
+if wq; then
+  all_nps=$NPS
+  for wd in $WQ_DTYPES; do
+    for np in $all_nps; do
+      for m in $WQ_SMALL random-fp16; do
+        dir=$ROOT/tests/models/$m
+        [ "$m" = random-fp16 ] && dir=$TMP/random-fp16
+        t=$(noise_of "$m" "fp16+w-$wd@np$np")
+        NPS=$np ref "$dir" "$OUT/fixtures-w$wd-float16-tp$np/$m.json" fp16 "$t" "$t" auto "$wd"
+      done
+    done
+  done
+  NPS=$all_nps
+fi
 
 "$PY" "$TMP/noise.py" "$SUMMARY" "$pairs" > "$OUT/noise.txt" 2>> "$LOGS/noise.log"
 cat "$OUT/noise.txt" >> "$SUMMARY"

@@ -30,6 +30,17 @@ reductions are switched off: the reference should round only where the dtype for
 every key and value HF caches is rounded to torch.float8_e4m3fn and back to the dtype before
 attention uses it (transformers has no fp8 cache of its own; the rounding is applied where its
 DynamicCache stores the states, so a full forward attends over the rounded K/V too).
+
+--weight-dtype fp8_e4m3|int8 --tp N is the reference for the engine's
+quantized projections (kernels/quant.cuh): every q/k/v/o/gate/up/down weight is quantized per output
+row exactly as the engine does (s = max|row| / 448 or 127; e4m3 round-to-nearest-even, or int8
+round-half-even clamped to +-127) and used dequantized in fp32; o_proj and down_proj are quantized
+per row of each rank's column shard (the engine's ranks each quantize their own shard, so the
+reference depends on --tp). fp8 also quantizes each projection's input per token (per token and
+shard for o/down) the same way (W8A8). The product is computed in fp32 and rounded to the dtype,
+as the engine's kernels do. With --dtype float32 (which the engine does not quantize) it gives
+that configuration's fp32 baseline: the distance of the float16 fixture from it is the dtype's own
+noise under the same quantization, the tolerance gpu_check.sh uses.
 """
 import argparse
 import json
@@ -74,6 +85,39 @@ def round_kv_to_fp8():
 
     DynamicCache.update = rounded
     return calls
+
+
+def quantize_rows(w, fp8):
+    """w [N, K] fp32 -> the dequantized per-row quantization the engine stores (fp32)."""
+    amax = w.abs().amax(dim=-1, keepdim=True)
+    s = torch.where(amax > 0, amax / (448.0 if fp8 else 127.0), torch.ones_like(amax))
+    v = w / s
+    q = v.to(torch.float8_e4m3fn).float() if fp8 else torch.round(v).clamp(-127, 127)
+    return q * s
+
+
+def quantize_projections(model, weight_dtype, tp):
+    """Replaces each projection's forward by the engine's quantized product (see above)."""
+    fp8 = weight_dtype == "fp8_e4m3"
+    count = 0
+    for layer in model.model.layers:
+        a, m = layer.self_attn, layer.mlp
+        for lin, split in ((a.q_proj, 1), (a.k_proj, 1), (a.v_proj, 1), (a.o_proj, tp),
+                           (m.gate_proj, 1), (m.up_proj, 1), (m.down_proj, tp)):
+            w = lin.weight.data.float()
+            if w.shape[1] % split:
+                sys.exit(f"--tp {tp} does not divide the {w.shape[1]} input columns of a projection")
+            wq = torch.cat([quantize_rows(c, fp8) for c in w.chunk(split, dim=1)], dim=1)
+
+            def forward(x, wq=wq, split=split):
+                xf = x.float()
+                if fp8:  # per token and shard, as each rank quantizes its own activations
+                    xf = torch.cat([quantize_rows(c, True) for c in xf.chunk(split, dim=-1)], dim=-1)
+                return torch.nn.functional.linear(xf, wq).to(x.dtype)
+
+            lin.forward = forward
+            count += 1
+    return count
 
 
 def load_model(model_dir, dtype, device):
@@ -131,6 +175,10 @@ def main():
     ap.add_argument("--only", help="comma-separated model directory names to include (default: all)")
     ap.add_argument("--kv-cache-dtype", choices=["auto", "fp8_e4m3"], default="auto",
                     help="fp8_e4m3: round cached keys and values to e4m3 (float16/bfloat16 only)")
+    ap.add_argument("--weight-dtype", choices=["auto", "fp8_e4m3", "int8"], default="auto",
+                    help="quantize the projections as the engine's --weight-dtype does")
+    ap.add_argument("--tp", type=int, default=1,
+                    help="with --weight-dtype: the engine's tensor-parallel degree (o/down shards)")
     args = ap.parse_args()
     fp8_calls = None
     if args.kv_cache_dtype == "fp8_e4m3":
@@ -148,6 +196,8 @@ def main():
     for name in model_names(args.models, args.only):
         model_dir = os.path.join(args.models, name)
         model = load_model(model_dir, DTYPES[args.dtype], args.device)
+        if args.weight_dtype != "auto" and quantize_projections(model, args.weight_dtype, args.tp) == 0:
+            sys.exit("--weight-dtype: no projection was replaced")
         vocab = model.config.vocab_size
         sp = spm.SentencePieceProcessor(model_file=os.path.join(model_dir, "tokenizer.model"))
         entries = []
@@ -171,7 +221,8 @@ def main():
             "script": "tests/reference/make_fixtures.py", "torch": torch.__version__,
             "transformers": transformers.__version__, "sentencepiece": spm.__version__,
             "python": platform.python_version(), "dtype": args.dtype, "device": args.device,
-            "attn_implementation": "eager", "kv_cache_dtype": args.kv_cache_dtype}
+            "attn_implementation": "eager", "kv_cache_dtype": args.kv_cache_dtype,
+            "weight_dtype": args.weight_dtype, "tp": args.tp}
         if args.device == "cuda":
             generator.update({"cuda_device": torch.cuda.get_device_name(), "tf32": False,
                               "reduced_precision_reduction": False})

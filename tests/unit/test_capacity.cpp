@@ -300,6 +300,47 @@ TEST_SUITE("capacity") {
     }
   }
 
+  TEST_CASE("quantized projections: 1 byte per weight and a 4-byte scale per output row") {
+    using llama2::LayerTensor;
+    for (const char* name : {"7b", "70b"}) {
+      const ModelConfig c = llama2::preset_config(name);
+      for (int tp : {1, 2, 8}) {
+        for (int r = 0; r < tp; ++r) {
+          const llama2::ShardPlan s = llama2::make_shard_plan(c, tp, r);
+          // From the loader's slices: projections at 1 byte plus one fp32 per slice row (o and
+          // down are [H, local] slices: H rows), everything else at 2 bytes.
+          uint64_t want = 2 * (loader_elems(c, tp, r));
+          for (int l = 0; l < c.num_layers; ++l) {
+            for (LayerTensor t :
+                 {LayerTensor::kWq, LayerTensor::kWk, LayerTensor::kWv, LayerTensor::kWo,
+                  LayerTensor::kWgate, LayerTensor::kWup, LayerTensor::kWdown}) {
+              const llama2::TensorSlice sl = llama2::layer_slice(c, s, l, t);
+              want -= sl.numel();  // 2 bytes counted above, 1 kept
+              want += 4 * static_cast<uint64_t>(sl.row_end - sl.row_begin);
+            }
+          }
+          CAPTURE(name);
+          CAPTURE(tp);
+          CHECK(llama2::shard_weight_bytes(c, s, 2, 1) == want);
+        }
+      }
+    }
+  }
+
+  TEST_CASE("13B fits one 24 GiB card with 1-byte projections, not in fp16") {
+    const ModelConfig c = llama2::preset_config("13b");
+    llama2::CapacityRequest req;
+    req.gpu_mem_bytes = 24 * kGiB;
+    CHECK_FALSE(llama2::plan_capacity(c, req).fits);
+    req.linear_bytes = 1;
+    const llama2::CapacityPlan p = llama2::plan_capacity(c, req);
+    CHECK(p.fits);
+    CHECK(p.max_sequences >= 1);
+    req.dtype_bytes = 4;  // quantizing an fp32 model is refused, naming the flag
+    CHECK_THROWS_WITH_AS(llama2::plan_capacity(c, req), doctest::Contains("--weight-dtype"),
+                         llama2::Error);
+  }
+
   TEST_CASE("tied embeddings count once (tests/models/tiny-tied)") {
     const ModelConfig c = llama2::load_model_config(LLAMA2_SOURCE_DIR "/tests/models/tiny-tied");
     REQUIRE(c.tie_word_embeddings);

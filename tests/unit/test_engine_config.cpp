@@ -20,6 +20,7 @@ namespace {
 using llama2::Backend;
 using llama2::ComputeDType;
 using llama2::KvCacheDType;
+using llama2::WeightDType;
 
 // A fake environment: only the given variables are set.
 llama2::TuningKnobs knobs(const std::map<std::string, std::string>& env) {
@@ -101,6 +102,47 @@ TEST_SUITE("engine_config") {
     CHECK_THROWS_WITH_AS(
         llama2::choose_kv_dtype(KvCacheDType::kFp8E4m3, Backend::kCuda, ComputeDType::kFp32),
         "--kv-cache-dtype fp8 needs --dtype fp16 or bf16 (this run: fp32)", llama2::Error);
+  }
+
+  TEST_CASE("the weight dtype: names, and fp8/int8 only on cuda with fp16/bf16") {
+    ComputeDType named = ComputeDType::kFp32;
+    CHECK(llama2::parse_weight_dtype("auto", &named) == WeightDType::kAuto);
+    CHECK(named == ComputeDType::kAuto);
+    CHECK(llama2::parse_weight_dtype("bf16", &named) == WeightDType::kAuto);
+    CHECK(named == ComputeDType::kBf16);
+    CHECK(llama2::parse_weight_dtype("fp8", &named) == WeightDType::kFp8);
+    CHECK(llama2::parse_weight_dtype("fp8_e4m3", &named) == WeightDType::kFp8);
+    CHECK(llama2::parse_weight_dtype("int8", &named) == WeightDType::kInt8);
+    CHECK_THROWS_WITH_AS(
+        llama2::parse_weight_dtype("int4", &named),
+        "--weight-dtype must be one of auto, fp16, bf16, fp8, fp8_e4m3, int8 (got \"int4\")",
+        llama2::Error);
+    CHECK(std::string(llama2::weight_dtype_name(WeightDType::kInt8, ComputeDType::kFp16)) ==
+          "int8");
+    CHECK(std::string(llama2::weight_dtype_name(WeightDType::kAuto, ComputeDType::kBf16)) ==
+          "bf16");
+    CHECK(llama2::weight_dtype_bytes(WeightDType::kFp8, ComputeDType::kFp16) == 1);
+    CHECK(llama2::weight_dtype_bytes(WeightDType::kAuto, ComputeDType::kFp32) == 4);
+
+    llama2::EngineConfig cfg;
+    cfg.weight_dtype = WeightDType::kFp8;
+    CHECK(llama2::choose_weight_dtype(cfg, Backend::kCuda, ComputeDType::kBf16) ==
+          WeightDType::kFp8);
+    CHECK_THROWS_WITH_AS(llama2::choose_weight_dtype(cfg, Backend::kCpu, ComputeDType::kFp32),
+                         doctest::Contains("--weight-dtype fp8_e4m3 needs the cuda backend"),
+                         llama2::Error);
+    cfg.weight_dtype = WeightDType::kInt8;
+    CHECK_THROWS_WITH_AS(llama2::choose_weight_dtype(cfg, Backend::kCuda, ComputeDType::kFp32),
+                         "--weight-dtype int8 needs --dtype fp16 or bf16 (this run: fp32)",
+                         llama2::Error);
+    cfg.weight_dtype = WeightDType::kAuto;
+    cfg.weight_dtype_named = ComputeDType::kFp16;
+    CHECK(llama2::choose_weight_dtype(cfg, Backend::kCuda, ComputeDType::kFp16) ==
+          WeightDType::kAuto);
+    CHECK_THROWS_WITH_AS(
+        llama2::choose_weight_dtype(cfg, Backend::kCuda, ComputeDType::kBf16),
+        doctest::Contains("--weight-dtype fp16 differs from this run's --dtype bf16"),
+        llama2::Error);
   }
 
   TEST_CASE("resolve_config fills every default from the model") {

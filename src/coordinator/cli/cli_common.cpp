@@ -77,6 +77,11 @@ void add_engine_options(cxxopts::Options& opts) {
       "auto | fp8 | fp8_e4m3: KV cache element type (auto: as --dtype; fp8: e4m3, half the bytes "
       "of fp16 per cached token; cuda with fp16/bf16)",
       cxxopts::value<std::string>()->default_value("auto"))(
+      "weight-dtype",
+      "auto | fp8 | fp8_e4m3 | int8: projection weights (auto: as --dtype; fp8: e4m3 weights per "
+      "output channel and activations per token on FP8 tensor cores; int8: weight-only; both "
+      "quantized at load, cuda with fp16/bf16)",
+      cxxopts::value<std::string>()->default_value("auto"))(
       "block-size", "KV cache block size in tokens", cxxopts::value<int>()->default_value("16"))(
       "gpu-memory-fraction",
       "cuda: share of each GPU's memory for weights, activations and the KV cache (the cache takes "
@@ -124,6 +129,7 @@ EngineConfig engine_config_from(const cxxopts::ParseResult& r, const StepDefault
   c.backend = parse_backend(r["backend"].as<std::string>());
   c.dtype = parse_compute_dtype(r["dtype"].as<std::string>());
   c.kv_cache_dtype = parse_kv_cache_dtype(r["kv-cache-dtype"].as<std::string>());
+  c.weight_dtype = parse_weight_dtype(r["weight-dtype"].as<std::string>(), &c.weight_dtype_named);
   c.block_size = r["block-size"].as<int>();
   if (c.block_size < 1 || c.block_size > 1024) {
     throw Error("--block-size must be in [1, 1024] (got " + std::to_string(c.block_size) + ")");

@@ -40,6 +40,9 @@ cxxopts::Options plan_options() {
        cxxopts::value<std::string>()->default_value("fp16"))
       ("kv-cache-dtype", "KV-cache dtype: auto (same as --dtype) | fp8 | fp8_e4m3 (1 byte per "
        "element, fp16/bf16 weights only)", cxxopts::value<std::string>()->default_value("auto"))
+      ("weight-dtype", "Projection weights: auto (same as --dtype) | fp8 | fp8_e4m3 | int8 (1 "
+       "byte per weight plus a 4-byte scale per output row, fp16/bf16 only)",
+       cxxopts::value<std::string>()->default_value("auto"))
       ("block-size", "KV cache block size in tokens", cxxopts::value<int>()->default_value("16"))
       ("reserve", "Memory per GPU held back for CUDA context, workspaces, activations; default "
        "max(2GiB, 10% of --gpu-mem)", cxxopts::value<std::string>())
@@ -205,6 +208,15 @@ int run_plan(int argc, char** argv) {
   req.tp = args["tp"].as<int>();
   req.dtype_bytes = dtype_bytes_of(dtype);
   req.kv_dtype_bytes = kv_dtype_bytes_of(args["kv-cache-dtype"].as<std::string>(), req.dtype_bytes);
+  ComputeDType weight_named = ComputeDType::kAuto;
+  const WeightDType weights =
+      parse_weight_dtype(args["weight-dtype"].as<std::string>(), &weight_named);
+  if (weight_named != ComputeDType::kAuto && weight_named != parsed) {
+    throw Error("--weight-dtype " + args["weight-dtype"].as<std::string>() +
+                " differs from --dtype " + dtype +
+                " (allowed: auto, fp8, fp8_e4m3, int8, or the --dtype itself)");
+  }
+  req.linear_bytes = weights == WeightDType::kAuto ? 0 : 1;
   req.block_size = args["block-size"].as<int>();
   req.gpu_mem_bytes = bytes_flag(args, "gpu-mem");
   if (args.count("reserve")) req.reserve_bytes = bytes_flag(args, "reserve");
@@ -212,11 +224,16 @@ int run_plan(int argc, char** argv) {
   const CapacityPlan plan = plan_capacity(config, req);
   // Output shows the resolved name, so "auto" never reaches a script that reads the JSON.
   const std::string kv_dtype = plan.kv_dtype_bytes == 1 ? "fp8_e4m3" : dtype;
+  const std::string weight_dtype = weight_dtype_name(weights, parsed);
 
   if (args.count("json")) {
-    std::cout << plan_json(plan, source, dtype, kv_dtype).dump() << std::endl;
+    nlohmann::json j = plan_json(plan, source, dtype, kv_dtype);
+    j["weight_dtype"] = weight_dtype;
+    std::cout << j.dump() << std::endl;
   } else {
-    print_table(plan, config, source, dtype, kv_dtype);
+    print_table(plan, config, source,
+                weight_dtype == dtype ? dtype : dtype + " (projections " + weight_dtype + ")",
+                kv_dtype);
     std::fflush(stdout);
   }
   return plan.fits ? 0 : 1;

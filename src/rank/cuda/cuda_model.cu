@@ -29,6 +29,7 @@
 #include "kernels/sampling.cuh"
 #include "kernels/swiglu.cuh"
 #include "rank/cuda/cuda_weights.h"
+#include "rank/cuda/linear.h"
 #include "rank/cuda/nccl_comm.h"
 #include "rank/cuda/op_profiler.h"
 #include "rank/cuda/score_head.cuh"
@@ -89,7 +90,6 @@ class CudaModel final : public ModelRunner {
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     comm_ = std::make_unique<NcclComm>(MPI_Comm_f2c(p.mpi_comm), stream_, o.knobs.custom_allreduce);
     if (o.knobs.op_profile) prof_ = std::make_unique<OpProfiler>(comm_->rank());
-    weights_ = load_cuda_weights<T>(c, s, p.weights, o.synthetic_seed, stream_);
     CUBLAS_CHECK(cublasCreate(&cublas_));
     CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
     cublas_ws_ = DeviceBuffer(kCublasWorkspace, "cuBLAS workspace");
@@ -107,8 +107,14 @@ class CudaModel final : public ModelRunner {
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, p.device));
     device_name_ = prop.name;
+    const int64_t d = s.head_dim;
+    linear_ = std::make_unique<CudaLinear<T>>(
+        o.weight_dtype, o.knobs.gemv_rows, o.max_step_tokens,
+        ProjectionDims{c.hidden_size, s.num_heads * d, s.num_kv_heads * d, s.ffn_size}, cublas_,
+        stream_);
+    // After the projections' checks (an fp8 width the GPU cannot take fails before loading).
+    weights_ = load_cuda_weights<T>(c, s, p.weights, o.synthetic_seed, stream_, o.weight_dtype);
     // The tuning knobs (common/tuning_knobs.h), parsed once at start-up.
-    gemv_rows_ = o.knobs.gemv_rows;
     kernels::set_programmatic_launch(o.knobs.pdl);
     decode_kernel_ = decode_kernel_of(o.knobs.decode_kernel);
     prefill_kernel_ = prefill_kernel_of(o.knobs.prefill_kernel);
@@ -327,15 +333,11 @@ class CudaModel final : public ModelRunner {
     return kc;
   }
 
-  // Decode-sized products (M <= kGemvMaxRows) stream the weights with our GEMV kernel; larger M
-  // (prefill, big batches) are compute-bound tensor-core GEMMs for cuBLAS.
-  void gemm(const DeviceBuffer& x, const DeviceBuffer& w, const DeviceBuffer& y, int M, int N,
+  // Decode-sized products (M <= LLAMA2_GEMV rows) stream the weights with the GEMV kernel; larger
+  // M (prefill, big batches) are tensor-core GEMMs; both in the weight dtype (linear.h).
+  void gemm(const DeviceBuffer& x, const LinearWeight& w, const DeviceBuffer& y, int M, int N,
             int K) {
-    if (M <= gemv_rows_ && kernels::gemv_fits(x.as<T>(), w.as<T>(), M, K)) {
-      CUDA_CHECK(kernels::launch_gemv<T>(x.as<T>(), w.as<T>(), y.as<T>(), M, N, K, stream_));
-      return;
-    }
-    gemm_xwt(cublas_, TypeInfo<T>::kCuda, x.as<T>(), w.as<T>(), y.as<T>(), M, N, K);
+    linear_->matmul(x.as<T>(), w, y.as<T>(), M, N, K);
   }
 
   // LLAMA2_OP_PROFILE: the GPU time from here to the next mark is charged to `op`.
@@ -445,10 +447,7 @@ class CudaModel final : public ModelRunner {
       reduce_add_rmsnorm(T_, L.mlp_norm);  // row-parallel O projection
       // One-row steps: gate|up GEMV with SwiGLU in its epilogue (one launch, no [T, 2F] buffer).
       mark("gate_up_gemm");
-      if (T_ <= gemv_rows_ && kernels::gemv_fits(h_.as<T>(), L.gate_up.as<T>(), T_, H)) {
-        CUDA_CHECK(kernels::launch_gemv_gate_up_swiglu<T>(h_.as<T>(), L.gate_up.as<T>(),
-                                                          act_.as<T>(), T_, F, H, stream_));
-      } else {
+      if (!linear_->gate_up_swiglu(h_.as<T>(), L.gate_up, act_.as<T>(), T_, F, H)) {
         gemm(h_, L.gate_up, gate_up_, T_, 2 * F, H);
         mark("swiglu");
         CUDA_CHECK(kernels::launch_swiglu<T>(gate_up_.as<T>(), T_, F, act_.as<T>(), stream_));
@@ -465,7 +464,8 @@ class CudaModel final : public ModelRunner {
     CUDA_CHECK(kernels::launch_embedding<T>(m.logit_rows, sh.logit_rows, h_.as<T>(), 0, T_, H,
                                             last_.as<T>(), stream_));
     const DeviceBuffer& head = c_.tie_word_embeddings ? weights_.embed : weights_.lm_head;
-    gemm(last_, head, logits_, sh.logit_rows, s_.vocab_size, H);
+    linear_->matmul_plain(last_.as<T>(), head.as<T>(), logits_.as<T>(), sh.logit_rows,
+                          s_.vocab_size, H);
   }
 
   void run_graph(const StepShape& sh) {
@@ -550,7 +550,7 @@ class CudaModel final : public ModelRunner {
   int device_ = 0;
   std::vector<ShardPlan> all_shards_;
   std::string device_name_;
-  int gemv_rows_ = 0;  // products with at most this many rows use the GEMV kernel
+  std::unique_ptr<CudaLinear<T>> linear_;  // the projections in the weight dtype
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   std::unique_ptr<NcclComm> comm_;    // the TP group, on stream_

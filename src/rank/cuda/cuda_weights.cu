@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "kernels/convert.cuh"
+#include "kernels/quant.cuh"
 #include "rank/cuda/cuda_weights.h"
 #include "rank/safetensors.h"
 #include "rank/weight_layout.h"
@@ -28,8 +29,8 @@ kernels::SourceType source_type(DType d) {
 template <typename T>
 class Filler {
  public:
-  Filler(const WeightStore* store, uint64_t seed, cudaStream_t stream)
-      : store_(store), seed_(seed), stream_(stream) {}
+  Filler(const WeightStore* store, uint64_t seed, cudaStream_t stream, WeightDType wd)
+      : store_(store), seed_(seed), stream_(stream), wd_(wd) {}
 
   // Allocates [elems] T for `what` and returns it.
   DeviceBuffer alloc(int64_t elems, const std::string& what) {
@@ -65,6 +66,36 @@ class Filler {
         kernels::launch_convert<T>(staging_.as<void>(), source_type(info.dtype), n, out, stream_));
   }
 
+  // A projection [N, K]: in T, or quantized with its scales (scratch_ holds the T matrix until
+  // finish_linear quantizes it).
+  LinearWeight alloc_linear(int64_t N, int64_t K, const std::string& what) {
+    if (wd_ == WeightDType::kAuto) return LinearWeight{alloc(N * K, what), DeviceBuffer()};
+    if (scratch_.bytes() < static_cast<size_t>(N * K) * sizeof(T)) {
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+      scratch_ =
+          DeviceBuffer(static_cast<size_t>(N * K) * sizeof(T), "weight quantization scratch");
+    }
+    bytes_ += static_cast<uint64_t>(N * K) + static_cast<uint64_t>(N) * sizeof(float);
+    return LinearWeight{DeviceBuffer(static_cast<size_t>(N * K), what),
+                        DeviceBuffer(static_cast<size_t>(N) * sizeof(float), what + " scales")};
+  }
+  // Rows [row0, row0 + slice rows) of projection L (K columns).
+  void fill_linear(const TensorSlice& slice, const LinearWeight& L, int64_t row0, int64_t K,
+                   float scale) {
+    fill(slice, wd_ == WeightDType::kAuto ? L.w : scratch_, row0 * K, 0.f, scale);
+  }
+  void finish_linear(const LinearWeight& L, int64_t N, int64_t K) {
+    if (wd_ == WeightDType::kFp8) {
+      CUDA_CHECK((kernels::launch_quantize_rows<__nv_fp8_e4m3, T>(
+          scratch_.as<T>(), L.w.as<__nv_fp8_e4m3>(), L.scale.as<float>(), N, static_cast<int>(K),
+          stream_)));
+    } else if (wd_ == WeightDType::kInt8) {
+      CUDA_CHECK((kernels::launch_quantize_rows<int8_t, T>(scratch_.as<T>(), L.w.as<int8_t>(),
+                                                           L.scale.as<float>(), N,
+                                                           static_cast<int>(K), stream_)));
+    }
+  }
+
   uint64_t bytes() const { return bytes_; }
   uint64_t file_bytes() const { return file_bytes_; }
 
@@ -72,20 +103,22 @@ class Filler {
   const WeightStore* store_;
   uint64_t seed_;
   cudaStream_t stream_;
+  WeightDType wd_;
   uint64_t counter_ = 0;  // synthetic: one seed per tensor slice
   uint64_t bytes_ = 0, file_bytes_ = 0;
   PinnedBuffer pinned_;
   DeviceBuffer staging_;
+  DeviceBuffer scratch_;  // quantized projections: the T matrix before quantization
 };
 
 }  // namespace
 
 template <typename T>
 CudaWeights load_cuda_weights(const ModelConfig& c, const ShardPlan& s, const WeightStore* store,
-                              uint64_t seed, cudaStream_t stream) {
+                              uint64_t seed, cudaStream_t stream, WeightDType weight_dtype) {
   // Uniform in [-a, a] has std a / sqrt(3): a = 0.0346 gives the std 0.02 of Llama's init.
   constexpr float kMat = 0.0346f, kNormMean = 1.f, kNormScale = 0.05f;
-  Filler<T> f(store, seed, stream);
+  Filler<T> f(store, seed, stream, weight_dtype);
   const int64_t H = c.hidden_size, d = s.head_dim;
   const int64_t q = s.num_heads * d, kv = s.num_kv_heads * d, F = s.ffn_size;
   CudaWeights w;
@@ -106,19 +139,23 @@ CudaWeights load_cuda_weights(const ModelConfig& c, const ShardPlan& s, const We
     const std::string name = "layer " + std::to_string(l) + " ";
     L.attn_norm = f.alloc(H, name + "attention norm");
     f.fill(slice(LayerTensor::kAttnNorm), L.attn_norm, 0, kNormMean, kNormScale);
-    L.qkv = f.alloc((q + 2 * kv) * H, name + "qkv");
-    f.fill(slice(LayerTensor::kWq), L.qkv, 0, 0.f, kMat);
-    f.fill(slice(LayerTensor::kWk), L.qkv, q * H, 0.f, kMat);
-    f.fill(slice(LayerTensor::kWv), L.qkv, (q + kv) * H, 0.f, kMat);
-    L.o = f.alloc(H * q, name + "o_proj");
-    f.fill(slice(LayerTensor::kWo), L.o, 0, 0.f, kMat);
+    L.qkv = f.alloc_linear(q + 2 * kv, H, name + "qkv");
+    f.fill_linear(slice(LayerTensor::kWq), L.qkv, 0, H, kMat);
+    f.fill_linear(slice(LayerTensor::kWk), L.qkv, q, H, kMat);
+    f.fill_linear(slice(LayerTensor::kWv), L.qkv, q + kv, H, kMat);
+    f.finish_linear(L.qkv, q + 2 * kv, H);
+    L.o = f.alloc_linear(H, q, name + "o_proj");
+    f.fill_linear(slice(LayerTensor::kWo), L.o, 0, q, kMat);
+    f.finish_linear(L.o, H, q);
     L.mlp_norm = f.alloc(H, name + "MLP norm");
     f.fill(slice(LayerTensor::kMlpNorm), L.mlp_norm, 0, kNormMean, kNormScale);
-    L.gate_up = f.alloc(2 * F * H, name + "gate|up");
-    f.fill(slice(LayerTensor::kWgate), L.gate_up, 0, 0.f, kMat);
-    f.fill(slice(LayerTensor::kWup), L.gate_up, F * H, 0.f, kMat);
-    L.down = f.alloc(H * F, name + "down_proj");
-    f.fill(slice(LayerTensor::kWdown), L.down, 0, 0.f, kMat);
+    L.gate_up = f.alloc_linear(2 * F, H, name + "gate|up");
+    f.fill_linear(slice(LayerTensor::kWgate), L.gate_up, 0, H, kMat);
+    f.fill_linear(slice(LayerTensor::kWup), L.gate_up, F, H, kMat);
+    f.finish_linear(L.gate_up, 2 * F, H);
+    L.down = f.alloc_linear(H, F, name + "down_proj");
+    f.fill_linear(slice(LayerTensor::kWdown), L.down, 0, F, kMat);
+    f.finish_linear(L.down, H, F);
   }
   CUDA_CHECK(cudaStreamSynchronize(stream));
   w.bytes = f.bytes();
@@ -127,10 +164,13 @@ CudaWeights load_cuda_weights(const ModelConfig& c, const ShardPlan& s, const We
 }
 
 template CudaWeights load_cuda_weights<float>(const ModelConfig&, const ShardPlan&,
-                                              const WeightStore*, uint64_t, cudaStream_t);
+                                              const WeightStore*, uint64_t, cudaStream_t,
+                                              WeightDType);
 template CudaWeights load_cuda_weights<__half>(const ModelConfig&, const ShardPlan&,
-                                               const WeightStore*, uint64_t, cudaStream_t);
+                                               const WeightStore*, uint64_t, cudaStream_t,
+                                               WeightDType);
 template CudaWeights load_cuda_weights<__nv_bfloat16>(const ModelConfig&, const ShardPlan&,
-                                                      const WeightStore*, uint64_t, cudaStream_t);
+                                                      const WeightStore*, uint64_t, cudaStream_t,
+                                                      WeightDType);
 
 }  // namespace llama2

@@ -7,6 +7,7 @@
 
 #include <vector>
 
+#include "common/engine_config.h"
 #include "common/model_config.h"
 #include "common/shard_plan.h"
 #include "rank/cuda/device_buffer.h"
@@ -15,13 +16,20 @@ namespace llama2 {
 
 class WeightStore;
 
+// A projection's weight [N, K] in the compute dtype T, or quantized (--weight-dtype fp8 | int8;
+// kernels/quant.cuh) with one fp32 scale per row: W ~= scale[n] * w[n, k].
+struct LinearWeight {
+  DeviceBuffer w;      // [N, K] of T, int8 or e4m3
+  DeviceBuffer scale;  // [N] fp32; empty when w is T
+};
+
 struct CudaLayerWeights {
   DeviceBuffer attn_norm;  // [H]
-  DeviceBuffer qkv;        // [q_local + 2 kv_local, H]: q rows, then k rows, then v rows
-  DeviceBuffer o;          // [H, q_local]  (the input columns of o_proj this rank owns)
+  LinearWeight qkv;        // [q_local + 2 kv_local, H]: q rows, then k rows, then v rows
+  LinearWeight o;          // [H, q_local]  (the input columns of o_proj this rank owns)
   DeviceBuffer mlp_norm;   // [H]
-  DeviceBuffer gate_up;    // [2 F_local, H]: gate rows, then up rows
-  DeviceBuffer down;       // [H, F_local]  (the input columns of down_proj)
+  LinearWeight gate_up;    // [2 F_local, H]: gate rows, then up rows
+  LinearWeight down;       // [H, F_local]  (the input columns of down_proj)
 };
 
 struct CudaWeights {
@@ -38,8 +46,11 @@ struct CudaWeights {
 // the device (the host never holds more than the largest slice). Without a store (nullptr):
 // deterministic synthetic weights from `seed`, generated on the device (uniform, std 0.02 for
 // matrices, 1 +- 0.05 for norms: finite activations through 80 layers in fp16).
+// weight_dtype fp8 / int8: each projection is filled in T into a scratch matrix on the device and
+// quantized per output row from there (this rank's shard only; the scratch is freed at the end).
 template <typename T>
 CudaWeights load_cuda_weights(const ModelConfig& c, const ShardPlan& s, const WeightStore* store,
-                              uint64_t seed, cudaStream_t stream);
+                              uint64_t seed, cudaStream_t stream,
+                              WeightDType weight_dtype = WeightDType::kAuto);
 
 }  // namespace llama2

@@ -1,0 +1,131 @@
+#include <cmath>
+#include <string>
+#include <type_traits>
+
+#include "common/check.h"
+#include "kernels/dtype.cuh"
+#include "kernels/quant.cuh"
+#include "kernels/reduce.cuh"
+
+namespace llama2::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+
+template <typename Q>
+__device__ __forceinline__ float q_max() {
+  return std::is_same_v<Q, int8_t> ? 127.f : 448.f;
+}
+
+template <typename Q>
+__device__ __forceinline__ Q quantize(float v) {
+  if constexpr (std::is_same_v<Q, int8_t>) {
+    return static_cast<int8_t>(
+        fminf(fmaxf(rintf(v), -127.f), 127.f));  // ties to even, as torch.round
+  } else {
+    return from_float<__nv_fp8_e4m3>(v);
+  }
+}
+
+__device__ __forceinline__ float block_max(float v) {
+  __shared__ float partial[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_max(v);
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  v = lane < static_cast<int>(blockDim.x >> 5) ? partial[lane] : 0.f;
+  return warp_max(v);
+}
+
+// One block per row: the row's absolute maximum, then each element divided by the scale.
+template <typename Q, typename T>
+__global__ void __launch_bounds__(kThreads)
+    quantize_rows_kernel(const T* __restrict__ x, Q* __restrict__ q, float* __restrict__ scale,
+                         int K) {
+  wait_for_previous_grid();
+  const int64_t r = blockIdx.x;
+  const T* row = x + r * K;
+  float amax = 0.f;
+  for (int k = threadIdx.x; k < K; k += kThreads) amax = fmaxf(amax, fabsf(to_float(row[k])));
+  amax = block_max(amax);
+  const float s = amax > 0.f ? amax / q_max<Q>() : 1.f;
+  if (threadIdx.x == 0) scale[r] = s;
+  Q* out = q + r * K;
+  for (int k = threadIdx.x; k < K; k += kThreads) out[k] = quantize<Q>(to_float(row[k]) / s);
+}
+
+template <typename Q, typename T>
+__global__ void __launch_bounds__(kThreads)
+    dequantize_rows_kernel(const Q* __restrict__ q, const float* __restrict__ scale,
+                           T* __restrict__ out, int K) {
+  wait_for_previous_grid();
+  const int64_t r = blockIdx.y;
+  const int k = blockIdx.x * kThreads + threadIdx.x;
+  if (k < K) out[r * K + k] = from_float<T>(scale[r] * to_float(q[r * K + k]));
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    scale_outer_kernel(const float* __restrict__ acc, const float* __restrict__ xs,
+                       const float* __restrict__ ws, T* __restrict__ y, int N) {
+  wait_for_previous_grid();
+  const int64_t m = blockIdx.y;
+  const int n = blockIdx.x * kThreads + threadIdx.x;
+  if (n < N) y[m * N + n] = from_float<T>(acc[m * N + n] * (xs[m] * ws[n]));
+}
+
+}  // namespace
+
+template <typename T>
+cudaError_t launch_scale_outer(const float* acc, const float* x_scale, const float* w_scale, T* y,
+                               int M, int N, cudaStream_t stream) {
+  LLAMA2_LAUNCH_REQUIRE(M >= 1 && M <= 65535, "M " + std::to_string(M) + ", allowed 1..65535");
+  LLAMA2_LAUNCH_REQUIRE(N >= 1, "N " + std::to_string(N));
+  LLAMA2_LAUNCH_REQUIRE(acc != nullptr && x_scale != nullptr && w_scale != nullptr && y != nullptr,
+                        "");
+  const dim3 grid(static_cast<unsigned>(ceil_div(N, kThreads)), static_cast<unsigned>(M));
+  launch_kernel(scale_outer_kernel<T>, grid, kThreads, 0, stream, acc, x_scale, w_scale, y, N);
+  return cudaGetLastError();
+}
+template cudaError_t launch_scale_outer<__half>(const float*, const float*, const float*, __half*,
+                                                int, int, cudaStream_t);
+template cudaError_t launch_scale_outer<__nv_bfloat16>(const float*, const float*, const float*,
+                                                       __nv_bfloat16*, int, int, cudaStream_t);
+
+template <typename Q, typename T>
+cudaError_t launch_quantize_rows(const T* x, Q* q, float* scale, int64_t rows, int K,
+                                 cudaStream_t stream) {
+  LLAMA2_LAUNCH_REQUIRE(rows >= 1 && rows <= 0x7fffffff, "rows " + std::to_string(rows));
+  LLAMA2_LAUNCH_REQUIRE(K >= 1, "K " + std::to_string(K));
+  LLAMA2_LAUNCH_REQUIRE(x != nullptr && q != nullptr && scale != nullptr, "");
+  launch_kernel(quantize_rows_kernel<Q, T>, static_cast<unsigned>(rows), kThreads, 0, stream, x, q,
+                scale, K);
+  return cudaGetLastError();
+}
+
+template <typename Q, typename T>
+cudaError_t launch_dequantize_rows(const Q* q, const float* scale, T* out, int64_t rows, int K,
+                                   cudaStream_t stream) {
+  LLAMA2_LAUNCH_REQUIRE(rows >= 1 && rows <= 65535,
+                        "rows " + std::to_string(rows) + ", allowed 1..65535");
+  LLAMA2_LAUNCH_REQUIRE(K >= 1, "K " + std::to_string(K));
+  LLAMA2_LAUNCH_REQUIRE(q != nullptr && scale != nullptr && out != nullptr, "");
+  const dim3 grid(static_cast<unsigned>(ceil_div(K, kThreads)), static_cast<unsigned>(rows));
+  launch_kernel(dequantize_rows_kernel<Q, T>, grid, kThreads, 0, stream, q, scale, out, K);
+  return cudaGetLastError();
+}
+
+#define LLAMA2_INSTANTIATE(Q, T)                                                              \
+  template cudaError_t launch_quantize_rows<Q, T>(const T*, Q*, float*, int64_t, int,         \
+                                                  cudaStream_t);                              \
+  template cudaError_t launch_dequantize_rows<Q, T>(const Q*, const float*, T*, int64_t, int, \
+                                                    cudaStream_t);
+LLAMA2_INSTANTIATE(int8_t, float)
+LLAMA2_INSTANTIATE(int8_t, __half)
+LLAMA2_INSTANTIATE(int8_t, __nv_bfloat16)
+LLAMA2_INSTANTIATE(__nv_fp8_e4m3, float)
+LLAMA2_INSTANTIATE(__nv_fp8_e4m3, __half)
+LLAMA2_INSTANTIATE(__nv_fp8_e4m3, __nv_bfloat16)
+#undef LLAMA2_INSTANTIATE
+
+}  // namespace llama2::kernels

@@ -1,0 +1,42 @@
+// Row-wise symmetric quantization for --weight-dtype fp8 | int8 (src/rank/cuda/cuda_weights.h).
+// One fp32 scale per row: per output channel for a weight W[N, K], per token for an activation
+// x[M, K] (fp8 only: W8A8 with dynamic per-token scales, the scheme vLLM calls fp8 "dynamic").
+//   s[r] = max_k |x[r, k]| / Qmax   (Qmax = 448 for e4m3, 127 for int8; s = 1 for an all-zero row)
+//   q[r, k] = round(x[r, k] / s[r]) (e4m3: round to nearest even, saturating; int8: nearest, ties
+//             to even as torch.round, clamped to +-127)
+// so that x ~= s[r] * q[r, k]. The same rule is applied by the PyTorch reference
+// (tests/reference/make_fixtures.py --weight-dtype).
+#pragma once
+
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace llama2::kernels {
+
+// Q: int8_t or __nv_fp8_e4m3; T: float, __half or __nv_bfloat16. One block per row.
+template <typename Q, typename T>
+cudaError_t launch_quantize_rows(const T* x,    // [rows, K]
+                                 Q* q,          // [rows, K]
+                                 float* scale,  // [rows]
+                                 int64_t rows, int K, cudaStream_t stream);
+
+// out[r, k] = round_T(scale[r] * q[r, k]): the weights int8 products with more rows than the GEMV
+// takes are multiplied as (cuBLAS on a dequantized copy).
+template <typename Q, typename T>
+cudaError_t launch_dequantize_rows(const Q* q,          // [rows, K]
+                                   const float* scale,  // [rows]
+                                   T* out,              // [rows, K]
+                                   int64_t rows, int K, cudaStream_t stream);
+
+// y[m, n] = round_T(acc[m, n] * (x_scale[m] * w_scale[n])): the scales of an fp8 product applied
+// to its fp32 sums (the same factor, in the same order, as launch_gemv_q's epilogue).
+template <typename T>
+cudaError_t launch_scale_outer(const float* acc,      // [M, N]
+                               const float* x_scale,  // [M]
+                               const float* w_scale,  // [N]
+                               T* y,                  // [M, N]
+                               int M, int N, cudaStream_t stream);
+
+}  // namespace llama2::kernels

@@ -1,0 +1,159 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "common/check.h"
+#include "kernels/gemv.cuh"
+#include "kernels/quant.cuh"
+#include "rank/cuda/linear.h"
+
+namespace llama2 {
+namespace {
+template <typename T>
+constexpr cudaDataType_t cuda_type() {
+  if constexpr (std::is_same_v<T, float>) return CUDA_R_32F;
+  if constexpr (std::is_same_v<T, __half>) return CUDA_R_16F;
+  return CUDA_R_16BF;
+}
+using E4m3 = __nv_fp8_e4m3;
+// fp32 models keep fp32 weights (choose_weight_dtype refuses quantizing them): the quantized
+// kernels are not instantiated for float.
+template <typename T>
+constexpr bool kQuantizable = !std::is_same_v<T, float>;
+}  // namespace
+
+template <typename T>
+CudaLinear<T>::CudaLinear(WeightDType wd, int gemv_rows, int max_rows, const ProjectionDims& d,
+                          cublasHandle_t cublas, cudaStream_t stream)
+    : wd_(wd), gemv_rows_(gemv_rows), cublas_(cublas), stream_(stream) {
+  LLAMA2_CHECK(wd == WeightDType::kAuto || kQuantizable<T>);
+  const int64_t max_k = std::max({d.hidden, d.q, d.ffn});
+  if (wd == WeightDType::kFp8) {
+    for (const auto& [what, k] : {std::pair<const char*, int64_t>{"hidden size", d.hidden},
+                                  {"attention width per rank (heads x head_dim)", d.q},
+                                  {"intermediate size per rank", d.ffn}}) {
+      if (k % 16 != 0) {
+        throw Error(std::string("--weight-dtype fp8 needs every projection's input width to be a "
+                                "multiple of 16; the ") +
+                    what + " is " + std::to_string(k) +
+                    " (use --weight-dtype int8 or auto, or another tensor-parallel degree)");
+      }
+    }
+    xq_ = DeviceBuffer(static_cast<size_t>(max_rows) * max_k, "fp8 activations");
+    xs_ = DeviceBuffer(static_cast<size_t>(max_rows) * sizeof(float), "fp8 activation scales");
+    const int64_t max_n = std::max({d.q + 2 * d.kv, d.hidden, 2 * d.ffn});
+    fp8_ = std::make_unique<Fp8Gemm>(cuda_type<T>(), max_rows, max_n, stream);
+  } else if (wd == WeightDType::kInt8 && max_rows > gemv_rows) {
+    const int64_t largest = std::max(
+        {(d.q + 2 * d.kv) * d.hidden, d.hidden * d.q, 2 * d.ffn * d.hidden, d.hidden * d.ffn});
+    dequant_ = DeviceBuffer(static_cast<size_t>(largest) * sizeof(T),
+                            "int8 weights dequantized for cuBLAS");
+  }
+}
+
+template <typename T>
+bool CudaLinear<T>::use_gemv(const void* x, const void* w, int M, int K) const {
+  // kernels::gemv_fits with the element sizes of this weight dtype (16 bytes of W per load).
+  if (M > gemv_rows_) return false;
+  if (wd_ == WeightDType::kAuto) {
+    return kernels::gemv_fits(static_cast<const T*>(x), static_cast<const T*>(w), M, K);
+  }
+  return kernels::gemv_fits(static_cast<const T*>(x), static_cast<const int8_t*>(w), M, K);
+}
+
+template <typename T>
+void CudaLinear<T>::quantize_x(const T* x, int M, int K) {
+  CUDA_CHECK(
+      (kernels::launch_quantize_rows<E4m3, T>(x, xq_.as<E4m3>(), xs_.as<float>(), M, K, stream_)));
+}
+
+template <typename T>
+void CudaLinear<T>::matmul_plain(const T* x, const T* w, T* y, int M, int N, int K) {
+  if (M == 0) return;
+  if (M <= gemv_rows_ && kernels::gemv_fits(x, w, M, K)) {
+    CUDA_CHECK(kernels::launch_gemv<T>(x, w, y, M, N, K, stream_));
+  } else {
+    gemm_xwt(cublas_, cuda_type<T>(), x, w, y, M, N, K);
+  }
+}
+
+template <typename T>
+void CudaLinear<T>::matmul(const T* x, const LinearWeight& w, T* y, int M, int N, int K) {
+  if (M == 0) return;
+  if (wd_ == WeightDType::kAuto) return matmul_plain(x, w.w.as<T>(), y, M, N, K);
+  matmul_quantized(x, w, y, M, N, K);
+}
+
+template <typename T>
+void CudaLinear<T>::matmul_quantized(const T* x, const LinearWeight& w, T* y, int M, int N, int K) {
+  if constexpr (kQuantizable<T>) {
+    const bool gemv = use_gemv(x, w.w.as<void>(), M, K);
+    switch (wd_) {
+      case WeightDType::kAuto:
+        break;
+      case WeightDType::kInt8:
+        if (gemv) {
+          CUDA_CHECK((kernels::launch_gemv_q<T, T, int8_t>(
+              x, nullptr, w.w.as<int8_t>(), w.scale.as<float>(), y, M, N, K, stream_)));
+        } else {
+          CUDA_CHECK((kernels::launch_dequantize_rows<int8_t, T>(
+              w.w.as<int8_t>(), w.scale.as<float>(), dequant_.as<T>(), N, K, stream_)));
+          gemm_xwt(cublas_, cuda_type<T>(), x, dequant_.as<T>(), y, M, N, K);
+        }
+        return;
+      case WeightDType::kFp8:
+        quantize_x(x, M, K);
+        if (gemv) {
+          CUDA_CHECK((kernels::launch_gemv_q<T, E4m3, E4m3>(xq_.as<E4m3>(), xs_.as<float>(),
+                                                            w.w.as<E4m3>(), w.scale.as<float>(), y,
+                                                            M, N, K, stream_)));
+        } else {
+          fp8_->run(xq_.as<void>(), xs_.as<float>(), w.w.as<void>(), w.scale.as<float>(), y, M, N,
+                    K);
+        }
+        return;
+    }
+  }
+}
+
+template <typename T>
+bool CudaLinear<T>::gate_up_swiglu(const T* x, const LinearWeight& w, T* act, int M, int F, int K) {
+  if (!use_gemv(x, w.w.as<void>(), M, K)) return false;
+  if (wd_ == WeightDType::kAuto) {
+    CUDA_CHECK(kernels::launch_gemv_gate_up_swiglu<T>(x, w.w.as<T>(), act, M, F, K, stream_));
+    return true;
+  }
+  gate_up_quantized(x, w, act, M, F, K);
+  return true;
+}
+
+template <typename T>
+void CudaLinear<T>::gate_up_quantized(const T* x, const LinearWeight& w, T* act, int M, int F,
+                                      int K) {
+  if constexpr (kQuantizable<T>) {
+    switch (wd_) {
+      case WeightDType::kAuto:
+        break;
+      case WeightDType::kInt8:
+        CUDA_CHECK((kernels::launch_gemv_q_gate_up_swiglu<T, T, int8_t>(
+            x, nullptr, w.w.as<int8_t>(), w.scale.as<float>(), act, M, F, K, stream_)));
+        break;
+      case WeightDType::kFp8:
+        quantize_x(x, M, K);
+        CUDA_CHECK((kernels::launch_gemv_q_gate_up_swiglu<T, E4m3, E4m3>(
+            xq_.as<E4m3>(), xs_.as<float>(), w.w.as<E4m3>(), w.scale.as<float>(), act, M, F, K,
+            stream_)));
+        break;
+    }
+  }
+}
+
+template class CudaLinear<float>;
+template class CudaLinear<__half>;
+template class CudaLinear<__nv_bfloat16>;
+
+}  // namespace llama2

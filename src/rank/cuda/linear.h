@@ -1,0 +1,64 @@
+// The projections of a layer (y = x . W^T) in the engine's weight dtype (--weight-dtype):
+//   auto  W in T: the GEMV kernel for up to LLAMA2_GEMV rows (weight streaming), cuBLAS above.
+//   int8  W8A16: the GEMV dequantizes in its loop (one scale per output row, applied to the sum);
+//         more rows: cuBLAS on a dequantized T copy of W (a scratch the size of the largest
+//         projection), the simple path the quantization issue allows for prefill and big batches.
+//   fp8   W8A8: x is quantized to e4m3 per token first (launch_quantize_rows), so every path
+//         computes the same numbers and a sequence's output does not depend on how many rows
+//         share its step; then the GEMV for few rows and cuBLASLt's FP8 GEMM (fp8_gemm.h) above.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <memory>
+
+#include "common/engine_config.h"
+#include "rank/cuda/cuda_weights.h"
+#include "rank/cuda/device_buffer.h"
+#include "rank/cuda/fp8_gemm.h"
+
+namespace llama2 {
+
+// One rank's projection widths: q|k|v [q + 2 kv, hidden], o [hidden, q], gate|up [2 ffn, hidden],
+// down [hidden, ffn] (q, kv, ffn: this rank's shard).
+struct ProjectionDims {
+  int64_t hidden = 0, q = 0, kv = 0, ffn = 0;
+};
+
+template <typename T>
+class CudaLinear {
+ public:
+  // max_rows: the most rows of x a product gets. fp8: Error unless every K (hidden, q, ffn) is a
+  // multiple of 16 (cuBLASLt's FP8 layout rule and the GEMV's 16-byte loads).
+  CudaLinear(WeightDType wd, int gemv_rows, int max_rows, const ProjectionDims& dims,
+             cublasHandle_t cublas, cudaStream_t stream);
+
+  // y [M, N] = x [M, K] . W [N, K]^T
+  void matmul(const T* x, const LinearWeight& w, T* y, int M, int N, int K);
+  // The same with W in T whatever the weight dtype (the LM head).
+  void matmul_plain(const T* x, const T* w, T* y, int M, int N, int K);
+  // One launch for act [M, F] = silu(x . gate^T) * (x . up^T) when the GEMV takes M rows (true);
+  // otherwise false and nothing is done (the caller runs matmul into [M, 2F], then SwiGLU).
+  bool gate_up_swiglu(const T* x, const LinearWeight& w, T* act, int M, int F, int K);
+
+  // Device bytes of the scratch buffers (activation quantization, int8's dequantized copy).
+  uint64_t scratch_bytes() const { return xq_.bytes() + xs_.bytes() + dequant_.bytes(); }
+
+ private:
+  // fp8: x [M, K] to e4m3 with per-row scales in xq_ / xs_.
+  void quantize_x(const T* x, int M, int K);
+  bool use_gemv(const void* x, const void* w, int M, int K) const;
+  void matmul_quantized(const T* x, const LinearWeight& w, T* y, int M, int N, int K);
+  void gate_up_quantized(const T* x, const LinearWeight& w, T* act, int M, int F, int K);
+
+  WeightDType wd_;
+  int gemv_rows_;
+  cublasHandle_t cublas_;
+  cudaStream_t stream_;
+  DeviceBuffer xq_, xs_;  // fp8: [max_rows, max_k] e4m3, [max_rows] fp32
+  DeviceBuffer dequant_;  // int8: [max_weight_elems] T
+  std::unique_ptr<Fp8Gemm> fp8_;
+};
+
+}  // namespace llama2
