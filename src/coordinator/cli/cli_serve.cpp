@@ -13,6 +13,7 @@
 #include "common/check.h"
 #include "coordinator/cli/cli_common.h"
 #include "coordinator/cli/commands.h"
+#include "coordinator/cli/serve_http.h"
 #include "coordinator/cli/session.h"
 #include "coordinator/requests/admission.h"
 #include "coordinator/requests/request_owner.h"
@@ -80,6 +81,7 @@ cxxopts::Options serve_options() {
   add_engine_options(opts);
   add_prefix_caching_options(opts);
   add_sampling_options(opts);
+  add_http_options(opts);
   return opts;
 }
 
@@ -92,6 +94,7 @@ struct ServeSettings {
   std::chrono::milliseconds step_timeout{0};
   SamplingParams defaults;
   bool quiet = false;
+  HttpSettings http;  // --http and its companions (serve_http.h)
 };
 
 ServeSettings serve_settings_from(const cxxopts::ParseResult& args, int max_batch) {
@@ -107,6 +110,7 @@ ServeSettings serve_settings_from(const cxxopts::ParseResult& args, int max_batc
   s.step_timeout = std::chrono::milliseconds(args["step-timeout-ms"].as<int64_t>());
   s.defaults = sampling_from_options(args);
   s.quiet = args.count("quiet") > 0;
+  s.http = http_settings_from(args);
   return s;
 }
 
@@ -123,6 +127,7 @@ void validate_serve_settings(const ServeSettings& s) {
   at_least(s.server.request_timeout_ms, 1, "--request-timeout-ms");
   at_least(s.shutdown_timeout_ms, 0, "--shutdown-timeout-ms");
   at_least(s.step_timeout.count(), 0, "--step-timeout-ms");
+  validate_http_settings(s.http);
 }
 
 // --max-seq-len, or the model's max_position_embeddings; Error outside [2, that].
@@ -168,6 +173,25 @@ int serve_on_rank0(Session& session, ServeSettings s) {
       [&] { return health_event(server.get(), admission, info); },
       [&] { return metrics.render(admission.gauges()); });
   SocketBridge bridge(*server, random_seed());
+  std::unique_ptr<HttpFront> http;
+  if (s.http.enabled) {
+    ServeLimits limits;
+    limits.prompt = aopt.limits;
+    limits.request_timeout_ms = s.server.request_timeout_ms;
+    limits.max_piece_bytes = s.server.max_piece_bytes;
+    const std::string name = s.http.served_model.empty()
+                                 ? default_served_model(settings.model_dir, settings.synthetic)
+                                 : s.http.served_model;
+    http = std::make_unique<HttpFront>(
+        s.http.front,
+        HttpDeps{*server, admission, *session.tokenizer,
+                 ApiContext{name, s.defaults, session.config}, limits,
+                 [&metrics, &admission, name] {
+                   return metrics.render(admission.gauges()) +
+                          metrics.render_vllm(admission.gauges(), name);
+                 },
+                 [&] { return health_event(server.get(), admission, info); }});
+  }
   BlockAllocator blocks(session.num_blocks, session.block_size);
   const StepLog step_log = open_step_log(settings.knobs.step_log);
   BatchScheduler scheduler(engine, *session.tokenizer, session.config, blocks,
@@ -176,6 +200,7 @@ int serve_on_rank0(Session& session, ServeSettings s) {
 
   try {
     server->start();
+    if (http) http->start();
   } catch (const std::exception& e) {
     engine.shutdown(1);
     throw ReportedError(e.what());
@@ -185,6 +210,10 @@ int serve_on_rank0(Session& session, ServeSettings s) {
             << settings.max_batch << ", max queue " << s.max_queue << ", max seq len "
             << s.max_seq_len << ", KV " << session.num_blocks << " blocks x " << session.block_size
             << ")" << std::endl;
+  if (http) {
+    std::cerr << "llama2 serve: HTTP on " << s.http.front.host << ":" << http->port()
+              << (s.http.front.api_key.empty() ? "" : " (API key required)") << std::endl;
+  }
   // Started once the socket exists: from here on a stalled step ends the job (watchdog.h).
   const std::chrono::milliseconds step_timeout = s.step_timeout;
   StepWatchdog watchdog(
@@ -196,6 +225,7 @@ int serve_on_rank0(Session& session, ServeSettings s) {
   serve_loop(*server, bridge, owner, g_stop, std::chrono::milliseconds(s.shutdown_timeout_ms));
   engine.shutdown(0);
   g_wake_fd = -1;
+  if (http) http->stop();  // its streams got their last events in the drain
   server->stop(/*flush_ms=*/2000);
   std::cerr << "llama2 serve: stopped" << std::endl;
   return 0;
