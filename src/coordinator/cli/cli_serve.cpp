@@ -183,14 +183,13 @@ int serve_on_rank0(Session& session, ServeSettings s) {
                                  ? default_served_model(settings.model_dir, settings.synthetic)
                                  : s.http.served_model;
     http = std::make_unique<HttpFront>(
-        s.http.front,
-        HttpDeps{*server, admission, *session.tokenizer,
-                 ApiContext{name, s.defaults, session.config}, limits,
-                 [&metrics, &admission, name] {
-                   return metrics.render(admission.gauges()) +
-                          metrics.render_vllm(admission.gauges(), name);
-                 },
-                 [&] { return health_event(server.get(), admission, info); }});
+        s.http.front, HttpDeps{*server, admission, *session.tokenizer,
+                               ApiContext{name, s.defaults, session.config}, limits,
+                               [&metrics, &admission, name] {
+                                 return metrics.render(admission.gauges()) +
+                                        metrics.render_vllm(admission.gauges(), name);
+                               },
+                               [&] { return health_event(server.get(), admission, info); }});
   }
   BlockAllocator blocks(session.num_blocks, session.block_size);
   const StepLog step_log = open_step_log(settings.knobs.step_log);

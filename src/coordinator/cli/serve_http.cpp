@@ -14,7 +14,8 @@ void add_http_options(cxxopts::Options& opts) {
       "Also serve the OpenAI-compatible HTTP API on HOST:PORT (or PORT: 127.0.0.1); the only TCP "
       "listener llama2 opens, off unless given",
       cxxopts::value<std::string>())(
-      "served-model-name", "The model name HTTP requests give (default: the model directory's name)",
+      "served-model-name",
+      "The model name HTTP requests give (default: the model directory's name)",
       cxxopts::value<std::string>())(
       "api-key",
       "HTTP: require \"Authorization: Bearer KEY\" on /v1/ routes (default: $LLAMA2_API_KEY; "
@@ -53,8 +54,10 @@ HttpSettings http_settings_from(const cxxopts::ParseResult& args) {
   char* end = nullptr;
   const long p = std::strtol(port.c_str(), &end, 10);
   if (port.empty() || *end != '\0' || p < 0 || p > 65535 || s.front.host.empty()) {
-    throw Error("--http must be HOST:PORT or PORT with PORT in [0, 65535] (0: any free port) "
-                "(got \"" + spec + "\")");
+    throw Error(
+        "--http must be HOST:PORT or PORT with PORT in [0, 65535] (0: any free port) "
+        "(got \"" +
+        spec + "\")");
   }
   s.front.port = static_cast<int>(p);
   return s;
@@ -63,8 +66,9 @@ HttpSettings http_settings_from(const cxxopts::ParseResult& args) {
 void validate_http_settings(const HttpSettings& s) {
   if (!s.enabled) return;
   if (!http_front_available()) {
-    throw Error("--http: this llama2 was built without cpp-httplib (install libcpp-httplib-dev "
-                "or configure with -DLLAMA2_HTTPLIB_DIR=DIR holding httplib.h, then rebuild)");
+    throw Error(
+        "--http: this llama2 was built without cpp-httplib (install libcpp-httplib-dev "
+        "or configure with -DLLAMA2_HTTPLIB_DIR=DIR holding httplib.h, then rebuild)");
   }
   if (s.front.threads < 1) {
     throw Error("--http-threads must be >= 1 (got " + std::to_string(s.front.threads) + ")");

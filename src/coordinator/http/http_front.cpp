@@ -171,11 +171,12 @@ httplib::Server::HandlerResponse HttpFront::Impl::before_routing(const httplib::
   if (!opts.api_key.empty() && req.path.rfind("/v1/", 0) == 0) {
     const std::string auth = req.get_header_value("Authorization");
     const std::string prefix = "Bearer ";
-    const bool ok = auth.rfind(prefix, 0) == 0 && same_secret(auth.substr(prefix.size()), opts.api_key);
+    const bool ok =
+        auth.rfind(prefix, 0) == 0 && same_secret(auth.substr(prefix.size()), opts.api_key);
     if (!ok) {
-      ApiError e = error_of(401, "invalid_request_error", "invalid_api_key",
-                            auth.empty() ? "missing \"Authorization: Bearer <key>\" header"
-                                         : "invalid API key");
+      ApiError e = error_of(
+          401, "invalid_request_error", "invalid_api_key",
+          auth.empty() ? "missing \"Authorization: Bearer <key>\" header" : "invalid API key");
       send_error(res, e);
       return httplib::Server::HandlerResponse::Handled;
     }
@@ -184,8 +185,9 @@ httplib::Server::HandlerResponse HttpFront::Impl::before_routing(const httplib::
 }
 
 void HttpFront::Impl::routes() {
-  svr.set_pre_routing_handler(
-      [this](const httplib::Request& req, httplib::Response& res) { return before_routing(req, res); });
+  svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    return before_routing(req, res);
+  });
   svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     generate(req, res, ApiKind::kCompletion);
   });
@@ -209,24 +211,24 @@ void HttpFront::Impl::routes() {
   // request 400) in OpenAI's shape; the handlers' own errors already have a body.
   svr.set_error_handler(httplib::Server::HandlerWithResponse(
       [this](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    ApiError e = error_of(res.status, "invalid_request_error", "", "");
-    if (res.status == 404) {
-      e.code = "not_found";
-      e.message = "no route " + req.method + " " + quote(req.path) +
-                  " (routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, "
-                  "GET /health, GET /metrics)";
-    } else if (res.status == 413) {
-      e.code = "body_too_large";
-      e.message = "the request body exceeds --http-max-body-bytes (" +
-                  std::to_string(opts.max_body_bytes) + ")";
-    } else {
-      e.code = "invalid_request";
-      e.message = "the request could not be read (HTTP " + std::to_string(res.status) + ")";
-    }
-    res.set_content(dump(api_error_body(e)), "application/json");
-    return httplib::Server::HandlerResponse::Handled;
-  }));
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        ApiError e = error_of(res.status, "invalid_request_error", "", "");
+        if (res.status == 404) {
+          e.code = "not_found";
+          e.message = "no route " + req.method + " " + quote(req.path) +
+                      " (routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, "
+                      "GET /health, GET /metrics)";
+        } else if (res.status == 413) {
+          e.code = "body_too_large";
+          e.message = "the request body exceeds --http-max-body-bytes (" +
+                      std::to_string(opts.max_body_bytes) + ")";
+        } else {
+          e.code = "invalid_request";
+          e.message = "the request could not be read (HTTP " + std::to_string(res.status) + ")";
+        }
+        res.set_content(dump(api_error_body(e)), "application/json");
+        return httplib::Server::HandlerResponse::Handled;
+      }));
 }
 
 void HttpFront::Impl::generate(const httplib::Request& req, httplib::Response& res, ApiKind kind) {
@@ -281,8 +283,9 @@ void HttpFront::Impl::generate(const httplib::Request& req, httplib::Response& r
   // Past the deadline the owner ends the generation itself ("timeout", with its text); only when
   // the engine is inside a stuck step does this thread answer alone, after the same grace as the
   // socket endpoint.
-  const Clock::time_point give_up =
-      now + std::chrono::milliseconds(deps.limits.request_timeout_ms) + SocketServer::kDeadlineGrace;
+  const Clock::time_point give_up = now +
+                                    std::chrono::milliseconds(deps.limits.request_timeout_ms) +
+                                    SocketServer::kDeadlineGrace;
   if (parsed.request.stream) {
     answer_stream(res, ex, head, parsed.request.include_usage, give_up);
   } else {
@@ -326,8 +329,7 @@ struct StreamState {
 };
 }  // namespace
 
-void HttpFront::Impl::answer_stream(httplib::Response& res,
-                                    const std::shared_ptr<HttpExchange>& ex,
+void HttpFront::Impl::answer_stream(httplib::Response& res, const std::shared_ptr<HttpExchange>& ex,
                                     const ApiResponseHead& head, bool include_usage,
                                     Clock::time_point give_up) {
   auto st = std::make_shared<StreamState>();
@@ -343,7 +345,8 @@ void HttpFront::Impl::answer_stream(httplib::Response& res,
     if (!st->started && st->head.kind == ApiKind::kChat)
       out += sse(api_chunk(st->head, "", true, nullptr, usage_null));
     st->started = true;
-    HttpExchange::News news = st->ex->take(out.empty() ? kPollInterval : std::chrono::milliseconds(0));
+    HttpExchange::News news =
+        st->ex->take(out.empty() ? kPollInterval : std::chrono::milliseconds(0));
     // ---- logprobs: emit HttpExchange::Token's logprobs in each chunk here once they exist.
     for (const HttpExchange::Token& t : news.tokens) {
       if (!t.text.empty()) out += sse(api_chunk(st->head, t.text, false, nullptr, usage_null));
@@ -404,7 +407,8 @@ void HttpFront::start() {
     m.listen_fd = fd;
   });
   std::string host = m.opts.host;
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   const bool bound = m.opts.port == 0 ? (m.bound_port = m.svr.bind_to_any_port(host)) > 0
                                       : m.svr.bind_to_port(host, m.opts.port);
   if (!bound) {

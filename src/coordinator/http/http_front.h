@@ -24,8 +24,8 @@ class Tokenizer;
 
 struct HttpOptions {
   std::string host = "127.0.0.1";
-  int port = 0;              // 0: any free port (reported by port())
-  std::string api_key;       // "": no authentication (loopback only unless allowed)
+  int port = 0;                      // 0: any free port (reported by port())
+  std::string api_key;               // "": no authentication (loopback only unless allowed)
   size_t max_body_bytes = 4u << 20;  // a larger body gets 413
   // cpp-httplib keeps a thread per connection for the connection's whole life (keep-alive
   // included), so the pool bounds the concurrent clients: 1024 holds the 512 concurrent streams
@@ -42,8 +42,8 @@ struct HttpDeps {
   Admission& admission;
   const Tokenizer& tokenizer;
   ApiContext api;
-  ServeLimits limits;  // the socket endpoint's: prompt limits, request timeout
-  std::function<std::string()> metrics;     // Prometheus text for GET /metrics
+  ServeLimits limits;                      // the socket endpoint's: prompt limits, request timeout
+  std::function<std::string()> metrics;    // Prometheus text for GET /metrics
   std::function<nlohmann::json()> health;  // the `health` event (docs/PROTOCOL.md)
 };
 

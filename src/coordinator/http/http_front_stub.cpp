@@ -1,7 +1,6 @@
 // The HTTP front of a build without cpp-httplib: serve refuses --http before it gets here.
-#include "coordinator/http/http_front.h"
-
 #include "common/check.h"
+#include "coordinator/http/http_front.h"
 
 namespace llama2 {
 
@@ -12,8 +11,9 @@ bool http_front_available() {
 }
 
 HttpFront::HttpFront(HttpOptions, HttpDeps) {
-  throw Error("--http: this llama2 was built without cpp-httplib (install libcpp-httplib-dev, or "
-              "configure with -DLLAMA2_HTTPLIB_DIR=DIR holding httplib.h, and rebuild)");
+  throw Error(
+      "--http: this llama2 was built without cpp-httplib (install libcpp-httplib-dev, or "
+      "configure with -DLLAMA2_HTTPLIB_DIR=DIR holding httplib.h, and rebuild)");
 }
 HttpFront::~HttpFront() = default;
 void HttpFront::start() {}

@@ -13,21 +13,38 @@ namespace {
 
 // Keys both endpoints take. `user` is accepted and ignored (OpenAI's abuse tracking id);
 // top_k, repetition_penalty and ignore_eos are the extensions vLLM also takes.
-const std::set<std::string> kCommonKeys = {
-    "model", "max_tokens", "temperature",       "top_p",      "seed",
-    "stop",  "n",          "presence_penalty",  "frequency_penalty",
-    "user",  "stream",     "stream_options",    "logprobs",   "logit_bias",
-    "top_k", "repetition_penalty",              "ignore_eos"};
+const std::set<std::string> kCommonKeys = {"model",
+                                           "max_tokens",
+                                           "temperature",
+                                           "top_p",
+                                           "seed",
+                                           "stop",
+                                           "n",
+                                           "presence_penalty",
+                                           "frequency_penalty",
+                                           "user",
+                                           "stream",
+                                           "stream_options",
+                                           "logprobs",
+                                           "logit_bias",
+                                           "top_k",
+                                           "repetition_penalty",
+                                           "ignore_eos"};
 const std::set<std::string> kCompletionKeys = {"prompt", "echo", "best_of", "suffix"};
-const std::set<std::string> kChatKeys = {"messages",        "max_completion_tokens",
-                                         "top_logprobs",    "tools",
-                                         "tool_choice",     "functions",
-                                         "function_call",   "response_format",
-                                         "parallel_tool_calls"};
+const std::set<std::string> kChatKeys = {
+    "messages",      "max_completion_tokens", "top_logprobs",
+    "tools",         "tool_choice",           "functions",
+    "function_call", "response_format",       "parallel_tool_calls"};
 // Sampling keys whose name is the same in both protocols.
-const char* const kSameKeys[] = {"temperature",       "top_p",       "seed",
-                                  "stop",              "top_k",       "repetition_penalty",
-                                  "presence_penalty",  "frequency_penalty", "ignore_eos"};
+const char* const kSameKeys[] = {"temperature",
+                                 "top_p",
+                                 "seed",
+                                 "stop",
+                                 "top_k",
+                                 "repetition_penalty",
+                                 "presence_penalty",
+                                 "frequency_penalty",
+                                 "ignore_eos"};
 
 ApiError invalid(const std::string& message, const std::string& param,
                  const std::string& code = "invalid_request") {
@@ -171,9 +188,8 @@ ApiParse parse_api_request(const std::string& body, ApiKind kind, const ApiConte
   };
   if (!is_valid_utf8(body)) return fail(invalid("the body is not valid UTF-8", ""));
   if (json_nesting_exceeds(body, kMaxJsonDepth)) {
-    return fail(invalid("the body nests JSON deeper than " + std::to_string(kMaxJsonDepth) +
-                            " levels",
-                        ""));
+    return fail(invalid(
+        "the body nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels", ""));
   }
   const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return fail(invalid("the body is not valid JSON", ""));
@@ -181,9 +197,9 @@ ApiParse parse_api_request(const std::string& body, ApiKind kind, const ApiConte
   const std::set<std::string>& own = kind == ApiKind::kChat ? kChatKeys : kCompletionKeys;
   for (const auto& item : j.items()) {
     if (!kCommonKeys.count(item.key()) && !own.count(item.key())) {
-      return fail(invalid("unknown parameter " + quote(item.key()) +
-                              " (allowed: " + list(kCommonKeys, own) + ")",
-                          item.key()));
+      return fail(invalid(
+          "unknown parameter " + quote(item.key()) + " (allowed: " + list(kCommonKeys, own) + ")",
+          item.key()));
     }
   }
   // The model before any value: a client talking to the wrong server learns that first.
@@ -201,15 +217,18 @@ ApiParse parse_api_request(const std::string& body, ApiKind kind, const ApiConte
 
   out.request.kind = kind;
   if (given(j, "stream")) {
-    if (!j["stream"].is_boolean()) return fail(invalid("\"stream\" must be true or false", "stream"));
+    if (!j["stream"].is_boolean())
+      return fail(invalid("\"stream\" must be true or false", "stream"));
     out.request.stream = j["stream"].get<bool>();
   }
   if (given(j, "stream_options")) {
     const json& so = j["stream_options"];
     if (!out.request.stream)
-      return fail(invalid("\"stream_options\" is only allowed with \"stream\": true", "stream_options"));
+      return fail(
+          invalid("\"stream_options\" is only allowed with \"stream\": true", "stream_options"));
     if (!so.is_object() || (so.contains("include_usage") && !so["include_usage"].is_boolean()))
-      return fail(invalid("\"stream_options\" must be {\"include_usage\": true|false}", "stream_options"));
+      return fail(
+          invalid("\"stream_options\" must be {\"include_usage\": true|false}", "stream_options"));
     out.request.include_usage = so.value("include_usage", false);
   }
 
@@ -254,7 +273,8 @@ json head_object(const ApiResponseHead& h, bool chunk) {
 
 json api_response(const ApiResponseHead& h, const ApiResult& r) {
   json out = head_object(h, false);
-  json choice{{"index", 0}, {"finish_reason", api_finish_reason(r.finish_reason)}, {"logprobs", nullptr}};
+  json choice{
+      {"index", 0}, {"finish_reason", api_finish_reason(r.finish_reason)}, {"logprobs", nullptr}};
   if (h.kind == ApiKind::kChat) {
     choice["message"] = {{"role", "assistant"}, {"content", r.text}};
   } else {
@@ -268,10 +288,10 @@ json api_response(const ApiResponseHead& h, const ApiResult& r) {
 json api_chunk(const ApiResponseHead& h, const std::string& text, bool first,
                const std::string* finish_reason, bool with_usage_null) {
   json out = head_object(h, true);
-  json choice{{"index", 0},
-              {"logprobs", nullptr},
-              {"finish_reason",
-               finish_reason ? json(api_finish_reason(*finish_reason)) : json(nullptr)}};
+  json choice{
+      {"index", 0},
+      {"logprobs", nullptr},
+      {"finish_reason", finish_reason ? json(api_finish_reason(*finish_reason)) : json(nullptr)}};
   if (h.kind == ApiKind::kChat) {
     json delta = json::object();
     if (first) delta["role"] = "assistant";
@@ -294,11 +314,10 @@ json api_usage_chunk(const ApiResponseHead& h, int prompt_tokens, int completion
 
 json api_models(const std::string& served_model, int64_t created) {
   return json{{"object", "list"},
-              {"data",
-               json::array({{{"id", served_model},
-                             {"object", "model"},
-                             {"created", created},
-                             {"owned_by", "llama2"}}})}};
+              {"data", json::array({{{"id", served_model},
+                                     {"object", "model"},
+                                     {"created", created},
+                                     {"owned_by", "llama2"}}})}};
 }
 
 }  // namespace llama2

@@ -163,8 +163,7 @@ std::string ServeMetrics::render_vllm(const Gauges& g, const std::string& model)
   one("vllm:num_requests_waiting", "gauge", "Requests waiting for admission.",
       std::to_string(g.waiting));
   one("vllm:gpu_cache_usage_perc", "gauge", "KV-cache usage, a fraction (1 = full).",
-      fmt(g.kv_blocks_total > 0 ? static_cast<double>(g.kv_blocks_used) / g.kv_blocks_total
-                                : 0.0));
+      fmt(g.kv_blocks_total > 0 ? static_cast<double>(g.kv_blocks_used) / g.kv_blocks_total : 0.0));
   one("vllm:prompt_tokens_total", "counter", "Prompt tokens of finished requests.",
       std::to_string(prompt_tokens_));
   one("vllm:generation_tokens_total", "counter", "Generated tokens of finished requests.",

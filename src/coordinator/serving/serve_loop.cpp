@@ -54,7 +54,8 @@ void SocketBridge::submit(ServeCommand& cmd, RequestOwner& owner) {
   if (refusal && r.http) {  // the HTTP thread checked the same limits
     r.http->fail(refusal->code, refusal->message);
     routes_.erase(id);
-  } else if (refusal) {  // the socket thread checked the same limits: only a changed limit gets here
+  } else if (refusal) {  // the socket thread checked the same limits: only a changed limit gets
+                         // here
     server_.send(r.conn, error_event(r.id, refusal->code, refusal->message), r.id, r.serial, true);
     routes_.erase(id);
   }
