@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/model_config.h"
+#include "coordinator/cli/serve_http.h"
 #include "coordinator/http/http_exchange.h"
 #include "coordinator/http/http_front.h"
 #include "coordinator/http/openai_api.h"
@@ -190,6 +191,12 @@ TEST_SUITE("openai_api") {
     const json c = llama2::api_chunk(h, "tok", false, nullptr, false);
     CHECK(c["object"] == "text_completion");
     CHECK(c["choices"][0]["text"] == "tok");
+  }
+
+  TEST_CASE("the served model name defaults to the model directory's name") {
+    CHECK(llama2::default_served_model("/models/Llama-2-7b-chat-hf/", "") == "Llama-2-7b-chat-hf");
+    CHECK(llama2::default_served_model("tiny", "") == "tiny");
+    CHECK(llama2::default_served_model("tests/models/small-d64", "7b") == "synthetic-7b");
   }
 
   TEST_CASE("access checks: loopback hosts, constant-time key comparison") {

@@ -127,7 +127,6 @@ void validate_serve_settings(const ServeSettings& s) {
   at_least(s.server.request_timeout_ms, 1, "--request-timeout-ms");
   at_least(s.shutdown_timeout_ms, 0, "--shutdown-timeout-ms");
   at_least(s.step_timeout.count(), 0, "--step-timeout-ms");
-  validate_http_settings(s.http);
 }
 
 // --max-seq-len, or the model's max_position_embeddings; Error outside [2, that].
@@ -245,6 +244,7 @@ int run_serve(int argc, char** argv, int rank) {
   int kv_blocks = 0;  // rank 0: max-batch-size sequences of max_seq_len tokens
   start.on_rank0([&] {
     validate_serve_settings(serve);
+    validate_http_settings(serve.http);
     check_sampling_defaults(serve.defaults, start.model);
     serve.max_seq_len = serve_max_seq_len(cl.args, start.model);
     kv_blocks =

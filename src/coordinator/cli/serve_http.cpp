@@ -43,8 +43,18 @@ HttpSettings http_settings_from(const cxxopts::ParseResult& args) {
   s.allow_unauthenticated = args.count("http-allow-unauthenticated") > 0;
   s.front.max_body_bytes = args["http-max-body-bytes"].as<size_t>();
   s.front.threads = args["http-threads"].as<int>();
-  if (!s.enabled) return s;
-  const std::string spec = args["http"].as<std::string>();
+  if (s.enabled) s.spec = args["http"].as<std::string>();
+  return s;
+}
+
+void validate_http_settings(HttpSettings& s) {
+  if (!s.enabled) return;
+  if (!http_front_available()) {
+    throw Error(
+        "--http: this llama2 was built without cpp-httplib (install libcpp-httplib-dev "
+        "or configure with -DLLAMA2_HTTPLIB_DIR=DIR holding httplib.h, then rebuild)");
+  }
+  const std::string& spec = s.spec;
   const size_t colon = spec.rfind(':');
   std::string port = spec;
   if (colon != std::string::npos) {
@@ -60,16 +70,6 @@ HttpSettings http_settings_from(const cxxopts::ParseResult& args) {
         spec + "\")");
   }
   s.front.port = static_cast<int>(p);
-  return s;
-}
-
-void validate_http_settings(const HttpSettings& s) {
-  if (!s.enabled) return;
-  if (!http_front_available()) {
-    throw Error(
-        "--http: this llama2 was built without cpp-httplib (install libcpp-httplib-dev "
-        "or configure with -DLLAMA2_HTTPLIB_DIR=DIR holding httplib.h, then rebuild)");
-  }
   if (s.front.threads < 1) {
     throw Error("--http-threads must be >= 1 (got " + std::to_string(s.front.threads) + ")");
   }

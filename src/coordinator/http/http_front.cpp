@@ -118,6 +118,9 @@ struct HttpFront::Impl {
   int listen_fd = -1;
   int bound_port = 0;
   std::atomic<uint64_t> next_client{1};
+  // stop() has begun: a generation posted after the engine loop's last look at the inbox would
+  // never be answered, so its waiting thread gives up with shutting_down.
+  std::atomic<bool> closing{false};
   int64_t started = 0;  // unix seconds, GET /v1/models' `created`
 
   Impl(HttpOptions o, HttpDeps d) : opts(std::move(o)), deps(std::move(d)) {}
@@ -142,6 +145,10 @@ struct HttpFront::Impl {
     if (deps.inbox.stalled()) {
       return error_of(503, "server_error", "stalled",
                       "the engine stalled; the server is ending (see its log)");
+    }
+    if (closing) {
+      return api_error_from_code("shutting_down",
+                                 "the server shut down before this generation finished");
     }
     return std::nullopt;
   }
@@ -358,11 +365,13 @@ void HttpFront::Impl::answer_stream(httplib::Response& res, const std::shared_pt
       timeout.finished.finish_reason = "timeout";
       news.end = timeout;
     }
-    if (!news.end && server_trouble()) {
-      HttpExchange::End stalled;
-      stalled.error_code = "stalled";
-      stalled.error_message = server_trouble()->message;
-      news.end = stalled;
+    if (!news.end) {
+      if (const std::optional<ApiError> trouble = server_trouble()) {
+        HttpExchange::End failed;
+        failed.error_code = trouble->code;
+        failed.error_message = trouble->message;
+        news.end = failed;
+      }
     }
     if (news.end) {
       const HttpExchange::End& end = *news.end;
@@ -426,6 +435,7 @@ void HttpFront::start() {
 void HttpFront::stop() {
   Impl& m = *impl_;
   if (!m.listener.joinable()) return;
+  m.closing = true;
   m.svr.stop();
   m.listener.join();  // returns once every connection thread has finished
 }
