@@ -12,7 +12,10 @@
 # -DLLAMA2_HTTPLIB_DIR=.httplib.
 #
 #   bash benchmarks/http/gpu_http_vs_socket.sh OUT_DIR      (HTTPLIB_DIR=.httplib, NP=1,
-#        MAX_BATCH=512, REQUESTS=1024, ROUNDS=2, DURATION=60, SKIP_BUILD=1 to reuse build-gpu/)
+#        MAX_BATCH=512, REQUESTS=1024, ROUNDS=2, DURATION=60; BUILD_ONLY=1 builds build-gpu/ and
+#        stops, SKIP_BUILD=1 reuses it: two calls when one may last at most 10 minutes)
+# LLAMA2_BIN, MODEL_ARGS and VOCAB (defaults build-gpu/llama2, the 7B synthetic model, 32000) let
+# the same script run on the CPU with a test model (how it was checked before the GPU run).
 # Writes OUT_DIR/{socket,http}-<round>.json, half-load.json, users20.json, server.log, summary.md.
 set -euo pipefail
 OUT=${1:?usage: gpu_http_vs_socket.sh OUT_DIR}
@@ -20,20 +23,27 @@ mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 cd "$(dirname "$0")/../.."
 source launch/env.sh
-HTTPLIB_DIR=$(cd "${HTTPLIB_DIR:-.httplib}" && pwd)
 NP=${NP:-1}
 REQUESTS=${REQUESTS:-1024}
 ROUNDS=${ROUNDS:-2}
 DURATION=${DURATION:-60}
+LLAMA2_BIN=${LLAMA2_BIN:-build-gpu/llama2}
+MODEL_ARGS=${MODEL_ARGS:---model tests/models/small-d64 --synthetic 7b}
+VOCAB=${VOCAB:-32000}
 if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
+  HTTPLIB_DIR=$(cd "${HTTPLIB_DIR:-.httplib}" && pwd) || {
+    echo "no ${HTTPLIB_DIR:-.httplib}/: run benchmarks/http/fetch_httplib.sh on the development machine and carry it" >&2
+    exit 1
+  }
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA2_WERROR=ON \
     -DLLAMA2_HTTPLIB_DIR="$HTTPLIB_DIR" >/dev/null
-  ninja -C build-gpu llama2 | grep -vE "^\[[0-9]+/[0-9]+\] " || true
+  ninja -C build-gpu llama2 >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log" >&2; exit 1; }
 fi
+[[ "${BUILD_ONLY:-0}" == 1 ]] && { echo "built build-gpu/llama2"; exit 0; }
 sock=$(mktemp -u /tmp/llama2-http.XXXXXX.sock)
 timeout 3000 mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$NP" \
   -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS \
-  build-gpu/llama2 serve --model tests/models/small-d64 --synthetic 7b --socket "$sock" \
+  "$LLAMA2_BIN" serve $MODEL_ARGS --socket "$sock" \
   --http 127.0.0.1:0 --served-model-name llama2-7b --max-batch-size "${MAX_BATCH:-512}" \
   --max-queue 4096 --prefill-chunk "${PREFILL_CHUNK:-2048}" ${SERVE_ARGS:-} >"$OUT/server.log" 2>&1 &
 server=$!
@@ -50,25 +60,26 @@ field() { python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["resu
 
 # Warm-up (first steps compile nothing, but allocate and fill caches), then the alternation.
 python3 benchmarks/http/http_load.py --url "$url" --model llama2-7b --endpoint completions \
-  --rate inf --requests 64 >/dev/null
+  --rate inf --requests 64 --vocab "$VOCAB" >/dev/null
 for ((r = 1; r <= ROUNDS; r++)); do
   python3 benchmarks/serve/bench_serve.py --socket "$sock" --rates inf --requests "$REQUESTS" \
-    --prompt-len 128 --max-new-tokens 128 --json "$OUT/socket-$r.json" | tee "$OUT/socket-$r.log"
+    --prompt-len 128 --max-new-tokens 128 --vocab "$VOCAB" --json "$OUT/socket-$r.json" | tee "$OUT/socket-$r.log"
   python3 benchmarks/http/http_load.py --url "$url" --model llama2-7b --endpoint completions \
-    --rate inf --requests "$REQUESTS" --json "$OUT/http-$r.json" | tee "$OUT/http-$r.log"
+    --rate inf --requests "$REQUESTS" --vocab "$VOCAB" --json "$OUT/http-$r.json" | tee "$OUT/http-$r.log"
 done
 # Half load: half of the HTTP saturation's completed requests per second.
 half=$(python3 -c 'import json, sys
 r = json.load(open(sys.argv[1]))["results"]
 print(round(r["completed"] / r["span_s"] / 2, 2))' "$OUT/http-$ROUNDS.json")
 python3 benchmarks/http/http_load.py --url "$url" --model llama2-7b --endpoint completions \
-  --rate "$half" --duration "$DURATION" --json "$OUT/half-load.json" | tee "$OUT/half-load.log"
+  --rate "$half" --duration "$DURATION" --vocab "$VOCAB" --json "$OUT/half-load.json" | tee "$OUT/half-load.log"
 python3 benchmarks/http/http_load.py --url "$url" --model llama2-7b --endpoint chat \
   --rate 20 --duration "$DURATION" --json "$OUT/users20.json" | tee "$OUT/users20.log"
 curl -s "$url/metrics" >"$OUT/metrics.txt" || true
 
 {
-  echo "# HTTP vs Unix socket, 7B synthetic, $(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1), $(git rev-parse --short HEAD)"
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1 || true)
+  echo "# HTTP vs Unix socket: $MODEL_ARGS, ${gpu:-no GPU}, $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
   echo
   echo "| round | socket tok/s | HTTP tok/s | HTTP / socket |"
   echo "| --- | --- | --- | --- |"
