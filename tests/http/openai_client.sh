@@ -54,6 +54,43 @@ code=$(c -o /dev/null -w '%{http_code}' "$BASE/v1/completions" -d '{"model":"tes
 code=$(curl -s -m 10 -o /dev/null -w '%{http_code}' "$BASE/metrics")
 [[ $code == 200 ]] && pass "curl: GET /metrics 200 without a key" || fail "curl metrics: $code"
 
+# ---- a streaming client that stops reading (1 KB receive buffer, never reads) delays nobody: the
+# engine only fills its mailbox; another request meanwhile completes at once, and afterwards no
+# request runs and no KV block is held.
+if python3 - "$PORT" "$API_KEY" >"$TMP/stall.out" 2>&1 <<'PY'
+import json, socket, subprocess, sys, time
+port, key = int(sys.argv[1]), sys.argv[2]
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+s.connect(("127.0.0.1", port))
+body = json.dumps({"model": "test-model", "prompt": "Once", "max_tokens": 450, "ignore_eos": True, "stream": True})
+s.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n"
+           f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}").encode())
+time.sleep(0.5)
+t0 = time.time()
+other = subprocess.run(["curl", "-s", "-m", "30", f"http://127.0.0.1:{port}/v1/completions", "-H", f"Authorization: Bearer {key}",
+                        "-H", "Content-Type: application/json", "-d", json.dumps({"model": "test-model", "prompt": "Hi", "max_tokens": 8})],
+                       capture_output=True, text=True)
+took = time.time() - t0
+assert json.loads(other.stdout)["usage"]["completion_tokens"] >= 1, other.stdout
+print(f"another request completed in {took:.2f} s beside a client that does not read")
+assert took < 20, took
+s.close()  # the stalled stream's connection goes away: its request ends (cancelled or already done)
+for _ in range(300):
+    m = subprocess.run(["curl", "-s", f"http://127.0.0.1:{port}/metrics"], capture_output=True, text=True).stdout
+    v = {l.split()[0]: float(l.split()[1]) for l in m.splitlines() if l.startswith(("llama2_requests_running ", "llama2_kv_cache_usage_ratio "))}
+    if v.get("llama2_requests_running") == 0 and v.get("llama2_kv_cache_usage_ratio") == 0:
+        print("then nothing running and the KV cache empty"); break
+    time.sleep(0.1)
+else:
+    sys.exit(f"still running after 30 s: {v}")
+PY
+then
+  pass "slow reader: $(tr '\n' ';' <"$TMP/stall.out")"
+else
+  fail "slow reader:"; cat "$TMP/stall.out"
+fi
+
 # ---- the OpenAI Node client (drains the server at the end).
 if (cd "$HERE" && timeout 240 node --test openai_client.test.mjs) >"$TMP/node.out" 2>&1; then
   pass "openai node client: $(grep -E '^# (pass|fail)' "$TMP/node.out" | tr '\n' ' ')"
