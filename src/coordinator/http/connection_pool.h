@@ -24,9 +24,12 @@ class ConnectionPool final : public httplib::TaskQueue {
 
   void enqueue(std::function<void()> fn) override {
     std::unique_lock<std::mutex> lock(mu_);
-    if (idle_ == 0 && static_cast<int>(workers_.size()) < max_threads_) {
+    // Idle workers not yet claimed by a job already waiting: a burst of connections arriving
+    // before the woken workers run must still get one thread each.
+    const int free_workers = idle_ - static_cast<int>(jobs_.size());
+    if (free_workers <= 0 && static_cast<int>(workers_.size()) < max_threads_) {
       workers_.emplace_back([this] { work(); });
-    } else if (idle_ == 0 && static_cast<int>(jobs_.size()) >= max_queued_) {
+    } else if (free_workers <= 0 && static_cast<int>(jobs_.size()) - idle_ >= max_queued_) {
       refusals_.push_back(std::move(fn));
       if (!refuser_.joinable()) refuser_ = std::thread([this] { refuse(); });
       cv_.notify_all();
