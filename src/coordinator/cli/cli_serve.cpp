@@ -223,7 +223,7 @@ int serve_on_rank0(Session& session, ServeSettings s) {
   serve_loop(*server, bridge, owner, g_stop, std::chrono::milliseconds(s.shutdown_timeout_ms));
   engine.shutdown(0);
   g_wake_fd = -1;
-  if (http) http->stop();  // its streams got their last events in the drain
+  if (http) http->stop(/*flush_ms=*/2000);  // streams write the drain's last events
   server->stop(/*flush_ms=*/2000);
   std::cerr << "llama2 serve: stopped" << std::endl;
   return 0;

@@ -121,6 +121,9 @@ struct HttpFront::Impl {
   // stop() has begun: a generation posted after the engine loop's last look at the inbox would
   // never be answered, so its waiting thread gives up with shutting_down.
   std::atomic<bool> closing{false};
+  // Streams whose last event has not been written yet: stop() lets them finish first (cpp-httplib
+  // cuts a chunked response short once the server stops).
+  std::atomic<int> open_streams{0};
   int64_t started = 0;  // unix seconds, GET /v1/models' `created`
 
   Impl(HttpOptions o, HttpDeps d) : opts(std::move(o)), deps(std::move(d)) {}
@@ -158,7 +161,7 @@ HttpFront::HttpFront(HttpOptions opts, HttpDeps deps)
     : impl_(std::make_unique<Impl>(std::move(opts), std::move(deps))) {}
 
 HttpFront::~HttpFront() {
-  stop();
+  stop(0);
 }
 
 int HttpFront::port() const {
@@ -395,8 +398,10 @@ void HttpFront::Impl::answer_stream(httplib::Response& res, const std::shared_pt
     if (!out.empty()) return sink.write(out.data(), out.size());
     return sink.is_writable();  // idle: a client that hung up ends the stream
   };
+  ++open_streams;
   res.set_chunked_content_provider("text/event-stream", provider, [this, st](bool) {
     if (!st->ended) command(ServeCommand::Kind::kDisconnect, st->ex);
+    --open_streams;
   });
 }
 
@@ -432,9 +437,13 @@ void HttpFront::start() {
   m.listener = std::thread([&m] { m.svr.listen_after_bind(); });
 }
 
-void HttpFront::stop() {
+void HttpFront::stop(int flush_ms) {
   Impl& m = *impl_;
   if (!m.listener.joinable()) return;
+  // The drain has ended every generation; their streams may still be writing the last events.
+  const auto until = Clock::now() + std::chrono::milliseconds(flush_ms);
+  while (m.open_streams > 0 && Clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   m.closing = true;
   m.svr.stop();
   m.listener.join();  // returns once every connection thread has finished

@@ -57,8 +57,9 @@ class HttpFront {
   // Binds HOST:PORT and starts serving; Error naming the address and the reason on failure.
   void start();
   int port() const;
-  // Stops accepting, ends every connection (generations have ended: the drain is over).
-  void stop();
+  // Lets streams write their last events for up to `flush_ms` (the drain has ended every
+  // generation), then stops accepting and ends every connection.
+  void stop(int flush_ms);
 
   struct Impl;
 

@@ -20,6 +20,6 @@ void HttpFront::start() {}
 int HttpFront::port() const {
   return 0;
 }
-void HttpFront::stop() {}
+void HttpFront::stop(int) {}
 
 }  // namespace llama2
