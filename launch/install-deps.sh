@@ -4,13 +4,15 @@
 #   usage: launch/install-deps.sh [--java|--test]
 #     --java: also the JDK, JNA and JUnit 5;
 #     --test: --java and the test tools (clang 14 with libFuzzer for the fuzz test, clang-format 14,
-#             Python SentencePiece for the chat-format fixture check)
+#             Python SentencePiece for the chat-format fixture check, Node.js + npm and the official
+#             OpenAI Node client, `npm ci` into tests/http/node_modules from the committed lock)
 set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config
   libopenmpi-dev openmpi-bin
   libsentencepiece-dev nlohmann-json3-dev libcxxopts-dev doctest-dev
+  libcpp-httplib-dev  # serve --http (CMake builds without it, and --http is then refused)
   python3  # test helpers (model-file corruption, JSON checks)
   wamerican  # the English word list the demo's readability test checks against
 )
@@ -20,7 +22,7 @@ case "${1:-}" in
   --test) packages+=(default-jdk-headless libjna-java junit5 clang-14 libclang-rt-14-dev clang-format-14
             maven libmaven-compiler-plugin-java libmaven-jar-plugin-java libmaven-resources-plugin-java
             libmaven-install-plugin-java libsurefire-java
-            python3-sentencepiece) ;;
+            python3-sentencepiece nodejs npm curl) ;;
   *)
     echo "install-deps: unknown option '$1' (allowed: --java, --test)" >&2
     exit 2
@@ -33,12 +35,21 @@ for p in "${packages[@]}"; do
 done
 if [[ ${#missing[@]} -eq 0 ]]; then
   echo "install-deps: all ${#packages[@]} packages present"
-  exit 0
+else
+  echo "install-deps: installing ${missing[*]}"
+  SUDO=""
+  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-echo "install-deps: installing ${missing[*]}"
-SUDO=""
-if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# The OpenAI Node client for tests/http/ (npm registry), exactly the committed lock's versions,
+# into the git-ignored tests/http/node_modules.
+if [[ ${1:-} == --test ]]; then
+  http_tests="$(cd "$(dirname "$0")/.." && pwd)/tests/http"
+  if [[ ! -f $http_tests/node_modules/openai/package.json ]]; then
+    echo "install-deps: npm ci in $http_tests"
+    (cd "$http_tests" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+fi

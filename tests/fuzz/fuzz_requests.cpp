@@ -24,6 +24,8 @@
 //    a documented code and an id that is null, an integer or a string of at most 128 bytes;
 //  - an accepted generation has a prompt of valid token ids that fits the limits, and its token
 //    count is at least the byte-length bound (the bound never refuses a prompt that could fit);
+//  - the same payload as an HTTP body (coordinator/http/openai_api.h, chat and completions) is
+//    accepted or refused with 400/404 and a bounded message;
 //  - no exception escapes (building a reply never throws).
 // Build and run: tests/fuzz/run_fuzz.sh (tests/fuzz/README.md records 1,000,000 executions).
 #include <algorithm>
@@ -38,6 +40,7 @@
 #include "common/check.h"
 #include "common/frame.h"
 #include "common/model_config.h"
+#include "coordinator/http/openai_api.h"
 #include "coordinator/serving/protocol.h"
 #include "coordinator/serving/token_bound.h"
 #include "coordinator/text/tokenizer.h"
@@ -124,6 +127,20 @@ void serve_payload(const std::string& payload) {
                s.limits.prompt.max_tokens());
 }
 
+// The HTTP front's view of the same bytes as a request body (coordinator/http/openai_api.h): an
+// answer or an error with an HTTP status and a bounded message, never a crash.
+void http_payload(const std::string& payload) {
+  const Server& s = server();
+  static const llama2::ApiContext ctx{"fuzz-model", s.defaults, s.config};
+  for (llama2::ApiKind kind : {llama2::ApiKind::kChat, llama2::ApiKind::kCompletion}) {
+    const llama2::ApiParse p = llama2::parse_api_request(payload, kind, ctx);
+    if (!p.error) continue;
+    FUZZ_REQUIRE(p.error->status == 400 || p.error->status == 404);
+    FUZZ_REQUIRE(p.error->message.size() <= 4 * llama2::kMaxMessageBytes);
+    (void)llama2::api_error_body(*p.error).dump(-1, ' ', false, json::error_handler_t::replace);
+  }
+}
+
 FrameDecoder::Status drain(FrameDecoder& d, std::vector<std::string>* frames) {
   std::string payload, error;
   FrameDecoder::Status st;
@@ -190,12 +207,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_REQUIRE(drain(again, &one) == FrameDecoder::Status::kNeedMore);
     FUZZ_REQUIRE(one.size() == 1 && one[0] == payload);
     serve_payload(payload);
+    http_payload(payload);
   }
 
   // (2) One payload with repeats expanded.
   if (size > 0 && data[0] == '{') {
     const std::string payload = expand(data, size);
     if (payload.size() >= llama2::kMinFrameBytes) serve_payload(payload);
+    http_payload(payload);
   }
   return 0;
 }

@@ -25,7 +25,7 @@ mkdir -p "$out/seeds" "$out/corpus"
 # a change recompiles what changed). -fno-sanitize-recover: a UBSan report must fail the run.
 sources=(tests/fuzz/fuzz_requests.cpp src/coordinator/serving/protocol.cpp src/coordinator/requests/request.cpp
   src/coordinator/serving/token_bound.cpp src/coordinator/text/tokenizer.cpp
-  src/coordinator/text/chat_format.cpp src/common/frame.cpp
+  src/coordinator/text/chat_format.cpp src/coordinator/http/openai_api.cpp src/common/frame.cpp
   src/common/check.cpp src/common/sampling_params.cpp src/common/model_config.cpp)
 flags=(-std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
   -pthread -I"$root/src" -DFUZZ_MODEL_DIR="\"$root/tests/models/tiny-gqa\"")

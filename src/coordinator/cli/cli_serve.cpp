@@ -13,6 +13,7 @@
 #include "common/check.h"
 #include "coordinator/cli/cli_common.h"
 #include "coordinator/cli/commands.h"
+#include "coordinator/cli/serve_http.h"
 #include "coordinator/cli/session.h"
 #include "coordinator/requests/admission.h"
 #include "coordinator/requests/request_owner.h"
@@ -80,6 +81,7 @@ cxxopts::Options serve_options() {
   add_engine_options(opts);
   add_prefix_caching_options(opts);
   add_sampling_options(opts);
+  add_http_options(opts);
   return opts;
 }
 
@@ -92,6 +94,7 @@ struct ServeSettings {
   std::chrono::milliseconds step_timeout{0};
   SamplingParams defaults;
   bool quiet = false;
+  HttpSettings http;  // --http and its companions (serve_http.h)
 };
 
 ServeSettings serve_settings_from(const cxxopts::ParseResult& args, int max_batch) {
@@ -107,6 +110,7 @@ ServeSettings serve_settings_from(const cxxopts::ParseResult& args, int max_batc
   s.step_timeout = std::chrono::milliseconds(args["step-timeout-ms"].as<int64_t>());
   s.defaults = sampling_from_options(args);
   s.quiet = args.count("quiet") > 0;
+  s.http = http_settings_from(args);
   return s;
 }
 
@@ -168,6 +172,24 @@ int serve_on_rank0(Session& session, ServeSettings s) {
       [&] { return health_event(server.get(), admission, info); },
       [&] { return metrics.render(admission.gauges()); });
   SocketBridge bridge(*server, random_seed());
+  std::unique_ptr<HttpFront> http;
+  if (s.http.enabled) {
+    ServeLimits limits;
+    limits.prompt = aopt.limits;
+    limits.request_timeout_ms = s.server.request_timeout_ms;
+    limits.max_piece_bytes = s.server.max_piece_bytes;
+    const std::string name = s.http.served_model.empty()
+                                 ? default_served_model(settings.model_dir, settings.synthetic)
+                                 : s.http.served_model;
+    http = std::make_unique<HttpFront>(
+        s.http.front, HttpDeps{*server, admission, *session.tokenizer,
+                               ApiContext{name, s.defaults, session.config}, limits,
+                               [&metrics, &admission, name] {
+                                 return metrics.render(admission.gauges()) +
+                                        metrics.render_vllm(admission.gauges(), name);
+                               },
+                               [&] { return health_event(server.get(), admission, info); }});
+  }
   BlockAllocator blocks(session.num_blocks, session.block_size);
   const StepLog step_log = open_step_log(settings.knobs.step_log);
   BatchScheduler scheduler(engine, *session.tokenizer, session.config, blocks,
@@ -176,6 +198,7 @@ int serve_on_rank0(Session& session, ServeSettings s) {
 
   try {
     server->start();
+    if (http) http->start();
   } catch (const std::exception& e) {
     engine.shutdown(1);
     throw ReportedError(e.what());
@@ -185,6 +208,10 @@ int serve_on_rank0(Session& session, ServeSettings s) {
             << settings.max_batch << ", max queue " << s.max_queue << ", max seq len "
             << s.max_seq_len << ", KV " << session.num_blocks << " blocks x " << session.block_size
             << ")" << std::endl;
+  if (http) {
+    std::cerr << "llama2 serve: HTTP on " << s.http.front.host << ":" << http->port()
+              << (s.http.front.api_key.empty() ? "" : " (API key required)") << std::endl;
+  }
   // Started once the socket exists: from here on a stalled step ends the job (watchdog.h).
   const std::chrono::milliseconds step_timeout = s.step_timeout;
   StepWatchdog watchdog(
@@ -196,6 +223,7 @@ int serve_on_rank0(Session& session, ServeSettings s) {
   serve_loop(*server, bridge, owner, g_stop, std::chrono::milliseconds(s.shutdown_timeout_ms));
   engine.shutdown(0);
   g_wake_fd = -1;
+  if (http) http->stop(/*flush_ms=*/2000);  // streams write the drain's last events
   server->stop(/*flush_ms=*/2000);
   std::cerr << "llama2 serve: stopped" << std::endl;
   return 0;
@@ -216,6 +244,7 @@ int run_serve(int argc, char** argv, int rank) {
   int kv_blocks = 0;  // rank 0: max-batch-size sequences of max_seq_len tokens
   start.on_rank0([&] {
     validate_serve_settings(serve);
+    validate_http_settings(serve.http);
     check_sampling_defaults(serve.defaults, start.model);
     serve.max_seq_len = serve_max_seq_len(cl.args, start.model);
     kv_blocks =

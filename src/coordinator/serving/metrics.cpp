@@ -25,15 +25,20 @@ void Histogram::observe(double v) {
   ++count_;
 }
 
-void Histogram::render(const std::string& name, const std::string& help, std::string* out) const {
+void Histogram::render(const std::string& name, const std::string& help, std::string* out,
+                       const std::string& labels) const {
   *out += "# HELP " + name + " " + help + "\n# TYPE " + name + " histogram\n";
+  const std::string lead = labels.empty() ? "" : labels + ",";
+  const std::string own = labels.empty() ? "" : "{" + labels + "}";
   uint64_t cumulative = 0;
   for (size_t i = 0; i < bounds_.size(); ++i) {
     cumulative += counts_[i];
-    *out += name + "_bucket{le=\"" + fmt(bounds_[i]) + "\"} " + std::to_string(cumulative) + "\n";
+    *out += name + "_bucket{" + lead + "le=\"" + fmt(bounds_[i]) + "\"} " +
+            std::to_string(cumulative) + "\n";
   }
-  *out += name + "_bucket{le=\"+Inf\"} " + std::to_string(count_) + "\n";
-  *out += name + "_sum " + fmt(sum_) + "\n" + name + "_count " + std::to_string(count_) + "\n";
+  *out += name + "_bucket{" + lead + "le=\"+Inf\"} " + std::to_string(count_) + "\n";
+  *out += name + "_sum" + own + " " + fmt(sum_) + "\n" + name + "_count" + own + " " +
+          std::to_string(count_) + "\n";
 }
 
 ServeMetrics::ServeMetrics()
@@ -135,6 +140,45 @@ std::string ServeMetrics::render(const Gauges& g) const {
   e2e_.render("llama2_e2e_request_latency_seconds", "Time from arrival to the end of a generation.",
               &out);
   queue_.render("llama2_request_queue_time_seconds", "Time from arrival to admission.", &out);
+  return out;
+}
+
+std::string ServeMetrics::render_vllm(const Gauges& g, const std::string& model) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string m = model;  // a label value: backslash, quote and newline escaped
+  for (size_t i = 0; i < m.size(); ++i) {
+    if (m[i] == '\\' || m[i] == '"' || m[i] == '\n') {
+      m.replace(i, 1, m[i] == '\n' ? "\\n" : std::string("\\") + m[i]);
+      ++i;
+    }
+  }
+  const std::string label = "model_name=\"" + m + "\"";
+  std::string out;
+  const auto one = [&](const char* name, const char* type, const char* help, const std::string& v) {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" +
+           name + "{" + label + "} " + v + "\n";
+  };
+  one("vllm:num_requests_running", "gauge", "Requests in the running batch.",
+      std::to_string(g.running));
+  one("vllm:num_requests_waiting", "gauge", "Requests waiting for admission.",
+      std::to_string(g.waiting));
+  one("vllm:gpu_cache_usage_perc", "gauge", "KV-cache usage, a fraction (1 = full).",
+      fmt(g.kv_blocks_total > 0 ? static_cast<double>(g.kv_blocks_used) / g.kv_blocks_total : 0.0));
+  one("vllm:prompt_tokens_total", "counter", "Prompt tokens of finished requests.",
+      std::to_string(prompt_tokens_));
+  one("vllm:generation_tokens_total", "counter", "Generated tokens of finished requests.",
+      std::to_string(generation_tokens_));
+  out +=
+      "# HELP vllm:request_success_total Finished requests by finish reason.\n"
+      "# TYPE vllm:request_success_total counter\n";
+  for (const auto& [reason, n] : finished_) {
+    out += "vllm:request_success_total{" + label + ",finished_reason=\"" + reason + "\"} " +
+           std::to_string(n) + "\n";
+  }
+  ttft_.render("vllm:time_to_first_token_seconds", "Time to first token.", &out, label);
+  itl_.render("vllm:time_per_output_token_seconds", "Time per output token.", &out, label);
+  e2e_.render("vllm:e2e_request_latency_seconds", "End-to-end request latency.", &out, label);
+  queue_.render("vllm:request_queue_time_seconds", "Time in the queue.", &out, label);
   return out;
 }
 

@@ -18,7 +18,9 @@ class Histogram {
   explicit Histogram(std::vector<double> bounds);
   void observe(double v);
   // Appends `name_bucket{le=...}`, `name_sum`, `name_count` lines.
-  void render(const std::string& name, const std::string& help, std::string* out) const;
+  // `labels` (e.g. model_name="x") is added to every line.
+  void render(const std::string& name, const std::string& help, std::string* out,
+              const std::string& labels = "") const;
 
  private:
   std::vector<double> bounds_;
@@ -53,6 +55,14 @@ class ServeMetrics {
   void request_rejected(const std::string& code);  // queue_full, invalid_request, ...
   void inter_token(double seconds);
   std::string render(const Gauges& g) const;
+  // The same numbers under the vLLM names operators' dashboards already chart (the HTTP front's
+  // GET /metrics adds them), labelled model_name="`model`": vllm:num_requests_running,
+  // vllm:num_requests_waiting, vllm:gpu_cache_usage_perc (a 0-1 fraction, as vLLM's),
+  // vllm:prompt_tokens_total, vllm:generation_tokens_total, vllm:request_success_total
+  // {finished_reason}, and the histograms vllm:time_to_first_token_seconds,
+  // vllm:time_per_output_token_seconds, vllm:e2e_request_latency_seconds,
+  // vllm:request_queue_time_seconds.
+  std::string render_vllm(const Gauges& g, const std::string& model) const;
 
  private:
   mutable std::mutex mu_;

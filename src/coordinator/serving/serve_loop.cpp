@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/check.h"
+#include "coordinator/http/http_exchange.h"
 
 namespace llama2 {
 
@@ -46,10 +47,15 @@ void SocketBridge::submit(ServeCommand& cmd, RequestOwner& owner) {
   r.id_json = json(cmd.id).dump(-1, ' ', false, json::error_handler_t::replace);
   r.stream = cmd.stream;
   r.seed = seed;
+  r.http = std::move(cmd.http);
   std::optional<Refusal> refusal =
       owner.submit(SubmitRequest{id, std::move(cmd.request.prompt), cmd.request.params, seed},
                    cmd.deadline, cmd.conn);
-  if (refusal) {  // the socket thread checked the same limits: only a changed limit gets here
+  if (refusal && r.http) {  // the HTTP thread checked the same limits
+    r.http->fail(refusal->code, refusal->message);
+    routes_.erase(id);
+  } else if (refusal) {  // the socket thread checked the same limits: only a changed limit gets
+                         // here
     server_.send(r.conn, error_event(r.id, refusal->code, refusal->message), r.id, r.serial, true);
     routes_.erase(id);
   }
@@ -57,7 +63,12 @@ void SocketBridge::submit(ServeCommand& cmd, RequestOwner& owner) {
 
 void SocketBridge::on_token(const TokenEvent& ev) {
   const Route& r = routes_.at(ev.id);
-  if (r.stream) {
+  if (r.http) {
+    if (r.stream) {
+      r.http->push_token(ev);
+      touched_.push_back(r.http);
+    }
+  } else if (r.stream) {
     server_.send_quiet(r.conn, SocketServer::token_event(r.id_json, ev.index, ev.token, ev.text),
                        r.id, r.serial, false);
   }
@@ -67,6 +78,16 @@ void SocketBridge::on_finished(const Finished& res, const Timings& t) {
   const auto it = routes_.find(res.id);
   LLAMA2_CHECK(it != routes_.end());
   const Route& r = it->second;
+  if (r.http) {
+    if (res.finish_reason == "shutting_down") {
+      r.http->fail("shutting_down", "the server shut down before this generation finished");
+    } else {
+      r.http->finish(res, t);
+      r.http->notify();
+    }
+    routes_.erase(it);
+    return;
+  }
   json ev;
   if (res.finish_reason == "shutting_down") {
     ev = json{{"event", "error"},
@@ -89,6 +110,11 @@ void SocketBridge::on_finished(const Finished& res, const Timings& t) {
   }
   server_.send(r.conn, ev, r.id, r.serial, true);
   routes_.erase(it);
+}
+
+void SocketBridge::flush() {
+  for (const auto& x : touched_) x->notify();
+  touched_.clear();
 }
 
 json health_event(const SocketServer* server, const Admission& admission, const HealthInfo& info) {
@@ -137,6 +163,7 @@ void serve_loop(SocketServer& server, SocketBridge& bridge, RequestOwner& owner,
     if (!owner.idle()) {
       owner.step();
       server.wake();  // the step's token events went out quietly
+      bridge.flush();
     }
     if (server.draining() && owner.idle()) break;
   }

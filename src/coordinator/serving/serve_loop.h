@@ -8,9 +8,11 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "coordinator/requests/admission.h"
 #include "coordinator/requests/request_messages.h"
@@ -19,7 +21,8 @@
 
 namespace llama2 {
 
-// Where each of the owner's request ids sends its events.
+// Where each of the owner's request ids sends its events: a socket connection, or the mailbox of an
+// HTTP generation (coordinator/http/http_exchange.h); both endpoints share the one inbox.
 class SocketBridge final : public RequestEvents {
  public:
   // `seed` starts the generator of the seeds of requests that give none.
@@ -28,6 +31,8 @@ class SocketBridge final : public RequestEvents {
   // One command of the socket server, as calls on the owner.
   void handle(ServeCommand& cmd, RequestOwner& owner);
   size_t in_flight() const { return routes_.size(); }
+  // After a step: wakes the HTTP threads whose generations got tokens (one wake-up per step).
+  void flush();
 
   void on_token(const TokenEvent& ev) override;
   void on_finished(const Finished& done, const Timings& timings) override;
@@ -40,11 +45,13 @@ class SocketBridge final : public RequestEvents {
     std::string id_json;  // id serialized once for the token events
     bool stream = true;
     uint64_t seed = 0;
+    std::shared_ptr<HttpExchange> http;  // an HTTP generation: events go here
   };
   void submit(ServeCommand& cmd, RequestOwner& owner);
 
   SocketServer& server_;
   std::map<int64_t, Route> routes_;
+  std::vector<std::shared_ptr<HttpExchange>> touched_;  // got tokens this step
   int64_t next_id_ = 0;
   std::mt19937_64 seeder_;
 };

@@ -155,6 +155,12 @@ void SocketServer::stop(int flush_ms) {
   ::unlink(opts_.socket_path.c_str());
 }
 
+void SocketServer::post(ServeCommand cmd) {
+  std::lock_guard<std::mutex> lock(mu_);
+  inbox_.push_back(std::move(cmd));
+  inbox_cv_.notify_one();
+}
+
 std::deque<ServeCommand> SocketServer::take_commands(std::chrono::milliseconds wait) {
   std::unique_lock<std::mutex> lock(mu_);
   if (inbox_.empty() && wait.count() > 0)

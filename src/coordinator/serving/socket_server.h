@@ -14,6 +14,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -28,6 +29,7 @@
 namespace llama2 {
 
 class Tokenizer;
+class HttpExchange;
 
 // The endpoint's own settings; the admission limits (queue, prompt length, in flight per
 // connection) are the request owner's (AdmissionOptions).
@@ -52,6 +54,9 @@ struct ServeCommand {
   ParsedRequest request;  // kGenerate
   bool stream = true;
   std::chrono::steady_clock::time_point arrival, deadline;
+  // A generation of the HTTP front (coordinator/http/): its events go to this mailbox instead of a
+  // socket connection; `conn` and `serial` are then its own kHttpClientBit numbers.
+  std::shared_ptr<HttpExchange> http;
 };
 
 class SocketServer {
@@ -71,6 +76,9 @@ class SocketServer {
   // Flushes pending events (up to `flush_ms`), closes every connection, removes the socket file.
   void stop(int flush_ms);
 
+  // Another endpoint's thread (the HTTP front): a command for the engine, after the same
+  // admission (Admission::reserve) the socket's own commands went through.
+  void post(ServeCommand cmd);
   // Engine thread: commands that arrived, waiting up to `wait` for the first one.
   std::deque<ServeCommand> take_commands(std::chrono::milliseconds wait);
   // Engine thread: queue an event of generation `serial` (client id `id`) for a connection;

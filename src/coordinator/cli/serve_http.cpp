@@ -1,0 +1,100 @@
+#include "coordinator/cli/serve_http.h"
+
+#include <cstdlib>
+#include <iostream>
+
+#include "common/check.h"
+
+namespace llama2 {
+
+void add_http_options(cxxopts::Options& opts) {
+  const HttpOptions d;
+  opts.add_options("HTTP")(
+      "http",
+      "Also serve the OpenAI-compatible HTTP API on HOST:PORT (or PORT: 127.0.0.1); the only TCP "
+      "listener llama2 opens, off unless given",
+      cxxopts::value<std::string>())(
+      "served-model-name",
+      "The model name HTTP requests give (default: the model directory's name)",
+      cxxopts::value<std::string>())(
+      "api-key",
+      "HTTP: require \"Authorization: Bearer KEY\" on /v1/ routes (default: $LLAMA2_API_KEY; "
+      "prefer the variable: arguments are visible to other users in ps)",
+      cxxopts::value<std::string>())(
+      "http-allow-unauthenticated",
+      "HTTP: allow a non-loopback --http host without an API key (prints a warning)")(
+      "http-max-body-bytes", "HTTP: larger request bodies get 413",
+      cxxopts::value<size_t>()->default_value(std::to_string(d.max_body_bytes)))(
+      "http-threads",
+      "HTTP: connection threads, the most concurrent HTTP clients (cpp-httplib serves each "
+      "connection on its own thread)",
+      cxxopts::value<int>()->default_value(std::to_string(d.threads)));
+}
+
+HttpSettings http_settings_from(const cxxopts::ParseResult& args) {
+  HttpSettings s;
+  s.enabled = args.count("http") > 0;
+  if (args.count("served-model-name")) s.served_model = args["served-model-name"].as<std::string>();
+  if (args.count("api-key")) {
+    s.front.api_key = args["api-key"].as<std::string>();
+  } else if (const char* key = std::getenv("LLAMA2_API_KEY")) {
+    s.front.api_key = key;
+  }
+  s.allow_unauthenticated = args.count("http-allow-unauthenticated") > 0;
+  s.front.max_body_bytes = args["http-max-body-bytes"].as<size_t>();
+  s.front.threads = args["http-threads"].as<int>();
+  if (s.enabled) s.spec = args["http"].as<std::string>();
+  return s;
+}
+
+void validate_http_settings(HttpSettings& s) {
+  if (!s.enabled) return;
+  if (!http_front_available()) {
+    throw Error(
+        "--http: this llama2 was built without cpp-httplib (install libcpp-httplib-dev "
+        "or configure with -DLLAMA2_HTTPLIB_DIR=DIR holding httplib.h, then rebuild)");
+  }
+  const std::string& spec = s.spec;
+  const size_t colon = spec.rfind(':');
+  std::string port = spec;
+  if (colon != std::string::npos) {
+    s.front.host = spec.substr(0, colon);
+    port = spec.substr(colon + 1);
+  }
+  char* end = nullptr;
+  const long p = std::strtol(port.c_str(), &end, 10);
+  if (port.empty() || *end != '\0' || p < 0 || p > 65535 || s.front.host.empty()) {
+    throw Error(
+        "--http must be HOST:PORT or PORT with PORT in [0, 65535] (0: any free port) "
+        "(got \"" +
+        spec + "\")");
+  }
+  s.front.port = static_cast<int>(p);
+  if (s.front.threads < 1) {
+    throw Error("--http-threads must be >= 1 (got " + std::to_string(s.front.threads) + ")");
+  }
+  if (s.front.max_body_bytes < 1024) {
+    throw Error("--http-max-body-bytes must be >= 1024 (got " +
+                std::to_string(s.front.max_body_bytes) + ")");
+  }
+  if (!is_loopback_host(s.front.host) && s.front.api_key.empty()) {
+    if (!s.allow_unauthenticated) {
+      throw Error("--http " + s.front.host +
+                  " is not a loopback address and no API key is set: give --api-key (or "
+                  "LLAMA2_API_KEY), or --http-allow-unauthenticated to serve anyone who can "
+                  "reach the port");
+    }
+    std::cerr << "llama2 serve: WARNING: the HTTP API on " << s.front.host
+              << " accepts requests from anyone who can reach it (no API key)" << std::endl;
+  }
+}
+
+std::string default_served_model(const std::string& model_dir, const std::string& synthetic) {
+  if (!synthetic.empty()) return "synthetic-" + synthetic;
+  std::string d = model_dir;
+  while (d.size() > 1 && d.back() == '/') d.pop_back();
+  const size_t slash = d.rfind('/');
+  return slash == std::string::npos ? d : d.substr(slash + 1);
+}
+
+}  // namespace llama2

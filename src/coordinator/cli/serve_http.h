@@ -1,0 +1,33 @@
+// `serve`'s HTTP flags (--http and its companions) and the start of the HTTP front on rank 0,
+// apart from cli_serve.cpp so that the command itself stays a short list of named parts.
+#pragma once
+
+#include <cxxopts.hpp>
+#include <memory>
+#include <string>
+
+#include "coordinator/http/http_front.h"
+
+namespace llama2 {
+
+struct HttpSettings {
+  bool enabled = false;  // --http given
+  std::string spec;      // its value, parsed into front.host / front.port by validate
+  HttpOptions front;
+  std::string served_model;  // --served-model-name; "" until resolved against --model
+  bool allow_unauthenticated = false;
+};
+
+void add_http_options(cxxopts::Options& opts);
+// Reads the flags and LLAMA2_API_KEY (--api-key wins); nothing checked yet (every rank).
+HttpSettings http_settings_from(const cxxopts::ParseResult& args);
+// Rank 0, before the engine opens: parses --http into front.host / front.port; Error naming the
+// flag and the allowed values, e.g. a non-loopback host without --api-key or
+// --http-allow-unauthenticated, or --http in a build without cpp-httplib. Prints the warning for
+// an unauthenticated non-loopback front.
+void validate_http_settings(HttpSettings& s);
+// The name /v1/models reports and requests must give: --served-model-name, else the model
+// directory's last component (or "synthetic-NAME").
+std::string default_served_model(const std::string& model_dir, const std::string& synthetic);
+
+}  // namespace llama2

@@ -1,0 +1,452 @@
+// The HTTP front on cpp-httplib (compiled only where its header was found; see http_front.h).
+#include "coordinator/http/http_front.h"
+
+#include <arpa/inet.h>
+#include <httplib.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <random>
+#include <thread>
+
+#include "common/check.h"
+#include "coordinator/http/connection_pool.h"
+#include "coordinator/http/http_exchange.h"
+#include "coordinator/serving/socket_server.h"
+
+namespace llama2 {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// How often a waiting connection thread looks at its client and the server's state.
+constexpr std::chrono::milliseconds kPollInterval{100};
+
+std::string dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  if (e.status == 429 || e.status == 503) res.set_header("Retry-After", "1");
+  res.set_content(dump(api_error_body(e)), "application/json");
+}
+
+ApiError error_of(int status, const std::string& type, const std::string& code,
+                  const std::string& message) {
+  ApiError e;
+  e.status = status;
+  e.type = type;
+  e.code = code;
+  e.message = message;
+  return e;
+}
+
+// cpp-httplib 0.11 does not tell a handler its socket; the connection's 4-tuple finds it, so that
+// a thread waiting for a non-streamed answer notices a client that hung up. -1 if not found.
+int connection_fd(const httplib::Request& req) {
+  for (int fd = 3; fd < 65536; ++fd) {
+    sockaddr_storage local{}, peer{};
+    socklen_t ll = sizeof(local), pl = sizeof(peer);
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) != 0) {
+      if (errno == EBADF && fd > 4096) break;
+      continue;
+    }
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0) continue;
+    char host[INET6_ADDRSTRLEN] = {};
+    int lport = -1, pport = -1;
+    if (peer.ss_family == AF_INET) {
+      const auto* p = reinterpret_cast<const sockaddr_in*>(&peer);
+      ::inet_ntop(AF_INET, &p->sin_addr, host, sizeof(host));
+      pport = ntohs(p->sin_port);
+      lport = ntohs(reinterpret_cast<const sockaddr_in*>(&local)->sin_port);
+    } else if (peer.ss_family == AF_INET6) {
+      const auto* p = reinterpret_cast<const sockaddr_in6*>(&peer);
+      ::inet_ntop(AF_INET6, &p->sin6_addr, host, sizeof(host));
+      pport = ntohs(p->sin6_port);
+      lport = ntohs(reinterpret_cast<const sockaddr_in6*>(&local)->sin6_port);
+    } else {
+      continue;
+    }
+    if (pport == req.remote_port && lport == req.local_port && req.remote_addr == host) return fd;
+  }
+  return -1;
+}
+
+// False once the client has closed its side (or the connection broke).
+bool client_alive(int fd) {
+  if (fd < 0) return true;
+  pollfd p{fd, static_cast<short>(POLLIN | POLLRDHUP), 0};
+  if (::poll(&p, 1, 0) <= 0) return true;
+  if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return false;
+  char c;
+  return ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) != 0;
+}
+
+std::string sse(const json& j) {
+  return "data: " + dump(j) + "\n\n";
+}
+
+std::string random_hex() {
+  static std::atomic<uint64_t> counter{0};
+  thread_local std::mt19937_64 gen(std::random_device{}());
+  char b[40];
+  std::snprintf(b, sizeof(b), "%016llx%08llx", static_cast<unsigned long long>(gen()),
+                static_cast<unsigned long long>(counter.fetch_add(1) & 0xffffffffu));
+  return b;
+}
+
+}  // namespace
+
+bool http_front_available() {
+  return true;
+}
+
+struct HttpFront::Impl {
+  HttpOptions opts;
+  HttpDeps deps;
+  httplib::Server svr;
+  std::thread listener;
+  int listen_fd = -1;
+  int bound_port = 0;
+  std::atomic<uint64_t> next_client{1};
+  // stop() has begun: a generation posted after the engine loop's last look at the inbox would
+  // never be answered, so its waiting thread gives up with shutting_down.
+  std::atomic<bool> closing{false};
+  // Streams whose last event has not been written yet: stop() lets them finish first (cpp-httplib
+  // cuts a chunked response short once the server stops).
+  std::atomic<int> open_streams{0};
+  int64_t started = 0;  // unix seconds, GET /v1/models' `created`
+
+  Impl(HttpOptions o, HttpDeps d) : opts(std::move(o)), deps(std::move(d)) {}
+
+  void routes();
+  httplib::Server::HandlerResponse before_routing(const httplib::Request& req,
+                                                  httplib::Response& res);
+  void generate(const httplib::Request& req, httplib::Response& res, ApiKind kind);
+  void answer_whole(const httplib::Request& req, httplib::Response& res,
+                    const std::shared_ptr<HttpExchange>& ex, const ApiResponseHead& head,
+                    Clock::time_point deadline);
+  void answer_stream(httplib::Response& res, const std::shared_ptr<HttpExchange>& ex,
+                     const ApiResponseHead& head, bool include_usage, Clock::time_point deadline);
+  void command(ServeCommand::Kind kind, const std::shared_ptr<HttpExchange>& ex) {
+    ServeCommand cmd;
+    cmd.kind = kind;
+    cmd.conn = cmd.serial = ex->client();
+    deps.inbox.post(std::move(cmd));
+  }
+  // The error an unfinished generation gets from the server's state, if any.
+  std::optional<ApiError> server_trouble() const {
+    if (deps.inbox.stalled()) {
+      return error_of(503, "server_error", "stalled",
+                      "the engine stalled; the server is ending (see its log)");
+    }
+    if (closing) {
+      return api_error_from_code("shutting_down",
+                                 "the server shut down before this generation finished");
+    }
+    return std::nullopt;
+  }
+};
+
+HttpFront::HttpFront(HttpOptions opts, HttpDeps deps)
+    : impl_(std::make_unique<Impl>(std::move(opts), std::move(deps))) {}
+
+HttpFront::~HttpFront() {
+  stop(0);
+}
+
+int HttpFront::port() const {
+  return impl_->bound_port;
+}
+
+httplib::Server::HandlerResponse HttpFront::Impl::before_routing(const httplib::Request& req,
+                                                                 httplib::Response& res) {
+  if (ConnectionPool::refusing()) {  // no thread free and the waiting list full
+    res.set_header("Connection", "close");
+    send_error(res, error_of(503, "server_error", "server_busy",
+                             "every connection thread is busy (--http-threads " +
+                                 std::to_string(opts.threads) + "); retry later"));
+    return httplib::Server::HandlerResponse::Handled;
+  }
+  // /health and /metrics stay open (load balancers and Prometheus carry no key), as vLLM does.
+  if (!opts.api_key.empty() && req.path.rfind("/v1/", 0) == 0) {
+    const std::string auth = req.get_header_value("Authorization");
+    const std::string prefix = "Bearer ";
+    const bool ok =
+        auth.rfind(prefix, 0) == 0 && same_secret(auth.substr(prefix.size()), opts.api_key);
+    if (!ok) {
+      ApiError e = error_of(
+          401, "invalid_request_error", "invalid_api_key",
+          auth.empty() ? "missing \"Authorization: Bearer <key>\" header" : "invalid API key");
+      send_error(res, e);
+      return httplib::Server::HandlerResponse::Handled;
+    }
+  }
+  return httplib::Server::HandlerResponse::Unhandled;
+}
+
+void HttpFront::Impl::routes() {
+  svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    return before_routing(req, res);
+  });
+  svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    generate(req, res, ApiKind::kCompletion);
+  });
+  svr.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    generate(req, res, ApiKind::kChat);
+  });
+  svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(dump(api_models(deps.api.served_model, started)), "application/json");
+  });
+  svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    json h = deps.health();
+    h.erase("event");
+    const std::string status = h.value("status", "ready");
+    res.status = status == "ready" ? 200 : 503;
+    res.set_content(dump(h), "application/json");
+  });
+  svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(deps.metrics(), "text/plain; version=0.0.4");
+  });
+  // Every other error (unknown path 404, wrong method, body over the limit 413, unreadable
+  // request 400) in OpenAI's shape; the handlers' own errors already have a body.
+  svr.set_error_handler(httplib::Server::HandlerWithResponse(
+      [this](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        ApiError e = error_of(res.status, "invalid_request_error", "", "");
+        if (res.status == 404) {
+          e.code = "not_found";
+          e.message = "no route " + req.method + " " + quote(req.path) +
+                      " (routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, "
+                      "GET /health, GET /metrics)";
+        } else if (res.status == 413) {
+          e.code = "body_too_large";
+          e.message = "the request body exceeds --http-max-body-bytes (" +
+                      std::to_string(opts.max_body_bytes) + ")";
+        } else {
+          e.code = "invalid_request";
+          e.message = "the request could not be read (HTTP " + std::to_string(res.status) + ")";
+        }
+        res.set_content(dump(api_error_body(e)), "application/json");
+        return httplib::Server::HandlerResponse::Handled;
+      }));
+}
+
+void HttpFront::Impl::generate(const httplib::Request& req, httplib::Response& res, ApiKind kind) {
+  Admission& admission = deps.admission;
+  const auto refuse = [&](const ApiError& e) {
+    admission.count_refusal(e.code.empty() ? "invalid_request" : e.code);
+    send_error(res, e);
+  };
+  if (auto trouble = server_trouble()) return refuse(*trouble);
+  if (deps.inbox.draining()) {
+    return refuse(api_error_from_code(
+        "shutting_down", "the server is shutting down and accepts no new generations"));
+  }
+  ApiParse parsed = parse_api_request(req.body, kind, deps.api);
+  if (parsed.error) return refuse(*parsed.error);
+  // The request owner's admission, as the socket endpoint applies it: a place in the queue
+  // (an HTTP/1.1 connection has one request in flight, so no per-connection limit applies).
+  if (auto refusal = admission.reserve(0)) {
+    return send_error(res, api_error_from_code(refusal->code, refusal->message));  // counted
+  }
+  ApiResponseHead head;
+  head.kind = kind;
+  head.id = (kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-") + random_hex();
+  head.created = static_cast<int64_t>(std::time(nullptr));
+  head.model = deps.api.served_model;
+  // Tokenized here, on this connection's own thread, then the one prompt-length check.
+  FrameRequest fr;
+  fr.op = FrameRequest::Op::kGenerate;
+  fr.id = head.id;
+  fr.request = std::move(parsed.request.request);
+  const json refusal = tokenize_frame_request(fr, deps.tokenizer, deps.api.config, deps.limits);
+  if (!refusal.is_null() || deps.inbox.draining()) {
+    admission.unreserve();
+    ApiError e = refusal.is_null()
+                     ? api_error_from_code("shutting_down", "the server began shutting down")
+                     : api_error_from_code(refusal.value("code", "invalid_request"),
+                                           refusal.value("message", ""));
+    return refuse(e);
+  }
+  const auto ex = std::make_shared<HttpExchange>(kHttpClientBit | next_client.fetch_add(1));
+  const Clock::time_point now = Clock::now();
+  ServeCommand cmd;
+  cmd.kind = ServeCommand::Kind::kGenerate;
+  cmd.conn = cmd.serial = ex->client();
+  cmd.id = head.id;
+  cmd.request = std::move(fr.request);
+  cmd.stream = parsed.request.stream;
+  cmd.arrival = now;
+  cmd.deadline = now + std::chrono::milliseconds(deps.limits.request_timeout_ms);
+  cmd.http = ex;
+  deps.inbox.post(std::move(cmd));
+  // Past the deadline the owner ends the generation itself ("timeout", with its text); only when
+  // the engine is inside a stuck step does this thread answer alone, after the same grace as the
+  // socket endpoint.
+  const Clock::time_point give_up = now +
+                                    std::chrono::milliseconds(deps.limits.request_timeout_ms) +
+                                    SocketServer::kDeadlineGrace;
+  if (parsed.request.stream) {
+    answer_stream(res, ex, head, parsed.request.include_usage, give_up);
+  } else {
+    answer_whole(req, res, ex, head, give_up);
+  }
+}
+
+void HttpFront::Impl::answer_whole(const httplib::Request& req, httplib::Response& res,
+                                   const std::shared_ptr<HttpExchange>& ex,
+                                   const ApiResponseHead& head, Clock::time_point give_up) {
+  const int fd = connection_fd(req);
+  for (;;) {
+    HttpExchange::News news = ex->take(kPollInterval);
+    if (news.end) {
+      const HttpExchange::End& end = *news.end;
+      if (!end.error_code.empty())
+        return send_error(res, api_error_from_code(end.error_code, end.error_message));
+      const Finished& f = end.finished;
+      ApiResult r{f.finish_reason, f.prompt_tokens, static_cast<int>(f.tokens.size()), f.text};
+      return res.set_content(dump(api_response(head, r)), "application/json");
+    }
+    if (auto trouble = server_trouble()) return send_error(res, *trouble);
+    if (Clock::now() >= give_up) {
+      command(ServeCommand::Kind::kExpired, ex);
+      return res.set_content(dump(api_response(head, ApiResult{"timeout", 0, 0, ""})),
+                             "application/json");
+    }
+    if (!client_alive(fd)) return command(ServeCommand::Kind::kDisconnect, ex);
+  }
+}
+
+namespace {
+// One stream's progress, shared by the content provider's calls and its releaser.
+struct StreamState {
+  std::shared_ptr<HttpExchange> ex;
+  ApiResponseHead head;
+  bool include_usage = false;
+  bool started = false;  // the role chunk (chat) went out
+  bool ended = false;    // [DONE] went out: nothing to cancel
+  Clock::time_point give_up;
+};
+}  // namespace
+
+void HttpFront::Impl::answer_stream(httplib::Response& res, const std::shared_ptr<HttpExchange>& ex,
+                                    const ApiResponseHead& head, bool include_usage,
+                                    Clock::time_point give_up) {
+  auto st = std::make_shared<StreamState>();
+  st->ex = ex;
+  st->head = head;
+  st->include_usage = include_usage;
+  st->give_up = give_up;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  const auto provider = [this, st](size_t, httplib::DataSink& sink) -> bool {
+    std::string out;
+    const bool usage_null = st->include_usage;
+    if (!st->started && st->head.kind == ApiKind::kChat)
+      out += sse(api_chunk(st->head, "", true, nullptr, usage_null));
+    st->started = true;
+    HttpExchange::News news =
+        st->ex->take(out.empty() ? kPollInterval : std::chrono::milliseconds(0));
+    // ---- logprobs: emit HttpExchange::Token's logprobs in each chunk here once they exist.
+    for (const HttpExchange::Token& t : news.tokens) {
+      if (!t.text.empty()) out += sse(api_chunk(st->head, t.text, false, nullptr, usage_null));
+    }
+    if (news.overflowed) return false;  // the releaser cancels the generation
+    if (!news.end && Clock::now() >= st->give_up) {
+      command(ServeCommand::Kind::kExpired, st->ex);
+      HttpExchange::End timeout;
+      timeout.finished.finish_reason = "timeout";
+      news.end = timeout;
+    }
+    if (!news.end) {
+      if (const std::optional<ApiError> trouble = server_trouble()) {
+        HttpExchange::End failed;
+        failed.error_code = trouble->code;
+        failed.error_message = trouble->message;
+        news.end = failed;
+      }
+    }
+    if (news.end) {
+      const HttpExchange::End& end = *news.end;
+      if (!end.error_code.empty()) {
+        // Headers (200) are out: the error travels as an event, as OpenAI's streams do.
+        ApiError e = api_error_from_code(end.error_code, end.error_message);
+        out += sse(api_error_body(e));
+      } else {
+        const Finished& f = end.finished;
+        out += sse(api_chunk(st->head, "", false, &f.finish_reason, usage_null));
+        if (st->include_usage) {
+          out += sse(api_usage_chunk(st->head, f.prompt_tokens, static_cast<int>(f.tokens.size())));
+        }
+      }
+      out += "data: [DONE]\n\n";
+      st->ended = true;
+      if (!sink.write(out.data(), out.size())) return false;
+      sink.done();
+      return true;
+    }
+    if (!out.empty()) return sink.write(out.data(), out.size());
+    return sink.is_writable();  // idle: a client that hung up ends the stream
+  };
+  ++open_streams;
+  res.set_chunked_content_provider("text/event-stream", provider, [this, st](bool) {
+    if (!st->ended) command(ServeCommand::Kind::kDisconnect, st->ex);
+    --open_streams;
+  });
+}
+
+void HttpFront::start() {
+  Impl& m = *impl_;
+  m.started = static_cast<int64_t>(std::time(nullptr));
+  m.routes();
+  m.svr.set_payload_max_length(m.opts.max_body_bytes);
+  m.svr.set_tcp_nodelay(true);  // one small write per token: Nagle would hold them back
+  const int threads = m.opts.threads, queued = m.opts.queued_connections;
+  m.svr.new_task_queue = [threads, queued] { return new ConnectionPool(threads, queued); };
+  // The listening socket: SO_REUSEADDR only (cpp-httplib's default adds SO_REUSEPORT, which would
+  // let a second server bind the same port silently); its descriptor is kept to raise the backlog.
+  m.svr.set_socket_options([&m](socket_t fd) {
+    const int yes = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    m.listen_fd = fd;
+  });
+  std::string host = m.opts.host;
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  const bool bound = m.opts.port == 0 ? (m.bound_port = m.svr.bind_to_any_port(host)) > 0
+                                      : m.svr.bind_to_port(host, m.opts.port);
+  if (!bound) {
+    throw Error("--http " + m.opts.host + ":" + std::to_string(m.opts.port) +
+                ": cannot listen there (" + std::strerror(errno) +
+                "; is the port in use or the host not an address of this machine?)");
+  }
+  if (m.opts.port != 0) m.bound_port = m.opts.port;
+  // cpp-httplib listens with a backlog of 5: a burst of clients connecting at once would see
+  // refused or retried SYNs. listen() again on the bound socket only raises the backlog.
+  if (m.listen_fd >= 0) ::listen(m.listen_fd, SOMAXCONN);
+  m.listener = std::thread([&m] { m.svr.listen_after_bind(); });
+}
+
+void HttpFront::stop(int flush_ms) {
+  Impl& m = *impl_;
+  if (!m.listener.joinable()) return;
+  // The drain has ended every generation; their streams may still be writing the last events.
+  const auto until = Clock::now() + std::chrono::milliseconds(flush_ms);
+  while (m.open_streams > 0 && Clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  m.closing = true;
+  m.svr.stop();
+  m.listener.join();  // returns once every connection thread has finished
+}
+
+}  // namespace llama2

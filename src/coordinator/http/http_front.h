@@ -1,0 +1,76 @@
+// `llama2 serve --http HOST:PORT`: the OpenAI-compatible HTTP front on rank 0 (docs/PROTOCOL.md,
+// "HTTP"), a second endpoint beside the Unix socket on the same request owner. It applies the
+// same admission (Admission::reserve, prompt_length_error through tokenize_frame_request) on its
+// own connection threads and posts its generations into the socket server's inbox, so the one
+// engine loop (serve_loop) serves both; SocketBridge routes each request's events to its
+// HttpExchange. No HTTP library type appears here: the front is built only where cpp-httplib was
+// found at configure time (http_front_available()), and `--http` is refused clearly otherwise.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "coordinator/http/openai_api.h"
+#include "coordinator/requests/admission.h"
+#include "coordinator/serving/protocol.h"
+
+namespace llama2 {
+
+class SocketServer;
+class Tokenizer;
+
+struct HttpOptions {
+  std::string host = "127.0.0.1";
+  int port = 0;                      // 0: any free port (reported by port())
+  std::string api_key;               // "": no authentication (loopback only unless allowed)
+  size_t max_body_bytes = 4u << 20;  // a larger body gets 413
+  // cpp-httplib keeps a thread per connection for the connection's whole life (keep-alive
+  // included), so the pool bounds the concurrent clients: 1024 holds the 512 concurrent streams
+  // the issue asks for with room for short requests and idle keep-alive connections.
+  int threads = 1024;
+  // Accepted connections waiting for a free thread; beyond this they are answered 503
+  // server_busy at once by a refusal thread instead of waiting without bound.
+  int queued_connections = 256;
+};
+
+// What the front shares with the rest of serve.
+struct HttpDeps {
+  SocketServer& inbox;  // the one inbox; its drain and stall state
+  Admission& admission;
+  const Tokenizer& tokenizer;
+  ApiContext api;
+  ServeLimits limits;                      // the socket endpoint's: prompt limits, request timeout
+  std::function<std::string()> metrics;    // Prometheus text for GET /metrics
+  std::function<nlohmann::json()> health;  // the `health` event (docs/PROTOCOL.md)
+};
+
+// False when this binary was built without cpp-httplib.
+bool http_front_available();
+
+class HttpFront {
+ public:
+  HttpFront(HttpOptions opts, HttpDeps deps);
+  ~HttpFront();
+  // Binds HOST:PORT and starts serving; Error naming the address and the reason on failure.
+  void start();
+  int port() const;
+  // Lets streams write their last events for up to `flush_ms` (the drain has ended every
+  // generation), then stops accepting and ends every connection.
+  void stop(int flush_ms);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// "127.0.0.1", "::1", "localhost" and the rest of 127.0.0.0/8.
+bool is_loopback_host(const std::string& host);
+// Constant-time comparison of a presented secret with the configured one: the time depends only
+// on the configured key's length, never on where the first difference is.
+bool same_secret(const std::string& presented, const std::string& key);
+
+}  // namespace llama2

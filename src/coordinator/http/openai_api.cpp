@@ -1,0 +1,323 @@
+#include "coordinator/http/openai_api.h"
+
+#include <set>
+
+#include "common/frame.h"
+#include "coordinator/text/tokenizer.h"
+
+namespace llama2 {
+
+using nlohmann::json;
+
+namespace {
+
+// Keys both endpoints take. `user` is accepted and ignored (OpenAI's abuse tracking id);
+// top_k, repetition_penalty and ignore_eos are the extensions vLLM also takes.
+const std::set<std::string> kCommonKeys = {"model",
+                                           "max_tokens",
+                                           "temperature",
+                                           "top_p",
+                                           "seed",
+                                           "stop",
+                                           "n",
+                                           "presence_penalty",
+                                           "frequency_penalty",
+                                           "user",
+                                           "stream",
+                                           "stream_options",
+                                           "logprobs",
+                                           "logit_bias",
+                                           "top_k",
+                                           "repetition_penalty",
+                                           "ignore_eos"};
+const std::set<std::string> kCompletionKeys = {"prompt", "echo", "best_of", "suffix"};
+const std::set<std::string> kChatKeys = {
+    "messages",      "max_completion_tokens", "top_logprobs",
+    "tools",         "tool_choice",           "functions",
+    "function_call", "response_format",       "parallel_tool_calls"};
+// Sampling keys whose name is the same in both protocols.
+const char* const kSameKeys[] = {"temperature",
+                                 "top_p",
+                                 "seed",
+                                 "stop",
+                                 "top_k",
+                                 "repetition_penalty",
+                                 "presence_penalty",
+                                 "frequency_penalty",
+                                 "ignore_eos"};
+
+ApiError invalid(const std::string& message, const std::string& param,
+                 const std::string& code = "invalid_request") {
+  ApiError e;
+  e.status = 400;
+  e.code = code;
+  e.message = message;
+  e.param = param;
+  return e;
+}
+
+ApiError unsupported(const std::string& param, const std::string& what) {
+  return invalid(what + " is not supported by this server", param, "unsupported_parameter");
+}
+
+bool given(const json& j, const char* key) {
+  const auto it = j.find(key);
+  return it != j.end() && !it->is_null();
+}
+
+std::string list(const std::set<std::string>& a, const std::set<std::string>& b) {
+  std::set<std::string> all = a;
+  all.insert(b.begin(), b.end());
+  std::string s;
+  for (const auto& k : all) s += (s.empty() ? "" : ", ") + k;
+  return s;
+}
+
+// What OpenAI defines and this server does not do; nullopt when the body asks for none of it.
+std::optional<ApiError> refuse_unsupported(const json& j, ApiKind kind) {
+  if (given(j, "n") && !(j["n"].is_number_integer() && j["n"].get<int64_t>() == 1))
+    return invalid("\"n\" must be 1 (one choice per request; got " + quote_json(j["n"]) + ")", "n");
+  if (given(j, "logit_bias") && !(j["logit_bias"].is_object() && j["logit_bias"].empty()))
+    return unsupported("logit_bias", "\"logit_bias\"");
+  // ---- logprobs: refused until TokenEvent carries them (issue 17's logprobs work, h12). When it
+  // lands, map TokenEvent::logprob / top_logprobs in http_exchange.cpp (marked there) and accept
+  // logprobs / top_logprobs here.
+  if (kind == ApiKind::kChat) {
+    if ((given(j, "logprobs") && !(j["logprobs"].is_boolean() && !j["logprobs"].get<bool>())) ||
+        given(j, "top_logprobs")) {
+      return invalid("\"logprobs\" / \"top_logprobs\" are not yet supported by this server",
+                     given(j, "top_logprobs") ? "top_logprobs" : "logprobs",
+                     "unsupported_parameter");
+    }
+  } else if (given(j, "logprobs") &&
+             !(j["logprobs"].is_number_integer() && j["logprobs"].get<int64_t>() == 0)) {
+    return invalid("\"logprobs\" is not yet supported by this server", "logprobs",
+                   "unsupported_parameter");
+  }
+  if (kind == ApiKind::kCompletion) {
+    if (given(j, "echo") && !(j["echo"].is_boolean() && !j["echo"].get<bool>()))
+      return unsupported("echo", "\"echo\": true");
+    if (given(j, "best_of") && !(j["best_of"].is_number_integer() && j["best_of"] == 1))
+      return unsupported("best_of", "\"best_of\" other than 1");
+    if (given(j, "suffix")) return unsupported("suffix", "\"suffix\"");
+    return std::nullopt;
+  }
+  for (const char* k : {"tools", "functions"}) {
+    if (given(j, k) && !(j[k].is_array() && j[k].empty()))
+      return unsupported(k, std::string("\"") + k + "\" (tool calls)");
+  }
+  for (const char* k : {"tool_choice", "function_call"}) {
+    if (given(j, k) && !(j[k].is_string() && j[k] == "none"))
+      return unsupported(k, std::string("\"") + k + "\" other than \"none\"");
+  }
+  if (given(j, "response_format")) {
+    const json& f = j["response_format"];
+    if (!(f.is_object() && f.value("type", json()) == "text"))
+      return unsupported("response_format", "\"response_format\" other than {\"type\": \"text\"}");
+  }
+  return std::nullopt;
+}
+
+// The prompt of /v1/completions: a string, an array of token ids, or an array of one of either.
+std::optional<ApiError> translate_prompt(const json& j, json* out) {
+  if (!given(j, "prompt")) return invalid("\"prompt\" is required", "prompt");
+  json p = j["prompt"];
+  if (p.is_array() && p.size() == 1 && (p[0].is_string() || p[0].is_array())) p = p[0];
+  if (p.is_string()) {
+    (*out)["prompt"] = p;
+  } else if (p.is_array() && !p.empty() && p[0].is_number()) {
+    (*out)["prompt_tokens"] = p;  // every id is checked by parse_request_fields
+  } else {
+    return invalid(
+        "\"prompt\" must be a string or an array of token ids (one prompt per request; got " +
+            quote_json(p) + ")",
+        "prompt");
+  }
+  return std::nullopt;
+}
+
+// The one max-tokens key the client used (max_completion_tokens wins, as OpenAI documents).
+const char* max_tokens_key(const json& j, ApiKind kind) {
+  if (kind == ApiKind::kChat && given(j, "max_completion_tokens")) return "max_completion_tokens";
+  return given(j, "max_tokens") ? "max_tokens" : nullptr;
+}
+
+// parse_request_fields names the project's keys; the client wrote OpenAI's.
+std::string in_client_terms(std::string message, const char* max_key) {
+  if (max_key == nullptr) return message;
+  const std::string from = "max_new_tokens";
+  for (size_t at = message.find(from); at != std::string::npos; at = message.find(from, at))
+    message.replace(at, from.size(), max_key);
+  return message;
+}
+
+}  // namespace
+
+json api_error_body(const ApiError& e) {
+  return json{{"error",
+               {{"message", e.message},
+                {"type", e.type},
+                {"param", e.param.empty() ? json(nullptr) : json(e.param)},
+                {"code", e.code.empty() ? json(nullptr) : json(e.code)}}}};
+}
+
+ApiError api_error_from_code(const std::string& code, const std::string& message) {
+  ApiError e;
+  e.code = code;
+  e.message = message;
+  if (code == "invalid_request" || code == "prompt_too_long") {
+    e.status = 400;
+  } else if (code == "queue_full" || code == "too_many_in_flight") {
+    e.status = 429;
+    e.type = "rate_limit_error";
+  } else if (code == "shutting_down") {
+    e.status = 503;
+    e.type = "server_error";
+  } else {
+    e.status = 500;
+    e.type = "server_error";
+  }
+  return e;
+}
+
+ApiParse parse_api_request(const std::string& body, ApiKind kind, const ApiContext& ctx) {
+  ApiParse out;
+  const auto fail = [&](ApiError e) {
+    out.error = std::move(e);
+    return out;
+  };
+  if (!is_valid_utf8(body)) return fail(invalid("the body is not valid UTF-8", ""));
+  if (json_nesting_exceeds(body, kMaxJsonDepth)) {
+    return fail(invalid(
+        "the body nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels", ""));
+  }
+  const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return fail(invalid("the body is not valid JSON", ""));
+  if (!j.is_object()) return fail(invalid("the body must be a JSON object", ""));
+  const std::set<std::string>& own = kind == ApiKind::kChat ? kChatKeys : kCompletionKeys;
+  for (const auto& item : j.items()) {
+    if (!kCommonKeys.count(item.key()) && !own.count(item.key())) {
+      return fail(invalid(
+          "unknown parameter " + quote(item.key()) + " (allowed: " + list(kCommonKeys, own) + ")",
+          item.key()));
+    }
+  }
+  // The model before any value: a client talking to the wrong server learns that first.
+  if (!given(j, "model") || !j["model"].is_string())
+    return fail(invalid("\"model\" is required (a string: \"" + ctx.served_model + "\")", "model"));
+  out.request.model = j["model"].get<std::string>();
+  if (out.request.model != ctx.served_model) {
+    ApiError e = invalid("the model " + quote(out.request.model) +
+                             " does not exist (this server serves \"" + ctx.served_model + "\")",
+                         "model", "model_not_found");
+    e.status = 404;
+    return fail(e);
+  }
+  if (auto e = refuse_unsupported(j, kind)) return fail(*e);
+
+  out.request.kind = kind;
+  if (given(j, "stream")) {
+    if (!j["stream"].is_boolean())
+      return fail(invalid("\"stream\" must be true or false", "stream"));
+    out.request.stream = j["stream"].get<bool>();
+  }
+  if (given(j, "stream_options")) {
+    const json& so = j["stream_options"];
+    if (!out.request.stream)
+      return fail(
+          invalid("\"stream_options\" is only allowed with \"stream\": true", "stream_options"));
+    if (!so.is_object() || (so.contains("include_usage") && !so["include_usage"].is_boolean()))
+      return fail(
+          invalid("\"stream_options\" must be {\"include_usage\": true|false}", "stream_options"));
+    out.request.include_usage = so.value("include_usage", false);
+  }
+
+  // The project's request object: the same validation as the socket protocol and `batch`.
+  json mine = json::object();
+  for (const char* k : kSameKeys)
+    if (given(j, k)) mine[k] = j[k];
+  const char* max_key = max_tokens_key(j, kind);
+  if (max_key != nullptr) mine["max_new_tokens"] = j[max_key];
+  if (kind == ApiKind::kChat) {
+    if (!given(j, "messages")) return fail(invalid("\"messages\" is required", "messages"));
+    mine["messages"] = j["messages"];
+  } else if (auto e = translate_prompt(j, &mine)) {
+    return fail(*e);
+  }
+  out.request.request = parse_request_fields(mine, ctx.defaults, ctx.config, {});
+  if (!out.request.request.ok()) {
+    const ParsedRequest& r = out.request.request;
+    return fail(invalid(in_client_terms(r.error_message, max_key), "", r.error_code));
+  }
+  return out;
+}
+
+std::string api_finish_reason(const std::string& finish_reason) {
+  return finish_reason;  // stop | length | timeout | cancelled: the project's names are OpenAI's
+}
+
+json api_usage(int prompt_tokens, int completion_tokens) {
+  return json{{"prompt_tokens", prompt_tokens},
+              {"completion_tokens", completion_tokens},
+              {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
+namespace {
+json head_object(const ApiResponseHead& h, bool chunk) {
+  const char* object = h.kind == ApiKind::kChat
+                           ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                           : "text_completion";
+  return json{{"id", h.id}, {"object", object}, {"created", h.created}, {"model", h.model}};
+}
+}  // namespace
+
+json api_response(const ApiResponseHead& h, const ApiResult& r) {
+  json out = head_object(h, false);
+  json choice{
+      {"index", 0}, {"finish_reason", api_finish_reason(r.finish_reason)}, {"logprobs", nullptr}};
+  if (h.kind == ApiKind::kChat) {
+    choice["message"] = {{"role", "assistant"}, {"content", r.text}};
+  } else {
+    choice["text"] = r.text;
+  }
+  out["choices"] = json::array({choice});
+  out["usage"] = api_usage(r.prompt_tokens, r.completion_tokens);
+  return out;
+}
+
+json api_chunk(const ApiResponseHead& h, const std::string& text, bool first,
+               const std::string* finish_reason, bool with_usage_null) {
+  json out = head_object(h, true);
+  json choice{
+      {"index", 0},
+      {"logprobs", nullptr},
+      {"finish_reason", finish_reason ? json(api_finish_reason(*finish_reason)) : json(nullptr)}};
+  if (h.kind == ApiKind::kChat) {
+    json delta = json::object();
+    if (first) delta["role"] = "assistant";
+    if (!text.empty() || (first && !finish_reason)) delta["content"] = text;
+    choice["delta"] = delta;
+  } else {
+    choice["text"] = text;
+  }
+  out["choices"] = json::array({choice});
+  if (with_usage_null) out["usage"] = nullptr;
+  return out;
+}
+
+json api_usage_chunk(const ApiResponseHead& h, int prompt_tokens, int completion_tokens) {
+  json out = head_object(h, true);
+  out["choices"] = json::array();
+  out["usage"] = api_usage(prompt_tokens, completion_tokens);
+  return out;
+}
+
+json api_models(const std::string& served_model, int64_t created) {
+  return json{{"object", "list"},
+              {"data", json::array({{{"id", served_model},
+                                     {"object", "model"},
+                                     {"created", created},
+                                     {"owned_by", "llama2"}}})}};
+}
+
+}  // namespace llama2

@@ -1,0 +1,93 @@
+// The OpenAI-compatible HTTP front's request and response bodies (docs/PROTOCOL.md, "HTTP"), apart
+// from the HTTP library so that unit tests (and the fuzz target, later) run exactly this code.
+//
+// A request body is translated into the project's own request object (request.h's keys:
+// max_tokens -> max_new_tokens, a token-id prompt -> prompt_tokens, ...) and validated by
+// parse_request_fields, the same code the socket protocol and `batch` use: every sampling range,
+// the chat order rule and the token-id checks have one place. What OpenAI defines and this server
+// does not do (tools, response_format other than text, echo, best_of, n > 1, logprobs until the
+// logprobs work lands) is refused here by name.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "common/model_config.h"
+#include "common/sampling_params.h"
+#include "coordinator/requests/request.h"
+
+namespace llama2 {
+
+// An error answered with OpenAI's shape {"error": {"message", "type", "param", "code"}}.
+struct ApiError {
+  int status = 400;
+  std::string type = "invalid_request_error";  // OpenAI's error types
+  std::string code;                            // the project's code (docs/PROTOCOL.md) or OpenAI's
+  std::string message;
+  std::string param;  // the offending request key; "" -> null
+};
+nlohmann::json api_error_body(const ApiError& e);
+// The status the project's error codes map to: invalid_request / prompt_too_long 400,
+// queue_full / too_many_in_flight 429, shutting_down 503, anything else 500.
+ApiError api_error_from_code(const std::string& code, const std::string& message);
+
+enum class ApiKind { kCompletion, kChat };
+
+// What the front needs to judge a body.
+struct ApiContext {
+  std::string served_model;  // the only model name accepted
+  SamplingParams defaults;   // serve's sampling defaults
+  ModelConfig config;
+};
+
+struct ApiRequest {
+  ApiKind kind = ApiKind::kCompletion;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  std::string model;
+  ParsedRequest request;  // validated, text_pending until tokenized (tokenize_request)
+};
+
+// Parses and validates one body; the request, or the error to answer with.
+struct ApiParse {
+  std::optional<ApiError> error;
+  ApiRequest request;
+};
+ApiParse parse_api_request(const std::string& body, ApiKind kind, const ApiContext& ctx);
+
+// OpenAI's finish_reason for the project's ("stop", "length"; "timeout" and "cancelled" are
+// passed through: clients do not check the value, and calling a timeout "length" would lie).
+std::string api_finish_reason(const std::string& finish_reason);
+
+// One finished generation, as the engine reported it.
+struct ApiResult {
+  std::string finish_reason;
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+  std::string text;
+};
+
+// The identifiers and time stamp of one response (every chunk of a stream repeats them).
+struct ApiResponseHead {
+  ApiKind kind = ApiKind::kCompletion;
+  std::string id;  // cmpl-... / chatcmpl-...
+  int64_t created = 0;
+  std::string model;
+};
+
+nlohmann::json api_usage(int prompt_tokens, int completion_tokens);
+// The non-streamed response object (text_completion / chat.completion).
+nlohmann::json api_response(const ApiResponseHead& h, const ApiResult& r);
+// One streamed chunk carrying `text` (for chat, `first` adds role "assistant" to the delta), or,
+// with `finish_reason` set, the last choice chunk. `with_usage_null`: stream_options.include_usage
+// asks that every chunk carry "usage": null.
+nlohmann::json api_chunk(const ApiResponseHead& h, const std::string& text, bool first,
+                         const std::string* finish_reason, bool with_usage_null);
+// The usage chunk that ends a stream when include_usage is set (empty choices).
+nlohmann::json api_usage_chunk(const ApiResponseHead& h, int prompt_tokens, int completion_tokens);
+// GET /v1/models.
+nlohmann::json api_models(const std::string& served_model, int64_t created);
+
+}  // namespace llama2

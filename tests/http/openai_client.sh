@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# `llama2 serve --http` end to end: a real 2-rank server on the CPU backend with an API key, small
+# batch, queue, length and body limits; plain curl checks, then the official OpenAI Node client
+# (openai_client.test.mjs; its last test drains the server with SIGTERM to rank 0), then the job
+# must exit 0. The model is made here, 512 wide and 4 layers deep with tiny-gqa's tokenizer, so that
+# a generation lasts long enough (~1 ms a token) to fill the queue, hang up mid-stream or drain.
+#   usage: openai_client.sh LLAMA2 MODELS      (node and tests/http/node_modules: launch/install-deps.sh --test)
+# shellcheck source=tests/integration/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../integration/lib.sh"
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+if ! command -v node >/dev/null || [[ ! -d $HERE/node_modules/openai ]]; then
+  fail "node or tests/http/node_modules/openai missing: run launch/install-deps.sh --test"
+  finish; exit
+fi
+# Refused flags: one message naming the rule, before the engine opens.
+run_capture open 2 serve --model "$MODELS/tiny-gqa" --socket "$TMP/x.sock" --http 0.0.0.0:0
+expect_failure open "is not a loopback address and no API key is set"
+run_capture port 2 serve --model "$MODELS/tiny-gqa" --socket "$TMP/x.sock" --http 127.0.0.1:99999
+expect_failure port "--http must be HOST:PORT or PORT with PORT in \[0, 65535\]"
+"$LLAMA2" make-test-model --out "$TMP/model" --hidden-size 512 --intermediate-size 1376 \
+  --layers 4 --heads 8 --kv-heads 2 --vocab 512 --max-position-embeddings 1024 \
+  --tokenizer "$MODELS/tiny-gqa/tokenizer.model" >"$TMP/make.log" 2>&1 || { fail "make-test-model"; cat "$TMP/make.log"; }
+export API_KEY=test-key-$RANDOM MODEL=test-model
+LLAMA2_API_KEY=$API_KEY "$MPIRUN" 2 "$LLAMA2" serve --model "$TMP/model" --socket "$TMP/s.sock" \
+  --served-model-name "$MODEL" --http 127.0.0.1:0 --max-batch-size 2 --max-queue 2 --max-seq-len 512 \
+  --cpu-threads 1 --http-max-body-bytes 65536 --quiet >"$TMP/serve.log" 2>&1 &
+job=$!
+for _ in $(seq 300); do grep -q "HTTP on" "$TMP/serve.log" && break; sleep 0.1; done
+PORT=$(sed -n 's/.*HTTP on 127.0.0.1:\([0-9]*\).*/\1/p' "$TMP/serve.log")
+[[ -n $PORT ]] || { fail "the server did not report its HTTP port"; cat "$TMP/serve.log"; finish; exit; }
+export BASE=http://127.0.0.1:$PORT
+pass "HTTP front on port $PORT"
+# Rank 0 (a signal to it drains and exits 0; one to mpirun would cut the ranks after 2 s).
+for p in $(pgrep -f -- "--socket $TMP/s.sock"); do
+  tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=0 && SERVER_PID=$p
+done
+export SERVER_PID
+
+# ---- curl: status, headers and bodies as any HTTP client sees them.
+c() { curl -s -m 30 -H "Authorization: Bearer $API_KEY" -H 'Content-Type: application/json' "$@"; }
+code=$(curl -s -m 10 -o "$TMP/h.json" -w '%{http_code}' "$BASE/health")
+[[ $code == 200 ]] && grep -q '"status":"ready"' "$TMP/h.json" && pass "curl: GET /health 200 ready" || fail "curl /health: $code $(cat "$TMP/h.json")"
+c "$BASE/v1/chat/completions" -d '{"model":"test-model","messages":[{"role":"user","content":"Hi"}],"max_tokens":8,"temperature":0}' >"$TMP/c.json"
+python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["object"]=="chat.completion" and r["usage"]["completion_tokens"]<=8 and r["choices"][0]["message"]["role"]=="assistant", r' "$TMP/c.json" \
+  && pass "curl: chat completion" || fail "curl chat: $(cat "$TMP/c.json")"
+c -N "$BASE/v1/completions" -d '{"model":"test-model","prompt":"Hi","max_tokens":6,"temperature":0,"ignore_eos":true,"stream":true}' >"$TMP/s.txt"
+[[ $(grep -c '^data: {' "$TMP/s.txt") -ge 7 && $(tail -n2 "$TMP/s.txt" | head -n1) == "data: [DONE]" ]] \
+  && pass "curl: SSE stream of 6 tokens + finish chunk, ending data: [DONE]" || fail "curl stream: $(cat "$TMP/s.txt")"
+code=$(c -o "$TMP/e.json" -w '%{http_code}' "$BASE/v1/completions" -d '{"model":"test-model","prompt":"x","best_of":2}')
+[[ $code == 400 ]] && python3 -c 'import json,sys; e=json.load(open(sys.argv[1]))["error"]; assert set(e)=={"message","type","param","code"} and e["param"]=="best_of", e' "$TMP/e.json" \
+  && pass "curl: 400 in OpenAI's error shape" || fail "curl 400: $code $(cat "$TMP/e.json")"
+code=$(c -o /dev/null -w '%{http_code}' "$BASE/v1/completions" -d '{"model":"test-model",')
+[[ $code == 400 ]] && pass "curl: malformed JSON 400" || fail "curl malformed: $code"
+code=$(curl -s -m 10 -o /dev/null -w '%{http_code}' "$BASE/metrics")
+[[ $code == 200 ]] && pass "curl: GET /metrics 200 without a key" || fail "curl metrics: $code"
+
+# ---- a streaming client that stops reading (1 KB receive buffer, never reads) delays nobody: the
+# engine only fills its mailbox; another request meanwhile completes at once, and afterwards no
+# request runs and no KV block is held.
+if python3 - "$PORT" "$API_KEY" >"$TMP/stall.out" 2>&1 <<'PY'
+import json, socket, subprocess, sys, time
+port, key = int(sys.argv[1]), sys.argv[2]
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+s.connect(("127.0.0.1", port))
+body = json.dumps({"model": "test-model", "prompt": "Once", "max_tokens": 450, "ignore_eos": True, "stream": True})
+s.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n"
+           f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}").encode())
+time.sleep(0.5)
+t0 = time.time()
+other = subprocess.run(["curl", "-s", "-m", "30", f"http://127.0.0.1:{port}/v1/completions", "-H", f"Authorization: Bearer {key}",
+                        "-H", "Content-Type: application/json", "-d", json.dumps({"model": "test-model", "prompt": "Hi", "max_tokens": 8})],
+                       capture_output=True, text=True)
+took = time.time() - t0
+assert json.loads(other.stdout)["usage"]["completion_tokens"] >= 1, other.stdout
+print(f"another request completed in {took:.2f} s beside a client that does not read")
+assert took < 20, took
+s.close()  # the stalled stream's connection goes away: its request ends (cancelled or already done)
+for _ in range(300):
+    m = subprocess.run(["curl", "-s", f"http://127.0.0.1:{port}/metrics"], capture_output=True, text=True).stdout
+    v = {l.split()[0]: float(l.split()[1]) for l in m.splitlines() if l.startswith(("llama2_requests_running ", "llama2_kv_cache_usage_ratio "))}
+    if v.get("llama2_requests_running") == 0 and v.get("llama2_kv_cache_usage_ratio") == 0:
+        print("then nothing running and the KV cache empty"); break
+    time.sleep(0.1)
+else:
+    sys.exit(f"still running after 30 s: {v}")
+PY
+then
+  pass "slow reader: $(tr '\n' ';' <"$TMP/stall.out")"
+else
+  fail "slow reader:"; cat "$TMP/stall.out"
+fi
+
+# ---- the OpenAI Node client (drains the server at the end).
+if (cd "$HERE" && timeout 240 node --test openai_client.test.mjs) >"$TMP/node.out" 2>&1; then
+  pass "openai node client: $(grep -E '^# (pass|fail)' "$TMP/node.out" | tr '\n' ' ')"
+else
+  fail "openai node client:"; cat "$TMP/node.out"
+fi
+grep -E '^(not )?ok ' "$TMP/node.out" | sed 's/^/    /'
+for _ in $(seq 300); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$job" 2>/dev/null; then
+  fail "the server did not exit after the drain"; kill -INT "$job"; wait "$job"
+else
+  wait "$job"; rc=$?
+  [[ $rc -eq 0 ]] && pass "server drained and exited 0" || { fail "server exit $rc"; tail -20 "$TMP/serve.log"; }
+fi
+finish
