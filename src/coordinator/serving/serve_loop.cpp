@@ -137,6 +137,8 @@ void serve_loop(SocketServer& server, SocketBridge& bridge, RequestOwner& owner,
     if (!owner.idle()) {
       owner.step();
       server.wake();  // the step's token events went out quietly
+    } else {
+      owner.step();  // idle: only reads the other replicas' heartbeats (data parallelism)
     }
     if (server.draining() && owner.idle()) break;
   }
