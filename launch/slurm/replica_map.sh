@@ -333,3 +333,37 @@ replica_step_commands() {
     replica_quote "${REPLICA_CMD[@]}"
   done
 }
+
+# replica_dp_step_cmd N G NODE... -- LLAMA2_ARGS... : the one job step of the data-parallel layout
+# (LLAMA2_LAYOUT=dp): N nodes x G tasks in ONE MPI job, `--tp G` appended unless the arguments
+# give --tp (a tensor-parallel group per node, N*G/T replicas behind world rank 0's one endpoint).
+# Sets REPLICA_CMD; no per-replica files (one --output, one --socket).
+replica_dp_step_cmd() {
+  local n g nodes=() hosts="" node has_tp=0 a
+  replica__uint n "node count" "${1-}" || return 1
+  replica__uint g "tasks per node" "${2-}" || return 1
+  shift 2
+  while [[ $# -gt 0 && "$1" != "--" ]]; do nodes+=("$1"); shift; done
+  [[ "${1-}" == "--" ]] || { replica__err "usage: replica_dp_step_cmd N G NODE... -- LLAMA2_ARGS..."; return 1; }
+  shift
+  [[ ${#nodes[@]} -eq $n ]] || { replica__err "$n nodes expected, ${#nodes[@]} given"; return 1; }
+  for a in "$@"; do [[ "$a" == --tp || "$a" == --tp=* ]] && has_tp=1; done
+  local args=("$@")
+  [[ $has_tp -eq 1 ]] || args+=(--tp "$g")
+  case "${LLAMA2_LAUNCHER:-srun}" in
+    srun)
+      REPLICA_CMD=(srun --nodes="$n" --ntasks=$((n * g)) --ntasks-per-node="$g"
+        --mpi="${LLAMA2_SRUN_MPI:-pmix}" --gpu-bind=none --kill-on-bad-exit=1 --job-name=llama2.dp)
+      [[ -n "${LLAMA2_CPUS_PER_TASK-}" ]] && REPLICA_CMD+=(--cpus-per-task="$LLAMA2_CPUS_PER_TASK")
+      REPLICA_CMD+=(--export=ALL "${LLAMA2_BIN:-llama2}" "${args[@]}")
+      ;;
+    mpirun)
+      for node in "${nodes[@]}"; do hosts+="${hosts:+,}$node:$g"; done
+      REPLICA_CMD=(env)
+      [[ -n "${LLAMA2_BIN-}" ]] && REPLICA_CMD+=("LLAMA2_BIN=$LLAMA2_BIN")
+      REPLICA_CMD+=("${LLAMA2_ROOT:-.}/launch/llama2-mpirun" -n $((n * g))
+        --mpirun-arg --host --mpirun-arg "$hosts" -- "${args[@]}")
+      ;;
+    *) replica__err "LLAMA2_LAUNCHER='${LLAMA2_LAUNCHER}': use srun or mpirun"; return 1 ;;
+  esac
+}

@@ -108,6 +108,24 @@ TuningKnobs parse_tuning_knobs(const EnvLookup& env) {
   if (const char* v = get("LLAMA2_FULL_LOGITS")) k.full_logits = on_off("LLAMA2_FULL_LOGITS", v);
   if (const char* v = get("LLAMA2_STEP_LOG")) k.step_log = v;
   k.test_stall = parse_stall_hook(get("LLAMA2_TEST_STALL"));
+  // A positive integer up to `max` from variable `var`, or an Error naming it and `what`.
+  auto positive = [](const char* var, const char* v, long max, const char* what) {
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (*end != '\0' || n < 1 || n > max) {
+      throw Error(std::string(var) + "=" + v + ": expected an integer from 1 to " +
+                  std::to_string(max) + " (" + what + ")");
+    }
+    return static_cast<int>(n);
+  };
+  if (const char* v = get("LLAMA2_TEST_RANKS_PER_NODE")) {
+    k.test_ranks_per_node = positive("LLAMA2_TEST_RANKS_PER_NODE", v, 1 << 20,
+                                     "ranks per fake node; unset: the host name");
+  }
+  if (const char* v = get("LLAMA2_TEST_STEP_DELAY_MS")) {
+    k.test_step_delay_ms =
+        positive("LLAMA2_TEST_STEP_DELAY_MS", v, 60000, "milliseconds every step sleeps");
+  }
   return k;
 }
 

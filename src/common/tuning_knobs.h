@@ -26,9 +26,9 @@ enum class DecodeKernelChoice { kAuto, kBlock, kWarp };
 // Which CUDA prefill attention kernel runs (kernels/attention_prefill.cuh's PrefillKernel).
 enum class PrefillKernelChoice { kAuto, kWmma, kMma };
 
-// A test hook (LLAMA2_TEST_STALL=STEP[:RANK[:MS]]): rank RANK (default 0) sleeps MS milliseconds
-// (default 0: for ever) at the start of step STEP (steps count from 1), to exercise the step
-// watchdog on any backend and at any TP degree, TP 1 included.
+// A test hook (LLAMA2_TEST_STALL=STEP[:RANK[:MS]]): world rank RANK (default 0) sleeps MS
+// milliseconds (default 0: for ever) at the start of its engine's step STEP (steps count from 1,
+// per replica), to exercise the step watchdog on any backend and at any TP degree, TP 1 included.
 struct StallHook {
   int64_t step = 0;  // 0: off
   int rank = 0;
@@ -57,6 +57,12 @@ struct TuningKnobs {
   bool full_logits = false;  // LLAMA2_FULL_LOGITS=0|1: gather full logit rows, never top-k
   std::string step_log;      // LLAMA2_STEP_LOG=PATH: one line per step on rank 0; "": off
   StallHook test_stall;      // LLAMA2_TEST_STALL=STEP[:RANK[:MS]]
+  // LLAMA2_TEST_STEP_DELAY_MS=N (test hook): every engine step sleeps N ms on each replica's
+  // first rank, so that tests can hold requests running on the tiny model; 0: off.
+  int test_step_delay_ms = 0;
+  // LLAMA2_TEST_RANKS_PER_NODE=K (test hook): world rank r counts as being on node r / K for the
+  // data-parallel layout's one-node-per-replica check; 0: the host name decides.
+  int test_ranks_per_node = 0;
 };
 
 // Looks a variable up: its value, or nullptr when unset.

@@ -150,19 +150,25 @@ ResolvedConfig resolve_config(const EngineConfig& cfg, const ModelConfig& model,
 }
 
 RankEngine::RankEngine(const EngineConfig& cfg, const ModelConfig& config, MPI_Comm comm,
-                       int cpu_default_blocks)
+                       int cpu_default_blocks, const LocalRank* given_local)
     : config_(config), comm_(comm) {
   MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_));
 
-  MPI_Comm node_comm;
-  MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_comm));
-  int shm_rank = 0, shm_size = 1;
-  MPI_CHECK(MPI_Comm_rank(node_comm, &shm_rank));
-  MPI_CHECK(MPI_Comm_size(node_comm, &shm_size));
-  MPI_CHECK(MPI_Comm_free(&node_comm));
-  const LocalRank local = resolve_local_rank(shm_rank, shm_size, std::getenv("SLURM_LOCALID"),
-                                             std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"));
+  LocalRank local;
+  if (given_local != nullptr) {
+    local = *given_local;
+  } else {
+    MPI_Comm node_comm;
+    MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_comm));
+    int shm_rank = 0, shm_size = 1;
+    MPI_CHECK(MPI_Comm_rank(node_comm, &shm_rank));
+    MPI_CHECK(MPI_Comm_size(node_comm, &shm_size));
+    MPI_CHECK(MPI_Comm_free(&node_comm));
+    local = resolve_local_rank(shm_rank, shm_size, std::getenv("SLURM_LOCALID"),
+                               std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"));
+  }
   const int devices = visible_cuda_devices();
   beat_ = std::make_unique<StepHeartbeat>(comm_);
   plans_ = std::make_unique<PlanChannel>(comm_, beat_.get());
@@ -282,7 +288,10 @@ void RankEngine::run_step(const StepPlan& plan, StepLogits* logits, std::vector<
   const int64_t step = ++steps_;
   if (rank_ != 0) beat_->begin_step(step);  // rank 0 began it before handing out the plan
   const StallHook& stall = settings_.knobs.test_stall;
-  if (stall.step == step && stall.rank == rank_) stall_for_test(stall, rank_);
+  if (stall.step == step && stall.rank == world_rank_) stall_for_test(stall, world_rank_);
+  if (settings_.knobs.test_step_delay_ms > 0 && rank_ == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(settings_.knobs.test_step_delay_ms));
+  }
   if (plan.kind == StepKind::kScore) {
     runner_->score(plan, rank_ == 0 ? logprobs : nullptr);
   } else {

@@ -13,6 +13,7 @@
 #include "common/shard_plan.h"
 #include "common/step_executor.h"
 #include "rank/comm.h"
+#include "rank/local_rank.h"
 #include "rank/model_runner.h"
 #include "rank/step_heartbeat.h"
 
@@ -45,8 +46,10 @@ class RankEngine final : public StepExecutor {
   // allocates its KV cache: cfg.kv_cache_blocks blocks, or when that is 0 what free GPU memory
   // holds (cuda) or `cpu_default_blocks` (cpu). Any rank's failure throws ReportedError on every
   // rank (one message, no hang).
+  // `local`: this rank's place on its node when the caller knows it better than `comm` does
+  // (data parallelism: several replicas' ranks share a node's GPUs); null: from `comm`.
   RankEngine(const EngineConfig& cfg, const ModelConfig& config, MPI_Comm comm,
-             int cpu_default_blocks = 0);
+             int cpu_default_blocks = 0, const LocalRank* local = nullptr);
   ~RankEngine() override;
 
   // Rank 0: broadcast the plan, run it, gather the logit rows (StepExecutor).
@@ -94,6 +97,7 @@ class RankEngine final : public StepExecutor {
   ShardPlan shard_;
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
+  int world_rank_ = 0;  // for the LLAMA2_TEST_STALL hook, which names a rank of the whole job
   ResolvedConfig settings_;
   std::string backend_note_;
   std::string report_;

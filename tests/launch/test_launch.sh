@@ -407,6 +407,17 @@ expect_rc sb.gpus 2
 expect_err sb.gpus "2 tasks per node but only 1 GPU(s) per node"
 sb sb.cmd LLAMA2_DRY_RUN=1 -- plan --model /m
 expect_rc sb.cmd 2
+# LLAMA2_LAYOUT=dp: one job step over both nodes, --tp = GPUs per node, one socket, one output.
+sb sb.dp LLAMA2_DRY_RUN=1 LLAMA2_LAYOUT=dp -- serve --model /m --socket /run/x/x.sock
+expect_rc sb.dp 0
+expect_out sb.dp "srun --nodes=1 --ntasks=1 --nodelist=gpu1 mkdir -p -m 0700 /run/x"
+expect_out sb.dp "srun --nodes=2 --ntasks=4 --ntasks-per-node=2 --mpi=pmix --gpu-bind=none --kill-on-bad-exit=1 --job-name=llama2.dp --export=ALL $L2 serve --model /m --socket /run/x/x.sock --tp 2"
+sb sb.dp_batch LLAMA2_DRY_RUN=1 LLAMA2_LAYOUT=dp LLAMA2_LAUNCHER=mpirun -- batch --model /m -i in.jsonl -o out.jsonl --tp 1
+expect_rc sb.dp_batch 0
+expect_out sb.dp_batch "launch/llama2-mpirun -n 4 --mpirun-arg --host --mpirun-arg gpu1:2,gpu2:2 -- batch --model /m -i in.jsonl -o out.jsonl --tp 1"
+sb sb.dp_gen LLAMA2_DRY_RUN=1 LLAMA2_LAYOUT=dp -- generate --model /m
+expect_rc sb.dp_gen 2
+expect_err sb.dp_gen "LLAMA2_LAYOUT=dp is for serve and batch"
 
 echo "$PASSES passed, $FAILURES failed"
 [[ $FAILURES -eq 0 ]]

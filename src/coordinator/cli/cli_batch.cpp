@@ -13,6 +13,7 @@
 #include "coordinator/cli/batch_io.h"
 #include "coordinator/cli/cli_common.h"
 #include "coordinator/cli/commands.h"
+#include "coordinator/cli/replica_roles.h"
 #include "coordinator/cli/session.h"
 #include "coordinator/requests/request.h"
 #include "coordinator/requests/request_owner.h"
@@ -72,6 +73,7 @@ cxxopts::Options batch_options() {
                              cxxopts::value<double>()->default_value("10"));
   add_engine_options(opts);
   add_prefix_caching_options(opts);
+  add_replica_options(opts);
   add_sampling_options(opts);
   return opts;
 }
@@ -145,14 +147,14 @@ BatchInput read_batch_input(const cxxopts::ParseResult& args, const SamplingPara
 // Rank 0: every line through the engine, results and error lines appended to --output as they
 // complete. Returns the job's exit code.
 int run_job(Session& session, const BatchInput& input, const std::string& out_path, bool resume,
-            double interval) {
+            double interval, ReplicaLink* link) {
   const std::vector<BatchLine>& lines = input.lines;
   ResultWriter out(out_path, resume);
   Progress progress(lines.size(), interval);
   size_t finished = 0, failed = 0;
   uint64_t tokens = 0;
-  // Lines go through the request owner (the data-parallel issue spreads them over replicas
-  // there); each finished one is written at once, in completion order.
+  // Lines go through the request owner, which spreads them over the replicas; each finished one
+  // is written at once, in completion order.
   struct Writer final : RequestEvents {
     ResultWriter& out;
     const std::vector<BatchLine>& lines;
@@ -174,7 +176,7 @@ int run_job(Session& session, const BatchInput& input, const std::string& out_pa
   const StepLog step_log = open_step_log(session.settings.knobs.step_log);
   LocalServing serving(*session.engine, *session.tokenizer, session.config, session.num_blocks,
                        session.block_size, scheduler_options(session.settings, step_log.get()),
-                       writer);
+                       writer, link, remote_replicas(session));
   for (size_t i = 0; i < lines.size(); ++i) {
     const BatchLine& b = lines[i];
     if (b.req.ok()) {
@@ -194,11 +196,19 @@ int run_job(Session& session, const BatchInput& input, const std::string& out_pa
   }
   progress.update(finished, failed, tokens, /*final=*/true);
   if (session.settings.prefix_caching) {
+    // Replica 0's cache (remote replicas' counters are not summed yet).
     const PrefixCacheCounters& pc = serving.blocks.counters();
     std::cerr << "llama2 batch: prefix cache: " << pc.hit_tokens << " of " << pc.queried_tokens
               << " prompt tokens reused (" << std::fixed << std::setprecision(1)
               << (pc.queried_tokens > 0 ? 100.0 * pc.hit_tokens / pc.queried_tokens : 0.0) << "%), "
               << pc.evicted_blocks << " cached blocks evicted" << std::endl;
+  }
+  if (serving.replicas.size() > 1) {
+    std::string per;
+    for (size_t r = 0; r < serving.replicas.stats().size(); ++r)
+      per += (r ? ", " : "") + std::to_string(r) + ": " +
+             std::to_string(serving.replicas.stats()[r].admitted);
+    std::cerr << "llama2 batch: lines per replica: " << per << std::endl;
   }
   // Error lines of earlier runs of a resumed job count: the job as a whole had invalid lines.
   return failed + input.done.errors > 0 ? kExitSomeLinesFailed : 0;
@@ -228,18 +238,23 @@ int run_batch(int argc, char** argv, int rank) {
   });
   Session session = open_engine(std::move(start), kv_blocks);
   RankEngine& engine = *session.engine;
-  if (rank != 0) return engine.worker_loop();
+  if (!session.layout.leader()) return engine.worker_loop();
+  if (rank != 0) return run_as_replica_leader(session);
   if (!cl.args.count("quiet")) std::cerr << engine.startup_report() << std::flush;
 
+  const std::unique_ptr<ReplicaLink> link = open_front_link(session);
   int code = 0;
   try {
     code = run_job(session, input, cl.args["output"].as<std::string>(), cl.args.count("resume") > 0,
-                   interval);
+                   interval, link.get());
   } catch (const std::exception& e) {
-    // The workers are waiting for a plan: release them before reporting.
+    // The workers and the other replicas' leaders are waiting: release them before reporting.
+    if (link) send_shutdown(*link, remote_replicas(session), 1);
     engine.shutdown(1);
     throw ReportedError(e.what());
   }
+  // The leaders end with the job's code, so every rank exits alike.
+  if (link) send_shutdown(*link, remote_replicas(session), code);
   engine.shutdown(code);
   return code;
 }

@@ -169,6 +169,8 @@ SessionStart start_session(const CommandLine& cl, const StepDefaults& steps, int
   check_engine_flags(cl);
   SessionStart start(rank);
   start.step([&] { start.cfg = engine_config_from(cl.args, steps); });
+  start.plan_replicas(cl.args.count("tp") ? cl.args["tp"].as<int>() : 0,
+                      cl.args.count("dedicated-front") > 0);
   start.load_model();
   return start;
 }
@@ -187,6 +189,14 @@ StepLog open_step_log(const std::string& path) {
   // detokenizing, events, planning: the GPUs idle meanwhile; 0 after an idle pause).
   std::fputs("# decode_rows prefill_seqs prefill_tokens logit_rows ms host_ms\n", log.get());
   return log;
+}
+
+void add_replica_options(cxxopts::Options& opts) {
+  opts.add_options("Data parallelism")(
+      "tp",
+      "Tensor-parallel degree of each replica: the job's N ranks form N/T replicas of T "
+      "consecutive ranks, each on one node, behind one endpoint (default: T = N, one replica)",
+      cxxopts::value<int>());
 }
 
 SchedulerOptions scheduler_options(const EngineConfig& cfg, std::FILE* step_log) {

@@ -79,8 +79,11 @@ void check_engine_flags(const CommandLine& cl);
 // --prefill-chunk where the command has them) and the environment's tuning knobs. Error naming
 // the flag and its allowed values for a bad backend, dtype, KV dtype, block size or block count.
 EngineConfig engine_config_from(const cxxopts::ParseResult& args, const StepDefaults& steps);
+// --tp T (serve, batch): N/T data-parallel replicas of T ranks (coordinator/replicas/layout.h).
+void add_replica_options(cxxopts::Options& opts);
 // check_engine_flags, then a SessionStart that has built the EngineConfig and loaded the model
-// (session.h); the command continues with its own steps and open_engine.
+// (session.h) and planned the replica layout from --tp when the command has it; the command
+// continues with its own steps and open_engine.
 SessionStart start_session(const CommandLine& cl, const StepDefaults& steps, int rank);
 
 // LLAMA2_STEP_LOG's file, opened for appending with its header line; nullptr for an empty path

@@ -31,7 +31,9 @@ cxxopts::Options plan_options() {
       ("m,model", "Model directory (its config.json is read)", cxxopts::value<std::string>())
       ("preset", "Official Llama-2 shapes instead of --model: 7b | 13b | 70b",
        cxxopts::value<std::string>())
-      ("tp", "Tensor-parallel degree (number of GPUs)", cxxopts::value<int>()->default_value("1"))
+      ("tp", "Tensor-parallel degree (GPUs per replica)", cxxopts::value<int>()->default_value("1"))
+      ("dp", "Data-parallel replicas (the job runs tp x dp GPUs, `mpirun -np tp*dp ... --tp tp`): "
+       "memory per GPU is per replica, sequences multiply", cxxopts::value<int>()->default_value("1"))
       ("gpu-mem", "Memory of ONE GPU, e.g. 24GiB, 80GiB, 141GB",
        cxxopts::value<std::string>()->default_value("80GiB"))
       ("max-seq-len", "Tokens per sequence (prompt + generated); default: the model's "
@@ -74,7 +76,7 @@ std::string verdict(const CapacityPlan& p) {
 }
 
 void print_table(const CapacityPlan& p, const ModelConfig& c, const std::string& source,
-                 const std::string& dtype, const std::string& kv_dtype) {
+                 const std::string& dtype, const std::string& kv_dtype, int dp) {
   auto row = [](const std::string& label, const std::string& value) {
     std::printf("  %-32s %s\n", label.c_str(), value.c_str());
   };
@@ -112,6 +114,15 @@ void print_table(const CapacityPlan& p, const ModelConfig& c, const std::string&
     row("KV blocks that fit per GPU",
         std::to_string(p.kv_blocks) + " (" + std::to_string(p.kv_tokens) + " tokens)");
     row("max full-length sequences", std::to_string(p.max_sequences));
+    if (dp > 1) {
+      // Every replica holds its own cache of the same size: per-GPU numbers stay as above.
+      row("replicas (--dp)", std::to_string(dp) + " x tp " + std::to_string(p.tp) + " = " +
+                                 std::to_string(dp * p.tp) + " GPUs (mpirun -np " +
+                                 std::to_string(dp * p.tp) + " ... --tp " + std::to_string(p.tp) +
+                                 ")");
+      row("KV tokens, all replicas", std::to_string(p.kv_tokens * dp));
+      row("max full-length sequences, all", std::to_string(p.max_sequences * dp));
+    }
   }
   row("fits", verdict(p));
   if (!p.fits) {
@@ -127,7 +138,7 @@ void print_table(const CapacityPlan& p, const ModelConfig& c, const std::string&
 }
 
 nlohmann::ordered_json plan_json(const CapacityPlan& p, const std::string& source,
-                                 const std::string& dtype, const std::string& kv_dtype) {
+                                 const std::string& dtype, const std::string& kv_dtype, int dp) {
   using nlohmann::ordered_json;
   // Per-GPU numbers are null when the degree is invalid: there is no shard to measure.
   auto per_gpu = [&](auto v) { return p.tp_valid ? ordered_json(v) : ordered_json(nullptr); };
@@ -166,7 +177,11 @@ nlohmann::ordered_json plan_json(const CapacityPlan& p, const std::string& sourc
       {"smallest_fitting_tp",
        p.smallest_fitting_tp ? ordered_json(p.smallest_fitting_tp) : ordered_json(nullptr)},
       {"valid_tp_degrees", p.valid_tp_degrees},
-      {"invalid_tp_degrees", invalid}};
+      {"invalid_tp_degrees", invalid},
+      {"dp", dp},
+      {"gpus", dp * p.tp},
+      {"job_kv_tokens", per_gpu(p.kv_tokens * dp)},
+      {"job_max_sequences", per_gpu(p.max_sequences * dp)}};
 }
 
 }  // namespace
@@ -204,6 +219,8 @@ int run_plan(int argc, char** argv) {
     throw Error("--dtype: unknown dtype '" + dtype + "' (allowed: fp16, bf16, fp32)");
   }
 
+  const int dp = args["dp"].as<int>();
+  if (dp < 1) throw Error("--dp must be >= 1 (got " + std::to_string(dp) + ")");
   CapacityRequest req;
   req.tp = args["tp"].as<int>();
   req.dtype_bytes = dtype_bytes_of(dtype);
@@ -227,13 +244,13 @@ int run_plan(int argc, char** argv) {
   const std::string weight_dtype = weight_dtype_name(weights, parsed);
 
   if (args.count("json")) {
-    nlohmann::json j = plan_json(plan, source, dtype, kv_dtype);
+    nlohmann::json j = plan_json(plan, source, dtype, kv_dtype, dp);
     j["weight_dtype"] = weight_dtype;
     std::cout << j.dump() << std::endl;
   } else {
     print_table(plan, config, source,
                 weight_dtype == dtype ? dtype : dtype + " (projections " + weight_dtype + ")",
-                kv_dtype);
+                kv_dtype, dp);
     std::fflush(stdout);
   }
   return plan.fits ? 0 : 1;

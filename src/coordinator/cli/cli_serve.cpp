@@ -13,8 +13,11 @@
 #include "common/check.h"
 #include "coordinator/cli/cli_common.h"
 #include "coordinator/cli/commands.h"
+#include "coordinator/cli/replica_roles.h"
 #include "coordinator/cli/serve_http.h"
 #include "coordinator/cli/session.h"
+#include "coordinator/replicas/replica_board.h"
+#include "coordinator/replicas/replica_set.h"
 #include "coordinator/requests/admission.h"
 #include "coordinator/requests/request_owner.h"
 #include "coordinator/scheduler/batch_scheduler.h"
@@ -77,9 +80,13 @@ cxxopts::Options serve_options() {
       "step-timeout-ms",
       "A step running longer than this is stalled: every client gets an internal error and the "
       "job exits with code 3 (0: never)",
-      cxxopts::value<int64_t>()->default_value("60000"));
+      cxxopts::value<int64_t>()->default_value("60000"))(
+      "dedicated-front",
+      "World rank 0 runs only the front (socket, queue, dispatch), no engine: the replicas "
+      "(--tp) are made of ranks 1..N-1. For large data-parallel jobs");
   add_engine_options(opts);
   add_prefix_caching_options(opts);
+  add_replica_options(opts);
   add_sampling_options(opts);
   add_http_options(opts);
   return opts;
@@ -140,12 +147,42 @@ int serve_max_seq_len(const cxxopts::ParseResult& args, const ModelConfig& confi
   return n;
 }
 
+// What the step watchdog reads: rank 0's own engine step (none on a dedicated front), or the
+// longest silence of a remote replica's leader when that is longer (a leader reports after every
+// step and every 100 ms when idle, replica_set.h): the same timeout rule for both.
+StepClock job_step_clock(const RankEngine* engine, const ReplicaSet& replicas) {
+  StepClock clock = engine != nullptr ? engine_step_clock(*engine) : StepClock{};
+  int quiet_replica = -1;
+  const std::chrono::milliseconds quiet = replicas.longest_silence(&quiet_replica);
+  if (quiet_replica >= 0 && quiet > clock.running_for) {
+    clock.running = true;
+    clock.running_for = quiet;
+  }
+  return clock;
+}
+
+// The watchdog's one line for `clock`, naming the silent replica when that is what it saw.
+std::string job_stall_message(const StepClock& clock, std::chrono::milliseconds timeout,
+                              const RankEngine* engine, const ReplicaSet& replicas,
+                              const ReplicaLayout& layout) {
+  int quiet_replica = -1;
+  const std::chrono::milliseconds quiet = replicas.longest_silence(&quiet_replica);
+  if (quiet_replica >= 0 && quiet >= clock.running_for) {
+    return "replica " + std::to_string(quiet_replica) + "'s leader (rank " +
+           std::to_string(layout.leader_of(quiet_replica)) + ") has not reported for " +
+           std::to_string(quiet.count()) + " ms (--step-timeout-ms " +
+           std::to_string(timeout.count()) + "): its ranks have stopped, died or hung";
+  }
+  return stall_message(clock, timeout, engine != nullptr ? engine->describe_stall() : "");
+}
+
 // Rank 0 once the engine is open: the parts, in the order a request meets them
 // (docs/ARCHITECTURE.md), then the engine loop until a drain ends.
 int serve_on_rank0(Session& session, ServeSettings s) {
   const EngineConfig& settings = session.settings;
-  RankEngine& engine = *session.engine;
-  if (!s.quiet) std::cerr << engine.startup_report() << std::flush;
+  // Null on a dedicated front (--dedicated-front): every replica is then remote.
+  RankEngine* engine = session.engine.get();
+  if (!s.quiet && engine != nullptr) std::cerr << engine->startup_report() << std::flush;
   s.server.max_piece_bytes =
       max_piece_bytes_for_bound(settings.model_dir + "/tokenizer.model", *session.tokenizer);
   ServeMetrics metrics;
@@ -154,23 +191,34 @@ int serve_on_rank0(Session& session, ServeSettings s) {
   aopt.max_inflight_per_client = s.max_inflight;
   aopt.limits.max_position_embeddings = session.config.max_position_embeddings;
   aopt.limits.max_seq_len = s.max_seq_len;
-  // The engine may have sized the cache from GPU memory: admission checks use what it allocated.
-  aopt.limits.kv_capacity_tokens = int64_t{session.num_blocks} * session.block_size;
+  // The engines may have sized their caches from GPU memory: admission checks use what the
+  // smallest replica allocated.
+  const int min_blocks =
+      *std::min_element(session.replica_blocks.begin(), session.replica_blocks.end());
+  aopt.limits.kv_capacity_tokens = int64_t{min_blocks} * session.block_size;
   Admission admission(aopt, &metrics);
   const HealthInfo info{
-      engine.shard().tp,
-      engine.backend_name(),
-      engine.dtype_name(),
-      engine.kv_dtype_name(),
+      session.layout.world,
+      session.backend,
+      session.dtype,
+      session.kv_dtype,
       settings.synthetic.empty() ? settings.model_dir : "synthetic-" + settings.synthetic,
       settings.max_batch,
       s.max_queue,
       s.max_seq_len};
+  // Per replica in health and stats (data parallelism; one entry with one replica).
+  ReplicaBoard board(session.layout.replicas);
   std::unique_ptr<SocketServer> server;
+  // One health answer for the socket and the HTTP front: the job's totals and each replica's.
+  auto health = [&] {
+    nlohmann::json h = health_event(server.get(), admission, info);
+    h["tp"] = session.layout.tp;
+    h["replicas"] = replicas_json(board.snapshot());
+    return h;
+  };
   server = std::make_unique<SocketServer>(
-      s.server, admission, *session.tokenizer, session.config, s.defaults,
-      [&] { return health_event(server.get(), admission, info); },
-      [&] { return metrics.render(admission.gauges()); });
+      s.server, admission, *session.tokenizer, session.config, s.defaults, [&] { return health(); },
+      [&] { return metrics.render(admission.gauges()) + replicas_prometheus(board.snapshot()); });
   SocketBridge bridge(*server, random_seed());
   std::unique_ptr<HttpFront> http;
   if (s.http.enabled) {
@@ -184,44 +232,61 @@ int serve_on_rank0(Session& session, ServeSettings s) {
     http = std::make_unique<HttpFront>(
         s.http.front, HttpDeps{*server, admission, *session.tokenizer,
                                ApiContext{name, s.defaults, session.config}, limits,
-                               [&metrics, &admission, name] {
+                               [&metrics, &admission, &board, name] {
                                  return metrics.render(admission.gauges()) +
+                                        replicas_prometheus(board.snapshot()) +
                                         metrics.render_vllm(admission.gauges(), name);
                                },
-                               [&] { return health_event(server.get(), admission, info); }});
+                               [&] { return health(); }});
   }
-  BlockAllocator blocks(session.num_blocks, session.block_size);
   const StepLog step_log = open_step_log(settings.knobs.step_log);
-  BatchScheduler scheduler(engine, *session.tokenizer, session.config, blocks,
-                           scheduler_options(settings, step_log.get()));
-  RequestOwner owner(admission, scheduler, bridge, &metrics);
+  // Replica 0 in process, unless rank 0 is a dedicated front.
+  std::unique_ptr<BlockAllocator> blocks;
+  std::unique_ptr<BatchScheduler> scheduler;
+  if (engine != nullptr) {
+    blocks = std::make_unique<BlockAllocator>(session.num_blocks, session.block_size);
+    scheduler =
+        std::make_unique<BatchScheduler>(*engine, *session.tokenizer, session.config, *blocks,
+                                         scheduler_options(settings, step_log.get()));
+  }
+  const std::unique_ptr<ReplicaLink> link = open_front_link(session);
+  ReplicaSet replicas(scheduler.get(), link.get(), remote_replicas(session), settings.max_batch,
+                      session.block_size);
+  replicas.set_board(&board);
+  RequestOwner owner(admission, replicas, bridge, &metrics);
 
   try {
     server->start();
     if (http) http->start();
   } catch (const std::exception& e) {
-    engine.shutdown(1);
+    replicas.shutdown(1);
+    if (engine != nullptr) engine->shutdown(1);
     throw ReportedError(e.what());
   }
   g_wake_fd = server->wake_fd();
   std::cerr << "llama2 serve: listening on " << s.server.socket_path << " (max batch "
             << settings.max_batch << ", max queue " << s.max_queue << ", max seq len "
-            << s.max_seq_len << ", KV " << session.num_blocks << " blocks x " << session.block_size
-            << ")" << std::endl;
+            << s.max_seq_len << ", KV " << min_blocks << " blocks x " << session.block_size << ", "
+            << session.layout.replicas << " replica(s) of tp " << session.layout.tp
+            << (session.layout.front_only() ? ", dedicated front" : "") << ")" << std::endl;
   if (http) {
     std::cerr << "llama2 serve: HTTP on " << s.http.front.host << ":" << http->port()
               << (s.http.front.api_key.empty() ? "" : " (API key required)") << std::endl;
   }
   // Started once the socket exists: from here on a stalled step ends the job (watchdog.h).
   const std::chrono::milliseconds step_timeout = s.step_timeout;
+  // A replica leader that stops reporting for longer than the step timeout counts as a stalled
+  // step too (job_step_clock).
   StepWatchdog watchdog(
-      step_timeout, [&] { return engine_step_clock(engine); },
+      step_timeout, [&] { return job_step_clock(engine, replicas); },
       [&](const StepClock& clock) {
-        end_job_after_stall(stall_message(clock, step_timeout, engine.describe_stall()), *server,
-                            engine);
+        end_job_after_stall(
+            job_stall_message(clock, step_timeout, engine, replicas, session.layout), *server,
+            engine);
       });
   serve_loop(*server, bridge, owner, g_stop, std::chrono::milliseconds(s.shutdown_timeout_ms));
-  engine.shutdown(0);
+  replicas.shutdown(0);
+  if (engine != nullptr) engine->shutdown(0);
   g_wake_fd = -1;
   if (http) http->stop(/*flush_ms=*/2000);  // streams write the drain's last events
   server->stop(/*flush_ms=*/2000);
@@ -251,7 +316,9 @@ int run_serve(int argc, char** argv, int rank) {
         start.cfg.max_batch * BlockAllocator::blocks_for(serve.max_seq_len, start.cfg.block_size);
   });
   Session session = open_engine(std::move(start), kv_blocks);
-  if (rank != 0) return session.engine->worker_loop();
+  if (session.layout.front_only()) return serve_on_rank0(session, std::move(serve));
+  if (!session.layout.leader()) return session.engine->worker_loop();
+  if (rank != 0) return run_as_replica_leader(session);
   return serve_on_rank0(session, std::move(serve));
 }
 

@@ -10,9 +10,11 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common/engine_config.h"
 #include "common/model_config.h"
+#include "coordinator/replicas/layout.h"
 #include "coordinator/text/tokenizer.h"
 #include "rank/engine.h"
 
@@ -21,8 +23,18 @@ namespace llama2 {
 struct Session {
   EngineConfig settings;  // what the engine was opened with
   ModelConfig config;
-  std::unique_ptr<Tokenizer> tokenizer;  // rank 0 only
-  std::unique_ptr<RankEngine> engine;
+  std::unique_ptr<Tokenizer> tokenizer;  // world rank 0 and the replica leaders only
+  std::unique_ptr<RankEngine> engine;    // null on a dedicated front
+  // The resolved names of replica 0's engine, known on every rank (a dedicated front has no
+  // engine to ask): "cpu"/"cuda", "fp32"/"fp16"/"bf16", the KV cache's dtype.
+  std::string backend, dtype, kv_dtype;
+  // Data parallelism (coordinator/replicas/layout.h): this rank's place, the engine's own
+  // communicator (its replica's ranks), the front's link communicator (world rank 0 and the
+  // replica leaders; MPI_COMM_NULL elsewhere) and every replica's KV blocks, by replica.
+  ReplicaLayout layout;
+  MPI_Comm replica_comm = MPI_COMM_NULL;
+  MPI_Comm front_comm = MPI_COMM_NULL;
+  std::vector<int> replica_blocks;
   int block_size = 16;
   int num_blocks = 0;   // what the engine allocated
   double load_s = 0.0;  // from the start of the session to a loaded engine
@@ -48,8 +60,13 @@ class SessionStart {
   void on_rank0(F&& f) {
     if (rank_ == 0) step(std::forward<F>(f));
   }
-  // Every rank: config.json (or cfg's --synthetic preset); rank 0 also loads tokenizer.model and
-  // checks it against the model's vocabulary.
+  // Collective over MPI_COMM_WORLD: the replica layout for `--tp tp` (0: one replica), checked
+  // against every rank's node (layout.h; LLAMA2_TEST_RANKS_PER_NODE fakes the nodes). Call
+  // before load_model.
+  // With `dedicated_front`, world rank 0 runs no engine (serve --dedicated-front).
+  void plan_replicas(int tp, bool dedicated_front = false);
+  // Every rank: config.json (or cfg's --synthetic preset); world rank 0 and the replica leaders
+  // also load tokenizer.model and check it against the model's vocabulary.
   void load_model();
 
   int rank() const { return rank_; }
@@ -58,7 +75,8 @@ class SessionStart {
 
   EngineConfig cfg;
   ModelConfig model;
-  std::unique_ptr<Tokenizer> tokenizer;  // rank 0, after load_model
+  ReplicaLayout layout;                  // one replica unless plan_replicas said otherwise
+  std::unique_ptr<Tokenizer> tokenizer;  // rank 0 and replica leaders, after load_model
 
  private:
   int rank_;
@@ -69,7 +87,8 @@ class SessionStart {
 
 // Collective: every rank agrees on the held errors (ReportedError on every rank), rank 0's
 // `kv_blocks` (what the command's inputs need: the cpu backend allocates that many unless
-// --kv-cache-blocks was given) is broadcast, and every rank loads its shard.
+// --kv-cache-blocks was given) is broadcast, and every rank loads its shard of its replica's
+// engine (over the replica's communicator; a failure in any replica stops every rank).
 Session open_engine(SessionStart&& start, int kv_blocks);
 
 }  // namespace llama2

@@ -1,6 +1,7 @@
 #include "coordinator/requests/request_owner.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "common/check.h"
 
@@ -15,7 +16,17 @@ double seconds_between(std::chrono::steady_clock::time_point a,
 
 RequestOwner::RequestOwner(Admission& admission, BatchScheduler& scheduler, RequestEvents& events,
                            ServeMetrics* metrics)
-    : admission_(admission), scheduler_(scheduler), events_(events), metrics_(metrics) {
+    : admission_(admission),
+      own_replicas_(std::make_unique<ReplicaSet>(scheduler)),
+      replicas_(*own_replicas_),
+      events_(events),
+      metrics_(metrics) {
+  refresh_gauges();
+}
+
+RequestOwner::RequestOwner(Admission& admission, ReplicaSet& replicas, RequestEvents& events,
+                           ServeMetrics* metrics)
+    : admission_(admission), replicas_(replicas), events_(events), metrics_(metrics) {
   refresh_gauges();
 }
 
@@ -41,7 +52,7 @@ std::optional<Refusal> RequestOwner::submit(SubmitRequest req, Clock::time_point
 void RequestOwner::dispatch() {
   while (!queue_.empty()) {
     const int64_t id = queue_.front().id;
-    if (!scheduler_.try_admit(queue_.front())) break;  // FIFO: no overtaking
+    if (replicas_.try_admit(queue_.front()) < 0) break;  // FIFO: no overtaking
     queue_.pop_front();
     Record& r = records_.at(id);
     r.admitted = true;
@@ -56,11 +67,14 @@ void RequestOwner::dispatch() {
 }
 
 void RequestOwner::refresh_gauges() {
-  admission_.set_engine_gauges(static_cast<int>(scheduler_.running()),
-                               scheduler_.blocks().used_blocks(), scheduler_.blocks().num_blocks());
-  const PrefixCacheCounters& pc = scheduler_.blocks().counters();
-  admission_.set_prefix_cache_gauges(scheduler_.blocks().cached_blocks(), pc.queried_tokens,
-                                     pc.hit_tokens, pc.evicted_blocks);
+  admission_.set_engine_gauges(replicas_.running(), replicas_.kv_used(), replicas_.kv_total());
+  // The prefix cache's numbers are those of the in-process replica (remote replicas' caches are
+  // not summed yet); none on a dedicated front.
+  if (const BlockAllocator* blocks = replicas_.local_blocks()) {
+    const PrefixCacheCounters& pc = blocks->counters();
+    admission_.set_prefix_cache_gauges(blocks->cached_blocks(), pc.queried_tokens, pc.hit_tokens,
+                                       pc.evicted_blocks);
+  }
 }
 
 void RequestOwner::finish_queued(SubmitRequest&& req, const std::string& reason) {
@@ -74,7 +88,7 @@ void RequestOwner::finish_queued(SubmitRequest&& req, const std::string& reason)
 bool RequestOwner::cancel(int64_t id, const std::string& reason) {
   const auto rec = records_.find(id);
   if (rec == records_.end()) return false;
-  if (rec->second.admitted) return scheduler_.cancel(CancelRequest{id, reason}, *this);
+  if (rec->second.admitted) return replicas_.cancel(CancelRequest{id, reason}, *this);
   const auto it = std::find_if(queue_.begin(), queue_.end(),
                                [id](const SubmitRequest& q) { return q.id == id; });
   LLAMA2_CHECK(it != queue_.end());
@@ -117,8 +131,9 @@ int RequestOwner::expire(Clock::time_point now) {
 int RequestOwner::step() {
   expire(Clock::now());
   dispatch();
-  if (scheduler_.idle()) return 0;
-  const int generated = scheduler_.step(*this);
+  // Idle with remote replicas, the step still reads their heartbeats (replica_set.h).
+  if (replicas_.idle() && !replicas_.has_remotes()) return 0;
+  const int generated = replicas_.step(*this);
   refresh_gauges();
   return generated;
 }
@@ -164,15 +179,22 @@ AdmissionOptions local_admission(const ModelConfig& config, int num_blocks, int 
   o.limits.kv_capacity_tokens = int64_t{num_blocks} * block_size;
   return o;
 }
+int min_blocks(const std::vector<RemoteReplica>& remotes) {
+  int n = INT32_MAX;
+  for (const RemoteReplica& r : remotes) n = std::min(n, r.kv_blocks);
+  return n;
+}
 }  // namespace
 
 LocalServing::LocalServing(StepExecutor& exec, const Tokenizer& tok, const ModelConfig& config,
                            int num_blocks, int block_size, SchedulerOptions opts,
-                           RequestEvents& events)
+                           RequestEvents& events, ReplicaLink* link,
+                           std::vector<RemoteReplica> remotes)
     : blocks(num_blocks, block_size),
-      admission(local_admission(config, num_blocks, block_size)),
+      admission(local_admission(config, std::min(num_blocks, min_blocks(remotes)), block_size)),
       scheduler(exec, tok, config, blocks, opts),
-      owner(admission, scheduler, events) {}
+      replicas(&scheduler, link, std::move(remotes), opts.max_batch_size, block_size),
+      owner(admission, replicas, events) {}
 
 std::optional<Refusal> LocalServing::submit(SubmitRequest req) {
   if (std::optional<Refusal> full = admission.reserve(0)) return full;

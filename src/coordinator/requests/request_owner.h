@@ -14,11 +14,13 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "coordinator/replicas/replica_set.h"
 #include "coordinator/requests/admission.h"
 #include "coordinator/requests/request_messages.h"
 #include "coordinator/scheduler/batch_scheduler.h"
@@ -31,6 +33,10 @@ class RequestOwner final : private SchedulerEvents {
 
   // `metrics` (may be null) receives the finished-request counters and latency histograms.
   RequestOwner(Admission& admission, BatchScheduler& scheduler, RequestEvents& events,
+               ServeMetrics* metrics = nullptr);
+  // The same over several replicas (data parallelism, replica_set.h): the queue's head goes to
+  // the replica ReplicaSet picks and stays there.
+  RequestOwner(Admission& admission, ReplicaSet& replicas, RequestEvents& events,
                ServeMetrics* metrics = nullptr);
 
   // Queues a request whose place was taken with Admission::reserve(). When the prompt-length
@@ -48,14 +54,15 @@ class RequestOwner final : private SchedulerEvents {
   // Ends requests whose deadline is at or before `now` with "timeout", queued ones first (in queue
   // order), then running ones (in admission order); returns how many.
   int expire(Clock::time_point now);
-  // One round: expire against the clock, admit the queue's head while the scheduler takes it
-  // (FIFO: nothing overtakes a head that does not fit yet), one scheduler step. Returns the
-  // number of tokens generated.
+  // One round: expire against the clock, admit the queue's head while a replica takes it
+  // (FIFO: nothing overtakes a head that does not fit yet), one step of the in-process replica
+  // and the remote replicas' events (ReplicaSet::step). Returns the number of tokens generated.
+  // Cheap when idle; with remote replicas call it while idle too (it reads their heartbeats).
   int step();
 
-  bool idle() const { return queue_.empty() && scheduler_.idle(); }
+  bool idle() const { return queue_.empty() && replicas_.idle(); }
   size_t queued() const { return queue_.size(); }
-  size_t running() const { return scheduler_.running(); }
+  size_t running() const { return static_cast<size_t>(replicas_.running()); }
   size_t active() const { return records_.size(); }
 
  private:
@@ -73,7 +80,8 @@ class RequestOwner final : private SchedulerEvents {
   void on_finished(Finished&& done) override;
 
   Admission& admission_;
-  BatchScheduler& scheduler_;
+  std::unique_ptr<ReplicaSet> own_replicas_;  // the one-scheduler constructor's
+  ReplicaSet& replicas_;
   RequestEvents& events_;
   ServeMetrics* metrics_;
   std::deque<SubmitRequest> queue_;
@@ -83,18 +91,20 @@ class RequestOwner final : private SchedulerEvents {
   Clock::time_point earliest_deadline_ = Clock::time_point::max();
 };
 
-// The whole path for one engine in one process, as `batch` and `generate` use it (the
-// data-parallel issue will put several schedulers behind the owner): KV blocks, admission without
-// queue or per-client limits, the scheduler and its owner.
+// The whole path as `batch` and `generate` use it: this process's engine as replica 0 (KV
+// blocks, its scheduler), the remote replicas' leaders reached over `link` when there are any
+// (data parallelism, replica_set.h), admission without queue or per-client limits, and the owner.
 struct LocalServing {
   LocalServing(StepExecutor& exec, const Tokenizer& tok, const ModelConfig& config, int num_blocks,
-               int block_size, SchedulerOptions opts, RequestEvents& events);
+               int block_size, SchedulerOptions opts, RequestEvents& events,
+               ReplicaLink* link = nullptr, std::vector<RemoteReplica> remotes = {});
   // Reserves a place and submits; the refusal of the prompt-length check, if any.
   std::optional<Refusal> submit(SubmitRequest req);
 
   BlockAllocator blocks;
   Admission admission;
   BatchScheduler scheduler;
+  ReplicaSet replicas;
   RequestOwner owner;
 };
 

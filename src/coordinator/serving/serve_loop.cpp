@@ -164,6 +164,8 @@ void serve_loop(SocketServer& server, SocketBridge& bridge, RequestOwner& owner,
       owner.step();
       server.wake();  // the step's token events went out quietly
       bridge.flush();
+    } else {
+      owner.step();  // idle: only reads the other replicas' heartbeats (data parallelism)
     }
     if (server.draining() && owner.idle()) break;
   }

@@ -66,13 +66,14 @@ std::string stall_message(const StepClock& clock, std::chrono::milliseconds time
   return std::string(head) + "; " + diagnosis;
 }
 
-void end_job_after_stall(const std::string& why, SocketServer& server, RankEngine& engine) {
+void end_job_after_stall(const std::string& why, SocketServer& server, RankEngine* engine) {
   std::cerr << "llama2 serve: " << why << std::endl;
   server.fail_all("internal", why + "; the server is ending the job");
   // The I/O thread keeps running: it delivers the errors and answers health meanwhile.
   std::this_thread::sleep_for(kStallLinger);
   server.remove_socket_file();
-  const int aborted = engine.abort_collectives(std::chrono::milliseconds(500));
+  const int aborted =
+      engine != nullptr ? engine->abort_collectives(std::chrono::milliseconds(500)) : 0;
   std::cerr << "llama2 serve: ending the job after the stalled step (exit code " << kExitStalled
             << (aborted > 0 ? ", NCCL communicators aborted" : "") << ")" << std::endl;
   // No MPI call, no destructor: the engine thread is stuck inside MPI or the GPU (watchdog.h).

@@ -73,9 +73,10 @@ StepClock engine_step_clock(const RankEngine& engine);
 // The serve command's end after a stall, in this order: print `why` (which names the step and,
 // from the heartbeat, the rank it waits for); end every in-flight generation with an `internal`
 // error and mark the server stalled; keep answering for kStallLinger; remove the socket file; abort
-// the NCCL communicators; _exit(kExitStalled). Never returns.
+// the NCCL communicators of `engine` (null: a dedicated front has none); _exit(kExitStalled).
+// Never returns.
 [[noreturn]] void end_job_after_stall(const std::string& why, SocketServer& server,
-                                      RankEngine& engine);
+                                      RankEngine* engine);
 
 // "step 42 stalled: no progress for 3.0 s (--step-timeout-ms 3000); <the engine's diagnosis>".
 std::string stall_message(const StepClock& clock, std::chrono::milliseconds timeout,

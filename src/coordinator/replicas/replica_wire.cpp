@@ -1,0 +1,202 @@
+#include "coordinator/replicas/replica_wire.h"
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "common/check.h"
+#include "common/sampling_params.h"
+
+namespace llama2 {
+namespace {
+
+enum class Tag : uint8_t { kSubmit = 1, kCancel, kShutdown, kGauges, kToken, kFinished };
+
+template <typename T>
+void put(std::string& b, T v) {
+  static_assert(std::is_arithmetic_v<T>);
+  b.append(reinterpret_cast<const char*>(&v), sizeof(v));
+}
+void put(std::string& b, const std::string& s) {
+  put(b, static_cast<uint32_t>(s.size()));
+  b.append(s);
+}
+void put(std::string& b, const std::vector<int>& v) {
+  put(b, static_cast<uint32_t>(v.size()));
+  b.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int));
+}
+
+class Reader {
+ public:
+  Reader(const char* data, size_t size) : p_(data), end_(data + size), begin_(data) {}
+  bool done() const { return p_ == end_; }
+  template <typename T>
+  T get() {
+    static_assert(std::is_arithmetic_v<T>);
+    T v;
+    std::memcpy(&v, take(sizeof(T)), sizeof(T));
+    return v;
+  }
+  std::string str() {
+    const uint32_t n = get<uint32_t>();
+    return std::string(take(n), n);
+  }
+  std::vector<int> ints() {
+    const uint32_t n = get<uint32_t>();
+    std::vector<int> v(n);
+    if (n > 0) std::memcpy(v.data(), take(size_t{n} * sizeof(int)), size_t{n} * sizeof(int));
+    return v;
+  }
+  size_t offset() const { return static_cast<size_t>(p_ - begin_); }
+
+ private:
+  const char* take(size_t n) {
+    if (static_cast<size_t>(end_ - p_) < n) {
+      throw Error("replica message truncated at byte " + std::to_string(offset()) + " of " +
+                  std::to_string(end_ - begin_));
+    }
+    const char* at = p_;
+    p_ += n;
+    return at;
+  }
+  const char* p_;
+  const char* end_;
+  const char* begin_;
+};
+
+[[noreturn]] void unexpected(const char* what) {
+  throw Error(std::string("replica message: unexpected ") + what + " record on this rank");
+}
+
+}  // namespace
+
+void WireWriter::submit(const SubmitRequest& req) {
+  put(buf_, static_cast<uint8_t>(Tag::kSubmit));
+  put(buf_, req.id);
+  put(buf_, req.prompt);
+  put(buf_, sampling_to_json(req.params).dump());
+  put(buf_, req.seed);
+}
+
+void WireWriter::cancel(const CancelRequest& c) {
+  put(buf_, static_cast<uint8_t>(Tag::kCancel));
+  put(buf_, c.id);
+  put(buf_, c.reason);
+}
+
+void WireWriter::shutdown(int exit_code) {
+  put(buf_, static_cast<uint8_t>(Tag::kShutdown));
+  put(buf_, static_cast<int32_t>(exit_code));
+}
+
+void WireWriter::gauges(const ReplicaGauges& g) {
+  put(buf_, static_cast<uint8_t>(Tag::kGauges));
+  put(buf_, static_cast<int32_t>(g.running));
+  put(buf_, static_cast<int32_t>(g.pending));
+  put(buf_, static_cast<int32_t>(g.kv_used));
+  put(buf_, static_cast<int32_t>(g.kv_total));
+  put(buf_, g.steps);
+}
+
+void WireWriter::token(const TokenEvent& ev) {
+  put(buf_, static_cast<uint8_t>(Tag::kToken));
+  put(buf_, ev.id);
+  put(buf_, static_cast<int32_t>(ev.index));
+  put(buf_, static_cast<int32_t>(ev.token));
+  put(buf_, ev.text);
+}
+
+void WireWriter::finished(const Finished& done) {
+  put(buf_, static_cast<uint8_t>(Tag::kFinished));
+  put(buf_, done.id);
+  put(buf_, done.finish_reason);
+  put(buf_, static_cast<int32_t>(done.prompt_tokens));
+  put(buf_, done.tokens);
+  put(buf_, done.text);
+}
+
+std::string WireWriter::take() {
+  return std::exchange(buf_, std::string());
+}
+
+void WireVisitor::on_submit(SubmitRequest&&) {
+  unexpected("submit");
+}
+void WireVisitor::on_cancel(const CancelRequest&) {
+  unexpected("cancel");
+}
+void WireVisitor::on_shutdown(int) {
+  unexpected("shutdown");
+}
+void WireVisitor::on_gauges(const ReplicaGauges&) {
+  unexpected("gauges");
+}
+void WireVisitor::on_token(const TokenEvent&) {
+  unexpected("token");
+}
+void WireVisitor::on_finished(Finished&&) {
+  unexpected("finished");
+}
+
+void read_wire(const char* data, size_t size, WireVisitor& v) {
+  Reader r(data, size);
+  while (!r.done()) {
+    const size_t at = r.offset();
+    switch (static_cast<Tag>(r.get<uint8_t>())) {
+      case Tag::kSubmit: {
+        SubmitRequest req;
+        req.id = r.get<int64_t>();
+        req.prompt = r.ints();
+        req.params = sampling_from_json(nlohmann::json::parse(r.str()), SamplingParams{});
+        req.seed = r.get<uint64_t>();
+        v.on_submit(std::move(req));
+        break;
+      }
+      case Tag::kCancel: {
+        CancelRequest c;
+        c.id = r.get<int64_t>();
+        c.reason = r.str();
+        v.on_cancel(c);
+        break;
+      }
+      case Tag::kShutdown:
+        v.on_shutdown(r.get<int32_t>());
+        break;
+      case Tag::kGauges: {
+        ReplicaGauges g;
+        g.running = r.get<int32_t>();
+        g.pending = r.get<int32_t>();
+        g.kv_used = r.get<int32_t>();
+        g.kv_total = r.get<int32_t>();
+        g.steps = r.get<int64_t>();
+        v.on_gauges(g);
+        break;
+      }
+      case Tag::kToken: {
+        TokenEvent ev;
+        ev.id = r.get<int64_t>();
+        ev.index = r.get<int32_t>();
+        ev.token = r.get<int32_t>();
+        ev.text = r.str();
+        v.on_token(ev);
+        break;
+      }
+      case Tag::kFinished: {
+        Finished d;
+        d.id = r.get<int64_t>();
+        d.finish_reason = r.str();
+        d.prompt_tokens = r.get<int32_t>();
+        d.tokens = r.ints();
+        d.text = r.str();
+        v.on_finished(std::move(d));
+        break;
+      }
+      default:
+        throw Error("replica message: unknown record tag at byte " + std::to_string(at));
+    }
+  }
+}
+
+}  // namespace llama2
