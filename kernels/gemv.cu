@@ -113,7 +113,7 @@ cudaError_t launch_gemv_kind(const X* x, const float* xs, const W* w, const floa
   LLAMA2_LAUNCH_REQUIRE(N >= 1, "N " + std::to_string(N));
   LLAMA2_LAUNCH_REQUIRE(K >= 1 && K % kVec16<W> == 0,
                         "K " + std::to_string(K) + " must be a positive multiple of " +
-                            std::to_string(kVec16<W>) + " (16 bytes of W)");
+                            std::to_string(kVec16<W>) + " (16 bytes)");
   LLAMA2_LAUNCH_REQUIRE(x != nullptr && w != nullptr && y != nullptr, "");
   LLAMA2_LAUNCH_REQUIRE(
       (std::is_same_v<X, T> || xs != nullptr) && (std::is_same_v<W, T> || ws != nullptr),
