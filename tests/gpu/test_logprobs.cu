@@ -19,7 +19,8 @@ using namespace llama2::gputest;
 TEST_CASE("logprobs from per-rank top-k and slice log-sum-exp equal the direct log-softmax") {
   LLAMA2_GPU_TEST_OR_SKIP();
   const int V = 32000, rows = 5, top_n = 20;
-  for (const std::vector<int>& sizes : {std::vector<int>{15999, 16001}, {7, 31000, 993}}) {
+  for (const std::vector<int>& sizes :
+       std::vector<std::vector<int>>{{15999, 16001}, {7, 31000, 993}}) {
     for_each_dtype([&](auto zero) {
       using T = decltype(zero);
       std::vector<float> x = round_vec<T>(exact_random(static_cast<size_t>(rows) * V, 11, -9, 9));
@@ -46,9 +47,8 @@ TEST_CASE("logprobs from per-rank top-k and slice log-sum-exp equal the direct l
         DeviceBuffer<int32_t> d_i(static_cast<size_t>(rows) * top_n);
         LLAMA2_CUDA_REQUIRE(k::launch_topk<T>(d_x.get(), s.vocab_size, rows, s.vocab_size,
                                               s.vocab_begin, top_n, d_v.get(), d_i.get(), 0));
-        LLAMA2_CUDA_REQUIRE(k::launch_slice_logsumexp<T>(d_x.get(), s.vocab_size, rows,
-                                                         s.vocab_size, s.vocab_begin, nullptr,
-                                                         d_lse.get(), 0));
+        LLAMA2_CUDA_REQUIRE(k::launch_slice_logsumexp<T>(
+            d_x.get(), s.vocab_size, rows, s.vocab_size, s.vocab_begin, nullptr, d_lse.get(), 0));
         LLAMA2_CUDA_REQUIRE(cudaDeviceSynchronize());
         const auto v = d_v.download();
         const auto i = d_i.download();

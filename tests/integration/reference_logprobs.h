@@ -12,11 +12,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "common/check.h"
 #include "coordinator/requests/request_owner.h"
 #include "coordinator/scheduler/block_allocator.h"
 #include "coordinator/text/tokenizer.h"
@@ -50,7 +52,8 @@ inline void check_logprobs(llama2::RankEngine& engine, const llama2::Tokenizer& 
   const int top_n = std::min(llama2::kMaxTopLogprobs, config.vocab_size);
   // Every 4th stored position and the last one (CI time), each with one of the three ways.
   std::vector<int> positions;
-  for (const auto& [pos, row] : row_of) {
+  for (const auto& stored : row_of) {
+    const int pos = stored.first;
     if (pos % 4 == 0 || pos == row_of.rbegin()->first) positions.push_back(pos);
   }
   struct Events final : llama2::RequestEvents {
