@@ -57,7 +57,8 @@ struct TokenEvent {
   int token = 0;
   std::string text;
   float logprob = 0;
-  std::vector<TopLogprob> top_logprobs;
+  // {}: aggregate initializations that stop at `text` stay warning-free (-Wextra).
+  std::vector<TopLogprob> top_logprobs{};
 };
 
 // Scheduler -> owner (and owner -> endpoint): request `id` ended. The owner sends the same message
@@ -70,8 +71,8 @@ struct Finished {
   std::string text;         // detokenized output, stop string excluded
   // Only when the request asked for logprobs (else empty): [tokens.size()] each token's
   // TokenEvent::logprob and TokenEvent::top_logprobs.
-  std::vector<float> logprobs;
-  std::vector<std::vector<TopLogprob>> top_logprobs;
+  std::vector<float> logprobs{};
+  std::vector<std::vector<TopLogprob>> top_logprobs{};
 };
 
 // Measured by the owner from its own clock: from submit() to admission / first token / the end.
