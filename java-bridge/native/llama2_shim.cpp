@@ -84,6 +84,24 @@ void call_token_fn(llama2_shim_token_fn fn, void* user, const json& ev) {
      ev.value("token_id", -1));
 }
 
+// The per-token logprobs of a streamed request (its token events carry them; its `done` does not),
+// added to the final `done` so that a caller of the C ABI gets them without a token callback of
+// another shape: "logprobs" [n] and "top_logprobs" [n], as a non-streamed `done` has them.
+struct StreamedLogprobs {
+  json logprobs = json::array(), top = json::array();
+  void add(const json& token_event) {
+    const auto it = token_event.find("logprob");
+    if (it == token_event.end()) return;
+    logprobs.push_back(*it);
+    top.push_back(token_event.value("top_logprobs", json::array()));
+  }
+  void complete(json& done) {
+    if (logprobs.empty() || done.value("event", "") != "done" || done.contains("logprobs")) return;
+    done["logprobs"] = std::move(logprobs);
+    done["top_logprobs"] = std::move(top);
+  }
+};
+
 // A blocking llama2_shim_generate() in progress. `mu` is held while a callback runs: once the
 // waiting thread has set `abandoned` under it, no callback runs any more, so the caller's on_token
 // is never called after the function has returned.
@@ -98,6 +116,7 @@ struct BlockingCall {
   std::vector<int32_t> token_ids;
   llama2_shim_token_fn on_token = nullptr;
   void* user = nullptr;
+  StreamedLogprobs logprobs;
 };
 
 }  // namespace
@@ -175,6 +194,7 @@ json blocking_generate(llama2_shim_client& h, json req, int32_t timeout_ms,
     auto it = e.find("text");
     if (it != e.end() && it->is_string()) call->text += it->get_ref<const std::string&>();
     call->token_ids.push_back(e.value("token_id", -1));
+    call->logprobs.add(e);
     if (call->on_token) call_token_fn(call->on_token, call->user, e);
   };
   ev.on_done = [call](const json& e) {
@@ -201,6 +221,7 @@ json blocking_generate(llama2_shim_client& h, json req, int32_t timeout_ms,
     if (done.value("event", "") == "done" && !done.contains("text")) {
       done["text"] = std::move(call->text);
       done["token_ids"] = std::move(call->token_ids);
+      call->logprobs.complete(done);
     }
     return done;
   }
@@ -280,11 +301,16 @@ int32_t llama2_shim_generate_async(llama2_shim_client* h, const char* request_js
       return 0;
     }
     llama2::GenerateEvents ev;
-    if (on_token) {
-      ev.on_token = [on_token, user](const json& e) { call_token_fn(on_token, user, e); };
-    }
-    ev.on_done = [on_final, user](const json& e) {
-      const std::string s = dump_event(e);
+    // Token events and the final one come on the reader thread, in order: no lock needed.
+    auto logprobs = std::make_shared<StreamedLogprobs>();
+    ev.on_token = [on_token, user, logprobs](const json& e) {
+      logprobs->add(e);
+      if (on_token) call_token_fn(on_token, user, e);
+    };
+    ev.on_done = [on_final, user, logprobs](const json& e) {
+      json final_event = e;
+      logprobs->complete(final_event);
+      const std::string s = dump_event(final_event);
       on_final(user, s.c_str(), static_cast<int32_t>(s.size()));
     };
     ev.on_error = ev.on_done;

@@ -57,7 +57,9 @@ typedef void (*llama2_shim_token_fn)(void* user, const char* text, int32_t len, 
                                      int32_t token_id);
 
 /* The final event of a generation, exactly once, last: the `done` or `error` event as JSON
- * (`len` bytes, also NUL-terminated). */
+ * (`len` bytes, also NUL-terminated). For a request with "logprobs" the `done` carries the
+ * per-token "logprobs" and "top_logprobs" arrays also when it streamed (gathered from its token
+ * events; docs/PROTOCOL.md). */
 typedef void (*llama2_shim_final_fn)(void* user, const char* event_json, int32_t len);
 
 LLAMA2_SHIM_API int32_t llama2_shim_abi_version(void);
@@ -91,7 +93,8 @@ LLAMA2_SHIM_API int32_t llama2_shim_generate_async(llama2_shim_client* h, const 
 /* Blocking generate. Returns the final event as JSON (malloc'd, free with llama2_shim_free; its
  * byte length, without the NUL, in *len_out when len_out is not NULL):
  *  - `done`: always carries the whole "text" and "token_ids" (assembled from the token events when
- *    the request streamed, i.e. "stream" was not false);
+ *    the request streamed, i.e. "stream" was not false), and with "logprobs" the per-token
+ *    "logprobs" and "top_logprobs";
  *  - `error`: the server's codes, or client-side `server_unavailable` / `timeout`.
  * timeout_ms <= 0: no client-side deadline (the server's request timeout still applies); when it
  * passes, a `cancel` is sent and `timeout` returned. on_token (may be NULL) runs on the reader

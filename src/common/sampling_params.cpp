@@ -131,9 +131,10 @@ std::vector<std::string> json_stop(const json& v) {
   return out;
 }
 
-// The shortest decimal that reads back as the same float, so that a reported top_p of 0.8f shows
-// as 0.8 rather than 0.800000011920929 (the double nearest the float).
+}  // namespace
+
 json float_as_json(float f) {
+  if (!std::isfinite(f)) return static_cast<double>(f);  // dumped as null, as any non-finite
   for (int digits = 6; digits < 9; ++digits) {
     std::ostringstream os;
     os.precision(digits);
@@ -143,8 +144,6 @@ json float_as_json(float f) {
   }
   return static_cast<double>(f);  // 9 significant digits always round-trip a float
 }
-
-}  // namespace
 
 std::string validate_sampling(const SamplingParams& p, int prompt_tokens,
                               int max_position_embeddings) {
@@ -168,6 +167,14 @@ std::string validate_sampling(const SamplingParams& p, int prompt_tokens,
     if (!(value >= -2.0f && value <= 2.0f)) {  // written so that NaN fails too
       return std::string(name) + " must be in [-2, 2] (got " + fmt(value) + ")";
     }
+  }
+  if (p.top_logprobs < 0 || p.top_logprobs > kMaxTopLogprobs) {
+    return "top_logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "] (got " +
+           std::to_string(p.top_logprobs) + ")";
+  }
+  if (p.top_logprobs > 0 && !p.logprobs) {
+    return "top_logprobs needs logprobs set to true (got top_logprobs " +
+           std::to_string(p.top_logprobs) + " with logprobs false)";
   }
   if (p.max_new_tokens < 1) {
     return "max_new_tokens must be >= 1 (got " + std::to_string(p.max_new_tokens) + ")";
@@ -250,6 +257,13 @@ SamplingParams sampling_from_json(const nlohmann::json& obj, const SamplingParam
     if (!v->is_boolean()) type_error("ignore_eos", "a boolean", *v);
     p.ignore_eos = v->get<bool>();
   }
+  if (const json* v = given("logprobs")) {
+    if (!v->is_boolean()) type_error("logprobs", "a boolean", *v);
+    p.logprobs = v->get<bool>();
+  }
+  if (const json* v = given("top_logprobs")) {
+    p.top_logprobs = static_cast<int>(json_int(*v, "top_logprobs", kIntMin, kIntMax));
+  }
   return p;
 }
 
@@ -265,6 +279,8 @@ nlohmann::json sampling_to_json(const SamplingParams& p) {
   j["seed"] = p.seed ? json(*p.seed) : json(nullptr);
   j["stop"] = p.stop;
   j["ignore_eos"] = p.ignore_eos;
+  j["logprobs"] = p.logprobs;
+  j["top_logprobs"] = p.top_logprobs;
   return j;
 }
 

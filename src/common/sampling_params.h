@@ -25,7 +25,17 @@ struct SamplingParams {
   std::optional<uint64_t> seed;   // none: chosen at random by the caller and reported
   std::vector<std::string> stop;  // stop strings (not included in the output)
   bool ignore_eos = false;
+  // Log-probabilities of the model's own distribution (log-softmax of the raw logits, before
+  // repetition/presence/frequency penalties, temperature, top-k and top-p; vLLM's default): with
+  // `logprobs`, each generated token reports its own log-probability and the `top_logprobs` most
+  // probable tokens of that step (0..kMaxTopLogprobs; needs logprobs). They never change which
+  // token is sampled.
+  bool logprobs = false;
+  int top_logprobs = 0;
 };
+
+// The most alternatives a request may ask for per token (OpenAI's limit).
+constexpr int kMaxTopLogprobs = 20;
 
 // The limits on prompt + max_new_tokens, each 0 when it does not apply: the model's positions,
 // the server's --max-seq-len and what the KV cache can hold for one request.
@@ -56,12 +66,16 @@ std::string validate_sampling(const SamplingParams& p, int prompt_tokens,
 
 // Overrides the fields of `defaults` whose keys are present in the JSON object `obj`: temperature,
 // top_p, top_k, repetition_penalty, presence_penalty, frequency_penalty, max_new_tokens, seed, stop
-// (a string or an array of strings), ignore_eos. Other keys are ignored (front ends pass whole
-// request objects); a null value means "not given" (as OpenAI-style clients send it). Throws
-// llama2::Error naming the key and the expected type on a wrong type, e.g. "top_k" must be an
-// integer (got string). Ranges are left to validate_sampling so that every range error reads the
-// same wherever the parameter came from.
+// (a string or an array of strings), ignore_eos, logprobs, top_logprobs. Other keys are ignored
+// (front ends pass whole request objects); a null value means "not given" (as OpenAI-style clients
+// send it). Throws llama2::Error naming the key and the expected type on a wrong type, e.g. "top_k"
+// must be an integer (got string). Ranges are left to validate_sampling so that every range error
+// reads the same wherever the parameter came from.
 SamplingParams sampling_from_json(const nlohmann::json& obj, const SamplingParams& defaults);
+
+// The shortest decimal that reads back as the same float, so that a reported top_p of 0.8f shows
+// as 0.8 rather than 0.800000011920929 (the double nearest the float); also logprobs.
+nlohmann::json float_as_json(float f);
 
 // Every field, with "seed": null when none is set; sampling_from_json reads it back unchanged.
 nlohmann::json sampling_to_json(const SamplingParams& p);

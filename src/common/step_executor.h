@@ -19,6 +19,11 @@ struct StepLogits {
   int width = 0;  // vocab (full) or k (candidates)
   std::vector<float> values;
   std::vector<int32_t> ids;
+  // Only when plan.any_logprobs(): [rows], each logit row's log-sum-exp of the raw logits over the
+  // whole vocabulary (log p(token) = raw logit - lse) for the rows with want_logprobs, NaN for the
+  // others. Candidate steps compute it from each rank's slice summaries (logits_gather.h); full
+  // steps on rank 0 from the gathered rows.
+  std::vector<double> lse;
 
   bool full() const { return ids.empty(); }
 };

@@ -7,13 +7,28 @@
 namespace llama2 {
 namespace {
 constexpr int32_t kMagic = 0x4c325350;  // "L2SP": catches a rank reading a foreign broadcast
-constexpr int kSeqFields = 6;
+constexpr int kSeqFields = 7;
 }  // namespace
 
 int StepPlan::logit_rows() const {
   int n = 0;
   for (const auto& s : seqs) n += s.want_logits ? 1 : 0;
   return n;
+}
+
+std::vector<int32_t> StepPlan::logprob_flags() const {
+  std::vector<int32_t> flags;
+  for (const auto& s : seqs) {
+    if (s.want_logits) flags.push_back(s.want_logprobs);
+  }
+  return flags;
+}
+
+bool StepPlan::any_logprobs() const {
+  for (const auto& s : seqs) {
+    if (s.want_logits && s.want_logprobs) return true;
+  }
+  return false;
 }
 
 int StepPlan::score_rows() const {
@@ -23,7 +38,8 @@ int StepPlan::score_rows() const {
 }
 
 void append_seq(StepPlan* plan, int32_t seq_id, int32_t pos_begin, const int32_t* tokens,
-                int32_t n_tokens, bool want_logits, const int32_t* table, int32_t table_len) {
+                int32_t n_tokens, bool want_logits, const int32_t* table, int32_t table_len,
+                bool want_logprobs) {
   SeqStep s;
   s.seq_id = seq_id;
   s.pos_begin = pos_begin;
@@ -31,6 +47,7 @@ void append_seq(StepPlan* plan, int32_t seq_id, int32_t pos_begin, const int32_t
   s.want_logits = want_logits ? 1 : 0;
   s.table_begin = static_cast<int32_t>(plan->block_ids.size());
   s.table_len = table_len;
+  s.want_logprobs = want_logits && want_logprobs ? 1 : 0;
   plan->seqs.push_back(s);
   plan->tokens.insert(plan->tokens.end(), tokens, tokens + n_tokens);
   plan->block_ids.insert(plan->block_ids.end(), table, table + table_len);
@@ -47,8 +64,8 @@ std::vector<int32_t> encode_step_plan(const StepPlan& p) {
   w.push_back(static_cast<int32_t>(p.tokens.size()));
   w.push_back(static_cast<int32_t>(p.block_ids.size()));
   for (const auto& s : p.seqs) {
-    w.insert(w.end(),
-             {s.seq_id, s.pos_begin, s.n_tokens, s.want_logits, s.table_begin, s.table_len});
+    w.insert(w.end(), {s.seq_id, s.pos_begin, s.n_tokens, s.want_logits, s.table_begin, s.table_len,
+                       s.want_logprobs});
   }
   w.insert(w.end(), p.tokens.begin(), p.tokens.end());
   w.insert(w.end(), p.block_ids.begin(), p.block_ids.end());
@@ -81,8 +98,9 @@ StepPlan decode_step_plan(const std::vector<int32_t>& w) {
   size_t i = kHeader;
   int64_t token_sum = 0;
   for (int64_t s = 0; s < n_seqs; ++s, i += kSeqFields) {
-    SeqStep q{w[i], w[i + 1], w[i + 2], w[i + 3], w[i + 4], w[i + 5]};
+    SeqStep q{w[i], w[i + 1], w[i + 2], w[i + 3], w[i + 4], w[i + 5], w[i + 6]};
     if (q.pos_begin < 0 || q.n_tokens < 1 || q.table_begin < 0 || q.table_len < 0 ||
+        (q.want_logprobs != 0 && (q.want_logprobs != 1 || q.want_logits != 1)) ||
         q.table_begin + static_cast<int64_t>(q.table_len) > n_blocks) {
       throw bad("sequence " + std::to_string(q.seq_id) + " has invalid fields");
     }

@@ -27,6 +27,9 @@ struct SeqStep {
   int32_t want_logits = 0;  // 1: produce logits for the last new token
   int32_t table_begin = 0;  // offset of this sequence's block table in StepPlan::block_ids
   int32_t table_len = 0;    // number of blocks in the table
+  // 1 (with want_logits): rank 0 also needs this row's log-sum-exp over the whole vocabulary, for
+  // the sampled token's log-probability (StepLogits::lse). Only steps with such a row pay for it.
+  int32_t want_logprobs = 0;
 };
 
 constexpr int kMaxCandidates = 64;
@@ -45,14 +48,18 @@ struct StepPlan {
 
   int total_tokens() const { return static_cast<int>(tokens.size()); }
   int logit_rows() const;  // number of sequences with want_logits
-  int score_rows() const;  // kScore: number of targets >= 0
+  // [logit_rows()]: 1 for each logit row whose sequence has want_logprobs, in plan order.
+  std::vector<int32_t> logprob_flags() const;
+  bool any_logprobs() const;  // some logit row has want_logprobs
+  int score_rows() const;     // kScore: number of targets >= 0
 };
 
 // Appends one sequence's part of a step: `n_tokens` new tokens at positions [pos_begin,
 // pos_begin + n_tokens) and the first `table_len` ids of its block table (enough blocks to cover
-// those positions; the engine checks).
+// those positions; the engine checks). want_logprobs counts only with want_logits.
 void append_seq(StepPlan* plan, int32_t seq_id, int32_t pos_begin, const int32_t* tokens,
-                int32_t n_tokens, bool want_logits, const int32_t* table, int32_t table_len);
+                int32_t n_tokens, bool want_logits, const int32_t* table, int32_t table_len,
+                bool want_logprobs = false);
 
 std::vector<int32_t> encode_step_plan(const StepPlan& plan);
 // Throws Error when the buffer is not a well-formed plan (lengths, offsets, kinds).

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <exception>
+#include <limits>
 #include <string>
 
 #include "common/check.h"
@@ -154,8 +155,14 @@ class CpuModel final : public ModelRunner {
       const std::vector<size_t> counts(s_.tp, values.size());
       comm_.gather_to_root(values.data(), counts, CommType::kF32, all_values.data());
       comm_.gather_to_root(ids.data(), counts, CommType::kI32, all_ids.data());
+      // Logprob rows: the candidates hold the sampled token's raw logit (sampling picks among
+      // them), so rank 0 only lacks the log-sum-exp: 3 floats per row from each rank.
+      std::vector<float> all_lse;
+      if (plan.any_logprobs()) all_lse = gather_slice_lse(plan, local.data(), rows);
       if (!root || out == nullptr) return;
       merge_candidates(all_values.data(), all_ids.data(), s_.tp, rows, k, out);
+      if (plan.any_logprobs())
+        lse_from_slices(all_lse.data(), all_shards_, plan.logprob_flags(), out);
       return;
     }
     std::vector<float>& gathered =
@@ -164,6 +171,7 @@ class CpuModel final : public ModelRunner {
                          gathered.data());
     if (comm_.rank() != 0 || out == nullptr) return;
     stitch_vocab_slices(gathered.data(), all_shards_, rows, c_.vocab_size, out);
+    if (plan.any_logprobs()) lse_from_full_rows(plan.logprob_flags(), out);
   }
 
  private:
@@ -171,6 +179,27 @@ class CpuModel final : public ModelRunner {
   struct Workspace {
     std::vector<float> x, h, qkv, q, k, v, attn, gate_up, act, partial, last, logits, gathered;
   };
+  // Collective: this rank's slice summaries (slice_logsumexp) of the logprob rows of `local`
+  // [rows, vocab_local], gathered to rank 0 as [rank][rows, kSliceLseFields] (rows without
+  // want_logprobs are left as an empty slice, (-inf, 0, 0): only requests that ask pay).
+  std::vector<float> gather_slice_lse(const StepPlan& plan, const float* local, int rows) {
+    const std::vector<int32_t> flags = plan.logprob_flags();
+    std::vector<float> part(static_cast<size_t>(rows) * kSliceLseFields, 0.f);
+    for (int r = 0; r < rows; ++r) {
+      float* f = part.data() + static_cast<int64_t>(r) * kSliceLseFields;
+      if (flags[r]) {
+        slice_logsumexp(local + int64_t{r} * s_.vocab_size, 1, s_.vocab_size, s_.vocab_begin,
+                        nullptr, f);
+      } else {
+        f[0] = -std::numeric_limits<float>::infinity();
+      }
+    }
+    std::vector<float> all(comm_.rank() == 0 ? part.size() * s_.tp : 0);
+    comm_.gather_to_root(part.data(), std::vector<size_t>(s_.tp, part.size()), CommType::kF32,
+                         all.data());
+    return all;
+  }
+
   // `buf` resized to n elements: its contents are garbage, the operators overwrite them.
   static std::vector<float>& sized(std::vector<float>* buf, int64_t n) {
     buf->resize(static_cast<size_t>(n));

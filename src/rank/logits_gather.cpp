@@ -171,4 +171,30 @@ void combine_logsumexp(const float* gathered, const std::vector<ShardPlan>& shar
   }
 }
 
+void lse_from_slices(const float* gathered, const std::vector<ShardPlan>& shards,
+                     const std::vector<int32_t>& flags, StepLogits* out) {
+  const int rows = static_cast<int>(flags.size());
+  out->lse.assign(flags.size(), std::numeric_limits<double>::quiet_NaN());
+  std::vector<double> lse(flags.size());
+  combine_logsumexp(gathered, shards, rows, nullptr, lse.data(), nullptr);
+  for (int r = 0; r < rows; ++r) {
+    if (flags[r]) out->lse[r] = lse[r];
+  }
+}
+
+void lse_from_full_rows(const std::vector<int32_t>& flags, StepLogits* out) {
+  LLAMA2_CHECK(out->full() && out->rows == static_cast<int>(flags.size()));
+  const int V = out->width;
+  ShardPlan whole;
+  whole.vocab_size = V;
+  const std::vector<ShardPlan> one = {whole};
+  out->lse.assign(flags.size(), std::numeric_limits<double>::quiet_NaN());
+  for (int r = 0; r < out->rows; ++r) {
+    if (!flags[r]) continue;
+    float part[kSliceLseFields];
+    slice_logsumexp(out->values.data() + static_cast<int64_t>(r) * V, 1, V, 0, nullptr, part);
+    combine_logsumexp(part, one, 1, nullptr, &out->lse[r], nullptr);
+  }
+}
+
 }  // namespace llama2

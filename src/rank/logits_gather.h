@@ -52,6 +52,14 @@ void slice_logsumexp(const float* logits, int rows, int vocab_local, int vocab_b
 void combine_logsumexp(const float* gathered, const std::vector<ShardPlan>& shards, int rows,
                        const int32_t* targets, double* lse, double* logprob);
 
+// StepLogits::lse of a step with logprob rows (flags: plan.logprob_flags()), NaN where the flag
+// is 0. From the slice summaries of every rank ([rank][rows, kSliceLseFields], computed for all
+// rows: on the GPU one launch over the contiguous logit rows is cheaper than picking rows), or,
+// for a full-logit step, from out->values itself (one slice: the whole vocabulary).
+void lse_from_slices(const float* gathered, const std::vector<ShardPlan>& shards,
+                     const std::vector<int32_t>& flags, StepLogits* out);
+void lse_from_full_rows(const std::vector<int32_t>& flags, StepLogits* out);
+
 // True when a is ranked before b: larger value first, NaN before everything, equal values (and
 // -0 == +0) by lower id. The order of kernels::launch_topk.
 bool candidate_before(float va, int32_t ia, float vb, int32_t ib);

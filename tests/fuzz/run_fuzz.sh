@@ -88,6 +88,8 @@ cat > "$out/json.dict" <<'DICT'
 "\"seed\""
 "\"stop\""
 "\"ignore_eos\""
+"\"logprobs\""
+"\"top_logprobs\""
 "\"stream\""
 "\"timeout_ms\""
 "\"event\""

@@ -22,8 +22,11 @@
 //   RESULT model=.. backend=.. dtype=.. np=.. max_abs_diff=.. tolerance=.. compared=..
 //   (dtype is e.g. "fp16", or "fp16+kv-fp8_e4m3" when the KV cache has its own element type)
 //          greedy_identical=a/b near_tie=c mismatches=m prefix_hit_max_abs_diff=..
-//          prefix_hit_compared=.. status=PASS|FAIL
+//          prefix_hit_compared=.. logprob_max_diff=.. logprobs_compared=.. logprob_failures=f
+//          status=PASS|FAIL
 //   (max_abs_diff covers every path, the prefix hit's included; prefix_hit_* is that path alone)
+// Per prompt it also checks the logprobs requests report (reference_logprobs.h) against HF's
+// log-softmax of the same rows, within 2x --tolerance.
 #include <mpi.h>
 
 #include <cmath>
@@ -42,6 +45,7 @@
 #include "coordinator/scheduler/block_allocator.h"
 #include "coordinator/text/tokenizer.h"
 #include "rank/engine.h"
+#include "reference_logprobs.h"
 
 namespace {
 
@@ -338,6 +342,7 @@ int run(int argc, char** argv, int rank, int size) {
   Stats stats, hit_stats;
   int greedy_identical = 0, near_ties = 0, greedy_mismatches = 0, greedy_total = 0;
   int tokenizer_mismatches = 0;
+  reference::LogprobStats logprobs;
   for (const auto& p : fixture["prompts"]) {
     const std::string name = p["name"].get<std::string>();
     const std::vector<int> ids = p["prompt_ids"].get<std::vector<int>>();
@@ -403,14 +408,25 @@ int run(int argc, char** argv, int rank, int size) {
                 verdicts.c_str());
     stats.max_diff = std::max(stats.max_diff, one.max_diff);
     stats.compared += one.compared;
+
+    reference::LogprobStats lp;
+    reference::check_logprobs(engine, tok, config, blocks, ids, *expected.rows, expected.row_of,
+                              opt.tolerance, &lp);
+    std::printf("%s/%s (np=%d): logprobs max |diff| %.3g over %ld values, %d failures\n",
+                model.c_str(), name.c_str(), size, lp.max_diff, lp.compared, lp.failures);
+    logprobs.max_diff = std::max(logprobs.max_diff, lp.max_diff);
+    logprobs.compared += lp.compared;
+    logprobs.failures += lp.failures;
   }
-  const bool ok =
-      stats.max_diff <= opt.tolerance && greedy_mismatches == 0 && tokenizer_mismatches == 0;
+  const bool ok = stats.max_diff <= opt.tolerance && greedy_mismatches == 0 &&
+                  tokenizer_mismatches == 0 && logprobs.failures == 0 && logprobs.compared > 0;
   std::printf(
       "%s: max |logit diff| %.3g (tolerance %.1g) over %ld values; greedy %d/%d identical, "
-      "%d near-tie, %d mismatched; tokenizer mismatches %d: %s\n",
+      "%d near-tie, %d mismatched; tokenizer mismatches %d; logprobs max |diff| %.3g "
+      "(tolerance %.1g) over %ld values, %d failures: %s\n",
       model.c_str(), stats.max_diff, opt.tolerance, stats.compared, greedy_identical, greedy_total,
-      near_ties, greedy_mismatches, tokenizer_mismatches, ok ? "PASS" : "FAIL");
+      near_ties, greedy_mismatches, tokenizer_mismatches, logprobs.max_diff, 2 * opt.tolerance,
+      logprobs.compared, logprobs.failures, ok ? "PASS" : "FAIL");
   const std::string dtype_label =
       std::string(engine.dtype_name()) +
       (engine.settings().kv_cache_dtype == llama2::KvCacheDType::kAuto
@@ -423,10 +439,12 @@ int run(int argc, char** argv, int rank, int size) {
   std::printf(
       "RESULT model=%s backend=%s dtype=%s np=%d max_abs_diff=%.3g tolerance=%g "
       "compared=%ld greedy_identical=%d/%d near_tie=%d mismatches=%d prefix_hit_max_abs_diff=%.3g "
-      "prefix_hit_compared=%ld status=%s\n",
+      "prefix_hit_compared=%ld logprob_max_diff=%.3g logprobs_compared=%ld logprob_failures=%d "
+      "status=%s\n",
       model.c_str(), engine.backend_name(), dtype_label.c_str(), size, stats.max_diff,
       opt.tolerance, stats.compared, greedy_identical, greedy_total, near_ties, greedy_mismatches,
-      hit_stats.max_diff, hit_stats.compared, ok ? "PASS" : "FAIL");
+      hit_stats.max_diff, hit_stats.compared, logprobs.max_diff, logprobs.compared,
+      logprobs.failures, ok ? "PASS" : "FAIL");
   std::fflush(stdout);
   engine.shutdown(ok ? 0 : 1);
   return ok ? 0 : 1;

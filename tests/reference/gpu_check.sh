@@ -16,7 +16,11 @@
 #    quantization (make_fixtures.py --weight-dtype, per np: o/down are quantized per rank's shard),
 #    within NOISE_FACTOR x the dtype's noise under that quantization (HF-quantized in dtype vs
 #    HF-quantized in fp32).
-# CHECKS=fp8kv runs only a, h and what h needs; CHECKS=wquant only a, i and what i needs. Every reference run is at np 1 and 2 ($NPS). All RESULT/STEP/NOISE lines go to
+# Every reference run also checks the logprobs the engine reports (greedy, top-k and top-p
+# requests; both gather paths) against HF's log-softmax of the same rows (reference_logprobs.h):
+# its RESULT line has logprob_max_diff=, logprobs_compared=, logprob_failures=.
+# CHECKS=fp8kv runs only a, h and what h needs; CHECKS=wquant only a, i and what i needs;
+# CHECKS=logprobs only a, the GPU logprobs kernel test and c (no torch needed). Every reference run is at np 1 and 2 ($NPS). All RESULT/STEP/NOISE lines go to
 # OUTDIR/summary.txt, logs to OUTDIR/logs/; the exit code is non-zero if anything failed.
 # Tolerances are explained in tests/reference/README.md.
 set -uo pipefail  # no -e: every check runs and reports even after an earlier one failed
@@ -31,11 +35,12 @@ NOISE_FACTOR=${NOISE_FACTOR:-2}
 FP32_TOL=${FP32_TOL:-1e-3}
 FP32_NEAR_TIE=${FP32_NEAR_TIE:-1e-3}
 NPS=${NPS:-1 2}
-CHECKS=${CHECKS:-all}  # all | fp8kv | wquant
-case $CHECKS in all | fp8kv | wquant) ;; *) echo "CHECKS must be all, fp8kv or wquant (got '$CHECKS')" >&2; exit 2 ;; esac
+CHECKS=${CHECKS:-all}  # all | fp8kv | wquant | logprobs
+case $CHECKS in all | fp8kv | wquant | logprobs) ;; *) echo "CHECKS must be all, fp8kv, wquant or logprobs (got '$CHECKS')" >&2; exit 2 ;; esac
 all() { [ "$CHECKS" = all ]; }
 kv8() { [ "$CHECKS" != wquant ]; }
 wq() { [ "$CHECKS" != fp8kv ]; }
+logprobs_only() { [ "$CHECKS" = logprobs ]; }
 # Models of step i: every projection's input width must be a multiple of 16 at each np (fp8).
 WQ_SMALL=${WQ_SMALL:-small-d128-f16}
 MPI_TIMEOUT=${MPI_TIMEOUT:-300}
@@ -115,6 +120,8 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
   fi
 fi
 all && step gpu-kernel-tests "$LOGS/gpu_tests.log" timeout 600 build-gpu/tests/llama2_gpu_tests --force-colors=0
+logprobs_only && step gpu-logprobs-test "$LOGS/gpu_logprobs.log" timeout 600 \
+  build-gpu/tests/llama2_gpu_tests --force-colors=0 --test-case='logprobs*'
 
 # ---- c. CUDA fp32 vs CPU fp32 HF fixtures. Fixtures not committed yet are made here the same way.
 missing=""
@@ -128,10 +135,20 @@ fi
 cpu_fixture() {
   if [ -f "$CPU_FIXTURES/$1.json" ]; then echo "$CPU_FIXTURES/$1.json"; else echo "$OUT/fixtures-cpu-fp32/$1.json"; fi
 }
-if all; then
+if all || logprobs_only; then
   for m in $SMALL; do
     ref "$ROOT/tests/models/$m" "$(cpu_fixture "$m")" fp32 "$FP32_TOL" "$FP32_NEAR_TIE"
   done
+fi
+if logprobs_only; then
+  echo
+  cat "$SUMMARY"
+  if grep -q 'status=FAIL' "$SUMMARY" || ! grep -q '^RESULT .*logprobs_compared=[1-9]' "$SUMMARY"; then
+    echo "gpu_check: FAIL (details in $LOGS)"
+    exit 1
+  fi
+  echo "gpu_check: PASS"
+  exit 0
 fi
 
 # ---- d. random 32000-vocab models and HF fixtures on cuda

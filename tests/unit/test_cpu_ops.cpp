@@ -452,7 +452,8 @@ TEST_SUITE("cpu_ops") {
 
   TEST_CASE("plan_positions") {
     StepPlan p;
-    p.seqs = {SeqStep{0, 0, 3, 1, 0, 1}, SeqStep{1, 13, 2, 1, 1, 1}, SeqStep{2, 999, 1, 1, 2, 1}};
+    p.seqs = {SeqStep{0, 0, 3, 1, 0, 1, 0}, SeqStep{1, 13, 2, 1, 1, 1, 0},
+              SeqStep{2, 999, 1, 1, 2, 1, 0}};
     p.tokens = {5, 6, 7, 8, 9, 10};
     p.block_ids = {0, 1, 2};
     CHECK(cpu::plan_positions(p) == std::vector<int32_t>{0, 1, 2, 13, 14, 999});

@@ -29,7 +29,7 @@ namespace {
 // position 5 (blocks {2, 7}); block size 4.
 StepPlan two_seq_plan() {
   StepPlan p;
-  p.seqs = {SeqStep{10, 0, 3, 1, 0, 1}, SeqStep{11, 5, 1, 1, 1, 2}};
+  p.seqs = {SeqStep{10, 0, 3, 1, 0, 1, 0}, SeqStep{11, 5, 1, 1, 1, 2, 0}};
   p.tokens = {100, 101, 102, 200};
   p.block_ids = {5, 2, 7};
   return p;
@@ -100,8 +100,8 @@ TEST_SUITE("step_metadata") {
     std::vector<int32_t> h(L.words(), -99);
     StepPlan p;
     // decode at 5, decode at 9, a 3-token chunk from 0, one more token (a 1-token chunk) at 2.
-    p.seqs = {SeqStep{1, 5, 1, 1, 0, 2}, SeqStep{2, 9, 1, 1, 2, 3}, SeqStep{3, 0, 3, 0, 5, 1},
-              SeqStep{4, 2, 1, 1, 6, 1}};
+    p.seqs = {SeqStep{1, 5, 1, 1, 0, 2, 0}, SeqStep{2, 9, 1, 1, 2, 3, 0},
+              SeqStep{3, 0, 3, 0, 5, 1, 0}, SeqStep{4, 2, 1, 1, 6, 1, 0}};
     p.tokens = {7, 8, 1, 2, 3, 4};
     p.block_ids = {0, 1, 2, 3, 4, 5, 6};
     const llama2::StepShape sh = llama2::fill_step_metadata(p, L, 0, h.data());
@@ -120,7 +120,7 @@ TEST_SUITE("step_metadata") {
 
   TEST_CASE("a graph bucket pads decode steps with inert sequences") {
     StepPlan p;
-    p.seqs = {SeqStep{1, 4, 1, 1, 0, 2}, SeqStep{2, 0, 1, 1, 2, 1}};
+    p.seqs = {SeqStep{1, 4, 1, 1, 0, 2, 0}, SeqStep{2, 0, 1, 1, 2, 1, 0}};
     p.tokens = {7, 8};
     p.block_ids = {3, 1, 6};
     const StepLayout L(8, 4, 8, 4, 9);
@@ -159,19 +159,20 @@ TEST_SUITE("step_metadata") {
     CHECK(error_of(p, L, 0).find("max-step-tokens") != std::string::npos);
 
     StepPlan three;
-    three.seqs = {SeqStep{1, 0, 1, 1, 0, 1}, SeqStep{2, 0, 1, 1, 0, 1}, SeqStep{3, 0, 1, 1, 0, 1}};
+    three.seqs = {SeqStep{1, 0, 1, 1, 0, 1, 0}, SeqStep{2, 0, 1, 1, 0, 1, 0},
+                  SeqStep{3, 0, 1, 1, 0, 1, 0}};
     three.tokens = {1, 2, 3};
     three.block_ids = {0};
     CHECK(error_of(three, L, 0).find("max-batch-size") != std::string::npos);
 
     StepPlan far;  // position 8 needs a third block; the layout holds 2 per sequence
-    far.seqs = {SeqStep{4, 8, 1, 1, 0, 3}};
+    far.seqs = {SeqStep{4, 8, 1, 1, 0, 3, 0}};
     far.tokens = {1};
     far.block_ids = {0, 1, 2};
     CHECK(error_of(far, L, 0).find("maximum sequence length 8") != std::string::npos);
 
     StepPlan bad_block;
-    bad_block.seqs = {SeqStep{5, 0, 2, 1, 0, 1}};
+    bad_block.seqs = {SeqStep{5, 0, 2, 1, 0, 1, 0}};
     bad_block.tokens = {1, 2};
     bad_block.block_ids = {9};
     CHECK(error_of(bad_block, L, 0).find("KV block 9") != std::string::npos);

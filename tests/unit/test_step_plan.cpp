@@ -1,5 +1,5 @@
 // Step plan wire format (src/common/step_plan.{h,cpp}). The expected wire of a small plan is
-// written out by hand from the documented layout (header of 7 ints, 6 ints per sequence, tokens,
+// written out by hand from the documented layout (header of 7 ints, 7 ints per sequence, tokens,
 // block ids); each malformed buffer is derived from a valid one by changing one field.
 #include <doctest/doctest.h>
 
@@ -21,7 +21,8 @@ constexpr int32_t kMagic = 0x4c325350;  // "L2SP"
 StepPlan forward_plan() {
   StepPlan p;
   p.kind = StepKind::kForward;
-  p.seqs = {SeqStep{11, 0, 3, 1, 0, 1}, SeqStep{12, 40, 1, 0, 1, 3}, SeqStep{13, 16, 2, 1, 4, 2}};
+  p.seqs = {SeqStep{11, 0, 3, 1, 0, 1, 0}, SeqStep{12, 40, 1, 0, 1, 3, 0},
+            SeqStep{13, 16, 2, 1, 4, 2, 1}};
   p.tokens = {101, 102, 103, 201, 301, 302};
   p.block_ids = {7, 2, 9, 0, 5, 3};
   return p;
@@ -40,6 +41,7 @@ void check_same(const StepPlan& a, const StepPlan& b) {
     CHECK(a.seqs[i].want_logits == b.seqs[i].want_logits);
     CHECK(a.seqs[i].table_begin == b.seqs[i].table_begin);
     CHECK(a.seqs[i].table_len == b.seqs[i].table_len);
+    CHECK(a.seqs[i].want_logprobs == b.seqs[i].want_logprobs);
   }
   CHECK(a.tokens == b.tokens);
   CHECK(a.block_ids == b.block_ids);
@@ -60,31 +62,31 @@ bool contains(const std::string& s, const std::string& needle) {
 
 // Wire offsets of the fields of sequence `s` (header is 7 ints).
 size_t seq_field(int s, int field) {
-  return 7 + 6 * size_t(s) + field;
+  return 7 + 7 * size_t(s) + field;
 }
-enum Field { kSeqId, kPosBegin, kNTokens, kWantLogits, kTableBegin, kTableLen };
+enum Field { kSeqId, kPosBegin, kNTokens, kWantLogits, kTableBegin, kTableLen, kWantLogprobs };
 
 }  // namespace
 
 TEST_SUITE("step_plan") {
   TEST_CASE("encode writes the documented layout") {
     StepPlan p;
-    p.seqs = {SeqStep{4, 5, 2, 1, 0, 2}};
+    p.seqs = {SeqStep{4, 5, 2, 1, 0, 2, 1}};
     p.tokens = {9, 8};
     p.block_ids = {3, 1};
     p.candidates = 5;
     // magic kind exit candidates seqs toks blocks
     const std::vector<int32_t> expected = {kMagic, 1, 0, 5, 1, 2, 2,
-                                           4,      5, 2, 1, 0, 2,  // the sequence
-                                           9,      8,              // tokens
-                                           3,      1};             // block ids
+                                           4,      5, 2, 1, 0, 2, 1,  // the sequence
+                                           9,      8,                 // tokens
+                                           3,      1};                // block ids
     CHECK(llama2::encode_step_plan(p) == expected);
   }
 
   TEST_CASE("forward plan round trip") {
     const StepPlan p = forward_plan();
     const auto wire = llama2::encode_step_plan(p);
-    CHECK(wire.size() == 7 + 3 * 6 + 6 + 6);
+    CHECK(wire.size() == 7 + 3 * 7 + 6 + 6);
     check_same(llama2::decode_step_plan(wire), p);
   }
 
@@ -112,6 +114,19 @@ TEST_SUITE("step_plan") {
     p.tokens = {1, 2, 3, 4};
     p.block_ids = {6, 4};
     check_same(llama2::decode_step_plan(llama2::encode_step_plan(p)), p);
+  }
+
+  TEST_CASE("logprob_flags: one per logit row, set only where asked") {
+    const StepPlan p = forward_plan();
+    CHECK(p.logprob_flags() == std::vector<int32_t>{0, 1});
+    CHECK(p.any_logprobs());
+    StepPlan q;
+    const int32_t tok[2] = {5, 6}, table[1] = {0};
+    llama2::append_seq(&q, 1, 0, tok, 2, true, table, 1);
+    llama2::append_seq(&q, 2, 0, tok, 1, false, table, 1, /*want_logprobs=*/true);
+    CHECK(q.seqs[1].want_logprobs == 0);  // no logit row: nothing to score
+    CHECK_FALSE(q.any_logprobs());
+    CHECK(q.logprob_flags() == std::vector<int32_t>{0});
   }
 
   TEST_CASE("logit_rows and total_tokens") {
@@ -154,10 +169,10 @@ TEST_SUITE("step_plan") {
       CHECK(contains(bad([](auto& w) { w[6] -= 1; }), "length mismatch"));  // block count
       CHECK(contains(bad([](auto& w) { w[4] = -1; }), "length mismatch"));
       CHECK(contains(bad([](auto& w) {
-                       // Counts that add up to the real length (7 - 6 + 30 + 6 = 37) but with
+                       // Counts that add up to the real length (7 - 7 + 34 + 6 = 40) but with
                        // a negative sequence count.
                        w[4] = -1;
-                       w[5] = 30;
+                       w[5] = 34;
                      }),
                      "length mismatch"));
       CHECK(contains(decode_error({kMagic, 1, 0, 0, 0, 0, 0, 42}), "length mismatch"));
@@ -189,6 +204,11 @@ TEST_SUITE("step_plan") {
       // Exactly reaching the end is fine.
       CHECK(bad([](auto& w) { w[seq_field(1, kTableLen)] = 5; }).empty());
     }
+    SUBCASE("want_logprobs other than 0/1, or without want_logits") {
+      CHECK(contains(bad([](auto& w) { w[seq_field(2, kWantLogprobs)] = 2; }), "sequence 13"));
+      CHECK(contains(bad([](auto& w) { w[seq_field(1, kWantLogprobs)] = 1; }), "sequence 12"));
+      CHECK(bad([](auto& w) { w[seq_field(0, kWantLogprobs)] = 1; }).empty());
+    }
     SUBCASE("token count mismatch") {
       // Per-sequence counts no longer add up to the header's token count (same total length).
       CHECK(contains(bad([](auto& w) { w[seq_field(0, kNTokens)] = 2; }), "token count"));
@@ -201,7 +221,7 @@ TEST_SUITE("step_plan") {
     p.kind = StepKind::kScore;
     p.targets = {102, 103, -1, -1, 302, 7};
     const std::vector<int32_t> w = llama2::encode_step_plan(p);
-    REQUIRE(w.size() == 7 + 3 * 6 + 6 + 6 + 6);
+    REQUIRE(w.size() == 7 + 3 * 7 + 6 + 6 + 6);
     CHECK(std::vector<int32_t>(w.end() - 6, w.end()) == p.targets);
     const StepPlan q = llama2::decode_step_plan(w);
     check_same(p, q);

@@ -163,13 +163,15 @@ int run_job(Session& session, const BatchInput& input, const std::string& out_pa
         : out(o), lines(l), finished(f) {}
     void on_finished(const Finished& r, const Timings&) override {
       const BatchLine& b = lines.at(static_cast<size_t>(r.id));
-      out.write(json{
+      json line{
           {"custom_id", b.custom_id},
           {"text", r.text},
           {"token_ids", r.tokens},
           {"finish_reason", r.finish_reason},
           {"seed", *b.req.params.seed},
-          {"usage", {{"prompt_tokens", r.prompt_tokens}, {"completion_tokens", r.tokens.size()}}}});
+          {"usage", {{"prompt_tokens", r.prompt_tokens}, {"completion_tokens", r.tokens.size()}}}};
+      if (b.req.params.logprobs) add_logprobs_json(r, &line);
+      out.write(line);
       ++finished;
     }
   } writer(out, lines, finished);

@@ -27,6 +27,14 @@ void put(std::string& b, const std::vector<int>& v) {
   put(b, static_cast<uint32_t>(v.size()));
   b.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int));
 }
+// A token's alternatives (logprobs): count, then (token, logprob) pairs.
+void put(std::string& b, const std::vector<TopLogprob>& top) {
+  put(b, static_cast<uint32_t>(top.size()));
+  for (const TopLogprob& t : top) {
+    put(b, static_cast<int32_t>(t.token));
+    put(b, t.logprob);
+  }
+}
 
 class Reader {
  public:
@@ -47,6 +55,17 @@ class Reader {
     const uint32_t n = get<uint32_t>();
     std::vector<int> v(n);
     if (n > 0) std::memcpy(v.data(), take(size_t{n} * sizeof(int)), size_t{n} * sizeof(int));
+    return v;
+  }
+  std::vector<TopLogprob> top() {
+    const uint32_t n = get<uint32_t>();
+    std::vector<TopLogprob> v;
+    for (uint32_t i = 0; i < n; ++i) {
+      TopLogprob t;
+      t.token = get<int32_t>();
+      t.logprob = get<float>();
+      v.push_back(t);
+    }
     return v;
   }
   size_t offset() const { return static_cast<size_t>(p_ - begin_); }
@@ -106,6 +125,8 @@ void WireWriter::token(const TokenEvent& ev) {
   put(buf_, static_cast<int32_t>(ev.index));
   put(buf_, static_cast<int32_t>(ev.token));
   put(buf_, ev.text);
+  put(buf_, ev.logprob);
+  put(buf_, ev.top_logprobs);
 }
 
 void WireWriter::finished(const Finished& done) {
@@ -115,6 +136,10 @@ void WireWriter::finished(const Finished& done) {
   put(buf_, static_cast<int32_t>(done.prompt_tokens));
   put(buf_, done.tokens);
   put(buf_, done.text);
+  put(buf_, static_cast<uint32_t>(done.logprobs.size()));  // logprobs: [n] or empty
+  for (float x : done.logprobs) put(buf_, x);
+  put(buf_, static_cast<uint32_t>(done.top_logprobs.size()));
+  for (const auto& top : done.top_logprobs) put(buf_, top);
 }
 
 std::string WireWriter::take() {
@@ -180,6 +205,8 @@ void read_wire(const char* data, size_t size, WireVisitor& v) {
         ev.index = r.get<int32_t>();
         ev.token = r.get<int32_t>();
         ev.text = r.str();
+        ev.logprob = r.get<float>();
+        ev.top_logprobs = r.top();
         v.on_token(ev);
         break;
       }
@@ -190,6 +217,9 @@ void read_wire(const char* data, size_t size, WireVisitor& v) {
         d.prompt_tokens = r.get<int32_t>();
         d.tokens = r.ints();
         d.text = r.str();
+        for (uint32_t i = 0, n = r.get<uint32_t>(); i < n; ++i)
+          d.logprobs.push_back(r.get<float>());
+        for (uint32_t i = 0, n = r.get<uint32_t>(); i < n; ++i) d.top_logprobs.push_back(r.top());
         v.on_finished(std::move(d));
         break;
       }

@@ -19,7 +19,9 @@ const std::set<std::string> kRequestKeys = {"prompt",
                                             "max_new_tokens",
                                             "seed",
                                             "stop",
-                                            "ignore_eos"};
+                                            "ignore_eos",
+                                            "logprobs",
+                                            "top_logprobs"};
 
 namespace {
 ParsedRequest invalid(const std::string& code, const std::string& msg) {
@@ -176,6 +178,23 @@ ParsedRequest parse_request(const json& obj, const SamplingParams& defaults, con
   ParsedRequest r = parse_request_fields(obj, defaults, config, extra_keys);
   tokenize_request(r, tok, config);
   return r;
+}
+
+json top_logprobs_json(const std::vector<TopLogprob>& top) {
+  json out = json::array();
+  for (const TopLogprob& t : top) {
+    out.push_back(json{{"logprob", float_as_json(t.logprob)}, {"token_id", t.token}});
+  }
+  return out;
+}
+
+void add_logprobs_json(const Finished& done, json* out) {
+  json lp = json::array();
+  for (float x : done.logprobs) lp.push_back(float_as_json(x));
+  (*out)["logprobs"] = std::move(lp);
+  json top = json::array();
+  for (const auto& step : done.top_logprobs) top.push_back(top_logprobs_json(step));
+  (*out)["top_logprobs"] = std::move(top);
 }
 
 }  // namespace llama2

@@ -11,6 +11,7 @@
 
 #include "common/model_config.h"
 #include "common/sampling_params.h"
+#include "coordinator/requests/request_messages.h"
 #include "coordinator/text/chat_format.h"
 
 namespace llama2 {
@@ -62,5 +63,12 @@ void tokenize_request(ParsedRequest& r, const Tokenizer& tok, const ModelConfig&
 ParsedRequest parse_request(const nlohmann::json& obj, const SamplingParams& defaults,
                             const Tokenizer& tok, const ModelConfig& config,
                             const std::set<std::string>& extra_keys);
+
+// The logprobs output shape shared by the socket protocol and batch lines (docs/PROTOCOL.md):
+// one token's alternatives as [{"logprob": x, "token_id": id}, ...], most probable first.
+nlohmann::json top_logprobs_json(const std::vector<TopLogprob>& top);
+// A finished request's per-token arrays: (*out)["logprobs"] = [n] floats and
+// (*out)["top_logprobs"] = [n] arrays of top_logprobs_json (a non-streamed `done`, a batch line).
+void add_logprobs_json(const Finished& done, nlohmann::json* out);
 
 }  // namespace llama2

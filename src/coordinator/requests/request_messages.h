@@ -39,13 +39,26 @@ struct CancelRequest {
   std::string reason;
 };
 
+// One alternative of a step: a token id and its log-probability under the model's distribution.
+struct TopLogprob {
+  int token = 0;
+  float logprob = 0;
+};
+
 // Scheduler -> owner: the token at `index` of request `id` was sampled; `text` is the piece of
 // output it completes (complete UTF-8, possibly empty; stop string excluded).
+// Only when the request asked (SamplingParams::logprobs; otherwise 0 and empty): `logprob`, the
+// sampled token's log-probability, and `top_logprobs`, the request's top_logprobs most probable
+// tokens of the step, most probable first (equal values by lower id). Both are of the raw logits'
+// log-softmax (before penalties, temperature, top-k and top-p: sampling_params.h).
 struct TokenEvent {
   int64_t id = 0;
   int index = 0;
   int token = 0;
   std::string text;
+  float logprob = 0;
+  // {}: aggregate initializations that stop at `text` stay warning-free (-Wextra).
+  std::vector<TopLogprob> top_logprobs{};
 };
 
 // Scheduler -> owner (and owner -> endpoint): request `id` ended. The owner sends the same message
@@ -56,6 +69,10 @@ struct Finished {
   int prompt_tokens = 0;
   std::vector<int> tokens;  // generated ids (EOS included when it ended the sequence)
   std::string text;         // detokenized output, stop string excluded
+  // Only when the request asked for logprobs (else empty): [tokens.size()] each token's
+  // TokenEvent::logprob and TokenEvent::top_logprobs.
+  std::vector<float> logprobs{};
+  std::vector<std::vector<TopLogprob>> top_logprobs{};
 };
 
 // Measured by the owner from its own clock: from submit() to admission / first token / the end.

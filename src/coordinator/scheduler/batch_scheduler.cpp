@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "common/check.h"
+#include "coordinator/scheduler/logprobs.h"
 #include "coordinator/scheduler/sampler.h"
 #include "coordinator/text/stop_matcher.h"
 #include "coordinator/text/tokenizer.h"
@@ -98,7 +99,8 @@ int BatchScheduler::step(SchedulerEvents& events) {
   auto add_seq = [&](Sequence& s, int n_tokens, const int* tokens) {
     append_seq(&plan, static_cast<int32_t>(s.req.id), s.cached, tokens, n_tokens,
                s.cached + n_tokens >= s.prompt_len(), s.table.data(),
-               BlockAllocator::blocks_for(s.cached + n_tokens, blocks_.block_size()));
+               BlockAllocator::blocks_for(s.cached + n_tokens, blocks_.block_size()),
+               s.req.params.logprobs);
     order.push_back(&s);
   };
   for (auto& s : running_) {
@@ -114,14 +116,16 @@ int BatchScheduler::step(SchedulerEvents& events) {
 
   // Greedy and top-k rows only need each row's best few logits: the ranks then send k (value,
   // id) pairs per row instead of the whole vocabulary (one step asks all rows the same way).
-  // LLAMA2_FULL_LOGITS=1 forces full rows (for comparing the two paths).
+  // LLAMA2_FULL_LOGITS=1 forces full rows (for comparing the two paths). A row with
+  // top_logprobs needs that many candidates too (its alternatives; logprobs.h).
   int most = 0;
   bool full = opts_.full_logits;
   for (size_t i = 0; i < plan.seqs.size() && !full; ++i) {
     if (!plan.seqs[i].want_logits) continue;
-    const int need = Sampler::candidates_needed(order[i]->req.params);
+    const SamplingParams& params = order[i]->req.params;
+    const int need = Sampler::candidates_needed(params);
     full = need == 0;
-    most = std::max(most, need);
+    most = std::max({most, need, params.logprobs ? params.top_logprobs : 0});
   }
   plan.candidates = full ? 0 : most;
   StepLogits logits;
@@ -165,6 +169,14 @@ int BatchScheduler::step(SchedulerEvents& events) {
     } else {
       token = s.sampler.sample_candidates(logits.values.data() + row * W,
                                           logits.ids.data() + row * W, logits.width);
+    }
+    token_event.top_logprobs.clear();
+    token_event.logprob = 0;
+    if (s.req.params.logprobs) {
+      row_logprobs(logits, row, token, s.req.params.top_logprobs, &token_event.logprob,
+                   &token_event.top_logprobs);
+      s.result.logprobs.push_back(token_event.logprob);
+      s.result.top_logprobs.push_back(token_event.top_logprobs);
     }
     ++row;
     ++generated;

@@ -46,6 +46,7 @@ void SocketBridge::submit(ServeCommand& cmd, RequestOwner& owner) {
   r.id = cmd.id;
   r.id_json = json(cmd.id).dump(-1, ' ', false, json::error_handler_t::replace);
   r.stream = cmd.stream;
+  r.logprobs = cmd.request.params.logprobs;
   r.seed = seed;
   r.http = std::move(cmd.http);
   std::optional<Refusal> refusal =
@@ -69,7 +70,9 @@ void SocketBridge::on_token(const TokenEvent& ev) {
       touched_.push_back(r.http);
     }
   } else if (r.stream) {
-    server_.send_quiet(r.conn, SocketServer::token_event(r.id_json, ev.index, ev.token, ev.text),
+    server_.send_quiet(r.conn,
+                       SocketServer::token_event(r.id_json, ev.index, ev.token, ev.text,
+                                                 r.logprobs ? &ev : nullptr),
                        r.id, r.serial, false);
   }
 }
@@ -106,6 +109,7 @@ void SocketBridge::on_finished(const Finished& res, const Timings& t) {
     if (!r.stream) {
       ev["text"] = res.text;
       ev["token_ids"] = res.tokens;
+      if (r.logprobs) add_logprobs_json(res, &ev);
     }
   }
   server_.send(r.conn, ev, r.id, r.serial, true);

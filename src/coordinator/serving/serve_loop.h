@@ -44,6 +44,7 @@ class SocketBridge final : public RequestEvents {
     std::string id;
     std::string id_json;  // id serialized once for the token events
     bool stream = true;
+    bool logprobs = false;  // the request asked for logprobs
     uint64_t seed = 0;
     std::shared_ptr<HttpExchange> http;  // an HTTP generation: events go here
   };

@@ -201,16 +201,24 @@ void SocketServer::send_quiet(uint64_t conn, std::string payload, const std::str
 }
 
 std::string SocketServer::token_event(const std::string& id_json, int index, int token,
-                                      const std::string& piece) {
+                                      const std::string& piece, const TokenEvent* logprobs) {
   // Keys in the order nlohmann's (sorted) objects dump them; the piece escaped by the library.
   std::string out = "{\"event\":\"token\",\"id\":";
   out += id_json;
   out += ",\"index\":";
   out += std::to_string(index);
+  if (logprobs != nullptr) {  // rare: built by the library, the same bytes as the dumped object
+    out += ",\"logprob\":";
+    out += float_as_json(logprobs->logprob).dump();
+  }
   out += ",\"text\":";
   out += json(piece).dump(-1, ' ', false, json::error_handler_t::replace);
   out += ",\"token_id\":";
   out += std::to_string(token);
+  if (logprobs != nullptr) {
+    out += ",\"top_logprobs\":";
+    out += top_logprobs_json(logprobs->top_logprobs).dump();
+  }
   out += '}';
   return out;
 }

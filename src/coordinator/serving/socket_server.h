@@ -92,9 +92,10 @@ class SocketServer {
                   bool final);
   // The `token` event's JSON, the same bytes as dumping the object, built without one: at
   // saturation rank 0 emits ~10k of them per second between engine steps (GPUs idle meanwhile).
-  // `id_json` is the request id already serialized as a JSON string.
+  // `id_json` is the request id already serialized as a JSON string. `logprobs` (a request that
+  // asked for them): its logprob and top_logprobs are added as "logprob" and "top_logprobs".
   static std::string token_event(const std::string& id_json, int index, int token,
-                                 const std::string& piece);
+                                 const std::string& piece, const TokenEvent* logprobs = nullptr);
   // A generation whose deadline passed more than this long ago while the engine did not end it (it
   // is inside a long or stalled step) is answered by the I/O thread itself: `done` with
   // finish_reason "timeout". Before that the engine ends it at its next step, with its text.

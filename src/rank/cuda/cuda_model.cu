@@ -299,6 +299,10 @@ class CudaModel final : public ModelRunner {
     host_f32_ =
         PinnedBuffer(static_cast<size_t>(std::max(gathered_full, gathered_cand)) * sizeof(float));
     host_ids_ = PinnedBuffer(static_cast<size_t>(gathered_cand) * sizeof(int32_t));
+    const int64_t lse_all = comm_->rank() == 0 ? Rm * kSliceLseFields * s_.tp : 0;
+    lse_part_ = buf(Rm * kSliceLseFields, sizeof(float), "logprob slice summaries");
+    lse_all_ = buf(lse_all, sizeof(float), "gathered logprob slice summaries");
+    host_lse_ = PinnedBuffer(static_cast<size_t>(lse_all) * sizeof(float));
   }
 
   // Decode batches are padded up to these sizes, one CUDA graph each.
@@ -515,16 +519,36 @@ class CudaModel final : public ModelRunner {
       comm_->gather_to_root(cand_values_.as<void>(), counts, CommType::kF32,
                             gathered_f32_.as<void>());
       comm_->gather_to_root(cand_ids_.as<void>(), counts, CommType::kI32, gathered_ids_.as<void>());
+      // Logprob rows: the candidates hold the sampled token's raw logit (sampling picks among
+      // them), so rank 0 only lacks each row's log-sum-exp: one launch over all logit rows
+      // (contiguous; picking the asking rows would cost more than it saves) and [rows, 3] floats
+      // per rank. A step without such a row launches and gathers nothing more.
+      const bool logprobs = plan.any_logprobs();
+      const std::vector<size_t> lse_counts(tp, static_cast<size_t>(rows) * kSliceLseFields);
+      if (logprobs) {
+        CUDA_CHECK(kernels::launch_slice_logsumexp<T>(logits_.as<T>(), Vl, rows, Vl, s_.vocab_begin,
+                                                      nullptr, lse_part_.as<float>(), stream_));
+        comm_->gather_to_root(lse_part_.as<void>(), lse_counts, CommType::kF32,
+                              lse_all_.as<void>());
+      }
       const size_t n = static_cast<size_t>(rows) * k * tp;
       if (root) {
         CUDA_CHECK(cudaMemcpyAsync(host_f32_.as<void>(), gathered_f32_.as<void>(),
                                    n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
         CUDA_CHECK(cudaMemcpyAsync(host_ids_.as<void>(), gathered_ids_.as<void>(),
                                    n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+        if (logprobs) {
+          CUDA_CHECK(cudaMemcpyAsync(host_lse_.as<void>(), lse_all_.as<void>(),
+                                     lse_counts[0] * tp * sizeof(float), cudaMemcpyDeviceToHost,
+                                     stream_));
+        }
       }
       comm_->synchronize();
       if (root && out != nullptr) {
         merge_candidates(host_f32_.as<float>(), host_ids_.as<int32_t>(), tp, rows, k, out);
+        if (logprobs) {
+          lse_from_slices(host_lse_.as<float>(), all_shards_, plan.logprob_flags(), out);
+        }
       }
       return;
     }
@@ -541,6 +565,7 @@ class CudaModel final : public ModelRunner {
     comm_->synchronize();
     if (root && out != nullptr) {
       stitch_vocab_slices(host_f32_.as<float>(), all_shards_, rows, c_.vocab_size, out);
+      if (plan.any_logprobs()) lse_from_full_rows(plan.logprob_flags(), out);
     }
   }
 
@@ -580,6 +605,9 @@ class CudaModel final : public ModelRunner {
   DeviceBuffer cand_values_, cand_ids_;       // [R, kMaxCandidates]
   DeviceBuffer gathered_f32_, gathered_ids_;  // rank 0: [tp][R, k] or [R, vocab] (rank blocks)
   PinnedBuffer host_f32_, host_ids_;          // rank 0: the same on the host
+  DeviceBuffer lse_part_;                     // [R, kSliceLseFields] fp32 (logprob rows)
+  DeviceBuffer lse_all_;                      // rank 0: [tp][R, kSliceLseFields]
+  PinnedBuffer host_lse_;                     // rank 0: the same on the host
   std::unique_ptr<ScoreHead<T>> score_head_;  // kScore steps; made by the first one
   // (decode batch bucket, context bucket) -> graph
   std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;

@@ -15,12 +15,15 @@ import java.util.List;
  *                         {@link GenerationParams.Builder#seed} (or {@code llama2 generate --seed
  *                         Long.toUnsignedString(seed)}) to reproduce the output
  * @param timings          server-side queue, time-to-first-token and total time
+ * @param logprobs         one entry per generated token when the request asked for logprobs
+ *                         ({@link GenerationParams.Builder#logprobs}), else empty
  */
 public record Completion(String requestId, String text, List<Integer> tokenIds,
                          FinishReason finishReason, int promptTokens, int completionTokens,
-                         long seed, Timings timings) {
+                         long seed, Timings timings, List<TokenLogprob> logprobs) {
   public Completion {
     tokenIds = List.copyOf(tokenIds);
+    logprobs = List.copyOf(logprobs);
   }
 
   /** The seed as the CLI prints it (unsigned decimal). */

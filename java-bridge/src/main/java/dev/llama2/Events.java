@@ -36,11 +36,39 @@ final class Events {
         (int) Json.num(usage, "prompt_tokens", -1), (int) Json.num(usage, "completion_tokens", ids.size()),
         Json.num(ev, "seed", 0),
         new Timings(Json.dbl(timings, "queue_s", 0), Json.dbl(timings, "time_to_first_token_s", 0),
-            Json.dbl(timings, "total_s", 0)));
+            Json.dbl(timings, "total_s", 0)),
+        logprobs(ev, ids));
     if (c.finishReason() == FinishReason.TIMEOUT) {
       throw new GenerationTimeoutException("generation '" + id + "' timed out after "
           + c.completionTokens() + " tokens (" + c.timings().totalSeconds() + " s)", id, c);
     }
     return c;
+  }
+
+  /**
+   * The per-token logprobs of a {@code done} event ("logprobs": [n] numbers, "top_logprobs": [n]
+   * arrays of {"token_id", "logprob"}; the shim adds them to a streamed request's event too), or
+   * an empty list when the request did not ask.
+   */
+  static List<TokenLogprob> logprobs(Map<String, Object> ev, List<Integer> ids) {
+    if (!(ev.get("logprobs") instanceof List)) return List.of();
+    List<?> lp = (List<?>) ev.get("logprobs");
+    List<?> top = ev.get("top_logprobs") instanceof List ? (List<?>) ev.get("top_logprobs") : List.of();
+    List<TokenLogprob> out = new ArrayList<>();
+    for (int i = 0; i < lp.size() && i < ids.size(); i++) {
+      List<TokenLogprob.Alternative> alts = new ArrayList<>();
+      if (i < top.size() && top.get(i) instanceof List) {
+        for (Object o : (List<?>) top.get(i)) {
+          @SuppressWarnings("unchecked")
+          Map<String, Object> a = (Map<String, Object>) o;
+          alts.add(new TokenLogprob.Alternative((int) Json.num(a, "token_id", -1),
+              Json.dbl(a, "logprob", Double.NaN)));
+        }
+      }
+      Object x = lp.get(i);
+      out.add(new TokenLogprob(ids.get(i), x instanceof Number ? ((Number) x).doubleValue() : Double.NaN,
+          alts));
+    }
+    return out;
   }
 }

@@ -11,7 +11,7 @@ import java.util.Objects;
  * <p>Defaults and ranges are those of {@code llama2 generate} (README): temperature 1.0 (>= 0,
  * 0 = greedy), top_p 1.0 (in (0, 1]), top_k 0 (>= 0, 0 = off), repetition_penalty 1.0 (> 0),
  * max_new_tokens 128 (>= 1), seed random (reported in {@link Completion#seed()}), no stop strings,
- * ignore_eos false. The builder refuses out-of-range values at once with an
+ * ignore_eos false, no logprobs (top_logprobs in [0, 20], only with logprobs). The builder refuses out-of-range values at once with an
  * {@link IllegalArgumentException} naming the parameter, the value and the allowed range.
  *
  * <p>{@link Builder#timeout} bounds the whole generation (queue time included); when it passes the
@@ -29,6 +29,8 @@ public final class GenerationParams {
   private final Long seed;
   private final List<String> stop;
   private final boolean ignoreEos;
+  private final boolean logprobs;
+  private final int topLogprobs;
   private final Duration timeout;
 
   private GenerationParams(Builder b) {
@@ -40,6 +42,8 @@ public final class GenerationParams {
     seed = b.seed;
     stop = List.copyOf(b.stop);
     ignoreEos = b.ignoreEos;
+    logprobs = b.logprobs;
+    topLogprobs = b.topLogprobs;
     timeout = b.timeout;
   }
 
@@ -63,6 +67,8 @@ public final class GenerationParams {
     b.seed = seed;
     b.stop.addAll(stop);
     b.ignoreEos = ignoreEos;
+    b.logprobs = logprobs;
+    b.topLogprobs = topLogprobs;
     b.timeout = timeout;
     return b;
   }
@@ -100,6 +106,16 @@ public final class GenerationParams {
     return ignoreEos;
   }
 
+  /** True when each generated token reports its log-probability ({@link Completion#logprobs()}). */
+  public boolean logprobs() {
+    return logprobs;
+  }
+
+  /** How many most probable alternatives each token reports (0 to 20; needs logprobs). */
+  public int topLogprobs() {
+    return topLogprobs;
+  }
+
   /** The per-call timeout, or null for the server's request timeout. */
   public Duration timeout() {
     return timeout;
@@ -122,6 +138,7 @@ public final class GenerationParams {
       }
       b.append(']');
     }
+    if (logprobs) b.append(",\"logprobs\":true,\"top_logprobs\":").append(topLogprobs);
     if (timeout != null) b.append(",\"timeout_ms\":").append(timeout.toMillis());
   }
 
@@ -142,6 +159,8 @@ public final class GenerationParams {
     private Long seed;
     private final List<String> stop = new ArrayList<>();
     private boolean ignoreEos;
+    private boolean logprobs;
+    private int topLogprobs;
     private Duration timeout;
 
     private Builder() {}
@@ -222,6 +241,22 @@ public final class GenerationParams {
       return this;
     }
 
+    /**
+     * Each generated token reports its log-probability under the model's own distribution
+     * (log-softmax of the raw logits, before penalties, temperature and truncation).
+     */
+    public Builder logprobs(boolean v) {
+      logprobs = v;
+      return this;
+    }
+
+    /** With logprobs: each token also reports this many most probable tokens (0 to 20). */
+    public Builder topLogprobs(int v) {
+      if (v < 0 || v > 20) throw bad("top_logprobs must be in [0, 20]", v);
+      topLogprobs = v;
+      return this;
+    }
+
     /** Bounds the whole call (queue time included): 1 ms to Integer.MAX_VALUE ms; null: none. */
     public Builder timeout(Duration d) {
       if (d != null && (d.isNegative() || d.isZero() || d.toMillis() > Integer.MAX_VALUE)) {
@@ -233,6 +268,9 @@ public final class GenerationParams {
     }
 
     public GenerationParams build() {
+      if (topLogprobs > 0 && !logprobs) {
+        throw bad("top_logprobs needs logprobs(true)", "top_logprobs " + topLogprobs);
+      }
       return new GenerationParams(this);
     }
 
