@@ -119,12 +119,42 @@ test('penalties and extensions are accepted; GET /v1/models lists the served nam
   assert.deepEqual(models.data.map((m) => m.id), [MODEL]);
 });
 
+test('logprobs: chat and completions, streamed and not; log-probabilities of the model (<= 0, top sorted, chosen first when greedy)', async () => {
+  const r = await client.chat.completions.create({ ...greedy, messages: chat, logprobs: true, top_logprobs: 3 });
+  const content = r.choices[0].logprobs.content;
+  assert.equal(content.length, r.usage.completion_tokens);
+  for (const t of content) {
+    assert.ok(t.logprob <= 1e-6, JSON.stringify(t));
+    assert.equal(t.top_logprobs.length, 3);
+    const p = t.top_logprobs.map((a) => a.logprob);
+    assert.ok(p[0] >= p[1] && p[1] >= p[2], JSON.stringify(p));
+    assert.ok(p.reduce((s, x) => s + Math.exp(x), 0) <= 1 + 1e-4);
+    assert.equal(t.top_logprobs[0].token, t.token);  // greedy: the chosen token is the most probable
+    assert.ok(Math.abs(t.top_logprobs[0].logprob - t.logprob) < 1e-6);
+  }
+  const stream = await client.chat.completions.create({ ...greedy, messages: chat, logprobs: true, top_logprobs: 3, stream: true });
+  const streamed = [];
+  for await (const chunk of stream) {
+    const lp = chunk.choices[0]?.logprobs;
+    if (lp) streamed.push(...lp.content);
+  }
+  assert.deepEqual(streamed.map((t) => t.logprob), content.map((t) => t.logprob));
+  const c = await client.completions.create({ ...greedy, prompt: 'Once upon a time', logprobs: 2 });
+  const lp = c.choices[0].logprobs;
+  assert.equal(lp.tokens.length, c.usage.completion_tokens);
+  assert.equal(lp.token_logprobs.length, lp.tokens.length);
+  assert.ok(lp.top_logprobs.every((o) => Object.keys(o).length >= 1 && Object.keys(o).length <= 2));
+  const plain = await client.chat.completions.create({ ...greedy, messages: chat });
+  assert.equal(plain.choices[0].logprobs, null);
+});
+
 test('400: unsupported and invalid parameters, in OpenAI error shape naming the parameter', async () => {
   const cases = [
     [{ tools: [{ type: 'function', function: { name: 'f', parameters: {} } }] }, 'tools'],
     [{ response_format: { type: 'json_object' } }, 'response_format'],
     [{ n: 2 }, 'n'],
-    [{ logprobs: true }, 'logprobs'],
+    [{ logprobs: false, top_logprobs: 3 }, null],
+    [{ logprobs: true, top_logprobs: 21 }, null],
     [{ temperature: -1 }, null],
     [{ max_tokens: 0 }, null],
   ];

@@ -96,8 +96,6 @@ TEST_SUITE("openai_api") {
         {{{"response_format", {{"type", "json_object"}}}}, "response_format"},
         {{{"n", 2}}, "n"},
         {{{"logit_bias", {{"5", 1}}}}, "logit_bias"},
-        {{{"logprobs", true}}, "logprobs"},
-        {{{"top_logprobs", 2}}, "top_logprobs"},
         {{{"frobnicate", 1}}, "frobnicate"},
     };
     for (const auto& [extra, param] : cases) {
@@ -107,6 +105,9 @@ TEST_SUITE("openai_api") {
       CHECK(p.error->status == 400);
       CHECK(p.error->param == param);
     }
+    // Logprobs: accepted as the socket's keys (validated by the same code), completions' integer.
+    CHECK_FALSE(parse(with(kChat, {{"logprobs", true}, {"top_logprobs", 2}})).error);
+    CHECK(parse(with(kChat, {{"top_logprobs", 2}})).error->status == 400);  // needs logprobs
     // What is the default anyway is accepted.
     CHECK_FALSE(parse(with(kChat, {{"response_format", {{"type", "text"}}},
                                    {"tools", json::array()},
@@ -211,8 +212,35 @@ TEST_SUITE("openai_api") {
     CHECK_FALSE(llama2::same_secret("S3cret", "s3cret"));
   }
 
+  TEST_CASE("logprobs objects in OpenAI's chat and completions shapes") {
+    const llama2::Tokenizer tok(LLAMA2_SOURCE_DIR "/tests/models/tiny-gqa/tokenizer.model");
+    const std::vector<int> ids = tok.encode("hello world", false);
+    REQUIRE(ids.size() >= 2);
+    std::vector<llama2::ApiTokenLogprobs> lp = {
+        {ids[0], -0.25f, {{ids[0], -0.25f}, {ids[1], -2.5f}}}};
+    for (size_t i = 1; i < ids.size(); ++i) lp.push_back({ids[i], -1.0f, {}});
+    const json chat = llama2::api_logprobs(llama2::ApiKind::kChat, lp, tok);
+    REQUIRE(chat["content"].size() == ids.size());
+    std::string joined;
+    for (const json& t : chat["content"]) joined += t["token"].get<std::string>();
+    CHECK(joined == " hello world");  // pieces with U+2581 as spaces, in order
+    CHECK(chat["content"][0]["logprob"].get<float>() == -0.25f);
+    CHECK(chat["content"][0]["top_logprobs"].size() == 2);
+    CHECK(chat["content"][0]["top_logprobs"][1]["logprob"].get<float>() == -2.5f);
+    CHECK(chat["content"][1]["top_logprobs"].empty());
+    CHECK(chat["content"][0]["bytes"].size() ==
+          chat["content"][0]["token"].get<std::string>().size());
+    const json comp = llama2::api_logprobs(llama2::ApiKind::kCompletion, lp, tok, 7);
+    CHECK(comp["tokens"].size() == ids.size());
+    CHECK(comp["token_logprobs"][1].get<float>() == -1.0f);
+    CHECK(comp["top_logprobs"][0].size() == 2);
+    CHECK(comp["text_offset"][0] == 7);
+    CHECK(comp["text_offset"][1] ==
+          7 + static_cast<int>(comp["tokens"][0].get<std::string>().size()));
+  }
+
   TEST_CASE("the exchange hands tokens and the end to a waiting thread; a slow reader is capped") {
-    llama2::HttpExchange ex(llama2::kHttpClientBit | 1);
+    llama2::HttpExchange ex(llama2::kHttpClientBit | 1, /*logprobs=*/false);
     std::thread engine([&] {
       ex.push_token(llama2::TokenEvent{0, 0, 5, "a"});
       ex.push_token(llama2::TokenEvent{0, 1, 6, "b"});
@@ -233,7 +261,7 @@ TEST_SUITE("openai_api") {
     CHECK(text == "ab");
     CHECK(end->finished.finish_reason == "stop");
     // Nobody reads: past kMaxQueuedBytes tokens are dropped and the reader is told.
-    llama2::HttpExchange slow(llama2::kHttpClientBit | 2);
+    llama2::HttpExchange slow(llama2::kHttpClientBit | 2, /*logprobs=*/false);
     const std::string piece(1 << 20, 'x');
     for (int i = 0; i < 20; ++i) slow.push_token(llama2::TokenEvent{0, i, 5, piece});
     const llama2::HttpExchange::News n = slow.take(std::chrono::milliseconds(0));

@@ -9,7 +9,7 @@ void HttpExchange::push_token(const TokenEvent& ev) {
     return;
   }
   bytes_ += ev.text.size();
-  tokens_.push_back(Token{ev.index, ev.token, ev.text});
+  tokens_.push_back(Token{ev.index, ev.token, ev.text, ev.logprob, ev.top_logprobs});
 }
 
 void HttpExchange::finish(const Finished& done, const Timings& timings) {

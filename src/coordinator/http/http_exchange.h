@@ -26,8 +26,8 @@ class HttpExchange {
     int index = 0;
     int token = 0;
     std::string text;
-    // ---- logprobs: when TokenEvent carries logprob / top_logprobs (issue 17's logprobs work),
-    // copy them here in push_token() and emit them in http_front.cpp's chunks.
+    float logprob = 0;              // when the request asked for logprobs
+    std::vector<TopLogprob> top{};  // its top_logprobs alternatives
   };
   // How the generation ended: a finished result, or an error code of docs/PROTOCOL.md.
   struct End {
@@ -42,8 +42,9 @@ class HttpExchange {
     bool overflowed = false;  // tokens were dropped: the client read too slowly for too long
   };
 
-  explicit HttpExchange(uint64_t client) : client_(client) {}
+  HttpExchange(uint64_t client, bool logprobs) : client_(client), logprobs_(logprobs) {}
   uint64_t client() const { return client_; }
+  bool logprobs() const { return logprobs_; }  // the request asked for logprobs
 
   // Engine thread: queue without waking the reader (notify() once per step).
   void push_token(const TokenEvent& ev);
@@ -60,6 +61,7 @@ class HttpExchange {
 
  private:
   const uint64_t client_;
+  const bool logprobs_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Token> tokens_;

@@ -278,7 +278,8 @@ void HttpFront::Impl::generate(const httplib::Request& req, httplib::Response& r
                                            refusal.value("message", ""));
     return refuse(e);
   }
-  const auto ex = std::make_shared<HttpExchange>(kHttpClientBit | next_client.fetch_add(1));
+  const auto ex = std::make_shared<HttpExchange>(kHttpClientBit | next_client.fetch_add(1),
+                                                 fr.request.params.logprobs);
   const Clock::time_point now = Clock::now();
   ServeCommand cmd;
   cmd.kind = ServeCommand::Kind::kGenerate;
@@ -315,6 +316,14 @@ void HttpFront::Impl::answer_whole(const httplib::Request& req, httplib::Respons
         return send_error(res, api_error_from_code(end.error_code, end.error_message));
       const Finished& f = end.finished;
       ApiResult r{f.finish_reason, f.prompt_tokens, static_cast<int>(f.tokens.size()), f.text};
+      if (ex->logprobs()) {
+        std::vector<ApiTokenLogprobs> lp;
+        for (size_t i = 0; i < f.logprobs.size() && i < f.tokens.size(); ++i) {
+          lp.push_back({f.tokens[i], f.logprobs[i],
+                        i < f.top_logprobs.size() ? f.top_logprobs[i] : std::vector<TopLogprob>{}});
+        }
+        r.logprobs = api_logprobs(head.kind, lp, deps.tokenizer);
+      }
       return res.set_content(dump(api_response(head, r)), "application/json");
     }
     if (auto trouble = server_trouble()) return send_error(res, *trouble);
@@ -335,6 +344,7 @@ struct StreamState {
   bool include_usage = false;
   bool started = false;  // the role chunk (chat) went out
   bool ended = false;    // [DONE] went out: nothing to cancel
+  int text_bytes = 0;    // text sent so far (completions' logprobs text_offset)
   Clock::time_point give_up;
 };
 }  // namespace
@@ -357,9 +367,15 @@ void HttpFront::Impl::answer_stream(httplib::Response& res, const std::shared_pt
     st->started = true;
     HttpExchange::News news =
         st->ex->take(out.empty() ? kPollInterval : std::chrono::milliseconds(0));
-    // ---- logprobs: emit HttpExchange::Token's logprobs in each chunk here once they exist.
     for (const HttpExchange::Token& t : news.tokens) {
-      if (!t.text.empty()) out += sse(api_chunk(st->head, t.text, false, nullptr, usage_null));
+      if (st->ex->logprobs()) {  // every token, even one whose text is not complete yet
+        const json lp = api_logprobs(st->head.kind, {{t.token, t.logprob, t.top}}, deps.tokenizer,
+                                     st->text_bytes);
+        out += sse(api_chunk(st->head, t.text, false, nullptr, usage_null, lp));
+      } else if (!t.text.empty()) {
+        out += sse(api_chunk(st->head, t.text, false, nullptr, usage_null));
+      }
+      st->text_bytes += static_cast<int>(t.text.size());
     }
     if (news.overflowed) return false;  // the releaser cancels the generation
     if (!news.end && Clock::now() >= st->give_up) {

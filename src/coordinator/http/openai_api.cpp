@@ -79,21 +79,6 @@ std::optional<ApiError> refuse_unsupported(const json& j, ApiKind kind) {
     return invalid("\"n\" must be 1 (one choice per request; got " + quote_json(j["n"]) + ")", "n");
   if (given(j, "logit_bias") && !(j["logit_bias"].is_object() && j["logit_bias"].empty()))
     return unsupported("logit_bias", "\"logit_bias\"");
-  // ---- logprobs: refused until TokenEvent carries them (issue 17's logprobs work, h12). When it
-  // lands, map TokenEvent::logprob / top_logprobs in http_exchange.cpp (marked there) and accept
-  // logprobs / top_logprobs here.
-  if (kind == ApiKind::kChat) {
-    if ((given(j, "logprobs") && !(j["logprobs"].is_boolean() && !j["logprobs"].get<bool>())) ||
-        given(j, "top_logprobs")) {
-      return invalid("\"logprobs\" / \"top_logprobs\" are not yet supported by this server",
-                     given(j, "top_logprobs") ? "top_logprobs" : "logprobs",
-                     "unsupported_parameter");
-    }
-  } else if (given(j, "logprobs") &&
-             !(j["logprobs"].is_number_integer() && j["logprobs"].get<int64_t>() == 0)) {
-    return invalid("\"logprobs\" is not yet supported by this server", "logprobs",
-                   "unsupported_parameter");
-  }
   if (kind == ApiKind::kCompletion) {
     if (given(j, "echo") && !(j["echo"].is_boolean() && !j["echo"].get<bool>()))
       return unsupported("echo", "\"echo\": true");
@@ -238,6 +223,20 @@ ApiParse parse_api_request(const std::string& body, ApiKind kind, const ApiConte
     if (given(j, k)) mine[k] = j[k];
   const char* max_key = max_tokens_key(j, kind);
   if (max_key != nullptr) mine["max_new_tokens"] = j[max_key];
+  // Logprobs: chat's logprobs (bool) + top_logprobs are the project's keys; completions' logprobs
+  // is the number of alternatives (0 = the chosen token's only). Validated with the others.
+  if (kind == ApiKind::kChat) {
+    for (const char* k : {"logprobs", "top_logprobs"})
+      if (given(j, k)) mine[k] = j[k];
+  } else if (given(j, "logprobs")) {
+    if (!j["logprobs"].is_number_integer())
+      return fail(invalid("\"logprobs\" must be an integer: the number of alternatives, 0.." +
+                              std::to_string(kMaxTopLogprobs) + " (got " +
+                              quote_json(j["logprobs"]) + ")",
+                          "logprobs"));
+    mine["logprobs"] = true;
+    mine["top_logprobs"] = j["logprobs"];
+  }
   if (kind == ApiKind::kChat) {
     if (!given(j, "messages")) return fail(invalid("\"messages\" is required", "messages"));
     mine["messages"] = j["messages"];
@@ -271,10 +270,61 @@ json head_object(const ApiResponseHead& h, bool chunk) {
 }
 }  // namespace
 
+namespace {
+// A token's string and bytes for the logprobs objects (see api_logprobs in the header).
+std::pair<std::string, json> token_text(const Tokenizer& tok, int id) {
+  std::string piece = tok.id_to_piece(id);
+  if (piece.size() == 6 && piece.compare(0, 3, "<0x") == 0 && piece[5] == '>') {
+    const int byte = std::stoi(piece.substr(3, 2), nullptr, 16);
+    if (byte < 0x80) return {std::string(1, static_cast<char>(byte)), json::array({byte})};
+    return {piece, json::array({byte})};
+  }
+  const std::string space = "\xe2\x96\x81";  // U+2581, SentencePiece's word boundary
+  for (size_t at = piece.find(space); at != std::string::npos; at = piece.find(space, at))
+    piece.replace(at, space.size(), " ");
+  json bytes = json::array();
+  for (unsigned char c : piece) bytes.push_back(static_cast<int>(c));
+  return {piece, bytes};
+}
+}  // namespace
+
+json api_logprobs(ApiKind kind, const std::vector<ApiTokenLogprobs>& tokens,
+                  const Tokenizer& tokenizer, int text_offset) {
+  if (kind == ApiKind::kChat) {
+    json content = json::array();
+    for (const ApiTokenLogprobs& t : tokens) {
+      auto [text, bytes] = token_text(tokenizer, t.token);
+      json top = json::array();
+      for (const TopLogprob& a : t.top) {
+        auto [atext, abytes] = token_text(tokenizer, a.token);
+        top.push_back(json{{"token", atext}, {"logprob", a.logprob}, {"bytes", abytes}});
+      }
+      content.push_back(
+          json{{"token", text}, {"logprob", t.logprob}, {"bytes", bytes}, {"top_logprobs", top}});
+    }
+    return json{{"content", content}};
+  }
+  json toks = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+  int offset = text_offset;
+  for (const ApiTokenLogprobs& t : tokens) {
+    const std::string text = token_text(tokenizer, t.token).first;
+    toks.push_back(text);
+    lps.push_back(t.logprob);
+    json top = json::object();
+    for (const TopLogprob& a : t.top) top[token_text(tokenizer, a.token).first] = a.logprob;
+    tops.push_back(top);
+    offsets.push_back(offset);
+    offset += static_cast<int>(text.size());
+  }
+  return json{
+      {"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
 json api_response(const ApiResponseHead& h, const ApiResult& r) {
   json out = head_object(h, false);
-  json choice{
-      {"index", 0}, {"finish_reason", api_finish_reason(r.finish_reason)}, {"logprobs", nullptr}};
+  json choice{{"index", 0},
+              {"finish_reason", api_finish_reason(r.finish_reason)},
+              {"logprobs", r.logprobs}};
   if (h.kind == ApiKind::kChat) {
     choice["message"] = {{"role", "assistant"}, {"content", r.text}};
   } else {
@@ -286,11 +336,11 @@ json api_response(const ApiResponseHead& h, const ApiResult& r) {
 }
 
 json api_chunk(const ApiResponseHead& h, const std::string& text, bool first,
-               const std::string* finish_reason, bool with_usage_null) {
+               const std::string* finish_reason, bool with_usage_null, const json& logprobs) {
   json out = head_object(h, true);
   json choice{
       {"index", 0},
-      {"logprobs", nullptr},
+      {"logprobs", logprobs},
       {"finish_reason", finish_reason ? json(api_finish_reason(*finish_reason)) : json(nullptr)}};
   if (h.kind == ApiKind::kChat) {
     json delta = json::object();

@@ -5,18 +5,21 @@
 // max_tokens -> max_new_tokens, a token-id prompt -> prompt_tokens, ...) and validated by
 // parse_request_fields, the same code the socket protocol and `batch` use: every sampling range,
 // the chat order rule and the token-id checks have one place. What OpenAI defines and this server
-// does not do (tools, response_format other than text, echo, best_of, n > 1, logprobs until the
-// logprobs work lands) is refused here by name.
+// does not do (tools, response_format other than text, echo, best_of, n > 1) is refused here by
+// name.
 #pragma once
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/model_config.h"
 #include "common/sampling_params.h"
 #include "coordinator/requests/request.h"
+#include "coordinator/requests/request_messages.h"
+#include "coordinator/text/tokenizer.h"
 
 namespace llama2 {
 
@@ -67,7 +70,22 @@ struct ApiResult {
   int prompt_tokens = 0;
   int completion_tokens = 0;
   std::string text;
+  nlohmann::json logprobs = nullptr;  // api_logprobs(...) when the request asked, else null
 };
+
+// One generated token's log-probabilities (TokenEvent::logprob / top_logprobs).
+struct ApiTokenLogprobs {
+  int token = 0;
+  float logprob = 0;
+  std::vector<TopLogprob> top;
+};
+// The choice's "logprobs" object for `tokens`, in OpenAI's shape: chat {"content": [{"token",
+// "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]}; completions {"tokens",
+// "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"}. A token's string is its
+// SentencePiece piece with U+2581 as a space; a byte-fallback piece <0xNN> above 0x7F keeps that
+// name as its string (a lone byte is not UTF-8) and gives the byte in "bytes".
+nlohmann::json api_logprobs(ApiKind kind, const std::vector<ApiTokenLogprobs>& tokens,
+                            const Tokenizer& tokenizer, int text_offset = 0);
 
 // The identifiers and time stamp of one response (every chunk of a stream repeats them).
 struct ApiResponseHead {
@@ -84,7 +102,8 @@ nlohmann::json api_response(const ApiResponseHead& h, const ApiResult& r);
 // with `finish_reason` set, the last choice chunk. `with_usage_null`: stream_options.include_usage
 // asks that every chunk carry "usage": null.
 nlohmann::json api_chunk(const ApiResponseHead& h, const std::string& text, bool first,
-                         const std::string* finish_reason, bool with_usage_null);
+                         const std::string* finish_reason, bool with_usage_null,
+                         const nlohmann::json& logprobs = nullptr);
 // The usage chunk that ends a stream when include_usage is set (empty choices).
 nlohmann::json api_usage_chunk(const ApiResponseHead& h, int prompt_tokens, int completion_tokens);
 // GET /v1/models.
