@@ -30,6 +30,7 @@
 #include "kernels/swiglu.cuh"
 #include "rank/cuda/cuda_weights.h"
 #include "rank/cuda/linear.h"
+#include "rank/cuda/logits_head.cuh"
 #include "rank/cuda/nccl_comm.h"
 #include "rank/cuda/op_profiler.h"
 #include "rank/cuda/score_head.cuh"
@@ -257,7 +258,7 @@ class CudaModel final : public ModelRunner {
       body(shape);
     }
     mark("select_gather");
-    select_and_gather(plan, rows, out);
+    logits_head_->gather(plan, rows, *comm_, stream_, out);
     if (prof_) {
       prof_->report("tokens " + std::to_string(shape.tokens) + " seqs " + std::to_string(S) +
                         " decode_seqs " + std::to_string(shape.decode ? S : shape.decode_seqs) +
@@ -276,7 +277,7 @@ class CudaModel final : public ModelRunner {
   void allocate_activations() {
     const int64_t Tm = opt_.max_step_tokens, H = c_.hidden_size, d = s_.head_dim;
     const int64_t nq = s_.num_heads * d, nkv = s_.num_kv_heads * d, F = s_.ffn_size;
-    const int64_t Rm = opt_.max_batch, Vl = s_.vocab_size;
+    const int64_t Rm = opt_.max_batch;
     auto buf = [](int64_t elems, size_t elem_bytes, const char* what) {
       return DeviceBuffer(static_cast<size_t>(elems) * elem_bytes, what);
     };
@@ -288,21 +289,8 @@ class CudaModel final : public ModelRunner {
     gate_up_ = buf(Tm * 2 * F, sizeof(T), "gate|up activations");
     act_ = buf(Tm * F, sizeof(T), "SwiGLU output");
     last_ = buf(Rm * H, sizeof(T), "last-token rows");
-    logits_ = buf(Rm * Vl, sizeof(T), "logits shard");
-    logits_f32_ = buf(Rm * Vl, sizeof(float), "fp32 logits shard");
-    cand_values_ = buf(Rm * kMaxCandidates, sizeof(float), "candidate values");
-    cand_ids_ = buf(Rm * kMaxCandidates, sizeof(int32_t), "candidate ids");
-    const int64_t gathered_full = comm_->rank() == 0 ? Rm * c_.vocab_size : 0;
-    const int64_t gathered_cand = comm_->rank() == 0 ? Rm * kMaxCandidates * s_.tp : 0;
-    gathered_f32_ = buf(std::max(gathered_full, gathered_cand), sizeof(float), "gathered logits");
-    gathered_ids_ = buf(gathered_cand, sizeof(int32_t), "gathered candidate ids");
-    host_f32_ =
-        PinnedBuffer(static_cast<size_t>(std::max(gathered_full, gathered_cand)) * sizeof(float));
-    host_ids_ = PinnedBuffer(static_cast<size_t>(gathered_cand) * sizeof(int32_t));
-    const int64_t lse_all = comm_->rank() == 0 ? Rm * kSliceLseFields * s_.tp : 0;
-    lse_part_ = buf(Rm * kSliceLseFields, sizeof(float), "logprob slice summaries");
-    lse_all_ = buf(lse_all, sizeof(float), "gathered logprob slice summaries");
-    host_lse_ = PinnedBuffer(static_cast<size_t>(lse_all) * sizeof(float));
+    logits_head_ = std::make_unique<LogitsHead<T>>(static_cast<int>(Rm), c_, s_, all_shards_,
+                                                   comm_->rank() == 0);
   }
 
   // Decode batches are padded up to these sizes, one CUDA graph each.
@@ -468,8 +456,8 @@ class CudaModel final : public ModelRunner {
     CUDA_CHECK(kernels::launch_embedding<T>(m.logit_rows, sh.logit_rows, h_.as<T>(), 0, T_, H,
                                             last_.as<T>(), stream_));
     const DeviceBuffer& head = c_.tie_word_embeddings ? weights_.embed : weights_.lm_head;
-    linear_->matmul_plain(last_.as<T>(), head.as<T>(), logits_.as<T>(), sh.logit_rows,
-                          s_.vocab_size, H);
+    linear_->matmul_plain(last_.as<T>(), head.as<T>(), logits_head_->logits().template as<T>(),
+                          sh.logit_rows, s_.vocab_size, H);
   }
 
   void run_graph(const StepShape& sh) {
@@ -493,80 +481,6 @@ class CudaModel final : public ModelRunner {
       it = graphs_.emplace(key, exec).first;
     }
     CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
-  }
-
-  // Candidates or full fp32 rows of this rank's vocabulary slice, gathered to rank 0 (Comm).
-  void select_and_gather(const StepPlan& plan, int rows, StepLogits* out) {
-    const int Vl = s_.vocab_size, tp = s_.tp;
-    const bool root = comm_->rank() == 0;
-    if (rows == 0) {
-      comm_->synchronize();
-      if (root && out != nullptr) *out = StepLogits{};
-      return;
-    }
-    if (plan.candidates > 0) {
-      const int k = plan.candidates;
-      if (k == 1) {
-        CUDA_CHECK(kernels::launch_argmax<T>(logits_.as<T>(), Vl, rows, Vl, s_.vocab_begin,
-                                             cand_values_.as<float>(), cand_ids_.as<int32_t>(),
-                                             stream_));
-      } else {
-        CUDA_CHECK(kernels::launch_topk<T>(logits_.as<T>(), Vl, rows, Vl, s_.vocab_begin, k,
-                                           cand_values_.as<float>(), cand_ids_.as<int32_t>(),
-                                           stream_));
-      }
-      const std::vector<size_t> counts(tp, static_cast<size_t>(rows) * k);
-      comm_->gather_to_root(cand_values_.as<void>(), counts, CommType::kF32,
-                            gathered_f32_.as<void>());
-      comm_->gather_to_root(cand_ids_.as<void>(), counts, CommType::kI32, gathered_ids_.as<void>());
-      // Logprob rows: the candidates hold the sampled token's raw logit (sampling picks among
-      // them), so rank 0 only lacks each row's log-sum-exp: one launch over all logit rows
-      // (contiguous; picking the asking rows would cost more than it saves) and [rows, 3] floats
-      // per rank. A step without such a row launches and gathers nothing more.
-      const bool logprobs = plan.any_logprobs();
-      const std::vector<size_t> lse_counts(tp, static_cast<size_t>(rows) * kSliceLseFields);
-      if (logprobs) {
-        CUDA_CHECK(kernels::launch_slice_logsumexp<T>(logits_.as<T>(), Vl, rows, Vl, s_.vocab_begin,
-                                                      nullptr, lse_part_.as<float>(), stream_));
-        comm_->gather_to_root(lse_part_.as<void>(), lse_counts, CommType::kF32,
-                              lse_all_.as<void>());
-      }
-      const size_t n = static_cast<size_t>(rows) * k * tp;
-      if (root) {
-        CUDA_CHECK(cudaMemcpyAsync(host_f32_.as<void>(), gathered_f32_.as<void>(),
-                                   n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
-        CUDA_CHECK(cudaMemcpyAsync(host_ids_.as<void>(), gathered_ids_.as<void>(),
-                                   n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
-        if (logprobs) {
-          CUDA_CHECK(cudaMemcpyAsync(host_lse_.as<void>(), lse_all_.as<void>(),
-                                     lse_counts[0] * tp * sizeof(float), cudaMemcpyDeviceToHost,
-                                     stream_));
-        }
-      }
-      comm_->synchronize();
-      if (root && out != nullptr) {
-        merge_candidates(host_f32_.as<float>(), host_ids_.as<int32_t>(), tp, rows, k, out);
-        if (logprobs) {
-          lse_from_slices(host_lse_.as<float>(), all_shards_, plan.logprob_flags(), out);
-        }
-      }
-      return;
-    }
-    CUDA_CHECK(kernels::launch_convert<float>(logits_.as<void>(), TypeInfo<T>::kSource,
-                                              static_cast<int64_t>(rows) * Vl,
-                                              logits_f32_.as<float>(), stream_));
-    comm_->gather_to_root(logits_f32_.as<void>(), vocab_slice_counts(all_shards_, rows),
-                          CommType::kF32, gathered_f32_.as<void>());
-    if (root) {
-      const size_t total = static_cast<size_t>(rows) * c_.vocab_size;  // the slices cover it
-      CUDA_CHECK(cudaMemcpyAsync(host_f32_.as<void>(), gathered_f32_.as<void>(),
-                                 total * sizeof(float), cudaMemcpyDeviceToHost, stream_));
-    }
-    comm_->synchronize();
-    if (root && out != nullptr) {
-      stitch_vocab_slices(host_f32_.as<float>(), all_shards_, rows, c_.vocab_size, out);
-      if (plan.any_logprobs()) lse_from_full_rows(plan.logprob_flags(), out);
-    }
   }
 
   ModelConfig c_;
@@ -594,21 +508,14 @@ class CudaModel final : public ModelRunner {
   DeviceBuffer decode_ws_, cublas_ws_;
   DeviceBuffer rope_table_;  // [max_seq_len, head_dim / 2] (cos, sin)
   // Activations, sized for max_step_tokens (T) and max_batch logit rows (R).
-  DeviceBuffer x_, h_, partial_;              // [T, H]
-  DeviceBuffer qkv_;                          // [T, q_local + 2 kv_local]
-  DeviceBuffer attn_;                         // [T, q_local]
-  DeviceBuffer gate_up_;                      // [T, 2 F_local]
-  DeviceBuffer act_;                          // [T, F_local]
-  DeviceBuffer last_;                         // [R, H]
-  DeviceBuffer logits_;                       // [R, vocab_local] in T
-  DeviceBuffer logits_f32_;                   // [R, vocab_local] fp32
-  DeviceBuffer cand_values_, cand_ids_;       // [R, kMaxCandidates]
-  DeviceBuffer gathered_f32_, gathered_ids_;  // rank 0: [tp][R, k] or [R, vocab] (rank blocks)
-  PinnedBuffer host_f32_, host_ids_;          // rank 0: the same on the host
-  DeviceBuffer lse_part_;                     // [R, kSliceLseFields] fp32 (logprob rows)
-  DeviceBuffer lse_all_;                      // rank 0: [tp][R, kSliceLseFields]
-  PinnedBuffer host_lse_;                     // rank 0: the same on the host
-  std::unique_ptr<ScoreHead<T>> score_head_;  // kScore steps; made by the first one
+  DeviceBuffer x_, h_, partial_;                // [T, H]
+  DeviceBuffer qkv_;                            // [T, q_local + 2 kv_local]
+  DeviceBuffer attn_;                           // [T, q_local]
+  DeviceBuffer gate_up_;                        // [T, 2 F_local]
+  DeviceBuffer act_;                            // [T, F_local]
+  DeviceBuffer last_;                           // [R, H]
+  std::unique_ptr<LogitsHead<T>> logits_head_;  // the logit rows: [R, vocab_local] to rank 0
+  std::unique_ptr<ScoreHead<T>> score_head_;    // kScore steps; made by the first one
   // (decode batch bucket, context bucket) -> graph
   std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
 };

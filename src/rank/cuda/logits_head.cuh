@@ -1,0 +1,152 @@
+// The logit rows of a forward step on one rank of the CUDA backend, to rank 0: this rank's
+// vocabulary slice of each row reduced on the GPU to its best candidates (argmax / top-k) when the
+// step asks for candidates, else converted to fp32 whole; gathered over the TP group (Comm) and
+// merged or stitched on rank 0 into StepLogits. Rows that want logprobs add each slice's
+// (max, sum of exp) summary, combined into the rows' log-sum-exp (rank/logits_gather.h).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "common/model_config.h"
+#include "common/shard_plan.h"
+#include "common/step_plan.h"
+#include "kernels/convert.cuh"
+#include "kernels/logsumexp.cuh"
+#include "kernels/sampling.cuh"
+#include "rank/comm.h"
+#include "rank/cuda/device_buffer.h"
+#include "rank/logits_gather.h"
+
+namespace llama2 {
+
+template <typename T>
+class LogitsHead {
+ public:
+  // Buffers for up to max_rows logit rows; rank 0 (root) also holds every rank's share.
+  LogitsHead(int max_rows, const ModelConfig& c, const ShardPlan& s,
+             std::vector<ShardPlan> all_shards, bool root)
+      : vocab_(c.vocab_size), shard_(s), all_shards_(std::move(all_shards)) {
+    const int64_t R = max_rows, Vl = s.vocab_size;
+    auto buf = [](int64_t elems, size_t elem_bytes, const char* what) {
+      return DeviceBuffer(static_cast<size_t>(elems) * elem_bytes, what);
+    };
+    logits_ = buf(R * Vl, sizeof(T), "logits shard");
+    logits_f32_ = buf(R * Vl, sizeof(float), "fp32 logits shard");
+    cand_values_ = buf(R * kMaxCandidates, sizeof(float), "candidate values");
+    cand_ids_ = buf(R * kMaxCandidates, sizeof(int32_t), "candidate ids");
+    const int64_t gathered_full = root ? R * c.vocab_size : 0;
+    const int64_t gathered_cand = root ? R * kMaxCandidates * s.tp : 0;
+    gathered_f32_ = buf(std::max(gathered_full, gathered_cand), sizeof(float), "gathered logits");
+    gathered_ids_ = buf(gathered_cand, sizeof(int32_t), "gathered candidate ids");
+    host_f32_ =
+        PinnedBuffer(static_cast<size_t>(std::max(gathered_full, gathered_cand)) * sizeof(float));
+    host_ids_ = PinnedBuffer(static_cast<size_t>(gathered_cand) * sizeof(int32_t));
+    const int64_t lse_all = root ? R * kSliceLseFields * s.tp : 0;
+    lse_part_ = buf(R * kSliceLseFields, sizeof(float), "logprob slice summaries");
+    lse_all_ = buf(lse_all, sizeof(float), "gathered logprob slice summaries");
+    host_lse_ = PinnedBuffer(static_cast<size_t>(lse_all) * sizeof(float));
+  }
+
+  // Where the LM head writes the step's rows: [max_rows, vocab_local] in T.
+  const DeviceBuffer& logits() const { return logits_; }
+
+  // Candidates or full fp32 rows of `rows` logit rows, gathered to rank 0 (out: rank 0 only).
+  void gather(const StepPlan& plan, int rows, Comm& comm, cudaStream_t stream, StepLogits* out) {
+    const int Vl = shard_.vocab_size;
+    const bool root = comm.rank() == 0;
+    if (rows == 0) {
+      comm.synchronize();
+      if (root && out != nullptr) *out = StepLogits{};
+      return;
+    }
+    if (plan.candidates > 0) return gather_candidates(plan, rows, comm, stream, out);
+    CUDA_CHECK(kernels::launch_convert<float>(logits_.as<void>(), source_type(),
+                                              static_cast<int64_t>(rows) * Vl,
+                                              logits_f32_.as<float>(), stream));
+    comm.gather_to_root(logits_f32_.as<void>(), vocab_slice_counts(all_shards_, rows),
+                        CommType::kF32, gathered_f32_.as<void>());
+    if (root) {
+      const size_t total = static_cast<size_t>(rows) * vocab_;  // the slices cover it
+      CUDA_CHECK(cudaMemcpyAsync(host_f32_.as<void>(), gathered_f32_.as<void>(),
+                                 total * sizeof(float), cudaMemcpyDeviceToHost, stream));
+    }
+    comm.synchronize();
+    if (root && out != nullptr) {
+      stitch_vocab_slices(host_f32_.as<float>(), all_shards_, rows, vocab_, out);
+      if (plan.any_logprobs()) lse_from_full_rows(plan.logprob_flags(), out);
+    }
+  }
+
+ private:
+  static constexpr kernels::SourceType source_type() {
+    if constexpr (std::is_same_v<T, float>) return kernels::SourceType::kF32;
+    if constexpr (std::is_same_v<T, __half>) return kernels::SourceType::kF16;
+    return kernels::SourceType::kBF16;
+  }
+
+  void gather_candidates(const StepPlan& plan, int rows, Comm& comm, cudaStream_t stream,
+                         StepLogits* out) {
+    const int Vl = shard_.vocab_size, tp = shard_.tp, k = plan.candidates;
+    const bool root = comm.rank() == 0;
+    if (k == 1) {
+      CUDA_CHECK(kernels::launch_argmax<T>(logits_.as<T>(), Vl, rows, Vl, shard_.vocab_begin,
+                                           cand_values_.as<float>(), cand_ids_.as<int32_t>(),
+                                           stream));
+    } else {
+      CUDA_CHECK(kernels::launch_topk<T>(logits_.as<T>(), Vl, rows, Vl, shard_.vocab_begin, k,
+                                         cand_values_.as<float>(), cand_ids_.as<int32_t>(),
+                                         stream));
+    }
+    const std::vector<size_t> counts(tp, static_cast<size_t>(rows) * k);
+    comm.gather_to_root(cand_values_.as<void>(), counts, CommType::kF32, gathered_f32_.as<void>());
+    comm.gather_to_root(cand_ids_.as<void>(), counts, CommType::kI32, gathered_ids_.as<void>());
+    // Logprob rows: the candidates hold the sampled token's raw logit (sampling picks among
+    // them), so rank 0 only lacks each row's log-sum-exp: one launch over all logit rows
+    // (contiguous; picking the asking rows would cost more than it saves) and [rows, 3] floats
+    // per rank. A step without such a row launches and gathers nothing more.
+    const bool logprobs = plan.any_logprobs();
+    const std::vector<size_t> lse_counts(tp, static_cast<size_t>(rows) * kSliceLseFields);
+    if (logprobs) {
+      CUDA_CHECK(kernels::launch_slice_logsumexp<T>(logits_.as<T>(), Vl, rows, Vl,
+                                                    shard_.vocab_begin, nullptr,
+                                                    lse_part_.as<float>(), stream));
+      comm.gather_to_root(lse_part_.as<void>(), lse_counts, CommType::kF32, lse_all_.as<void>());
+    }
+    const size_t n = static_cast<size_t>(rows) * k * tp;
+    if (root) {
+      CUDA_CHECK(cudaMemcpyAsync(host_f32_.as<void>(), gathered_f32_.as<void>(), n * sizeof(float),
+                                 cudaMemcpyDeviceToHost, stream));
+      CUDA_CHECK(cudaMemcpyAsync(host_ids_.as<void>(), gathered_ids_.as<void>(),
+                                 n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+      if (logprobs) {
+        CUDA_CHECK(cudaMemcpyAsync(host_lse_.as<void>(), lse_all_.as<void>(),
+                                   lse_counts[0] * tp * sizeof(float), cudaMemcpyDeviceToHost,
+                                   stream));
+      }
+    }
+    comm.synchronize();
+    if (root && out != nullptr) {
+      merge_candidates(host_f32_.as<float>(), host_ids_.as<int32_t>(), tp, rows, k, out);
+      if (logprobs) lse_from_slices(host_lse_.as<float>(), all_shards_, plan.logprob_flags(), out);
+    }
+  }
+
+  int vocab_;
+  ShardPlan shard_;
+  std::vector<ShardPlan> all_shards_;
+  DeviceBuffer logits_;                       // [R, vocab_local] in T
+  DeviceBuffer logits_f32_;                   // [R, vocab_local] fp32
+  DeviceBuffer cand_values_, cand_ids_;       // [R, kMaxCandidates]
+  DeviceBuffer gathered_f32_, gathered_ids_;  // rank 0: [tp][R, k] or [R, vocab] (rank blocks)
+  PinnedBuffer host_f32_, host_ids_;          // rank 0: the same on the host
+  DeviceBuffer lse_part_;                     // [R, kSliceLseFields] fp32 (logprob rows)
+  DeviceBuffer lse_all_;                      // rank 0: [tp][R, kSliceLseFields]
+  PinnedBuffer host_lse_;                     // rank 0: the same on the host
+};
+
+}  // namespace llama2
