@@ -10,6 +10,9 @@ if [[ $(id -u) -eq 0 ]]; then
 fi
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 LLAMA2_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# ccache: paths under the tree are hashed relative to it, and the build directory is not hashed,
+# so two clones or work trees share each other's objects (debug info then names the first one).
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$LLAMA2_ROOT} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 LLAMA2_BUILD=${LLAMA2_BUILD:-$LLAMA2_ROOT/build}
 
 # llama2_configure [cmake args]: configure $LLAMA2_BUILD once (the args count only then), and again
