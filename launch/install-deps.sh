@@ -44,6 +44,15 @@ else
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+# cpp-httplib's single header from Debian's source package of the same version (into the
+# git-ignored .httplib/, which CMake prefers): compiled in, it waits with poll() and serves more than
+# ~1,000 connections; Debian's prebuilt .so uses select(). Without it the build uses the .so.
+root="$(cd "$(dirname "$0")/.." && pwd)"
+if [[ ! -f $root/.httplib/httplib.h ]]; then
+  bash "$root/benchmarks/http/fetch_httplib.sh" "$root/.httplib" 2>/dev/null ||
+    echo "install-deps: WARNING: could not fetch cpp-httplib's source; the HTTP front uses Debian's .so (select(): connections past ~1,000 descriptors fail)" >&2
+fi
+
 # The OpenAI Node client for tests/http/ (npm registry), exactly the committed lock's versions,
 # into the git-ignored tests/http/node_modules.
 if [[ ${1:-} == --test ]]; then

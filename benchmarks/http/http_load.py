@@ -137,6 +137,7 @@ async def one(args, i, rng_seed, t_send, t0, results):
         writer.close()
     except (OSError, ConnectionError, asyncio.IncompleteReadError, ValueError) as e:
         r["error"] = type(e).__name__
+        r["detail"] = f"{e} (after {time.perf_counter() - t0 - r['sent']:.3f} s)"
     results.append(r)
 
 
@@ -183,6 +184,10 @@ def report(args, results):
         "ttft_p99_s": percentile(ttft, 99),
         "e2e_p50_s": percentile(e2e, 50), "e2e_p90_s": percentile(e2e, 90),
         "e2e_p99_s": percentile(e2e, 99), "span_s": span,
+        # The first failures as they happened (request index order), to tell a refused connect
+        # from a connection the server closed, and when.
+        "error_samples": [{"sent_s": round(r["sent"], 3), "error": r["error"],
+                           "detail": r.get("detail", "")} for r in results if "error" in r][:20],
     }
     print(f"{out['completed']}/{out['requests']} completed, errors {errors or 'none'}; "
           f"{out['generated_tok_s']:.0f} generated tok/s; prompt {out['mean_prompt_tokens']:.0f} tok; "

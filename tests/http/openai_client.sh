@@ -21,12 +21,27 @@ expect_failure port "--http must be HOST:PORT or PORT with PORT in \[0, 65535\]"
   --layers 4 --heads 8 --kv-heads 2 --vocab 512 --max-position-embeddings 1024 \
   --tokenizer "$MODELS/tiny-gqa/tokenizer.model" >"$TMP/make.log" 2>&1 || { fail "make-test-model"; cat "$TMP/make.log"; }
 export API_KEY=test-key-$RANDOM MODEL=test-model
-LLAMA2_API_KEY=$API_KEY "$MPIRUN" 2 "$LLAMA2" serve --model "$TMP/model" --socket "$TMP/s.sock" \
+# LLAMA2_TEST_HTTP_START_DELAY_MS holds rank 0 between binding the port and loading the model, as
+# a large model's load would: the front must answer 503 "starting" meanwhile, then serve.
+LLAMA2_TEST_HTTP_START_DELAY_MS=2000 LLAMA2_API_KEY=$API_KEY "$MPIRUN" 2 "$LLAMA2" serve --model "$TMP/model" --socket "$TMP/s.sock" \
   --served-model-name "$MODEL" --http 127.0.0.1:0 --max-batch-size 2 --max-queue 2 --max-seq-len 512 \
   --cpu-threads 1 --http-max-body-bytes 65536 --quiet >"$TMP/serve.log" 2>&1 &
 job=$!
+for _ in $(seq 300); do grep -q "HTTP bound to" "$TMP/serve.log" && break; sleep 0.1; done
+PORT=$(sed -n 's/.*HTTP bound to 127.0.0.1:\([0-9]*\).*/\1/p' "$TMP/serve.log")
+if [[ -n $PORT ]] && ! grep -q "HTTP on" "$TMP/serve.log"; then
+  code=$(curl -s -m 10 -o "$TMP/h0.json" -w '%{http_code}' "http://127.0.0.1:$PORT/health")
+  [[ $code == 503 ]] && grep -q '"status":"starting"' "$TMP/h0.json" \
+    && pass "curl: GET /health 503 starting while the model loads" || fail "curl /health while starting: $code $(cat "$TMP/h0.json")"
+  code=$(curl -s -m 10 -o "$TMP/c0.json" -w '%{http_code}' -H "Authorization: Bearer $API_KEY" \
+    "http://127.0.0.1:$PORT/v1/completions" -d '{"model":"test-model","prompt":"Hi"}')
+  [[ $code == 503 ]] && grep -q '"code":"starting"' "$TMP/c0.json" \
+    && pass "curl: a completion while starting gets 503 starting" || fail "curl completion while starting: $code $(cat "$TMP/c0.json")"
+else
+  fail "the front did not report its port before the model loaded: $(cat "$TMP/serve.log")"
+fi
 for _ in $(seq 300); do grep -q "HTTP on" "$TMP/serve.log" && break; sleep 0.1; done
-PORT=$(sed -n 's/.*HTTP on 127.0.0.1:\([0-9]*\).*/\1/p' "$TMP/serve.log")
+grep -q "HTTP on 127.0.0.1:$PORT" "$TMP/serve.log" || PORT=""
 [[ -n $PORT ]] || { fail "the server did not report its HTTP port"; cat "$TMP/serve.log"; finish; exit; }
 export BASE=http://127.0.0.1:$PORT
 pass "HTTP front on port $PORT"

@@ -178,7 +178,8 @@ std::string job_stall_message(const StepClock& clock, std::chrono::milliseconds 
 
 // Rank 0 once the engine is open: the parts, in the order a request meets them
 // (docs/ARCHITECTURE.md), then the engine loop until a drain ends.
-int serve_on_rank0(Session& session, ServeSettings s) {
+// `http`: the HTTP front run_serve bound before the engine opened (null without --http).
+int serve_on_rank0(Session& session, ServeSettings s, std::unique_ptr<HttpFront> http) {
   const EngineConfig& settings = session.settings;
   // Null on a dedicated front (--dedicated-front): every replica is then remote.
   RankEngine* engine = session.engine.get();
@@ -220,8 +221,7 @@ int serve_on_rank0(Session& session, ServeSettings s) {
       s.server, admission, *session.tokenizer, session.config, s.defaults, [&] { return health(); },
       [&] { return metrics.render(admission.gauges()) + replicas_prometheus(board.snapshot()); });
   SocketBridge bridge(*server, random_seed());
-  std::unique_ptr<HttpFront> http;
-  if (s.http.enabled) {
+  if (http) {
     ServeLimits limits;
     limits.prompt = aopt.limits;
     limits.request_timeout_ms = s.server.request_timeout_ms;
@@ -229,15 +229,14 @@ int serve_on_rank0(Session& session, ServeSettings s) {
     const std::string name = s.http.served_model.empty()
                                  ? default_served_model(settings.model_dir, settings.synthetic)
                                  : s.http.served_model;
-    http = std::make_unique<HttpFront>(
-        s.http.front, HttpDeps{*server, admission, *session.tokenizer,
-                               ApiContext{name, s.defaults, session.config}, limits,
-                               [&metrics, &admission, &board, name] {
-                                 return metrics.render(admission.gauges()) +
-                                        replicas_prometheus(board.snapshot()) +
-                                        metrics.render_vllm(admission.gauges(), name);
-                               },
-                               [&] { return health(); }});
+    http->attach(HttpDeps{*server, admission, *session.tokenizer,
+                          ApiContext{name, s.defaults, session.config}, limits,
+                          [&metrics, &admission, &board, name] {
+                            return metrics.render(admission.gauges()) +
+                                   replicas_prometheus(board.snapshot()) +
+                                   metrics.render_vllm(admission.gauges(), name);
+                          },
+                          [&] { return health(); }});
   }
   const StepLog step_log = open_step_log(settings.knobs.step_log);
   // Replica 0 in process, unless rank 0 is a dedicated front.
@@ -257,7 +256,6 @@ int serve_on_rank0(Session& session, ServeSettings s) {
 
   try {
     server->start();
-    if (http) http->start();
   } catch (const std::exception& e) {
     replicas.shutdown(1);
     if (engine != nullptr) engine->shutdown(1);
@@ -306,7 +304,8 @@ int run_serve(int argc, char** argv, int rank) {
 
   SessionStart start = start_session(cl, kServeSteps, rank);
   ServeSettings serve = serve_settings_from(cl.args, start.cfg.max_batch);
-  int kv_blocks = 0;  // rank 0: max-batch-size sequences of max_seq_len tokens
+  int kv_blocks = 0;                // rank 0: max-batch-size sequences of max_seq_len tokens
+  std::unique_ptr<HttpFront> http;  // rank 0 with --http: listening ("starting") during the load
   start.on_rank0([&] {
     validate_serve_settings(serve);
     validate_http_settings(serve.http);
@@ -314,12 +313,14 @@ int run_serve(int argc, char** argv, int rank) {
     serve.max_seq_len = serve_max_seq_len(cl.args, start.model);
     kv_blocks =
         start.cfg.max_batch * BlockAllocator::blocks_for(serve.max_seq_len, start.cfg.block_size);
+    if (serve.http.enabled) http = start_http_front(serve.http);
   });
   Session session = open_engine(std::move(start), kv_blocks);
-  if (session.layout.front_only()) return serve_on_rank0(session, std::move(serve));
+  if (session.layout.front_only())
+    return serve_on_rank0(session, std::move(serve), std::move(http));
   if (!session.layout.leader()) return session.engine->worker_loop();
   if (rank != 0) return run_as_replica_leader(session);
-  return serve_on_rank0(session, std::move(serve));
+  return serve_on_rank0(session, std::move(serve), std::move(http));
 }
 
 }  // namespace llama2

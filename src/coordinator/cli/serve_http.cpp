@@ -1,7 +1,9 @@
 #include "coordinator/cli/serve_http.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <iostream>
+#include <thread>
 
 #include "common/check.h"
 
@@ -87,6 +89,17 @@ void validate_http_settings(HttpSettings& s) {
     std::cerr << "llama2 serve: WARNING: the HTTP API on " << s.front.host
               << " accepts requests from anyone who can reach it (no API key)" << std::endl;
   }
+}
+
+std::unique_ptr<HttpFront> start_http_front(const HttpSettings& s) {
+  auto front = std::make_unique<HttpFront>(s.front);
+  front->start();
+  std::cerr << "llama2 serve: HTTP bound to " << s.front.host << ":" << front->port()
+            << " (503 \"starting\" until the model is loaded)" << std::endl;
+  if (const char* delay = std::getenv("LLAMA2_TEST_HTTP_START_DELAY_MS")) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(delay)));
+  }
+  return front;
 }
 
 std::string default_served_model(const std::string& model_dir, const std::string& synthetic) {

@@ -26,6 +26,11 @@ HttpSettings http_settings_from(const cxxopts::ParseResult& args);
 // --http-allow-unauthenticated, or --http in a build without cpp-httplib. Prints the warning for
 // an unauthenticated non-loopback front.
 void validate_http_settings(HttpSettings& s);
+// Rank 0, after validate_http_settings and before the engine opens: binds the front, which answers
+// 503 "starting" until serve attaches the engine's parts (HttpFront::attach), and says so on
+// stderr. LLAMA2_TEST_HTTP_START_DELAY_MS (tests only) then holds rank 0 that long, so a test can
+// see the "starting" answers of a model that loads in milliseconds.
+std::unique_ptr<HttpFront> start_http_front(const HttpSettings& s);
 // The name /v1/models reports and requests must give: --served-model-name, else the model
 // directory's last component (or "synthetic-NAME").
 std::string default_served_model(const std::string& model_dir, const std::string& synthetic);

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -112,7 +113,9 @@ bool http_front_available() {
 
 struct HttpFront::Impl {
   HttpOptions opts;
-  HttpDeps deps;
+  // Set once by attach(), before `ready`; the routes past before_routing() only run once ready.
+  std::optional<HttpDeps> deps;
+  std::atomic<bool> ready{false};
   httplib::Server svr;
   std::thread listener;
   int listen_fd = -1;
@@ -126,7 +129,7 @@ struct HttpFront::Impl {
   std::atomic<int> open_streams{0};
   int64_t started = 0;  // unix seconds, GET /v1/models' `created`
 
-  Impl(HttpOptions o, HttpDeps d) : opts(std::move(o)), deps(std::move(d)) {}
+  explicit Impl(HttpOptions o) : opts(std::move(o)) {}
 
   void routes();
   httplib::Server::HandlerResponse before_routing(const httplib::Request& req,
@@ -141,11 +144,11 @@ struct HttpFront::Impl {
     ServeCommand cmd;
     cmd.kind = kind;
     cmd.conn = cmd.serial = ex->client();
-    deps.inbox.post(std::move(cmd));
+    deps->inbox.post(std::move(cmd));
   }
   // The error an unfinished generation gets from the server's state, if any.
   std::optional<ApiError> server_trouble() const {
-    if (deps.inbox.stalled()) {
+    if (deps->inbox.stalled()) {
       return error_of(503, "server_error", "stalled",
                       "the engine stalled; the server is ending (see its log)");
     }
@@ -157,8 +160,13 @@ struct HttpFront::Impl {
   }
 };
 
-HttpFront::HttpFront(HttpOptions opts, HttpDeps deps)
-    : impl_(std::make_unique<Impl>(std::move(opts), std::move(deps))) {}
+HttpFront::HttpFront(HttpOptions opts) : impl_(std::make_unique<Impl>(std::move(opts))) {}
+
+void HttpFront::attach(HttpDeps deps) {
+  LLAMA2_CHECK(!impl_->deps);
+  impl_->deps.emplace(std::move(deps));
+  impl_->ready.store(true, std::memory_order_release);
+}
 
 HttpFront::~HttpFront() {
   stop(0);
@@ -175,6 +183,17 @@ httplib::Server::HandlerResponse HttpFront::Impl::before_routing(const httplib::
     send_error(res, error_of(503, "server_error", "server_busy",
                              "every connection thread is busy (--http-threads " +
                                  std::to_string(opts.threads) + "); retry later"));
+    return httplib::Server::HandlerResponse::Handled;
+  }
+  if (!ready.load(std::memory_order_acquire)) {  // the model is still loading
+    if (req.path == "/health") {
+      res.status = 503;
+      res.set_content(dump(json{{"status", "starting"}}), "application/json");
+    } else {
+      send_error(res, error_of(503, "server_error", "starting",
+                               "the server is starting (the model is loading); retry when GET "
+                               "/health answers 200"));
+    }
     return httplib::Server::HandlerResponse::Handled;
   }
   // /health and /metrics stay open (load balancers and Prometheus carry no key), as vLLM does.
@@ -205,17 +224,17 @@ void HttpFront::Impl::routes() {
     generate(req, res, ApiKind::kChat);
   });
   svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(dump(api_models(deps.api.served_model, started)), "application/json");
+    res.set_content(dump(api_models(deps->api.served_model, started)), "application/json");
   });
   svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    json h = deps.health();
+    json h = deps->health();
     h.erase("event");
     const std::string status = h.value("status", "ready");
     res.status = status == "ready" ? 200 : 503;
     res.set_content(dump(h), "application/json");
   });
   svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(deps.metrics(), "text/plain; version=0.0.4");
+    res.set_content(deps->metrics(), "text/plain; version=0.0.4");
   });
   // Every other error (unknown path 404, wrong method, body over the limit 413, unreadable
   // request 400) in OpenAI's shape; the handlers' own errors already have a body.
@@ -242,17 +261,17 @@ void HttpFront::Impl::routes() {
 }
 
 void HttpFront::Impl::generate(const httplib::Request& req, httplib::Response& res, ApiKind kind) {
-  Admission& admission = deps.admission;
+  Admission& admission = deps->admission;
   const auto refuse = [&](const ApiError& e) {
     admission.count_refusal(e.code.empty() ? "invalid_request" : e.code);
     send_error(res, e);
   };
   if (auto trouble = server_trouble()) return refuse(*trouble);
-  if (deps.inbox.draining()) {
+  if (deps->inbox.draining()) {
     return refuse(api_error_from_code(
         "shutting_down", "the server is shutting down and accepts no new generations"));
   }
-  ApiParse parsed = parse_api_request(req.body, kind, deps.api);
+  ApiParse parsed = parse_api_request(req.body, kind, deps->api);
   if (parsed.error) return refuse(*parsed.error);
   // The request owner's admission, as the socket endpoint applies it: a place in the queue
   // (an HTTP/1.1 connection has one request in flight, so no per-connection limit applies).
@@ -263,14 +282,14 @@ void HttpFront::Impl::generate(const httplib::Request& req, httplib::Response& r
   head.kind = kind;
   head.id = (kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-") + random_hex();
   head.created = static_cast<int64_t>(std::time(nullptr));
-  head.model = deps.api.served_model;
+  head.model = deps->api.served_model;
   // Tokenized here, on this connection's own thread, then the one prompt-length check.
   FrameRequest fr;
   fr.op = FrameRequest::Op::kGenerate;
   fr.id = head.id;
   fr.request = std::move(parsed.request.request);
-  const json refusal = tokenize_frame_request(fr, deps.tokenizer, deps.api.config, deps.limits);
-  if (!refusal.is_null() || deps.inbox.draining()) {
+  const json refusal = tokenize_frame_request(fr, deps->tokenizer, deps->api.config, deps->limits);
+  if (!refusal.is_null() || deps->inbox.draining()) {
     admission.unreserve();
     ApiError e = refusal.is_null()
                      ? api_error_from_code("shutting_down", "the server began shutting down")
@@ -288,14 +307,14 @@ void HttpFront::Impl::generate(const httplib::Request& req, httplib::Response& r
   cmd.request = std::move(fr.request);
   cmd.stream = parsed.request.stream;
   cmd.arrival = now;
-  cmd.deadline = now + std::chrono::milliseconds(deps.limits.request_timeout_ms);
+  cmd.deadline = now + std::chrono::milliseconds(deps->limits.request_timeout_ms);
   cmd.http = ex;
-  deps.inbox.post(std::move(cmd));
+  deps->inbox.post(std::move(cmd));
   // Past the deadline the owner ends the generation itself ("timeout", with its text); only when
   // the engine is inside a stuck step does this thread answer alone, after the same grace as the
   // socket endpoint.
   const Clock::time_point give_up = now +
-                                    std::chrono::milliseconds(deps.limits.request_timeout_ms) +
+                                    std::chrono::milliseconds(deps->limits.request_timeout_ms) +
                                     SocketServer::kDeadlineGrace;
   if (parsed.request.stream) {
     answer_stream(res, ex, head, parsed.request.include_usage, give_up);
@@ -322,7 +341,7 @@ void HttpFront::Impl::answer_whole(const httplib::Request& req, httplib::Respons
           lp.push_back({f.tokens[i], f.logprobs[i],
                         i < f.top_logprobs.size() ? f.top_logprobs[i] : std::vector<TopLogprob>{}});
         }
-        r.logprobs = api_logprobs(head.kind, lp, deps.tokenizer);
+        r.logprobs = api_logprobs(head.kind, lp, deps->tokenizer);
       }
       return res.set_content(dump(api_response(head, r)), "application/json");
     }
@@ -369,7 +388,7 @@ void HttpFront::Impl::answer_stream(httplib::Response& res, const std::shared_pt
         st->ex->take(out.empty() ? kPollInterval : std::chrono::milliseconds(0));
     for (const HttpExchange::Token& t : news.tokens) {
       if (st->ex->logprobs()) {  // every token, even one whose text is not complete yet
-        const json lp = api_logprobs(st->head.kind, {{t.token, t.logprob, t.top}}, deps.tokenizer,
+        const json lp = api_logprobs(st->head.kind, {{t.token, t.logprob, t.top}}, deps->tokenizer,
                                      st->text_bytes);
         out += sse(api_chunk(st->head, t.text, false, nullptr, usage_null, lp));
       } else if (!t.text.empty()) {

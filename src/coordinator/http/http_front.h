@@ -52,10 +52,15 @@ bool http_front_available();
 
 class HttpFront {
  public:
-  HttpFront(HttpOptions opts, HttpDeps deps);
+  explicit HttpFront(HttpOptions opts);
   ~HttpFront();
   // Binds HOST:PORT and starts serving; Error naming the address and the reason on failure.
+  // Until attach(), every route answers 503: GET /health {"status": "starting"}, the rest the
+  // error code "starting". serve binds before the model loads, so that probes see "starting"
+  // instead of a refused connection, and a port in use is reported before a long load.
   void start();
+  // The engine is up: the routes serve from now on (once; `deps` must outlive stop()).
+  void attach(HttpDeps deps);
   int port() const;
   // Lets streams write their last events for up to `flush_ms` (the drain has ended every
   // generation), then stops accepting and ends every connection.

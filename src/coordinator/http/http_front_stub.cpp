@@ -10,13 +10,14 @@ bool http_front_available() {
   return false;
 }
 
-HttpFront::HttpFront(HttpOptions, HttpDeps) {
+HttpFront::HttpFront(HttpOptions) {
   throw Error(
       "--http: this llama2 was built without cpp-httplib (install libcpp-httplib-dev, or "
       "configure with -DLLAMA2_HTTPLIB_DIR=DIR holding httplib.h, and rebuild)");
 }
 HttpFront::~HttpFront() = default;
 void HttpFront::start() {}
+void HttpFront::attach(HttpDeps) {}
 int HttpFront::port() const {
   return 0;
 }

@@ -47,19 +47,16 @@ template <>
 struct TypeInfo<float> {
   static constexpr cudaDataType_t kCuda = CUDA_R_32F;
   static constexpr CommType kComm = CommType::kF32;
-  static constexpr kernels::SourceType kSource = kernels::SourceType::kF32;
 };
 template <>
 struct TypeInfo<__half> {
   static constexpr cudaDataType_t kCuda = CUDA_R_16F;
   static constexpr CommType kComm = CommType::kF16;
-  static constexpr kernels::SourceType kSource = kernels::SourceType::kF16;
 };
 template <>
 struct TypeInfo<__nv_bfloat16> {
   static constexpr cudaDataType_t kCuda = CUDA_R_16BF;
   static constexpr CommType kComm = CommType::kBF16;
-  static constexpr kernels::SourceType kSource = kernels::SourceType::kBF16;
 };
 
 // cuBLAS workspace, given explicitly so that GEMMs can be captured into CUDA graphs.
