@@ -74,14 +74,22 @@ json parse_request(const char* request_json) {
   return req;
 }
 
-// One token event handed to a C callback as bytes + length.
+// One token event handed to a C callback as bytes + length, with its logprob fields (when the
+// request asked for them) as a small JSON object: only those fields, so the caller parses no text.
 void call_token_fn(llama2_shim_token_fn fn, void* user, const json& ev) {
   static const std::string kEmpty;
   auto it = ev.find("text");
   const std::string& text =
       it != ev.end() && it->is_string() ? it->get_ref<const std::string&>() : kEmpty;
+  std::string logprob;
+  const auto lp = ev.find("logprob");
+  if (lp != ev.end()) {
+    json fields = {{"logprob", *lp}, {"top_logprobs", ev.value("top_logprobs", json::array())}};
+    logprob = dump_event(fields);
+  }
   fn(user, text.data(), static_cast<int32_t>(text.size()), ev.value("index", -1),
-     ev.value("token_id", -1));
+     ev.value("token_id", -1), lp != ev.end() ? logprob.c_str() : nullptr,
+     static_cast<int32_t>(logprob.size()));
 }
 
 // The per-token logprobs of a streamed request (its token events carry them; its `done` does not),

@@ -47,14 +47,19 @@ extern "C" {
 #endif
 
 /* Bumped on any incompatible change of this header; the Java side refuses another version. */
-#define LLAMA2_SHIM_ABI_VERSION 1
+#define LLAMA2_SHIM_ABI_VERSION 2
 
 typedef struct llama2_shim_client llama2_shim_client; /* opaque */
 
 /* One token: `text` holds `len` bytes of UTF-8 (len may be 0: a character not finished yet, or
- * text held back because it may start a stop string); `index` counts from 0 without gaps. */
+ * text held back because it may start a stop string); `index` counts from 0 without gaps.
+ * When the request asked for "logprobs", `logprob_json` holds `logprob_len` bytes (also
+ * NUL-terminated) of a JSON object with the token event's logprob fields, e.g.
+ *     {"logprob": -0.0123, "top_logprobs": [{"logprob": -0.0123, "token_id": 450}, ...]}
+ * (docs/PROTOCOL.md); otherwise it is NULL and logprob_len 0. (ABI version 2 added them.) */
 typedef void (*llama2_shim_token_fn)(void* user, const char* text, int32_t len, int32_t index,
-                                     int32_t token_id);
+                                     int32_t token_id, const char* logprob_json,
+                                     int32_t logprob_len);
 
 /* The final event of a generation, exactly once, last: the `done` or `error` event as JSON
  * (`len` bytes, also NUL-terminated). For a request with "logprobs" the `done` carries the

@@ -34,11 +34,13 @@ final class Calls {
 
   static final NativeShim.TokenFn TOKEN = new NativeShim.TokenFn() {
     @Override
-    public void invoke(Pointer user, Pointer text, int len, int index, int tokenId) {
+    public void invoke(Pointer user, Pointer text, int len, int index, int tokenId,
+                       Pointer logprobJson, int logprobLen) {
       Generation g = LIVE.get(Pointer.nativeValue(user));
       if (g == null) return;  // timed out on the client side; late events are dropped
       byte[] bytes = len > 0 ? text.getByteArray(0, len) : EMPTY;
-      g.onToken(bytes, index, tokenId);
+      byte[] logprob = logprobJson != null ? logprobJson.getByteArray(0, logprobLen) : null;
+      g.onToken(bytes, index, tokenId, logprob);
     }
   };
 

@@ -56,19 +56,32 @@ final class Events {
     List<?> top = ev.get("top_logprobs") instanceof List ? (List<?>) ev.get("top_logprobs") : List.of();
     List<TokenLogprob> out = new ArrayList<>();
     for (int i = 0; i < lp.size() && i < ids.size(); i++) {
-      List<TokenLogprob.Alternative> alts = new ArrayList<>();
-      if (i < top.size() && top.get(i) instanceof List) {
-        for (Object o : (List<?>) top.get(i)) {
-          @SuppressWarnings("unchecked")
-          Map<String, Object> a = (Map<String, Object>) o;
-          alts.add(new TokenLogprob.Alternative((int) Json.num(a, "token_id", -1),
-              Json.dbl(a, "logprob", Double.NaN)));
-        }
-      }
-      Object x = lp.get(i);
-      out.add(new TokenLogprob(ids.get(i), x instanceof Number ? ((Number) x).doubleValue() : Double.NaN,
-          alts));
+      out.add(tokenLogprob(ids.get(i), lp.get(i), i < top.size() ? top.get(i) : null));
     }
     return out;
+  }
+
+  /**
+   * The logprob of one token from a token event's fields ({@code "logprob": x, "top_logprobs":
+   * [{"token_id", "logprob"}, ...]}; the shim hands a streamed token exactly these), or null when
+   * the event has no {@code logprob} (the request did not ask).
+   */
+  static TokenLogprob tokenLogprob(Map<String, Object> fields, int tokenId) {
+    if (!fields.containsKey("logprob")) return null;
+    return tokenLogprob(tokenId, fields.get("logprob"), fields.get("top_logprobs"));
+  }
+
+  private static TokenLogprob tokenLogprob(int tokenId, Object logprob, Object top) {
+    List<TokenLogprob.Alternative> alts = new ArrayList<>();
+    if (top instanceof List) {
+      for (Object o : (List<?>) top) {
+        @SuppressWarnings("unchecked")
+        Map<String, Object> a = (Map<String, Object>) o;
+        alts.add(new TokenLogprob.Alternative((int) Json.num(a, "token_id", -1),
+            Json.dbl(a, "logprob", Double.NaN)));
+      }
+    }
+    return new TokenLogprob(tokenId,
+        logprob instanceof Number ? ((Number) logprob).doubleValue() : Double.NaN, alts);
   }
 }

@@ -90,14 +90,23 @@ public final class Generation {
     if (!ended) timer = Calls.TIMERS.schedule(this::clientTimeout, delayMs, TimeUnit.MILLISECONDS);
   }
 
-  synchronized void onToken(byte[] bytes, int index, int tokenId) {
+  /** {@code logprobJson}: the token's logprob fields as JSON, or null when not asked for. */
+  synchronized void onToken(byte[] bytes, int index, int tokenId, byte[] logprobJson) {
     if (ended) return;
     String piece = Utf8.decode(bytes);
     text.append(piece);
     tokenIds.add(tokenId);
     if (listener == null) return;
+    TokenLogprob logprob = null;
+    if (logprobJson != null) {
+      try {
+        logprob = Events.tokenLogprob(Json.parseObject(Utf8.decode(logprobJson)), tokenId);
+      } catch (RuntimeException e) {  // the shim wrote it from parsed JSON: not expected
+        System.err.println("llama2: bad logprob fields of token " + index + " of " + id + ": " + e);
+      }
+    }
     try {
-      listener.onToken(piece, index, tokenId);
+      listener.onToken(piece, index, tokenId, logprob);
     } catch (Throwable t) {
       System.err.println("llama2: exception in the TokenListener of " + id + ": " + t);
     }

@@ -131,7 +131,8 @@ public final class Llama2Client implements AutoCloseable {
   }
 
   /**
-   * Starts a streamed generation: {@code listener} receives each token on the reader thread, and
+   * Starts a streamed generation: {@code listener} receives each token on the reader thread (with
+   * its {@link TokenLogprob} when {@code params} ask for logprobs: see {@link TokenListener}), and
    * the returned {@link Generation} completes with the {@link Completion} (whose text is the
    * concatenation of the pieces). Returns at once; failures arrive through the Generation.
    */

@@ -16,7 +16,7 @@ import java.nio.charset.StandardCharsets;
  * matter.
  */
 final class NativeShim {
-  static final int ABI_VERSION = 1;  // LLAMA2_SHIM_ABI_VERSION
+  static final int ABI_VERSION = 2;  // LLAMA2_SHIM_ABI_VERSION
   static final String LIBRARY = "llama2shim";
   /** System property with an absolute path to the library; wins over jna.library.path. */
   static final String PATH_PROPERTY = "llama2.shim.path";
@@ -24,7 +24,9 @@ final class NativeShim {
   private NativeShim() {}
 
   interface TokenFn extends Callback {
-    void invoke(Pointer user, Pointer text, int len, int index, int tokenId);
+    /** {@code logprobJson}: NULL unless the request asked for logprobs (llama2_shim.h). */
+    void invoke(Pointer user, Pointer text, int len, int index, int tokenId, Pointer logprobJson,
+                int logprobLen);
   }
 
   interface FinalFn extends Callback {

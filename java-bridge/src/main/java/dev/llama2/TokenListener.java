@@ -7,6 +7,16 @@ package dev.llama2;
  * listener delays every generation of the same client), and do not call the blocking methods of the
  * client from it ({@code generate}, {@code health}); {@code cancel} is fine. Exceptions it throws
  * are logged to stderr and ignored.
+ *
+ * <p>A lambda implements the three-argument {@link #onToken(String, int, int)}. To receive each
+ * token's log-probability as it arrives (a request with {@link GenerationParams.Builder#logprobs}),
+ * implement {@link WithLogprobs} instead, e.g. with {@link #withLogprobs}:
+ *
+ * <pre>{@code
+ * client.stream("The cache", params.toBuilder().logprobs(true).topLogprobs(3).build(),
+ *     TokenListener.withLogprobs((text, index, tokenId, logprob) ->
+ *         System.out.println(text + " " + logprob.logprob() + " " + logprob.top())));
+ * }</pre>
  */
 @FunctionalInterface
 public interface TokenListener {
@@ -16,4 +26,31 @@ public interface TokenListener {
    * 0 without gaps.
    */
   void onToken(String text, int index, int tokenId);
+
+  /**
+   * One token with its log-probability: what the client calls. {@code logprob} is the token's
+   * {@link TokenLogprob} (the same values as its entry of {@link Completion#logprobs()}) when the
+   * request asked for logprobs, else null. By default it calls
+   * {@link #onToken(String, int, int)}.
+   */
+  default void onToken(String text, int index, int tokenId, TokenLogprob logprob) {
+    onToken(text, index, tokenId);
+  }
+
+  /** A listener whose lambda takes the token's {@link TokenLogprob} too (null when not asked). */
+  @FunctionalInterface
+  interface WithLogprobs extends TokenListener {
+    @Override
+    void onToken(String text, int index, int tokenId, TokenLogprob logprob);
+
+    @Override
+    default void onToken(String text, int index, int tokenId) {
+      onToken(text, index, tokenId, null);
+    }
+  }
+
+  /** {@code listener} as a TokenListener: lets a four-argument lambda be passed to stream(). */
+  static TokenListener withLogprobs(WithLogprobs listener) {
+    return listener;
+  }
 }

@@ -127,11 +127,14 @@ class BlockingTest {
     try {
       ByteArrayOutputStream pieces = new ByteArrayOutputStream();
       List<Integer> tokenIds = new ArrayList<>();
+      int[] withLogprob = {0};
       NativeShim.TokenFn onToken = new NativeShim.TokenFn() {
         @Override
-        public void invoke(Pointer user, Pointer text, int len, int index, int tokenId) {
+        public void invoke(Pointer user, Pointer text, int len, int index, int tokenId,
+                           Pointer logprobJson, int logprobLen) {
           pieces.writeBytes(len > 0 ? text.getByteArray(0, len) : new byte[0]);
           tokenIds.add(tokenId);
+          if (logprobJson != null || logprobLen != 0) withLogprob[0]++;  // not asked for
         }
       };
       IntByReference len = new IntByReference();
@@ -142,6 +145,7 @@ class BlockingTest {
       assertEquals("done", done.get("event"));
       assertArrayEquals(((String) done.get("text")).getBytes(StandardCharsets.UTF_8), pieces.toByteArray());
       assertEquals(40, tokenIds.size());
+      assertEquals(0, withLogprob[0], "tokens with logprob fields although none were asked for");
       assertEquals(40, ((List<?>) done.get("token_ids")).size());
       java.lang.ref.Reference.reachabilityFence(onToken);
 

@@ -33,8 +33,8 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
 /**
- * The SSE example in front of the slow model: streaming to [DONE], 429, disconnect (while
- * streaming and while queued), threads after a burst of disconnects, health.
+ * The SSE example in front of the slow model: streaming to [DONE] (prompt and chat dialog), 429,
+ * disconnect (while streaming and while queued), threads after a burst of disconnects, health.
  */
 @Timeout(90)
 class SseChatServerTest {
@@ -117,6 +117,76 @@ class SseChatServerTest {
         HttpResponse.BodyHandlers.ofLines());
     assertEquals(200, post.statusCode());
     assertEquals(expected, textOf(post.body().toList()));
+  }
+
+  static final List<ChatMessage> DIALOG = List.of(ChatMessage.system("Answer briefly."),
+      ChatMessage.user("北京 café 🍂: what is it?"), ChatMessage.assistant("A place.\nTwo lines."),
+      ChatMessage.user("And the socket?"));
+
+  /** {@code [{"role": ..., "content": ...}, ...]}. */
+  static String messagesJson(List<ChatMessage> dialog) {
+    StringBuilder b = new StringBuilder("[");
+    for (ChatMessage m : dialog) {
+      if (b.length() > 1) b.append(',');
+      b.append("{\"role\":\"").append(m.role().wire()).append("\",\"content\":")
+          .append(Json.quote(m.content())).append('}');
+    }
+    return b.append(']').toString();
+  }
+
+  static HttpResponse<String> post(SseChatServer server, String body) throws Exception {
+    return HTTP.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + server.port() + "/chat"))
+        .POST(HttpRequest.BodyPublishers.ofString(body, StandardCharsets.UTF_8)).build(),
+        HttpResponse.BodyHandlers.ofString());
+  }
+
+  /** POST /chat with "messages" streams the dialog's answer: the text of client.chat (greedy). */
+  @Test
+  void chatDialogStreamsToDone() throws Exception {
+    GenerationParams p = GenerationParams.builder().temperature(0).maxNewTokens(12).ignoreEos(true).build();
+    String expected = client.chat(DIALOG, p).text();
+    HttpResponse<String> r = post(sse, "{\"messages\":" + messagesJson(DIALOG)
+        + ",\"temperature\":0,\"max_new_tokens\":12,\"ignore_eos\":true}");
+    assertEquals(200, r.statusCode(), r.body());
+    assertTrue(r.headers().firstValue("content-type").orElse("").startsWith("text/event-stream"));
+    assertEquals(expected, textOf(r.body().lines().toList()));
+  }
+
+  /**
+   * A malformed "messages", or one beside "prompt", is 400 naming the problem; a dialog that breaks
+   * the Llama-2 order rule gets the engine's refusal (400: it comes before the stream starts; a
+   * 10 s heartbeat makes sure of that on a loaded machine).
+   */
+  @Test
+  void badDialogsAre400NamingTheProblem() throws Exception {
+    Map<String, String> cases = Map.of(
+        "{\"messages\":\"hello\"}", "\"messages\" must be an array of {\"role\", \"content\"} objects (got a string",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},7]}", "messages[1] must be an object",
+        "{\"messages\":[{\"role\":\"bot\",\"content\":\"a\"}]}",
+        "messages[0].role must be one of \"system\", \"user\", \"assistant\" (got \"bot\")",
+        "{\"messages\":[{\"role\":\"user\"}]}", "messages[0].content must be a string (got none)",
+        "{\"messages\":[{\"role\":\"user\",\"content\":[]}]}", "messages[0].content must be a string (got an array)",
+        "{\"prompt\":\"x\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}]}",
+        "give either \"prompt\" (a string) or \"messages\" (a chat dialog), not both");
+    for (Map.Entry<String, String> c : cases.entrySet()) {
+      HttpResponse<String> r = post(sse, c.getKey());
+      assertEquals(400, r.statusCode(), c.getKey() + " -> " + r.body());
+      Map<String, Object> err = Json.parseObject(r.body());
+      assertEquals("invalid_request", err.get("code"), r.body());
+      assertTrue(((String) err.get("message")).contains(c.getValue()), c.getKey() + " -> " + r.body());
+    }
+    try (SseChatServer patient = new SseChatServer(client, new InetSocketAddress("127.0.0.1", 0),
+        new SseChatServer.Config(1, Duration.ofMillis(300), Duration.ofSeconds(60), 128, 5,
+            Duration.ofSeconds(10)))) {
+      patient.start();
+      HttpResponse<String> r = post(patient, "{\"messages\":" + messagesJson(List.of(
+          ChatMessage.user("a"), ChatMessage.user("b"))) + ",\"max_new_tokens\":4}");
+      assertEquals(400, r.statusCode(), r.body());
+      Map<String, Object> err = Json.parseObject(r.body());
+      assertEquals("invalid_request", err.get("code"), r.body());
+      assertTrue(((String) err.get("message")).contains("role 'user' where 'assistant' is expected"),
+          r.body());
+    }
   }
 
   @Test

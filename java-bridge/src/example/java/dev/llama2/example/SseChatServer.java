@@ -2,11 +2,13 @@ package dev.llama2.example;
 
 import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpServer;
+import dev.llama2.ChatMessage;
 import dev.llama2.Generation;
 import dev.llama2.GenerationParams;
 import dev.llama2.Json;
 import dev.llama2.Llama2Client;
 import dev.llama2.Llama2Exception;
+import dev.llama2.TokenListener;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.OutputStream;
@@ -15,8 +17,10 @@ import java.net.InetSocketAddress;
 import java.net.URLDecoder;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
+import java.util.Locale;
 import java.util.Map;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.LinkedBlockingQueue;
@@ -35,6 +39,16 @@ import java.util.concurrent.atomic.AtomicInteger;
  *       {@code data: "<JSON string>"} event per non-empty piece (JSON-encoded, so newlines in the
  *       text cannot break the framing), then {@code data: [DONE]}. A failure after the stream
  *       started is one {@code event: error} with {@code {"code", "message"}}.</li>
+ *   <li>{@code POST /chat} with {@code {"messages": [{"role": "system"|"user"|"assistant",
+ *       "content": "..."}, ...], "max_new_tokens": N, ...}} instead of {@code prompt}: a chat
+ *       dialog, streamed the same way through {@link Llama2Client#chatStream}; the engine encodes
+ *       it in the Llama-2 chat format. A malformed {@code messages} (not an array, a bad role, a
+ *       content that is missing or not a string) or one given together with {@code prompt} is
+ *       answered 400 naming the problem; a dialog that breaks the engine's order rule (optional
+ *       system first, then user and assistant alternating, starting and ending with user) gets the
+ *       engine's {@code invalid_request} message, as 400 like every error that comes before the
+ *       stream started (the engine checks a dialog before queueing it, so its refusal comes
+ *       within the first heartbeat), else as an {@code event: error}.</li>
  *   <li>At most {@code maxConcurrent} generations at once (a {@link Semaphore}); a request that gets
  *       no permit within {@code permitWait} is answered 429 with {@code Retry-After}.</li>
  *   <li>Every generation has a timeout ({@code generationTimeout}). A client that disconnects
@@ -132,15 +146,20 @@ public final class SseChatServer implements AutoCloseable {
 
   // ---- /chat ------------------------------------------------------------------------------------
 
+  /** Starts the generation of one request: its prompt or its chat dialog. */
+  @FunctionalInterface
+  private interface Starter {
+    Generation start(GenerationParams params, TokenListener listener);
+  }
+
   private void chat(HttpExchange ex) throws IOException {
     try (ex) {
       Map<String, Object> args;
       GenerationParams params;
-      String prompt;
+      Starter starter;
       try {
         args = arguments(ex);
-        prompt = args.get("prompt") instanceof String ? (String) args.get("prompt") : null;
-        if (prompt == null) throw new IllegalArgumentException("missing \"prompt\"");
+        starter = starter(args);
         params = params(args);
       } catch (IllegalArgumentException e) {
         sendJson(ex, 400, error("invalid_request", e.getMessage()));
@@ -163,14 +182,90 @@ public final class SseChatServer implements AutoCloseable {
         return;
       }
       try {
-        streamCompletion(ex, prompt, params);
+        streamCompletion(ex, starter, params);
       } finally {
         permits.release();
       }
     }
   }
 
-  private void streamCompletion(HttpExchange ex, String prompt, GenerationParams params)
+  /**
+   * The request's prompt ({@code "prompt"}: a string) or chat dialog ({@code "messages"}), one of
+   * the two; IllegalArgumentException naming the problem otherwise.
+   */
+  private Starter starter(Map<String, Object> args) {
+    // A JSON null counts as absent, as in the engine's protocol.
+    boolean hasPrompt = args.get("prompt") != null;
+    if (args.get("messages") != null) {
+      if (hasPrompt) {
+        throw new IllegalArgumentException("give either \"prompt\" (a string) or \"messages\" "
+            + "(a chat dialog), not both");
+      }
+      List<ChatMessage> dialog = messages(args.get("messages"));
+      return (params, listener) -> client.chatStream(dialog, params, listener);
+    }
+    if (!hasPrompt) {
+      throw new IllegalArgumentException("missing \"prompt\" (a string) or \"messages\" (a chat "
+          + "dialog: [{\"role\", \"content\"}, ...])");
+    }
+    if (!(args.get("prompt") instanceof String)) {
+      throw new IllegalArgumentException("\"prompt\" must be a string (got " + kind(args.get("prompt")) + ")");
+    }
+    String prompt = (String) args.get("prompt");
+    return (params, listener) -> client.stream(prompt, params, listener);
+  }
+
+  private static final List<String> ROLES = List.of("system", "user", "assistant");
+
+  /**
+   * The dialog of {@code "messages"}: each entry an object with a {@code role} (system, user or
+   * assistant) and a string {@code content} (other keys are ignored, as the engine does). The
+   * order of the roles is the engine's rule: it answers a dialog that breaks it with
+   * {@code invalid_request} naming the rule, so it is not repeated here.
+   */
+  private static List<ChatMessage> messages(Object value) {
+    if (!(value instanceof List)) {
+      throw new IllegalArgumentException("\"messages\" must be an array of {\"role\", \"content\"} "
+          + "objects (got " + kind(value) + "; send it as JSON with POST)");
+    }
+    List<?> list = (List<?>) value;
+    List<ChatMessage> dialog = new ArrayList<>(list.size());
+    for (int i = 0; i < list.size(); i++) {
+      String where = "messages[" + i + "]";
+      if (!(list.get(i) instanceof Map)) {
+        throw new IllegalArgumentException(where + " must be an object with \"role\" and "
+            + "\"content\" (got " + kind(list.get(i)) + ")");
+      }
+      Map<?, ?> m = (Map<?, ?>) list.get(i);
+      Object role = m.get("role");
+      if (!(role instanceof String) || !ROLES.contains(role)) {
+        throw new IllegalArgumentException(where + ".role must be one of \"system\", \"user\", "
+            + "\"assistant\" (got " + (role instanceof String ? Json.quote((String) role) : kind(role))
+            + ")");
+      }
+      Object content = m.get("content");
+      if (!(content instanceof String)) {
+        throw new IllegalArgumentException(where + ".content must be a string (got "
+            + (m.containsKey("content") ? kind(content) : "none") + ")");
+      }
+      dialog.add(new ChatMessage(ChatMessage.Role.valueOf(((String) role).toUpperCase(Locale.ROOT)),
+          (String) content));
+    }
+    return dialog;
+  }
+
+  /** What a JSON value is, for error messages. */
+  private static String kind(Object v) {
+    if (v == null) return "null";
+    if (v instanceof String) return "a string";
+    if (v instanceof Number) return "a number";
+    if (v instanceof Boolean) return "a boolean";
+    if (v instanceof List) return "an array";
+    if (v instanceof Map) return "an object";
+    return v.getClass().getSimpleName();
+  }
+
+  private void streamCompletion(HttpExchange ex, Starter starter, GenerationParams params)
       throws IOException {
     // Pieces arrive on the client's reader thread; this thread takes them with a time limit, so
     // that it can write a heartbeat while none comes (a blocking iterator would sit here, with
@@ -178,8 +273,8 @@ public final class SseChatServer implements AutoCloseable {
     LinkedBlockingQueue<Object> pieces = new LinkedBlockingQueue<>();
     Generation g;
     try {
-      g = client.stream(prompt, params, (text, index, tokenId) -> pieces.add(text));
-    } catch (Llama2Exception e) {  // e.g. the client is closed
+      g = starter.start(params, (text, index, tokenId) -> pieces.add(text));
+    } catch (Llama2Exception e) {  // e.g. the client is closed, an unpaired surrogate
       sendJson(ex, statusOf(e), error(e.code(), e.getMessage()));
       return;
     }
