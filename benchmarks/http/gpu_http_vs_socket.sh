@@ -12,7 +12,9 @@
 # -DLLAMA2_HTTPLIB_DIR=.httplib.
 #
 #   bash benchmarks/http/gpu_http_vs_socket.sh OUT_DIR      (HTTPLIB_DIR=.httplib, NP=1,
-#        MAX_BATCH=512, REQUESTS=1024, ROUNDS=2, DURATION=60; BUILD_ONLY=1 builds build-gpu/ and
+#        MAX_BATCH=512, REQUESTS=1024, ROUNDS=2, DURATION=60, HTTP_PROCS=4 (client processes),
+#        HTTP_THREAD_NICE (LLAMA2_HTTP_THREAD_NICE for the server), SATURATION_ONLY=1 (no half
+#        load, no 20 users/s); BUILD_ONLY=1 builds build-gpu/ and
 #        stops, SKIP_BUILD=1 reuses it: two calls when one may last at most 10 minutes)
 # LLAMA2_BIN, MODEL_ARGS and VOCAB (defaults build-gpu/llama2, the 7B synthetic model, 32000) let
 # the same script run on the CPU with a test model (how it was checked before the GPU run).
@@ -43,6 +45,7 @@ fi
 sock=$(mktemp -u /tmp/llama2-http.XXXXXX.sock)
 timeout 3000 mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$NP" \
   -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS \
+  -x "LLAMA2_STEP_LOG=$OUT/steps.txt" ${HTTP_THREAD_NICE:+-x LLAMA2_HTTP_THREAD_NICE=$HTTP_THREAD_NICE} \
   "$LLAMA2_BIN" serve $MODEL_ARGS --socket "$sock" \
   --http 127.0.0.1:0 --served-model-name llama2-7b --max-batch-size "${MAX_BATCH:-512}" \
   --max-queue 4096 --prefill-chunk "${PREFILL_CHUNK:-2048}" ${SERVE_ARGS:-} >"$OUT/server.log" 2>&1 &
@@ -61,19 +64,34 @@ field() { python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["resu
 # Warm-up (first steps compile nothing, but allocate and fill caches), then the alternation.
 python3 benchmarks/http/http_load.py --url "$url" --model llama2-7b --endpoint completions \
   --rate inf --requests 64 --vocab "$VOCAB" >/dev/null
+# segment NAME CMD...: runs CMD and notes which lines of the server's step log it covered, so that
+# the engine's own time per round (steps + host time between them) can be compared with what the
+# client measured; the client's CPU seconds go to NAME.time.
+segment() {
+  local name=$1 from
+  shift
+  from=$(wc -l <"$OUT/steps.txt" 2>/dev/null || echo 0)
+  local TIMEFORMAT="client: %R s wall, %U s user, %S s sys"
+  { time "$@" | tee "$OUT/$name.log"; } 2>"$OUT/$name.time"
+  echo "$name $from $(wc -l <"$OUT/steps.txt")" >>"$OUT/segments.txt"
+}
 for ((r = 1; r <= ROUNDS; r++)); do
-  python3 benchmarks/serve/bench_serve.py --socket "$sock" --rates inf --requests "$REQUESTS" \
-    --prompt-len 128 --max-new-tokens 128 --vocab "$VOCAB" --json "$OUT/socket-$r.json" | tee "$OUT/socket-$r.log"
-  python3 benchmarks/http/http_load.py --url "$url" --model llama2-7b --endpoint completions \
-    --rate inf --requests "$REQUESTS" --vocab "$VOCAB" --json "$OUT/http-$r.json" | tee "$OUT/http-$r.log"
+  segment "socket-$r" python3 benchmarks/serve/bench_serve.py --socket "$sock" --rates inf \
+    --requests "$REQUESTS" --prompt-len 128 --max-new-tokens 128 --vocab "$VOCAB" --json "$OUT/socket-$r.json"
+  # HTTP_PROCS client processes (default 4): one Python process parsing ~14k SSE chunks a second
+  # could be the limit itself.
+  segment "http-$r" python3 benchmarks/http/http_load.py --url "$url" --model llama2-7b \
+    --endpoint completions --rate inf --requests "$REQUESTS" --vocab "$VOCAB" \
+    --procs "${HTTP_PROCS:-4}" --json "$OUT/http-$r.json"
 done
+if [[ ${SATURATION_ONLY:-0} == 1 ]]; then DURATION=0; fi
 # Half load: half of the HTTP saturation's completed requests per second.
 half=$(python3 -c 'import json, sys
 r = json.load(open(sys.argv[1]))["results"]
 print(round(r["completed"] / r["span_s"] / 2, 2))' "$OUT/http-$ROUNDS.json")
-python3 benchmarks/http/http_load.py --url "$url" --model llama2-7b --endpoint completions \
+[[ $DURATION == 0 ]] || python3 benchmarks/http/http_load.py --url "$url" --model llama2-7b --endpoint completions \
   --rate "$half" --duration "$DURATION" --vocab "$VOCAB" --json "$OUT/half-load.json" | tee "$OUT/half-load.log"
-python3 benchmarks/http/http_load.py --url "$url" --model llama2-7b --endpoint chat \
+[[ $DURATION == 0 ]] || python3 benchmarks/http/http_load.py --url "$url" --model llama2-7b --endpoint chat \
   --rate 20 --duration "$DURATION" --json "$OUT/users20.json" | tee "$OUT/users20.log"
 curl -s "$url/metrics" >"$OUT/metrics.txt" || true
 
@@ -88,6 +106,26 @@ curl -s "$url/metrics" >"$OUT/metrics.txt" || true
     echo "| $r | $s | $h | $(python3 -c "print(f'{$h / $s:.3f}')") |"
   done
   echo
+  echo "The engine's side of each round (rank 0's step log: steps, GPU step time, host time between"
+  echo "steps, generated tokens / (steps + host time)); the client's CPU:"
+  echo
+  python3 - "$OUT/steps.txt" "$OUT/segments.txt" "$OUT" <<'PY'
+import sys
+lines = [l.split() for l in open(sys.argv[1]) if l.strip() and not l.startswith("#")]
+print("| round | steps | step ms | host ms | engine tok/s | client |")
+print("| --- | --- | --- | --- | --- | --- |")
+for seg in open(sys.argv[2]):
+    name, a, b = seg.split()
+    rows = lines[int(a):int(b)]
+    step_ms = sum(float(f[4]) for f in rows)
+    host_ms = sum(float(f[5]) for f in rows if len(f) > 5)
+    tokens = sum(int(f[3]) for f in rows)  # logit rows: one generated token each
+    client = open(f"{sys.argv[3]}/{name}.time").read().strip().splitlines()[-1]
+    print(f"| {name} | {len(rows)} | {step_ms:.0f} | {host_ms:.0f} | "
+          f"{tokens / ((step_ms + host_ms) / 1000):.0f} | {client} |")
+PY
+  echo
+  [[ $DURATION == 0 ]] && exit 0
   echo "Half load ($half req/s for ${DURATION} s, HTTP streaming): TTFT p50 $(field "$OUT/half-load.json" ttft_p50_s) s," \
        "p99 $(field "$OUT/half-load.json" ttft_p99_s) s; errors $(field "$OUT/half-load.json" errors)"
   echo

@@ -126,6 +126,14 @@ TuningKnobs parse_tuning_knobs(const EnvLookup& env) {
     k.test_step_delay_ms =
         positive("LLAMA2_TEST_STEP_DELAY_MS", v, 60000, "milliseconds every step sleeps");
   }
+  if (const char* v = get("LLAMA2_HTTP_THREAD_NICE")) {
+    k.http_thread_nice =
+        positive("LLAMA2_HTTP_THREAD_NICE", v, 19, "niceness of the HTTP connection threads");
+  }
+  if (const char* v = get("LLAMA2_TEST_HTTP_START_DELAY_MS")) {
+    k.test_http_start_delay_ms = positive("LLAMA2_TEST_HTTP_START_DELAY_MS", v, 600000,
+                                          "milliseconds between binding and loading");
+  }
   return k;
 }
 

@@ -63,6 +63,13 @@ struct TuningKnobs {
   // LLAMA2_TEST_RANKS_PER_NODE=K (test hook): world rank r counts as being on node r / K for the
   // data-parallel layout's one-node-per-replica check; 0: the host name decides.
   int test_ranks_per_node = 0;
+  // LLAMA2_HTTP_THREAD_NICE=1..19: the HTTP front's connection threads lower their own priority by
+  // this much (setpriority), so that a thousand of them waking at each step cannot delay the
+  // engine thread; 0: unchanged (an A/B switch, benchmarks/http/gpu_http_vs_socket.sh).
+  int http_thread_nice = 0;
+  // LLAMA2_TEST_HTTP_START_DELAY_MS=N (test hook): serve's rank 0 waits N ms after binding the
+  // HTTP port and before loading the model, so tests see the front's "starting" answers; 0: off.
+  int test_http_start_delay_ms = 0;
 };
 
 // Looks a variable up: its value, or nullptr when unset.

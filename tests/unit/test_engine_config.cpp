@@ -302,5 +302,12 @@ TEST_SUITE("tuning_knobs") {
           "LLAMA2_CPU_SPLIT=diagonal: expected auto, columns or rows");
     CHECK(knob_error("LLAMA2_TEST_STALL", "0").find("LLAMA2_TEST_STALL must be STEP[:RANK[:MS]]") !=
           std::string::npos);
+    CHECK(knobs({{"LLAMA2_HTTP_THREAD_NICE", "5"}}).http_thread_nice == 5);
+    CHECK(knobs({{"LLAMA2_TEST_HTTP_START_DELAY_MS", "1500"}}).test_http_start_delay_ms == 1500);
+    CHECK(knob_error("LLAMA2_HTTP_THREAD_NICE", "20") ==
+          "LLAMA2_HTTP_THREAD_NICE=20: expected an integer from 1 to 19 (niceness of the HTTP "
+          "connection threads)");
+    CHECK(knob_error("LLAMA2_TEST_HTTP_START_DELAY_MS", "-3")
+              .find("LLAMA2_TEST_HTTP_START_DELAY_MS=-3: expected an integer from 1") == 0);
   }
 }

@@ -313,7 +313,7 @@ int run_serve(int argc, char** argv, int rank) {
     serve.max_seq_len = serve_max_seq_len(cl.args, start.model);
     kv_blocks =
         start.cfg.max_batch * BlockAllocator::blocks_for(serve.max_seq_len, start.cfg.block_size);
-    if (serve.http.enabled) http = start_http_front(serve.http);
+    if (serve.http.enabled) http = start_http_front(serve.http, start.cfg.knobs);
   });
   Session session = open_engine(std::move(start), kv_blocks);
   if (session.layout.front_only())

@@ -91,13 +91,15 @@ void validate_http_settings(HttpSettings& s) {
   }
 }
 
-std::unique_ptr<HttpFront> start_http_front(const HttpSettings& s) {
-  auto front = std::make_unique<HttpFront>(s.front);
+std::unique_ptr<HttpFront> start_http_front(const HttpSettings& s, const TuningKnobs& knobs) {
+  HttpOptions opts = s.front;
+  opts.thread_nice = knobs.http_thread_nice;
+  auto front = std::make_unique<HttpFront>(opts);
   front->start();
   std::cerr << "llama2 serve: HTTP bound to " << s.front.host << ":" << front->port()
             << " (503 \"starting\" until the model is loaded)" << std::endl;
-  if (const char* delay = std::getenv("LLAMA2_TEST_HTTP_START_DELAY_MS")) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(delay)));
+  if (knobs.test_http_start_delay_ms > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(knobs.test_http_start_delay_ms));
   }
   return front;
 }

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "common/tuning_knobs.h"
 #include "coordinator/http/http_front.h"
 
 namespace llama2 {
@@ -28,9 +29,9 @@ HttpSettings http_settings_from(const cxxopts::ParseResult& args);
 void validate_http_settings(HttpSettings& s);
 // Rank 0, after validate_http_settings and before the engine opens: binds the front, which answers
 // 503 "starting" until serve attaches the engine's parts (HttpFront::attach), and says so on
-// stderr. LLAMA2_TEST_HTTP_START_DELAY_MS (tests only) then holds rank 0 that long, so a test can
+// stderr. knobs.test_http_start_delay_ms (tests only) then holds rank 0 that long, so a test can
 // see the "starting" answers of a model that loads in milliseconds.
-std::unique_ptr<HttpFront> start_http_front(const HttpSettings& s);
+std::unique_ptr<HttpFront> start_http_front(const HttpSettings& s, const TuningKnobs& knobs);
 // The name /v1/models reports and requests must give: --served-model-name, else the model
 // directory's last component (or "synthetic-NAME").
 std::string default_served_model(const std::string& model_dir, const std::string& synthetic);

@@ -7,6 +7,9 @@
 #pragma once
 
 #include <httplib.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <condition_variable>
 #include <deque>
@@ -19,7 +22,9 @@ namespace llama2 {
 
 class ConnectionPool final : public httplib::TaskQueue {
  public:
-  ConnectionPool(int threads, int max_queued) : max_threads_(threads), max_queued_(max_queued) {}
+  // `nice` > 0: every thread of the pool lowers its own priority by that much when it starts.
+  ConnectionPool(int threads, int max_queued, int nice = 0)
+      : max_threads_(threads), max_queued_(max_queued), nice_(nice) {}
   ~ConnectionPool() override { shutdown(); }
 
   void enqueue(std::function<void()> fn) override {
@@ -58,7 +63,12 @@ class ConnectionPool final : public httplib::TaskQueue {
     thread_local bool flag = false;
     return flag;
   }
+  // Linux: PRIO_PROCESS with a thread id sets that one thread's niceness.
+  void lower_priority() const {
+    if (nice_ > 0) ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), nice_);
+  }
   void work() {
+    lower_priority();
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
       ++idle_;
@@ -73,6 +83,7 @@ class ConnectionPool final : public httplib::TaskQueue {
     }
   }
   void refuse() {
+    lower_priority();
     refusing_flag() = true;
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
@@ -86,7 +97,7 @@ class ConnectionPool final : public httplib::TaskQueue {
     }
   }
 
-  const int max_threads_, max_queued_;
+  const int max_threads_, max_queued_, nice_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::thread> workers_;

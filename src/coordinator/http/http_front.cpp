@@ -446,8 +446,10 @@ void HttpFront::start() {
   m.routes();
   m.svr.set_payload_max_length(m.opts.max_body_bytes);
   m.svr.set_tcp_nodelay(true);  // one small write per token: Nagle would hold them back
-  const int threads = m.opts.threads, queued = m.opts.queued_connections;
-  m.svr.new_task_queue = [threads, queued] { return new ConnectionPool(threads, queued); };
+  const int threads = m.opts.threads, queued = m.opts.queued_connections, nice = m.opts.thread_nice;
+  m.svr.new_task_queue = [threads, queued, nice] {
+    return new ConnectionPool(threads, queued, nice);
+  };
   // The listening socket: SO_REUSEADDR only (cpp-httplib's default adds SO_REUSEPORT, which would
   // let a second server bind the same port silently); its descriptor is kept to raise the backlog.
   m.svr.set_socket_options([&m](socket_t fd) {

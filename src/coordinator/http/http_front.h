@@ -34,6 +34,7 @@ struct HttpOptions {
   // Accepted connections waiting for a free thread; beyond this they are answered 503
   // server_busy at once by a refusal thread instead of waiting without bound.
   int queued_connections = 256;
+  int thread_nice = 0;  // the connection threads' niceness (LLAMA2_HTTP_THREAD_NICE); 0: unchanged
 };
 
 // What the front shares with the rest of serve.
