@@ -2,9 +2,10 @@
 // 32000, fp16), each family checked against the fp32 CPU reference before it is timed.
 //
 // Build: cd build && cmake .. && ninja llama2_bench_kernels      (CUDA builds only)
-// Run:   ./llama2_bench_kernels [decode|prefill]   on a GPU node (one H200; ~1 minute; `decode`:
-//        only decode attention, block and warp kernels side by side; `prefill`: only prefill
-//        attention, WMMA and mma kernels side by side; compare with sdpa_prefill.py)
+// Run:   ./llama2_bench_kernels [decode|prefill|qgemv]   on a GPU node (one H200; ~1 minute;
+//        `decode`: only decode attention, block and warp kernels side by side; `prefill`: only
+//        prefill attention, WMMA and mma kernels side by side; compare with sdpa_prefill.py;
+//        `qgemv`: only the streaming GEMV of fp16 / fp8 / int8 weights, bench_qgemv.cu)
 //
 // Timing: CUDA events around each launch, 5 warm-up launches, median of 30. Bytes are the minimum
 // traffic (each input read once, each output written once); FLOPs for attention count the
@@ -39,6 +40,8 @@
 #include "kernels/swiglu.cuh"
 #include "rank/cpu_ops.h"
 #include "rank/cuda/device_buffer.h"
+
+int bench_qgemv_streaming();  // bench_qgemv.cu
 
 namespace k = llama2::kernels;
 namespace cpu = llama2::cpu;
@@ -554,8 +557,9 @@ void bench_sampling() {
 int main(int argc, char** argv) {
   // `llama2_bench_kernels decode` / `prefill`: that attention section only.
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (argc > 2 || (argc == 2 && mode != "decode" && mode != "prefill")) {
-    std::fprintf(stderr, "usage: llama2_bench_kernels [decode|prefill]  (got '%s')\n", argv[1]);
+  if (argc > 2 || (argc == 2 && mode != "decode" && mode != "prefill" && mode != "qgemv")) {
+    std::fprintf(stderr, "usage: llama2_bench_kernels [decode|prefill|qgemv]  (got '%s')\n",
+                 argv[1]);
     return 2;
   }
   const bool decode_only = mode == "decode", prefill_only = mode == "prefill";
@@ -568,7 +572,9 @@ int main(int argc, char** argv) {
   CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("%s, %d SMs; fp16; rooflines: HBM %.0f GB/s, tensor cores %.0f TFLOP/s\n", prop.name,
               prop.multiProcessorCount, kHbmGBs, kTensorTFs);
-  if (prefill_only) {
+  if (mode == "qgemv") {
+    g_failures += bench_qgemv_streaming();
+  } else if (prefill_only) {
     bench_prefill_all();
   } else {
     if (!decode_only) {
@@ -593,6 +599,7 @@ int main(int argc, char** argv) {
       bench_prefill_all();
       bench_sampling();
       bench_gemv();
+      g_failures += bench_qgemv_streaming();
     }
   }
   std::printf("%s\n", g_failures ? "CORRECTNESS FAILURES: timings above are not meaningful"

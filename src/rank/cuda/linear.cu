@@ -28,8 +28,8 @@ constexpr bool kQuantizable = !std::is_same_v<T, float>;
 
 template <typename T>
 CudaLinear<T>::CudaLinear(WeightDType wd, int gemv_rows, int max_rows, const ProjectionDims& d,
-                          cublasHandle_t cublas, cudaStream_t stream)
-    : wd_(wd), gemv_rows_(gemv_rows), cublas_(cublas), stream_(stream) {
+                          cublasHandle_t cublas, cudaStream_t stream, QgemvChoice qgemv)
+    : wd_(wd), gemv_rows_(gemv_rows), qgemv_(qgemv), cublas_(cublas), stream_(stream) {
   LLAMA2_CHECK(wd == WeightDType::kAuto || kQuantizable<T>);
   const int64_t max_k = std::max({d.hidden, d.q, d.ffn});
   if (wd == WeightDType::kFp8) {
@@ -66,6 +66,20 @@ bool CudaLinear<T>::use_gemv(const void* x, const void* w, int M, int K) const {
 }
 
 template <typename T>
+kernels::GemvMath gemv_math(QgemvChoice q) {
+  switch (q) {
+    case QgemvChoice::kHalf2:
+      // f16x2 products need fp16 activations; a bf16 model keeps the default.
+      return std::is_same_v<T, __half> ? kernels::GemvMath::kHalf2 : kernels::GemvMath::kAuto;
+    case QgemvChoice::kOld:
+      return kernels::GemvMath::kConvert;
+    case QgemvChoice::kAuto:
+      break;
+  }
+  return kernels::GemvMath::kAuto;
+}
+
+template <typename T>
 void CudaLinear<T>::quantize_x(const T* x, int M, int K) {
   CUDA_CHECK(
       (kernels::launch_quantize_rows<E4m3, T>(x, xq_.as<E4m3>(), xs_.as<float>(), M, K, stream_)));
@@ -97,8 +111,9 @@ void CudaLinear<T>::matmul_quantized(const T* x, const LinearWeight& w, T* y, in
         break;
       case WeightDType::kInt8:
         if (gemv) {
-          CUDA_CHECK((kernels::launch_gemv_q<T, T, int8_t>(
-              x, nullptr, w.w.as<int8_t>(), w.scale.as<float>(), y, M, N, K, stream_)));
+          CUDA_CHECK((kernels::launch_gemv_q<T, T, int8_t>(x, nullptr, w.w.as<int8_t>(),
+                                                           w.scale.as<float>(), y, M, N, K, stream_,
+                                                           gemv_math<T>(qgemv_))));
         } else {
           CUDA_CHECK((kernels::launch_dequantize_rows<int8_t, T>(
               w.w.as<int8_t>(), w.scale.as<float>(), dequant_.as<T>(), N, K, stream_)));
@@ -106,6 +121,12 @@ void CudaLinear<T>::matmul_quantized(const T* x, const LinearWeight& w, T* y, in
         }
         return;
       case WeightDType::kFp8:
+        if (!fp8_activations(gemv)) {  // W8A16 (linear.h)
+          CUDA_CHECK(
+              (kernels::launch_gemv_q<T, T, E4m3>(x, nullptr, w.w.as<E4m3>(), w.scale.as<float>(),
+                                                  y, M, N, K, stream_, gemv_math<T>(qgemv_))));
+          return;
+        }
         quantize_x(x, M, K);
         if (gemv) {
           CUDA_CHECK((kernels::launch_gemv_q<T, E4m3, E4m3>(xq_.as<E4m3>(), xs_.as<float>(),
@@ -140,9 +161,16 @@ void CudaLinear<T>::gate_up_quantized(const T* x, const LinearWeight& w, T* act,
         break;
       case WeightDType::kInt8:
         CUDA_CHECK((kernels::launch_gemv_q_gate_up_swiglu<T, T, int8_t>(
-            x, nullptr, w.w.as<int8_t>(), w.scale.as<float>(), act, M, F, K, stream_)));
+            x, nullptr, w.w.as<int8_t>(), w.scale.as<float>(), act, M, F, K, stream_,
+            gemv_math<T>(qgemv_))));
         break;
       case WeightDType::kFp8:
+        if (!fp8_activations(true)) {  // W8A16 (linear.h)
+          CUDA_CHECK((kernels::launch_gemv_q_gate_up_swiglu<T, T, E4m3>(
+              x, nullptr, w.w.as<E4m3>(), w.scale.as<float>(), act, M, F, K, stream_,
+              gemv_math<T>(qgemv_))));
+          break;
+        }
         quantize_x(x, M, K);
         CUDA_CHECK((kernels::launch_gemv_q_gate_up_swiglu<T, E4m3, E4m3>(
             xq_.as<E4m3>(), xs_.as<float>(), w.w.as<E4m3>(), w.scale.as<float>(), act, M, F, K,
