@@ -258,8 +258,8 @@ TEST_CASE("gemv_q W8A16: int8 / fp8 weights, fp16 / bf16 x, every GemvMath, M 1.
   }
   cases.push_back({1, {4099, 16 * 129}});
   cases.push_back({8, {4099, 16 * 129}});
-  for (const auto& [M, s] : cases) {
-    const int N = s.N, K = s.K;
+  for (const auto& c : cases) {
+    const int M = c.first, N = c.second.N, K = c.second.K;
     const auto xf = exact_random(size_t(M) * K, 50 + M + K);
     const auto wf = exact_random(size_t(N) * K, 51 + N + K, -2.f, 2.f);
     const std::string shape =

@@ -24,6 +24,21 @@ using E4m3 = __nv_fp8_e4m3;
 // kernels are not instantiated for float.
 template <typename T>
 constexpr bool kQuantizable = !std::is_same_v<T, float>;
+
+// LLAMA2_QGEMV as the GEMV's arithmetic for 1-byte weights (kernels/gemv.cuh).
+template <typename T>
+kernels::GemvMath gemv_math(QgemvChoice q) {
+  switch (q) {
+    case QgemvChoice::kHalf2:
+      // f16x2 products need fp16 activations; a bf16 model keeps the default.
+      return std::is_same_v<T, __half> ? kernels::GemvMath::kHalf2 : kernels::GemvMath::kAuto;
+    case QgemvChoice::kOld:
+      return kernels::GemvMath::kConvert;
+    case QgemvChoice::kAuto:
+      break;
+  }
+  return kernels::GemvMath::kAuto;
+}
 }  // namespace
 
 template <typename T>
@@ -63,20 +78,6 @@ bool CudaLinear<T>::use_gemv(const void* x, const void* w, int M, int K) const {
     return kernels::gemv_fits(static_cast<const T*>(x), static_cast<const T*>(w), M, K);
   }
   return kernels::gemv_fits(static_cast<const T*>(x), static_cast<const int8_t*>(w), M, K);
-}
-
-template <typename T>
-kernels::GemvMath gemv_math(QgemvChoice q) {
-  switch (q) {
-    case QgemvChoice::kHalf2:
-      // f16x2 products need fp16 activations; a bf16 model keeps the default.
-      return std::is_same_v<T, __half> ? kernels::GemvMath::kHalf2 : kernels::GemvMath::kAuto;
-    case QgemvChoice::kOld:
-      return kernels::GemvMath::kConvert;
-    case QgemvChoice::kAuto:
-      break;
-  }
-  return kernels::GemvMath::kAuto;
 }
 
 template <typename T>
