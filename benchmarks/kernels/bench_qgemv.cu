@@ -10,7 +10,8 @@
 // Each measurement launches the kernel back to back over copies of W that together hold >= 192 MB,
 // so the 50 MB L2 cannot serve a matrix from the previous launch: what is timed is streaming W
 // from HBM, as in a decode step (where the 32 layers' weights follow each other). GB/s counts the
-// bytes of W (plus the scales) only; median of 15 rounds over all copies. Before timing, every
+// bytes of W (plus the scales) only; median of 15 rounds over all copies. "read" is the floor:
+// a kernel of the same grid that only loads W (read_rows_kernel). Before timing, every
 // variant's output on copy 0 is checked against a double-precision product of the same quantized
 // operands (fp32 accumulation: one fp16 rounding, 1e-3 relative, + 1e-5 sum |x w|; half2:
 // + 2^-8 sum |x w|, the bound of fp16 sums of 8 products, as tests/gpu/test_quant.cu).
@@ -147,6 +148,25 @@ void reference(const Operands& o, const std::vector<float>& xv, int n, int kk, b
   }
 }
 
+// The floor of a 1-byte GEMV with no arithmetic: the same grid (8 warps a block, one row a warp),
+// the same 16-byte loads, 4 in flight per lane, and one XOR per load, to tell streaming limits
+// (launch, ramp and tail of a ~4-40 us kernel) from the cost of the conversions and FMAs.
+__global__ void __launch_bounds__(256)
+    read_rows_kernel(const uint4* __restrict__ w, int n, int k16, uint32_t* __restrict__ out) {
+  k::wait_for_previous_grid();
+  const int lane = threadIdx.x & 31, row = blockIdx.x * 8 + (threadIdx.x >> 5);
+  if (row >= n) return;
+  const uint4* p = w + static_cast<int64_t>(row) * k16;
+  uint32_t acc = 0;
+#pragma unroll 4
+  for (int i = lane; i < k16; i += 32) {
+    const uint4 v = p[i];
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  for (int o = 16; o > 0; o >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, o);
+  if (lane == 0) out[row] = acc;
+}
+
 double median_round_us(int copies, const std::function<void(int)>& launch) {
   cudaEvent_t a, b;
   QCK(cudaEventCreate(&a));
@@ -173,7 +193,7 @@ void bench_shape(const Shape& sh, Fmt f) {
   const size_t w_bytes = static_cast<size_t>(n) * kk * elem_bytes(f);
   const int copies = static_cast<int>(std::ceil(kStreamBytes / w_bytes));
   Buf w(w_bytes * copies), scale(n * sizeof(float)), x(kk * sizeof(__half)), xq(kk),
-      xs(sizeof(float)), y(static_cast<size_t>(out_n) * sizeof(__half));
+      xs(sizeof(float)), y(static_cast<size_t>(n) * 4);  // [out_n] fp16, or read's [n] words
   QCK(cudaMemcpy(w.p, o.w.data(), w_bytes, cudaMemcpyHostToDevice));
   for (int c = 1; c < copies; ++c) {
     QCK(cudaMemcpy(w.as<uint8_t>() + c * w_bytes, w.p, w_bytes, cudaMemcpyDeviceToDevice));
@@ -204,10 +224,18 @@ void bench_shape(const Shape& sh, Fmt f) {
                 {"fp32", k::GemvMath::kFp32, false},
                 {"half2", k::GemvMath::kHalf2, false}};
   }
+  if (f != Fmt::kFp16) variants.push_back({"read", k::GemvMath::kAuto, false});
   const int rows = std::min(out_n, 64);
   for (const Variant& v : variants) {
+    const bool read_only = std::string(v.name) == "read";
     auto launch = [&](int c) {
       const uint8_t* wc = w.as<uint8_t>() + c * w_bytes;
+      if (read_only) {
+        QCK(k::launch_kernel(read_rows_kernel, static_cast<int>((n + 7) / 8), 256, 0, nullptr,
+                             reinterpret_cast<const uint4*>(wc), n, kk / 16,
+                             reinterpret_cast<uint32_t*>(y.p)));
+        return;
+      }
       const float* ws = scale.as<float>();
       __half* yp = y.as<__half>();
       cudaError_t rc = cudaSuccess;
@@ -247,7 +275,7 @@ void bench_shape(const Shape& sh, Fmt f) {
     reference(o, v.fp8_x ? x8 : o.x, n, kk, sh.gate_up, rows, &want, &absum);
     int bad = 0;
     double worst = 0;
-    for (int r = 0; r < rows; ++r) {
+    for (int r = 0; r < (read_only ? 0 : rows); ++r) {
       // One fp16 rounding of y (gate|up: of gate, up, silu and y) + fp32 summation order.
       const double tol = (sh.gate_up ? 4e-3 : 1e-3) * std::fabs(want[r]) + 1e-5 * absum[r] +
                          (v.math == k::GemvMath::kHalf2 ? 0x1p-8 * absum[r] : 0.0);
