@@ -10,8 +10,8 @@
 // Each measurement launches the kernel back to back over copies of W that together hold >= 192 MB,
 // so the 50 MB L2 cannot serve a matrix from the previous launch: what is timed is streaming W
 // from HBM, as in a decode step (where the 32 layers' weights follow each other). GB/s counts the
-// bytes of W (plus the scales) only; median of 15 rounds over all copies. "read" is the floor:
-// a kernel of the same grid that only loads W (read_rows_kernel). Before timing, every
+// bytes of W (plus the scales) only; median of 15 rounds over all copies. "read*" are floors:
+// kernels that only load W (read_rows_kernel). Before timing, every
 // variant's output on copy 0 is checked against a double-precision product of the same quantized
 // operands (fp32 accumulation: one fp16 rounding, 1e-3 relative, + 1e-5 sum |x w|; half2:
 // + 2^-8 sum |x w|, the bound of fp16 sums of 8 products, as tests/gpu/test_quant.cu).
@@ -148,23 +148,29 @@ void reference(const Operands& o, const std::vector<float>& xv, int n, int kk, b
   }
 }
 
-// The floor of a 1-byte GEMV with no arithmetic: the same grid (8 warps a block, one row a warp),
-// the same 16-byte loads, 4 in flight per lane, and one XOR per load, to tell streaming limits
-// (launch, ramp and tail of a ~4-40 us kernel) from the cost of the conversions and FMAs.
+// The floor of a 1-byte GEMV with no arithmetic: the same grid (8 warps a block, kRows rows a
+// warp), the same 16-byte loads, kUnroll in flight per lane per row, and one XOR per load, to tell
+// streaming limits (launch, ramp and tail of a ~4-40 us kernel) from the cost of the conversions
+// and FMAs. "read" is the GEMV's own shape (1 row, 4 deep); "read-u8" and "read-r2" ask whether a
+// deeper unroll or two rows a warp would stream faster.
+template <int kRows, int kUnroll>
 __global__ void __launch_bounds__(256)
     read_rows_kernel(const uint4* __restrict__ w, int n, int k16, uint32_t* __restrict__ out) {
   k::wait_for_previous_grid();
-  const int lane = threadIdx.x & 31, row = blockIdx.x * 8 + (threadIdx.x >> 5);
-  if (row >= n) return;
-  const uint4* p = w + static_cast<int64_t>(row) * k16;
+  const int lane = threadIdx.x & 31, row0 = (blockIdx.x * 8 + (threadIdx.x >> 5)) * kRows;
+  if (row0 >= n) return;
   uint32_t acc = 0;
-#pragma unroll 4
-  for (int i = lane; i < k16; i += 32) {
-    const uint4 v = p[i];
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const uint4* p = w + static_cast<int64_t>(min(row0 + r, n - 1)) * k16;
+#pragma unroll kUnroll
+    for (int i = lane; i < k16; i += 32) {
+      const uint4 v = p[i];
+      acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
   }
   for (int o = 16; o > 0; o >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, o);
-  if (lane == 0) out[row] = acc;
+  if (lane == 0) out[row0] = acc;
 }
 
 double median_round_us(int copies, const std::function<void(int)>& launch) {
@@ -224,16 +230,27 @@ void bench_shape(const Shape& sh, Fmt f) {
                 {"fp32", k::GemvMath::kFp32, false},
                 {"half2", k::GemvMath::kHalf2, false}};
   }
-  if (f != Fmt::kFp16) variants.push_back({"read", k::GemvMath::kAuto, false});
+  if (f != Fmt::kFp16) {
+    for (const char* r : {"read", "read-u8", "read-r2"})
+      variants.push_back({r, k::GemvMath::kAuto, false});
+  }
   const int rows = std::min(out_n, 64);
   for (const Variant& v : variants) {
-    const bool read_only = std::string(v.name) == "read";
+    const std::string vname = v.name;
+    const bool read_only = vname.rfind("read", 0) == 0;
     auto launch = [&](int c) {
       const uint8_t* wc = w.as<uint8_t>() + c * w_bytes;
       if (read_only) {
-        QCK(k::launch_kernel(read_rows_kernel, static_cast<int>((n + 7) / 8), 256, 0, nullptr,
-                             reinterpret_cast<const uint4*>(wc), n, kk / 16,
-                             reinterpret_cast<uint32_t*>(y.p)));
+        const auto* w4 = reinterpret_cast<const uint4*>(wc);
+        auto* out = reinterpret_cast<uint32_t*>(y.p);
+        if (vname == "read-r2") {
+          QCK(k::launch_kernel(read_rows_kernel<2, 4>, static_cast<int>((n + 15) / 16), 256, 0,
+                               nullptr, w4, n, kk / 16, out));
+        } else {
+          QCK(k::launch_kernel(vname == "read" ? read_rows_kernel<1, 4> : read_rows_kernel<1, 8>,
+                               static_cast<int>((n + 7) / 8), 256, 0, nullptr, w4, n, kk / 16,
+                               out));
+        }
         return;
       }
       const float* ws = scale.as<float>();
