@@ -100,6 +100,7 @@ ModelConfig parse_model_config(const json& j, const std::string& src) {
   } else if (auto d = j.find("dtype"); d != j.end() && d->is_string()) {
     c.torch_dtype = d->get<std::string>();
   }
+  c.quant = parse_checkpoint_quant(j, src);
   if (auto it = j.find("hidden_act"); it != j.end() && it->is_string() && *it != "silu") {
     throw Error(src + ": hidden_act " + it->dump() + " is not supported (allowed: \"silu\")");
   }

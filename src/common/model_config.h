@@ -5,6 +5,8 @@
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 
+#include "common/checkpoint_quant.h"
+
 namespace llama2 {
 
 struct ModelConfig {
@@ -21,6 +23,7 @@ struct ModelConfig {
   int bos_token_id = 1;
   int eos_token_id = 2;
   std::string torch_dtype = "float32";  // informational; tensors carry their own dtype
+  CheckpointQuant quant;  // "quantization_config": fp8 projections (checkpoint_quant.h) or none
 
   int head_dim() const { return hidden_size / num_heads; }
 };

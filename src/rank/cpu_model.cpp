@@ -11,6 +11,7 @@
 #include "common/check.h"
 #include "rank/comm.h"
 #include "rank/cpu_ops.h"
+#include "rank/fp8_checkpoint.h"
 #include "rank/logits_gather.h"
 #include "rank/model_runner.h"
 #include "rank/safetensors.h"
@@ -25,9 +26,10 @@ uint64_t l2_cache_bytes() {
   return v > 0 ? static_cast<uint64_t>(v) : uint64_t{1} << 20;
 }
 
+// fp32 copies of the slice; the projections of an FP8 checkpoint dequantized (fp8_checkpoint.h).
 std::vector<float> load(const WeightStore& w, const TensorSlice& s) {
   std::vector<float> out(static_cast<size_t>(s.numel()));
-  w.read_block_f32(s.name, s.row_begin, s.row_end, s.col_begin, s.col_end, out.data());
+  read_slice_f32(w, s, out.data());
   return out;
 }
 

@@ -10,6 +10,7 @@
 #include "common/capacity.h"
 #include "common/check.h"
 #include "rank/cpu_threads.h"
+#include "rank/fp8_checkpoint.h"
 #include "rank/local_rank.h"
 #include "rank/safetensors.h"
 #include "rank/weight_layout.h"
@@ -18,9 +19,19 @@ namespace llama2 {
 namespace {
 
 // Validates every tensor's presence, dtype and shape before any rank copies a byte, so that a
-// defect is reported identically by every rank rather than by whichever reaches it first.
-void validate_checkpoint(const WeightStore& w, const ModelConfig& c) {
+// defect is reported identically by every rank rather than by whichever reaches it first. Returns
+// a note for the start-up report about an FP8 checkpoint ("" otherwise).
+std::string validate_checkpoint(const WeightStore& w, const ModelConfig& c) {
   for (const TensorSlice& t : all_full_tensors(c)) w.expect_shape(t.name, t.full_shape);
+  const int input_scales = validate_fp8_checkpoint(w, c);
+  if (!c.quant.fp8) return "";
+  std::string note = "checkpoint " + c.quant.describe();
+  if (input_scales > 0) {
+    note += ": " + std::to_string(input_scales) +
+            " static input_scale tensors not used; activations are quantized per token at run "
+            "time";
+  }
+  return note;
 }
 
 std::string gather_lines(MPI_Comm comm, const std::string& line) {
@@ -110,13 +121,22 @@ KvCacheDType choose_kv_dtype(KvCacheDType requested, Backend backend, ComputeDTy
   return KvCacheDType::kFp8E4m3;
 }
 
-WeightDType choose_weight_dtype(const EngineConfig& cfg, Backend backend, ComputeDType dtype) {
+WeightDType choose_weight_dtype(const EngineConfig& cfg, Backend backend, ComputeDType dtype,
+                                const CheckpointQuant& quant) {
   if (cfg.weight_dtype_named != ComputeDType::kAuto && cfg.weight_dtype_named != dtype) {
     throw Error(std::string("--weight-dtype ") + to_string(cfg.weight_dtype_named) +
                 " differs from this run's --dtype " + to_string(dtype) +
                 ": unquantized weights are held in the compute dtype (use --weight-dtype auto, "
                 "fp8 or int8, or --dtype " +
                 to_string(cfg.weight_dtype_named) + ")");
+  }
+  if (quant.fp8 && cfg.weight_dtype == WeightDType::kAuto &&
+      cfg.weight_dtype_named == ComputeDType::kAuto) {
+    // An FP8 checkpoint: its e4m3 values as stored where the fp8 path runs (cuda, fp16/bf16
+    // activations); elsewhere (cpu, or --dtype fp32) dequantized on load.
+    const bool fp8_path =
+        backend == Backend::kCuda && (dtype == ComputeDType::kFp16 || dtype == ComputeDType::kBf16);
+    return fp8_path ? WeightDType::kFp8 : WeightDType::kAuto;
   }
   if (cfg.weight_dtype == WeightDType::kAuto) return WeightDType::kAuto;
   const char* name = weight_dtype_name(cfg.weight_dtype, dtype);
@@ -138,7 +158,7 @@ ResolvedConfig resolve_config(const EngineConfig& cfg, const ModelConfig& model,
   r.backend = choose_backend(cfg.backend, visible_devices, model.head_dim(), note);
   r.dtype = choose_dtype(cfg.dtype, r.backend, model.torch_dtype);
   r.kv_cache_dtype = choose_kv_dtype(cfg.kv_cache_dtype, r.backend, r.dtype);
-  r.weight_dtype = choose_weight_dtype(cfg, r.backend, r.dtype);
+  r.weight_dtype = choose_weight_dtype(cfg, r.backend, r.dtype, model.quant);
   r.max_batch = cfg.max_batch;
   r.max_step_tokens = cfg.max_step_tokens();
   r.max_seq_len = cfg.max_seq_len > 0 ? cfg.max_seq_len : model.max_position_embeddings;
@@ -196,7 +216,7 @@ RankEngine::RankEngine(const EngineConfig& cfg, const ModelConfig& config, MPI_C
     }
     if (cfg.synthetic.empty()) {
       weights = std::make_unique<WeightStore>(WeightStore::open(cfg.model_dir));
-      validate_checkpoint(*weights, config_);
+      checkpoint_note_ = validate_checkpoint(*weights, config_);
     }
   } catch (const std::exception& e) {
     error = e.what();
@@ -248,6 +268,7 @@ RankEngine::RankEngine(const EngineConfig& cfg, const ModelConfig& config, MPI_C
        << " tokens = " << runner_->kv_cache_bytes() << " B " << kv_dtype_name();
   if (!local.note.empty()) line << " [" << local.note << "]";
   if (!backend_note_.empty()) line << " [" << backend_note_ << "]";
+  if (!checkpoint_note_.empty()) line << " [" << checkpoint_note_ << "]";
   line << "\n";
   report_ = gather_lines(comm_, line.str());
 }

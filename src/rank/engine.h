@@ -38,7 +38,10 @@ ComputeDType choose_dtype(ComputeDType requested, Backend backend, const std::st
 // dtype); kFp8E4m3 needs cuda with fp16/bf16. Error naming the allowed values otherwise.
 KvCacheDType choose_kv_dtype(KvCacheDType requested, Backend backend, ComputeDType dtype);
 // --weight-dtype: fp8/int8 only on cuda with fp16/bf16; a named fp16/bf16 must be the dtype.
-WeightDType choose_weight_dtype(const EngineConfig& cfg, Backend backend, ComputeDType dtype);
+// An FP8 checkpoint (quant.fp8): auto is fp8 (the stored values) on cuda with fp16/bf16, else the
+// compute dtype (dequantized on load), as a named fp16/bf16 is; int8 requantizes on load.
+WeightDType choose_weight_dtype(const EngineConfig& cfg, Backend backend, ComputeDType dtype,
+                                const CheckpointQuant& quant = CheckpointQuant{});
 
 class RankEngine final : public StepExecutor {
  public:
@@ -100,6 +103,7 @@ class RankEngine final : public StepExecutor {
   int world_rank_ = 0;  // for the LLAMA2_TEST_STALL hook, which names a rank of the whole job
   ResolvedConfig settings_;
   std::string backend_note_;
+  std::string checkpoint_note_;  // an FP8 checkpoint's scheme, for the start-up report
   std::string report_;
   KvCacheSpec kv_;
   int64_t steps_ = 0;  // steps run so far, the same count on every rank

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -73,6 +74,9 @@ void convert_to_f32(DType dtype, const uint8_t* src, size_t n, float* out) {
       }
       return;
     }
+    case DType::F8_E4M3:
+      for (size_t i = 0; i < n; ++i) out[i] = e4m3_to_f32(src[i]);
+      return;
     case DType::Other:
       break;
   }
@@ -91,6 +95,8 @@ size_t dtype_size(DType dtype) {
       return 2;
     case DType::BF16:
       return 2;
+    case DType::F8_E4M3:
+      return 1;
     case DType::Other:
       return 0;
   }
@@ -105,6 +111,8 @@ const char* dtype_name(DType dtype) {
       return "F16";
     case DType::BF16:
       return "BF16";
+    case DType::F8_E4M3:
+      return "F8_E4M3";
     case DType::Other:
       return "other";
   }
@@ -115,6 +123,7 @@ DType dtype_from_name(const std::string& name) {
   if (name == "F32") return DType::F32;
   if (name == "F16") return DType::F16;
   if (name == "BF16") return DType::BF16;
+  if (name == "F8_E4M3") return DType::F8_E4M3;
   return DType::Other;
 }
 
@@ -151,6 +160,16 @@ float bf16_to_f32(uint16_t b) {
   float f;
   std::memcpy(&f, &bits, 4);
   return f;
+}
+
+float e4m3_to_f32(uint8_t b) {
+  const float sign = (b & 0x80u) ? -1.f : 1.f;
+  const int exp = (b >> 3) & 0xf;
+  const int mant = b & 0x7;
+  if (exp == 0xf && mant == 0x7) return std::numeric_limits<float>::quiet_NaN();
+  // Subnormals: mant * 2^-9; normals: (8 + mant) * 2^(exp - 10). Both products are exact.
+  if (exp == 0) return sign * std::ldexp(static_cast<float>(mant), -9);
+  return sign * std::ldexp(static_cast<float>(8 + mant), exp - 10);
 }
 
 int64_t TensorInfo::numel() const {
@@ -441,7 +460,7 @@ WeightStore::Block WeightStore::check_block(const TensorInfo& t, int64_t row_beg
                                             int64_t col_begin, int64_t col_end) const {
   const std::string where = "tensor '" + t.name + "' in " + t.file->path();
   if (t.dtype == DType::Other) {
-    throw Error(where + " has dtype " + t.dtype_name + "; supported: F32, F16, BF16");
+    throw Error(where + " has dtype " + t.dtype_name + "; supported: F32, F16, BF16, F8_E4M3");
   }
   if (t.shape.size() > 2) {
     throw Error(where + " has shape " + shape_to_string(t.shape) +
@@ -507,7 +526,7 @@ void WeightStore::read_vector_f32(const std::string& name, float* out) const {
   const TensorInfo& t = get(name);
   if (t.dtype == DType::Other) {
     throw Error("tensor '" + name + "' in " + t.file->path() + " has dtype " + t.dtype_name +
-                "; supported: F32, F16, BF16");
+                "; supported: F32, F16, BF16, F8_E4M3");
   }
   const size_t n = static_cast<size_t>(t.numel());
   convert_to_f32(t.dtype, t.file->data() + t.begin, n, out);

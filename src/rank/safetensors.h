@@ -22,12 +22,15 @@
 namespace llama2 {
 
 // Element types we can convert to fp32. Every other safetensors dtype ("I8", "F64", "BOOL", ...)
-// parses as Other and is an error only when the tensor is read.
-enum class DType { F32, F16, BF16, Other };
+// parses as Other and is an error only when the tensor is read. F8_E4M3 (torch.float8_e4m3fn) is
+// read only as the projections of an FP8 checkpoint, whose values mean nothing without their
+// weight_scale (rank/fp8_checkpoint.h applies it); read_block_f32 gives the unscaled values.
+enum class DType { F32, F16, BF16, F8_E4M3, Other };
 
 // Bytes per element; 0 for Other (its size is not needed because it is never read).
 size_t dtype_size(DType dtype);
-// "F32", "F16", "BF16"; "other" for Other (TensorInfo::dtype_name keeps the file's own string).
+// "F32", "F16", "BF16", "F8_E4M3"; "other" for Other (TensorInfo::dtype_name keeps the file's own
+// string).
 const char* dtype_name(DType dtype);
 // The DType for a header dtype string; Other when unsupported.
 DType dtype_from_name(const std::string& name);
@@ -35,6 +38,8 @@ DType dtype_from_name(const std::string& name);
 // Exact software conversions (subnormals, infinities and NaN included).
 float f16_to_f32(uint16_t h);
 float bf16_to_f32(uint16_t b);
+// e4m3 "fn" (no infinities; 0x7f/0xff are NaN; largest finite 448): every value is exact in fp32.
+float e4m3_to_f32(uint8_t b);
 
 class SafetensorsFile;
 
@@ -109,8 +114,8 @@ class WeightStore {
   // bytes: one contiguous range per row, or a single range when whole rows are requested.
   void read_block_f32(const std::string& name, int64_t row_begin, int64_t row_end,
                       int64_t col_begin, int64_t col_end, float* out) const;
-  // The same block with its elements copied as stored (F32, F16 or BF16 bytes), for uploading
-  // to the GPU and converting there.
+  // The same block with its elements copied as stored (F32, F16, BF16 or F8_E4M3 bytes), for
+  // uploading to the GPU and converting there.
   void read_block_raw(const std::string& name, int64_t row_begin, int64_t row_end,
                       int64_t col_begin, int64_t col_end, void* out) const;
   // The whole tensor as fp32, `out` holding numel() floats.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -73,6 +74,8 @@ void encode(DType dtype, const float* v, size_t n, std::vector<uint8_t>* out) {
   for (size_t i = 0; i < n; ++i) {
     if (dtype == DType::F32) {
       std::memcpy(p + 4 * i, &v[i], 4);
+    } else if (dtype == DType::F8_E4M3) {
+      p[i] = f32_to_e4m3(v[i]);
     } else {
       uint16_t h = dtype == DType::F16 ? f32_to_f16(v[i]) : f32_to_bf16(v[i]);
       std::memcpy(p + 2 * i, &h, 2);
@@ -92,6 +95,25 @@ uint16_t f32_to_bf16(float f) {
   // the exponent, which is exactly right (and turns values above bf16's max into inf).
   const uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);
   return static_cast<uint16_t>((u + rounding) >> 16);
+}
+
+uint8_t f32_to_e4m3(float f) {
+  if (std::isnan(f)) return 0x7f;
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0;
+  const float a = std::fabs(f);
+  if (a >= 448.f) return sign | 0x7e;  // satfinite: 448 = 1.75 * 2^8 is the largest finite
+  // Below the smallest normal 2^-6 the grid spacing is 2^-9: a * 2^9 (exact) rounded to nearest
+  // even (nearbyint, default rounding mode) is the subnormal's bit pattern, and 8 = 0x08 is the
+  // smallest normal, which is exactly right when rounding carries up.
+  if (a < 0x1p-6f) return sign | static_cast<uint8_t>(std::nearbyint(a * 0x1p9f));
+  // a in [2^b, 2^(b+1)), b in [-6, 8]: spacing 2^(b-3), so a / spacing (exact) is in [8, 16);
+  // rounded, 16 carries into the next binade.
+  int e = 0;
+  std::frexp(a, &e);  // a = m * 2^e with m in [0.5, 1)
+  const int b = e - 1;
+  const int units = static_cast<int>(std::nearbyint(std::ldexp(a, 3 - b)));
+  const int bits = units == 16 ? (b + 8) << 3 : (b + 7) << 3 | (units - 8);
+  return sign | static_cast<uint8_t>(std::min(bits, 0x7e));  // 0x7e: 448 (0x7f is NaN)
 }
 
 uint16_t f32_to_f16(float f) {
@@ -134,7 +156,9 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
     const std::string where = path + ": tensor '" + t.name + "'";
     if (t.name.empty() || t.name == "__metadata__") throw Error(where + ": invalid tensor name");
     if (!seen.insert(t.name).second) throw Error(where + ": duplicate tensor name");
-    if (t.dtype == DType::Other) throw Error(where + ": can only write F32, F16 or BF16");
+    if (t.dtype == DType::Other) {
+      throw Error(where + ": can only write F32, F16, BF16 or F8_E4M3");
+    }
     uint64_t numel = 1;
     for (int64_t d : t.shape) {
       if (d < 0) throw Error(where + ": negative dimension in shape " + shape_to_string(t.shape));

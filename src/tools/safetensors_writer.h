@@ -15,10 +15,14 @@ namespace llama2 {
 // overflow becomes inf, tiny values become subnormals or signed zero, NaN stays a (quiet) NaN.
 uint16_t f32_to_f16(float f);
 uint16_t f32_to_bf16(float f);
+// fp32 -> e4m3 "fn" with round-to-nearest-even, saturating at +-448 (infinities too), NaN -> 0x7f:
+// the rule of CUDA's __nv_fp8_e4m3(float) (cvt.rn.satfinite), which kernels/quant.cu applies, so
+// host-made FP8 checkpoints hold the bytes the GPU's --weight-dtype fp8 would make.
+uint8_t f32_to_e4m3(float f);
 
 struct TensorToWrite {
   std::string name;
-  DType dtype = DType::F32;    // F32, F16 or BF16
+  DType dtype = DType::F32;    // F32, F16, BF16 or F8_E4M3
   std::vector<int64_t> shape;  // row-major
   std::vector<float> values;   // numel(shape) values, converted to dtype on write
 };

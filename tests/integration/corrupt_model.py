@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Makes one defect in a copy of a model directory's safetensors file (stdlib only).
 
-usage: corrupt_model.py FILE drop-tensor NAME | set-dtype NAME DTYPE | garble-header | truncate BYTES
+usage: corrupt_model.py FILE drop-tensor NAME | set-dtype NAME DTYPE | set-shape NAME JSON_LIST |
+       garble-header | truncate BYTES
 """
 import json
 import struct
@@ -29,6 +30,10 @@ def main():
     elif op == "set-dtype":
         header, data = read(path)
         header[args[0]]["dtype"] = args[1]
+        write(path, header, data)
+    elif op == "set-shape":
+        header, data = read(path)
+        header[args[0]]["shape"] = json.loads(args[1])
         write(path, header, data)
     elif op == "garble-header":
         raw = bytearray(open(path, "rb").read())

@@ -78,10 +78,10 @@ void add_engine_options(cxxopts::Options& opts) {
       "of fp16 per cached token; cuda with fp16/bf16)",
       cxxopts::value<std::string>()->default_value("auto"))(
       "weight-dtype",
-      "auto | fp8 | fp8_e4m3 | int8: projection weights (auto: as --dtype; fp8: e4m3 weights per "
-      "output channel, activations per token on FP8 tensor cores above the GEMV's rows; int8: "
-      "weight-only; both "
-      "quantized at load, cuda with fp16/bf16)",
+      "auto | fp16 | bf16 | fp8 | fp8_e4m3 | int8: projection weights (auto: as --dtype, or an "
+      "FP8 checkpoint's e4m3 values as stored; fp8: e4m3 weights per output channel, activations "
+      "per token on FP8 tensor cores above the GEMV's rows; int8: weight-only; both quantized at "
+      "load, cuda with fp16/bf16; fp16/bf16 dequantize an FP8 checkpoint)",
       cxxopts::value<std::string>()->default_value("auto"))(
       "block-size", "KV cache block size in tokens", cxxopts::value<int>()->default_value("16"))(
       "gpu-memory-fraction",

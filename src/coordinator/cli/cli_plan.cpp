@@ -42,7 +42,8 @@ cxxopts::Options plan_options() {
        cxxopts::value<std::string>()->default_value("fp16"))
       ("kv-cache-dtype", "KV-cache dtype: auto (same as --dtype) | fp8 | fp8_e4m3 (1 byte per "
        "element, fp16/bf16 weights only)", cxxopts::value<std::string>()->default_value("auto"))
-      ("weight-dtype", "Projection weights: auto (same as --dtype) | fp8 | fp8_e4m3 | int8 (1 "
+      ("weight-dtype", "Projection weights: auto (same as --dtype; fp8 for an FP8 checkpoint) | "
+       "fp8 | fp8_e4m3 | int8 (1 "
        "byte per weight plus a 4-byte scale per output row, fp16/bf16 only)",
        cxxopts::value<std::string>()->default_value("auto"))
       ("block-size", "KV cache block size in tokens", cxxopts::value<int>()->default_value("16"))
@@ -226,13 +227,17 @@ int run_plan(int argc, char** argv) {
   req.dtype_bytes = dtype_bytes_of(dtype);
   req.kv_dtype_bytes = kv_dtype_bytes_of(args["kv-cache-dtype"].as<std::string>(), req.dtype_bytes);
   ComputeDType weight_named = ComputeDType::kAuto;
-  const WeightDType weights =
-      parse_weight_dtype(args["weight-dtype"].as<std::string>(), &weight_named);
+  WeightDType weights = parse_weight_dtype(args["weight-dtype"].as<std::string>(), &weight_named);
   if (weight_named != ComputeDType::kAuto && weight_named != parsed) {
     throw Error("--weight-dtype " + args["weight-dtype"].as<std::string>() +
                 " differs from --dtype " + dtype +
                 " (allowed: auto, fp8, fp8_e4m3, int8, or the --dtype itself)");
   }
+  // An FP8 checkpoint's projections stay fp8 under auto, as the engine keeps them on cuda with
+  // fp16/bf16 (choose_weight_dtype); with fp32 they are dequantized.
+  const bool stored_fp8 = config.quant.fp8 && weights == WeightDType::kAuto &&
+                          weight_named == ComputeDType::kAuto && parsed != ComputeDType::kFp32;
+  if (stored_fp8) weights = WeightDType::kFp8;
   req.linear_bytes = weights == WeightDType::kAuto ? 0 : 1;
   req.block_size = args["block-size"].as<int>();
   req.gpu_mem_bytes = bytes_flag(args, "gpu-mem");
@@ -246,11 +251,13 @@ int run_plan(int argc, char** argv) {
   if (args.count("json")) {
     nlohmann::json j = plan_json(plan, source, dtype, kv_dtype, dp);
     j["weight_dtype"] = weight_dtype;
+    if (config.quant.fp8) j["checkpoint_quantization"] = config.quant.describe();
     std::cout << j.dump() << std::endl;
   } else {
-    print_table(plan, config, source,
-                weight_dtype == dtype ? dtype : dtype + " (projections " + weight_dtype + ")",
-                kv_dtype, dp);
+    std::string label =
+        weight_dtype == dtype ? dtype : dtype + " (projections " + weight_dtype + ")";
+    if (config.quant.fp8) label += "; checkpoint " + config.quant.describe();
+    print_table(plan, config, source, label, kv_dtype, dp);
     std::fflush(stdout);
   }
   return plan.fits ? 0 : 1;

@@ -6,6 +6,7 @@
 #include "kernels/convert.cuh"
 #include "kernels/quant.cuh"
 #include "rank/cuda/cuda_weights.h"
+#include "rank/fp8_checkpoint.h"
 #include "rank/safetensors.h"
 #include "rank/weight_layout.h"
 
@@ -29,8 +30,13 @@ kernels::SourceType source_type(DType d) {
 template <typename T>
 class Filler {
  public:
-  Filler(const WeightStore* store, uint64_t seed, cudaStream_t stream, WeightDType wd)
-      : store_(store), seed_(seed), stream_(stream), wd_(wd) {}
+  Filler(const WeightStore* store, uint64_t seed, cudaStream_t stream, WeightDType wd,
+         bool fp8_checkpoint)
+      : store_(store),
+        seed_(seed),
+        stream_(stream),
+        wd_(wd),
+        stored_fp8_(store != nullptr && fp8_checkpoint && wd == WeightDType::kFp8) {}
 
   // Allocates [elems] T for `what` and returns it.
   DeviceBuffer alloc(int64_t elems, const std::string& what) {
@@ -48,29 +54,16 @@ class Filler {
                                                  stream_));
       return;
     }
-    const TensorInfo& info = store_->get(slice.name);
-    const size_t bytes = static_cast<size_t>(n) * dtype_size(info.dtype);
-    if (bytes > pinned_.bytes()) {
-      CUDA_CHECK(cudaStreamSynchronize(stream_));
-      pinned_ = PinnedBuffer(bytes);
-      staging_ = DeviceBuffer(bytes, "weight upload staging");
-    }
-    // The previous slice's conversion reads staging_: wait before overwriting the pinned copy.
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-    store_->read_block_raw(slice.name, slice.row_begin, slice.row_end, slice.col_begin,
-                           slice.col_end, pinned_.as<void>());
-    file_bytes_ += bytes;
-    CUDA_CHECK(cudaMemcpyAsync(staging_.as<void>(), pinned_.as<void>(), bytes,
-                               cudaMemcpyHostToDevice, stream_));
+    const DType dtype = upload(slice);
     CUDA_CHECK(
-        kernels::launch_convert<T>(staging_.as<void>(), source_type(info.dtype), n, out, stream_));
+        kernels::launch_convert<T>(staging_.as<void>(), source_type(dtype), n, out, stream_));
   }
 
   // A projection [N, K]: in T, or quantized with its scales (scratch_ holds the T matrix until
-  // finish_linear quantizes it).
+  // finish_linear quantizes it; an FP8 checkpoint read as fp8 needs no scratch).
   LinearWeight alloc_linear(int64_t N, int64_t K, const std::string& what) {
     if (wd_ == WeightDType::kAuto) return LinearWeight{alloc(N * K, what), DeviceBuffer()};
-    if (scratch_.bytes() < static_cast<size_t>(N * K) * sizeof(T)) {
+    if (!stored_fp8_ && scratch_.bytes() < static_cast<size_t>(N * K) * sizeof(T)) {
       CUDA_CHECK(cudaStreamSynchronize(stream_));
       scratch_ =
           DeviceBuffer(static_cast<size_t>(N * K) * sizeof(T), "weight quantization scratch");
@@ -82,10 +75,14 @@ class Filler {
   // Rows [row0, row0 + slice rows) of projection L (K columns).
   void fill_linear(const TensorSlice& slice, const LinearWeight& L, int64_t row0, int64_t K,
                    float scale) {
-    fill(slice, wd_ == WeightDType::kAuto ? L.w : scratch_, row0 * K, 0.f, scale);
+    if (store_ != nullptr && is_fp8_slice(*store_, slice)) {
+      fill_fp8(slice, L, row0, K);
+    } else {
+      fill(slice, wd_ == WeightDType::kAuto ? L.w : scratch_, row0 * K, 0.f, scale);
+    }
   }
   void finish_linear(const LinearWeight& L, int64_t N, int64_t K) {
-    if (wd_ == WeightDType::kFp8) {
+    if (wd_ == WeightDType::kFp8 && !stored_fp8_) {
       CUDA_CHECK((kernels::launch_quantize_rows<__nv_fp8_e4m3, T>(
           scratch_.as<T>(), L.w.as<__nv_fp8_e4m3>(), L.scale.as<float>(), N, static_cast<int>(K),
           stream_)));
@@ -100,15 +97,68 @@ class Filler {
   uint64_t file_bytes() const { return file_bytes_; }
 
  private:
+  // Copies the slice's stored bytes from the file into staging_ (through the pinned buffer);
+  // returns their dtype.
+  DType upload(const TensorSlice& slice) {
+    const TensorInfo& info = store_->get(slice.name);
+    const size_t bytes = static_cast<size_t>(slice.numel()) * dtype_size(info.dtype);
+    if (bytes > pinned_.bytes()) {
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+      pinned_ = PinnedBuffer(bytes);
+      staging_ = DeviceBuffer(bytes, "weight upload staging");
+    }
+    // The previous slice's conversion reads staging_: wait before overwriting the pinned copy.
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    store_->read_block_raw(slice.name, slice.row_begin, slice.row_end, slice.col_begin,
+                           slice.col_end, pinned_.as<void>());
+    file_bytes_ += bytes;
+    CUDA_CHECK(cudaMemcpyAsync(staging_.as<void>(), pinned_.as<void>(), bytes,
+                               cudaMemcpyHostToDevice, stream_));
+    return info.dtype;
+  }
+
+  // A projection slice of an FP8 checkpoint (rank/fp8_checkpoint.h): with --weight-dtype fp8 its
+  // e4m3 bytes and row scales go into L as stored (no requantization); otherwise it is
+  // dequantized (scale[r] * e4m3) into T: the weights themselves, or int8's scratch.
+  void fill_fp8(const TensorSlice& slice, const LinearWeight& L, int64_t row0, int64_t K) {
+    const int64_t rows = slice.row_end - slice.row_begin;
+    const std::vector<float> scales = fp8_row_scales(*store_, slice);
+    upload(slice);  // synchronizes the stream first: scale_staging_ is free to overwrite
+    if (stored_fp8_) {
+      CUDA_CHECK(cudaMemcpyAsync(L.w.as<uint8_t>() + row0 * K, staging_.as<void>(),
+                                 static_cast<size_t>(rows * K), cudaMemcpyDeviceToDevice, stream_));
+      CUDA_CHECK(cudaMemcpyAsync(L.scale.as<float>() + row0, scales.data(),
+                                 scales.size() * sizeof(float), cudaMemcpyHostToDevice, stream_));
+      return;
+    }
+    if (scale_staging_.bytes() < scales.size() * sizeof(float)) {
+      scale_staging_ = DeviceBuffer(scales.size() * sizeof(float), "weight scale staging");
+    }
+    // From pageable memory the copy has read `scales` when it returns.
+    CUDA_CHECK(cudaMemcpyAsync(scale_staging_.as<void>(), scales.data(),
+                               scales.size() * sizeof(float), cudaMemcpyHostToDevice, stream_));
+    T* out = (wd_ == WeightDType::kAuto ? L.w : scratch_).as<T>() + row0 * K;
+    const auto* q = staging_.as<__nv_fp8_e4m3>();
+    constexpr int64_t kMaxRows = 65535;  // launch_dequantize_rows' grid limit
+    for (int64_t r = 0; r < rows; r += kMaxRows) {
+      const int64_t n = std::min(kMaxRows, rows - r);
+      CUDA_CHECK((kernels::launch_dequantize_rows<__nv_fp8_e4m3, T>(
+          q + r * K, scale_staging_.as<float>() + r, out + r * K, n, static_cast<int>(K),
+          stream_)));
+    }
+  }
+
   const WeightStore* store_;
   uint64_t seed_;
   cudaStream_t stream_;
   WeightDType wd_;
+  bool stored_fp8_;       // an FP8 checkpoint read as fp8: projections copied as stored
   uint64_t counter_ = 0;  // synthetic: one seed per tensor slice
   uint64_t bytes_ = 0, file_bytes_ = 0;
   PinnedBuffer pinned_;
   DeviceBuffer staging_;
-  DeviceBuffer scratch_;  // quantized projections: the T matrix before quantization
+  DeviceBuffer scratch_;        // quantized projections: the T matrix before quantization
+  DeviceBuffer scale_staging_;  // an FP8 checkpoint's row scales on their way to dequantization
 };
 
 }  // namespace
@@ -118,7 +168,7 @@ CudaWeights load_cuda_weights(const ModelConfig& c, const ShardPlan& s, const We
                               uint64_t seed, cudaStream_t stream, WeightDType weight_dtype) {
   // Uniform in [-a, a] has std a / sqrt(3): a = 0.0346 gives the std 0.02 of Llama's init.
   constexpr float kMat = 0.0346f, kNormMean = 1.f, kNormScale = 0.05f;
-  Filler<T> f(store, seed, stream, weight_dtype);
+  Filler<T> f(store, seed, stream, weight_dtype, c.quant.fp8);
   const int64_t H = c.hidden_size, d = s.head_dim;
   const int64_t q = s.num_heads * d, kv = s.num_kv_heads * d, F = s.ffn_size;
   CudaWeights w;

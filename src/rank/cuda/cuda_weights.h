@@ -48,6 +48,9 @@ struct CudaWeights {
 // matrices, 1 +- 0.05 for norms: finite activations through 80 layers in fp16).
 // weight_dtype fp8 / int8: each projection is filled in T into a scratch matrix on the device and
 // quantized per output row from there (this rank's shard only; the scratch is freed at the end).
+// An FP8 checkpoint (c.quant.fp8, rank/fp8_checkpoint.h): with fp8 its e4m3 bytes and scales are
+// uploaded as stored; with the compute dtype (kAuto) or int8 they are dequantized on the device
+// first (int8 then quantizes that as above).
 template <typename T>
 CudaWeights load_cuda_weights(const ModelConfig& c, const ShardPlan& s, const WeightStore* store,
                               uint64_t seed, cudaStream_t stream,
