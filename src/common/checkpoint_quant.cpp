@@ -122,7 +122,7 @@ CheckpointQuant parse_compressed_tensors(const json& q, const std::string& sourc
 
 std::string CheckpointQuant::describe() const {
   if (!fp8) return "";
-  return "fp8 e4m3 (" + method + (static_activations ? ", static input scales ignored" : "") + ")";
+  return "fp8 e4m3 (" + method + (static_activations ? ", static activation scales" : "") + ")";
 }
 
 CheckpointQuant parse_checkpoint_quant(const json& config, const std::string& source) {

@@ -23,7 +23,7 @@ struct CheckpointQuant {
   std::string method;               // "fp8" | "compressed-tensors" (empty when !fp8)
   bool static_activations = false;  // the file carries input_scale tensors; the engine ignores
                                     // them and quantizes activations per token at run time
-  // "fp8 (compressed-tensors, static activation scales ignored)"; "" when !fp8.
+  // "fp8 e4m3 (compressed-tensors)", "fp8 e4m3 (fp8, static activation scales)"; "" when !fp8.
   std::string describe() const;
 };
 

@@ -28,8 +28,7 @@ std::string validate_checkpoint(const WeightStore& w, const ModelConfig& c) {
   std::string note = "checkpoint " + c.quant.describe();
   if (input_scales > 0) {
     note += ": " + std::to_string(input_scales) +
-            " static input_scale tensors not used; activations are quantized per token at run "
-            "time";
+            " input_scale tensors not used: activations are quantized per token at run time";
   }
   return note;
 }

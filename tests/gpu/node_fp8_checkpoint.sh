@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # GPU-node check of FP8 checkpoints (issue 20), one H200, under 4 minutes:
 #   1. build llama2 and llama2_logits_diff into build-gpu/;
-#   2. `convert-fp8` tiny-f16 and small-d128-f16 (per-channel, compressed-tensors layout; and a
-#      per-tensor fp8-method file with static input scales) with their dequantized F32 twins;
-#   3. CUDA fp16 logits (tests/integration/logits_diff.cpp, each a RESULT line):
+#   2. `convert-fp8` small-d128-f16 and small-d64-bf16 (per-channel, compressed-tensors layout;
+#      and a per-tensor fp8-method file with static input scales) with their dequantized F32 twins;
+#   3. CUDA logits in the model's dtype (tests/integration/logits_diff.cpp, each a RESULT line):
 #      a. the FP8 file read as stored (auto) == the 16-bit model with --weight-dtype fp8 (quantized
 #         on the GPU by kernels/quant.cu; the same per-row scales and e4m3 bytes): identical;
 #      b. the FP8 file with --weight-dtype fp16 (dequantized on load) == the F32 twin in fp16;
@@ -31,28 +31,33 @@ step build 200 bash tests/gpu/node_build.sh llama2 llama2_logits_diff
 BIN=build-gpu/llama2
 DIFF=build-gpu/tests/llama2_logits_diff
 W=$(mktemp -d)
-for m in tiny-f16 small-d128-f16; do
+MODELS="small-d128-f16:fp16 small-d64-bf16:bf16"
+for md in $MODELS; do
+  m=${md%%:*}
   step "convert_$m" 30 $BIN convert-fp8 --model tests/models/$m --out $W/$m-fp8 \
     --dequantized-out $W/$m-deq
 done
 step convert_tensor 30 $BIN convert-fp8 --model tests/models/small-d128-f16 --out $W/tensor-fp8 \
   --dequantized-out $W/tensor-deq --scales tensor --format fp8 --static-input-scales
-cuda_diff() {  # NAME TOLERANCE ARGS...
-  local name=$1 tol=$2
-  shift 2
-  step "$name" 60 mpirun -np 1 $DIFF --backend cuda --dtype fp16 --tolerance "$tol" "$@"
+cuda_diff() {  # NAME DTYPE TOLERANCE ARGS...
+  local name=$1 dt=$2 tol=$3
+  shift 3
+  step "$name" 60 mpirun -np 1 $DIFF --backend cuda --dtype "$dt" --tolerance "$tol" "$@"
 }
-for m in tiny-f16 small-d128-f16; do
-  cuda_diff "a_stored_vs_quantized_$m" 0 --model $W/$m-fp8 --against tests/models/$m \
+for md in $MODELS; do
+  m=${md%%:*} dt=${md##*:}
+  cuda_diff "a_stored_vs_quantized_$m" "$dt" 0 --model $W/$m-fp8 --against tests/models/$m \
     --against-weight-dtype fp8
-  cuda_diff "b_dequantized_vs_twin_$m" 0 --model $W/$m-fp8 --weight-dtype fp16 --against $W/$m-deq
-  cuda_diff "c_int8_vs_twin_$m" 0 --model $W/$m-fp8 --weight-dtype int8 --against $W/$m-deq \
+  cuda_diff "b_dequantized_vs_twin_$m" "$dt" 0 --model $W/$m-fp8 --weight-dtype "$dt" \
+    --against $W/$m-deq
+  cuda_diff "c_int8_vs_twin_$m" "$dt" 0 --model $W/$m-fp8 --weight-dtype int8 --against $W/$m-deq \
     --against-weight-dtype int8
 done
-cuda_diff d_per_tensor_vs_twin 0.5 --model $W/tensor-fp8 --against $W/tensor-deq
-for m in tiny-f16 small-d128-f16; do
+cuda_diff d_per_tensor_vs_twin fp16 0.5 --model $W/tensor-fp8 --against $W/tensor-deq
+for md in $MODELS; do
+  m=${md%%:*} dt=${md##*:}
   step "torch_$m" 120 python3 tests/gpu/torch_fp8_check.py tests/models/$m $W/$m-fp8 $W/$m-torch
-  cuda_diff "torch_file_vs_ours_$m" 0 --model $W/$m-torch --against $W/$m-fp8
+  cuda_diff "torch_file_vs_ours_$m" "$dt" 0 --model $W/$m-torch --against $W/$m-fp8
 done
 step generate 60 mpirun -np 1 $BIN generate --model $W/small-d128-f16-fp8 --backend cuda \
   --prompt "Hello" -n 16

@@ -111,7 +111,7 @@ TEST_SUITE("fp8_checkpoint") {
     q = parse(
         {{"quant_method", "fp8"}, {"activation_scheme", "static"}, {"weight_block_size", nullptr}});
     CHECK(q.static_activations);
-    CHECK(q.describe() == "fp8 e4m3 (fp8, static input scales ignored)");
+    CHECK(q.describe() == "fp8 e4m3 (fp8, static activation scales)");
     const json weights = {{"num_bits", 8},     {"type", "float"},  {"strategy", "channel"},
                           {"symmetric", true}, {"dynamic", false}, {"group_size", nullptr}};
     const json dynamic = {
