@@ -300,7 +300,11 @@ TEST_SUITE("fp8_checkpoint") {
       const llama2::TensorSlice up = llama2::layer_slice(c, s, 0, llama2::LayerTensor::kWup);
       CHECK(llama2::is_fp8_slice(w, up));
       std::vector<float> got(static_cast<size_t>(up.numel()));
+      const uint64_t before = w.bytes_copied();
       llama2::read_slice_f32(w, up, got.data());
+      // Only the shard's bytes: one e4m3 byte per weight and its rows' fp32 scales.
+      CHECK(w.bytes_copied() - before ==
+            static_cast<uint64_t>(up.numel() + 4 * (up.row_end - up.row_begin)));
       for (int64_t r = up.row_begin; r < up.row_end; ++r) {
         for (int64_t k = 0; k < 8; ++k) {
           CHECK(got[(r - up.row_begin) * 8 + k] == (0.5f + r / 8.f) * stored[r * 8 + k]);
