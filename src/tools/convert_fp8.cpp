@@ -172,6 +172,7 @@ int run_convert_fp8(int argc, char** argv) {
   const ModelConfig c = parse_model_config(config, in + "/config.json");
   if (c.quant.fp8) throw Error(in + " is already an FP8 checkpoint (" + c.quant.describe() + ")");
   const WeightStore store = WeightStore::open(in);
+  validate_fp8_checkpoint(store, c);  // refuses fp8 tensors in a checkpoint that is not FP8
 
   std::vector<TensorToWrite> fp8, plain;
   uint64_t projections = 0;
@@ -202,10 +203,10 @@ int run_convert_fp8(int argc, char** argv) {
     fp8.push_back({weight_scale_name(t.name), DType::F32, scale_shape, s});
     if (static_inputs) {
       // Any positive value: the engine does not use it (it quantizes activations per token).
-      fp8.push_back({input_scale_name(t.name),
-                     DType::F32,
-                     scale_shape.empty() ? scale_shape : std::vector<int64_t>{1},
-                     {0.05f}});
+      // Scalar in the fp8 layout, [1] in compressed-tensors', as each writes its scales.
+      const std::vector<int64_t> one =
+          format == "fp8" ? std::vector<int64_t>{} : std::vector<int64_t>{1};
+      fp8.push_back({input_scale_name(t.name), DType::F32, one, {0.05f}});
     }
     plain.push_back({t.name, DType::F32, t.full_shape, std::move(deq)});
   }
