@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU-node check of FP8 checkpoints (issue 20), one H200, under 4 minutes:
-#   1. build llama2 and llama2_logits_diff into build-gpu/;
+#   1. build llama2, llama2_logits_diff and the kernel tests into build-gpu/; the host e4m3 codec
+#      against the device's quantize_rows (tests/gpu/test_fp8_codec.cu);
 #   2. `convert-fp8` small-d128-f16 and small-d64-bf16 (per-channel, compressed-tensors layout;
 #      and a per-tensor fp8-method file with static input scales) with their dequantized F32 twins;
 #   3. CUDA logits in the model's dtype (tests/integration/logits_diff.cpp, each a RESULT line):
@@ -27,7 +28,8 @@ step() {  # NAME SECONDS COMMAND...
   local rc=${PIPESTATUS[0]}
   echo "STEP $name rc=$rc seconds=$((SECONDS - t0))" | tee -a "$OUT/summary.txt"
 }
-step build 200 bash tests/gpu/node_build.sh llama2 llama2_logits_diff
+step build 200 bash tests/gpu/node_build.sh llama2 llama2_logits_diff llama2_gpu_tests
+step codec 60 build-gpu/tests/llama2_gpu_tests -tc="fp8 codec*"
 BIN=build-gpu/llama2
 DIFF=build-gpu/tests/llama2_logits_diff
 W=$(mktemp -d)
