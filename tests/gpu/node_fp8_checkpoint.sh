@@ -56,6 +56,12 @@ for md in $MODELS; do
     --against-weight-dtype int8
 done
 cuda_diff d_per_tensor_vs_twin fp16 0.5 --model $W/tensor-fp8 --against $W/tensor-deq
+# Tensor parallelism where the node has two GPUs: each rank uploads its shard of the file (rows
+# of q/k/v/gate/up with their scales, columns of o/down) as the 16-bit shard quantizes to.
+if [[ $(nvidia-smi -L 2>/dev/null | wc -l) -ge 2 ]]; then
+  step a_stored_vs_quantized_np2 60 mpirun -np 2 $DIFF --backend cuda --dtype fp16 --tolerance 0 \
+    --model $W/small-d128-f16-fp8 --against tests/models/small-d128-f16 --against-weight-dtype fp8
+fi
 for md in $MODELS; do
   m=${md%%:*} dt=${md##*:}
   step "torch_$m" 120 python3 tests/gpu/torch_fp8_check.py tests/models/$m $W/$m-fp8 $W/$m-torch
