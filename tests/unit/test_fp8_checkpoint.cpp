@@ -17,6 +17,7 @@
 #include "common/checkpoint_quant.h"
 #include "common/model_config.h"
 #include "common/shard_plan.h"
+#include "rank/engine.h"
 #include "rank/fp8_checkpoint.h"
 #include "rank/safetensors.h"
 #include "rank/weight_layout.h"
@@ -330,5 +331,36 @@ TEST_SUITE("fp8_checkpoint") {
     CHECK(contains(error_of([&] { llama2::fp8_row_scales(w, t); }),
                    "k_proj.weight_scale' row 3 holds -1.000000; a weight scale must be finite "
                    "and >= 0"));
+  }
+
+  TEST_CASE("--weight-dtype on an FP8 checkpoint: stored, dequantized or requantized") {
+    using llama2::Backend;
+    using llama2::ComputeDType;
+    using llama2::WeightDType;
+    llama2::CheckpointQuant fp8;
+    fp8.fp8 = true;
+    fp8.method = "fp8";
+    llama2::EngineConfig cfg;  // auto: the stored e4m3 where the fp8 path runs, else dequantized
+    CHECK(llama2::choose_weight_dtype(cfg, Backend::kCuda, ComputeDType::kFp16, fp8) ==
+          WeightDType::kFp8);
+    CHECK(llama2::choose_weight_dtype(cfg, Backend::kCuda, ComputeDType::kBf16, fp8) ==
+          WeightDType::kFp8);
+    CHECK(llama2::choose_weight_dtype(cfg, Backend::kCuda, ComputeDType::kFp32, fp8) ==
+          WeightDType::kAuto);
+    CHECK(llama2::choose_weight_dtype(cfg, Backend::kCpu, ComputeDType::kFp32, fp8) ==
+          WeightDType::kAuto);
+    CHECK(llama2::choose_weight_dtype(cfg, Backend::kCuda, ComputeDType::kFp16) ==
+          WeightDType::kAuto);                     // a 16-bit checkpoint: unchanged
+    cfg.weight_dtype_named = ComputeDType::kBf16;  // --weight-dtype bf16: dequantize on load
+    CHECK(llama2::choose_weight_dtype(cfg, Backend::kCuda, ComputeDType::kBf16, fp8) ==
+          WeightDType::kAuto);
+    cfg.weight_dtype_named = ComputeDType::kAuto;
+    cfg.weight_dtype = WeightDType::kInt8;  // dequantize, then quantize to int8
+    CHECK(llama2::choose_weight_dtype(cfg, Backend::kCuda, ComputeDType::kFp16, fp8) ==
+          WeightDType::kInt8);
+    cfg.weight_dtype = WeightDType::kFp8;
+    CHECK_THROWS_WITH_AS(llama2::choose_weight_dtype(cfg, Backend::kCpu, ComputeDType::kFp32, fp8),
+                         doctest::Contains("--weight-dtype fp8_e4m3 needs the cuda backend"),
+                         llama2::Error);
   }
 }
