@@ -24,7 +24,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 step() {  # NAME SECONDS COMMAND...
   local name=$1 limit=$2 t0=$SECONDS
   shift 2
-  timeout --kill-after=5 "$limit" "$@" 2>&1 | tee "$OUT/$name.log" | grep -E '^RESULT|rank 0/' || true
+  # The command's status, not grep's (no `|| true` here: it would reset PIPESTATUS).
+  timeout --kill-after=5 "$limit" "$@" 2>&1 | tee "$OUT/$name.log" | grep -E '^RESULT|rank 0/'
   local rc=${PIPESTATUS[0]}
   echo "STEP $name rc=$rc seconds=$((SECONDS - t0))" | tee -a "$OUT/summary.txt"
 }
