@@ -29,7 +29,7 @@ step() {  # NAME SECONDS COMMAND...
   local rc=${PIPESTATUS[0]}
   echo "STEP $name rc=$rc seconds=$((SECONDS - t0))" | tee -a "$OUT/summary.txt"
 }
-step build 200 bash tests/gpu/node_build.sh llama2 llama2_logits_diff llama2_gpu_tests
+step build 300 bash tests/gpu/node_build.sh llama2 llama2_logits_diff llama2_gpu_tests
 step codec 60 build-gpu/tests/llama2_gpu_tests -tc="fp8 codec*"
 BIN=build-gpu/llama2
 DIFF=build-gpu/tests/llama2_logits_diff
