@@ -1,5 +1,6 @@
 #include "rank/fp8_checkpoint.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/check.h"
