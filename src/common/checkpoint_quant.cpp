@@ -134,9 +134,19 @@ CheckpointQuant parse_checkpoint_quant(const json& config, const std::string& so
   if (method != nullptr && *method == "compressed-tensors") {
     return parse_compressed_tensors(*q, source);
   }
-  refuse(source, "quant_method", method ? *method : json(),
-         "\"fp8\", \"compressed-tensors\" with fp8 weights; other checkpoints must be "
-         "fp32/fp16/bf16");
+  if (method != nullptr && *method == "fbgemm_fp8") {
+    // fbgemm's layout: per-row weight_scale [out, 1], activations per token at run time
+    // (activation_scale_ub, fbgemm's clamp of a token's max, is not applied: per-token scales
+    // without the clamp lose nothing on ordinary activations).
+    CheckpointQuant out;
+    out.fp8 = true;
+    out.method = "fbgemm_fp8";
+    return out;
+  }
+  refuse(
+      source, "quant_method", method ? *method : json(),
+      "\"fp8\", \"compressed-tensors\" with fp8 weights, \"fbgemm_fp8\"; other checkpoints must be "
+      "fp32/fp16/bf16");
 }
 
 }  // namespace llama2

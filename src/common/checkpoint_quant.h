@@ -8,7 +8,8 @@
 //   quant_method "compressed-tensors" (llm-compressor), format "float-quantized": every config
 //     group's weights {num_bits 8, type "float", symmetric, strategy "tensor" | "channel", no
 //     group_size / block_structure}, input_activations null (weight-only) or {num_bits 8, type
-//     "float", strategy "token" (dynamic) | "tensor" (dynamic or static)}, no kv_cache_scheme.
+//     "float", strategy "token" (dynamic) | "tensor" (dynamic or static)}, no kv_cache_scheme;
+//   quant_method "fbgemm_fp8" (per-row scales, dynamic activations; every projection fp8).
 // Each q/k/v/o/gate/up/down_proj.weight [out, in] is then F8_E4M3 with a weight_scale beside it
 // (rank/fp8_checkpoint.h checks the tensors); embeddings, norms and lm_head stay 16-bit.
 #pragma once

@@ -132,6 +132,9 @@ TEST_SUITE("fp8_checkpoint") {
     CHECK_FALSE(q.static_activations);
     ct["config_groups"]["group_0"]["input_activations"] = nullptr;  // weight-only (W8A16)
     CHECK(parse(ct).fp8);
+    q = parse({{"quant_method", "fbgemm_fp8"}, {"activation_scale_ub", 1200.0}});
+    CHECK(q.fp8);
+    CHECK(q.describe() == "fp8 e4m3 (fbgemm_fp8)");
   }
 
   TEST_CASE("quantization_config: other schemes are refused naming the field") {
@@ -146,7 +149,7 @@ TEST_SUITE("fp8_checkpoint") {
     CHECK(contains(e, "per-tensor or per-channel"));
     CHECK(contains(error({{"quant_method", "gptq"}, {"bits", 4}}),
                    "quantization_config.quant_method \"gptq\" is not supported (allowed: \"fp8\", "
-                   "\"compressed-tensors\""));
+                   "\"compressed-tensors\" with fp8 weights, \"fbgemm_fp8\""));
     CHECK(contains(error({{"quant_method", "fp8"}, {"activation_scheme", "smooth"}}),
                    "activation_scheme \"smooth\""));
     CHECK(contains(error({{"quant_method", "fp8"}, {"fmt", "e5m2"}}), "fmt \"e5m2\""));
