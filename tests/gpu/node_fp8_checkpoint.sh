@@ -57,8 +57,8 @@ for md in $MODELS; do
   cuda_diff "c_int8_vs_twin_$m" "$dt" 0 --model $W/$m-fp8 --weight-dtype int8 --against $W/$m-deq \
     --against-weight-dtype int8
 done
-# Per-tensor scales: dequantized on load the file is its twin exactly; read as fp8 it runs W8A8
-# (e4m3 weights and per-token e4m3 activations) against the twin's fp16 products: fp8 rounding,
+# Per-tensor scales: dequantized on load the file is its twin exactly; read as fp8 it runs the
+# fp8 path (e4m3 weights; e4m3 activations where it quantizes them) against fp16 products,
 # judged with the bound the wquant reference check uses for this model's fp8 path against HF's
 # (2x its fp16-vs-fp32 noise, 6.52; benchmarks/RESULTS.md). 2.41 measured on 2026-12-02, the
 # figure that check measured for per-row fp8 on small-d128-f16.
