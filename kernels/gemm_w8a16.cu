@@ -18,6 +18,7 @@
 // Split K: each split stores its fp32 sums in the workspace, the last block to arrive at a tile
 // (atomic counter) adds the splits in order 0..S-1, scales and writes y.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -184,11 +185,13 @@ static __global__ void __launch_bounds__(W8A16Shape<T, BM>::kThreads)
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
       const T* row = xs + (wm * S::kWarpRows + mt * 16 + g) * kLdX + t * 16;
-      uint32_t lo[8], hi[8];  // columns 16t .. 16t+15 of rows g and g + 8, two per word
-      memcpy(lo, row, 16);
-      memcpy(lo + 4, row + 8, 16);
-      memcpy(hi, row + 8 * kLdX, 16);
-      memcpy(hi + 4, row + 8 * kLdX + 8, 16);
+      // Columns 16t .. 16t+15 of rows g and g + 8, two per word (16-byte shared loads).
+      const uint4 l0 = *reinterpret_cast<const uint4*>(row);
+      const uint4 l1 = *reinterpret_cast<const uint4*>(row + 8);
+      const uint4 h0 = *reinterpret_cast<const uint4*>(row + 8 * kLdX);
+      const uint4 h1 = *reinterpret_cast<const uint4*>(row + 8 * kLdX + 8);
+      const uint32_t lo[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
+      const uint32_t hi[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
 #pragma unroll
       for (int s = 0; s < 4; ++s) {
         const uint32_t a[4] = {lo[2 * s], hi[2 * s], lo[2 * s + 1], hi[2 * s + 1]};
@@ -217,8 +220,7 @@ static __global__ void __launch_bounds__(W8A16Shape<T, BM>::kThreads)
           T* dst = p.y + int64_t{m} * p.N + n;
           const float v0 = acc[mt][nt][2 * h] * s0, v1 = acc[mt][nt][2 * h + 1] * s1;
           if (p.pair_store) {
-            const uint32_t pr = pack2<T>(v0, v1);
-            memcpy(dst, &pr, 4);
+            *reinterpret_cast<uint32_t*>(dst) = pack2<T>(v0, v1);
           } else {
             dst[0] = from_float<T>(v0);
             if (n + 1 < p.N) dst[1] = from_float<T>(v1);
@@ -272,21 +274,52 @@ int bm_for(int M) {
   return M <= 16 ? 16 : M <= 32 ? 32 : M <= 64 ? 64 : 128;
 }
 
+// Lets the kernel take its shared memory (above the default 48 KB), once per instantiation and
+// process (one device per rank): prepare_gemm_w8a16 does it for all before any graph capture, as
+// cudaFuncSetAttribute is not a call to make while a stream is being captured.
+template <typename T, typename W, int BM>
+cudaError_t allow_smem() {
+  static std::atomic<bool> done{false};
+  if (W8A16Shape<T, BM>::kSmem <= 48 * 1024 || done.load(std::memory_order_acquire)) {
+    return cudaSuccess;
+  }
+  const cudaError_t rc =
+      cudaFuncSetAttribute(gemm_w8a16_kernel<T, W, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           W8A16Shape<T, BM>::kSmem);
+  if (rc == cudaSuccess) done.store(true, std::memory_order_release);
+  return rc;
+}
+
+template <typename T, typename W>
+cudaError_t allow_smem_all() {
+  for (const cudaError_t rc : {allow_smem<T, W, 16>(), allow_smem<T, W, 32>(),
+                               allow_smem<T, W, 64>(), allow_smem<T, W, 128>()}) {
+    if (rc != cudaSuccess) return rc;
+  }
+  return cudaSuccess;
+}
+
 template <typename T, typename W, int BM>
 cudaError_t launch_bm(const W8A16Params<T, W>& p, int splits, cudaStream_t stream) {
   using S = W8A16Shape<T, BM>;
   auto* kernel = gemm_w8a16_kernel<T, W, BM>;
-  if (S::kSmem > 48 * 1024) {
-    const cudaError_t rc =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem);
-    if (rc != cudaSuccess) return rc;
-  }
+  const cudaError_t rc = allow_smem<T, W, BM>();
+  if (rc != cudaSuccess) return rc;
   const dim3 grid(static_cast<unsigned>(ceil_div(p.M, BM)),
                   static_cast<unsigned>(ceil_div(p.N, kBN)), static_cast<unsigned>(splits));
   return launch_kernel(kernel, grid, S::kThreads, S::kSmem, stream, p);
 }
 
 }  // namespace
+
+cudaError_t prepare_gemm_w8a16() {
+  for (const cudaError_t rc :
+       {allow_smem_all<__half, int8_t>(), allow_smem_all<__nv_bfloat16, int8_t>(),
+        allow_smem_all<__half, __nv_fp8_e4m3>(), allow_smem_all<__nv_bfloat16, __nv_fp8_e4m3>()}) {
+    if (rc != cudaSuccess) return rc;
+  }
+  return cudaSuccess;
+}
 
 GemmW8A16Tiling plan_gemm_w8a16(int M, int N, int K, const GemmW8A16Workspace& ws, int force_bm) {
   GemmW8A16Tiling t;

@@ -71,6 +71,11 @@ struct GemmW8A16Args {
   int M = 0, N = 0, K = 0;
 };
 
+// Raises the shared-memory limit of every instantiation (the larger tiles take 51-104 KB), once
+// per process; the launcher does it too on first use, but a caller that captures launches into
+// CUDA graphs calls this first (CudaLinear's constructor), outside any capture.
+cudaError_t prepare_gemm_w8a16();
+
 // Launches with `tiling` (plan_gemm_w8a16's, or a forced one: tests and benchmarks). Needs
 // gemm_w8a16_fits(x, w, K), M, N >= 1, a valid tiling, and with splits > 1 a workspace that holds
 // splits x M x N partial sums and a counter per output tile (cudaErrorInvalidValue and the failed

@@ -39,6 +39,7 @@ CudaLinear<T>::CudaLinear(WeightDType wd, const LinearRouting& r, int max_rows,
   const int64_t max_k = std::max({d.hidden, d.q, d.ffn});
   const bool w8a16 = wd == WeightDType::kInt8 || (wd == WeightDType::kFp8 && fp8_w8a16_);
   if (w8a16 && kQuantizable<T> && std::min(max_rows, w8a16_rows_) > gemv_rows_) {
+    CUDA_CHECK(kernels::prepare_gemm_w8a16());  // before any graph capture
     // Split-K scratch for the largest need of any product the W8A16 GEMM may take (a few MB).
     int device = 0;
     CUDA_CHECK(cudaGetDevice(&device));
