@@ -2,8 +2,9 @@
 # The W8A16 GEMM (kernels/gemm_w8a16.cu) on a GPU node: its kernel tests, its kernel benchmark
 # against cuBLAS fp16 and the dequantize + cuBLAS path, and llama2_bench_e2e on synthetic 7B
 # shapes (batch 1 and 64 with 128-token prompts, a 2048-token prefill) for fp16 weights, int8
-# weights, and int8 with the old path forced (LLAMA2_W8A16_ROWS=0). One log per step in OUT_DIR,
-# summary.txt with one line each. About 3-4 minutes after the build.
+# weights, and int8 with the old path forced (LLAMA2_W8A16_ROWS=0); then fp8 weights at batch 64,
+# cuBLASLt FP8 against the W8A16 GEMM on e4m3 weights (LLAMA2_W8A16_FP8=1). One log per step in
+# OUT_DIR, summary.txt with one line each. About 3-4 minutes after the build.
 #
 #   bash benchmarks/quant/node_w8a16.sh OUT_DIR [PARTS]
 #   PARTS (default "tests bench e2e"): tests, bench, e2e, and wquant (tests/reference/gpu_check.sh
@@ -71,6 +72,11 @@ if has e2e; then
   e2e e2e-7b-auto -- "${args[@]}" --weight-dtype auto
   e2e e2e-7b-int8 -- "${args[@]}" --weight-dtype int8
   e2e e2e-7b-int8-dequant LLAMA2_W8A16_ROWS=0 -- "${args[@]}" --weight-dtype int8
+  # fp8 weights at batch 64: cuBLASLt FP8 (W8A8) against the W8A16 GEMM with e4m3 weights.
+  e2e e2e-7b-fp8-b64 -- --synthetic 7b --batches 64 --prompt-len 128 --prefill-lens "" \
+    --weight-dtype fp8
+  e2e e2e-7b-fp8-b64-w8a16 LLAMA2_W8A16_FP8=1 -- --synthetic 7b --batches 64 --prompt-len 128 \
+    --prefill-lens "" --weight-dtype fp8
 fi
 
 if has wquant; then
