@@ -17,6 +17,10 @@
 //     different bank quads), where ldmatrix would need the natural order.
 // Split K: each split stores its fp32 sums in the workspace, the last block to arrive at a tile
 // (atomic counter) adds the splits in order 0..S-1, scales and writes y.
+// [gate; up] with SwiGLU (the decode batch's gate|up projection, as launch_gemv_q_gate_up_swiglu
+// does for a few rows): a block loads gate rows j0..j0+63 and the up rows of the same columns, the
+// gate warps leave round_T(gate) in shared memory and the up warps write act; with split K the
+// last block combines both halves from the workspace. No [M, 2F] intermediate, one launch less.
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -24,6 +28,7 @@
 #include <type_traits>
 
 #include "common/check.h"
+#include "kernels/activation.cuh"
 #include "kernels/dtype.cuh"
 #include "kernels/gemm_w8a16.cuh"
 #include "kernels/mma.cuh"
@@ -47,6 +52,9 @@ struct W8A16Shape {
   static constexpr int kXBytes = BM * kLdX * static_cast<int>(sizeof(T));
   static constexpr int kStageBytes = kWBytes + kXBytes;
   static constexpr int kSmem = kStages * kStageBytes;
+  // Blocks per SM that the shared memory allows (228 KB): registers are capped to match (the
+  // [gate; up] epilogue otherwise took 168-174 registers at bm 64 and cost a third of the blocks).
+  static constexpr int kMinBlocks = BM == 128 ? 2 : BM == 64 ? 3 : 4;
   static_assert(kWarpRows % 16 == 0 && kStageBytes % 16 == 0, "whole m16 tiles, aligned stages");
   static_assert((kBN * kBK / 16) % kThreads == 0 && (BM * kBK / 8) % kThreads == 0,
                 "every thread copies the same number of 16-byte pieces");
@@ -114,8 +122,11 @@ __device__ __forceinline__ void weights_to_pairs(uint32_t w, uint32_t& lo, uint3
   }
 }
 
-template <typename T, typename W, int BM>
-static __global__ void __launch_bounds__(W8A16Shape<T, BM>::kThreads)
+// kSwiGLU: W is the fused [gate; up] weight [N = 2F, K] and y is act [M, F] (see the header);
+// a block's 128 W rows are then gate rows j0 .. j0+63 and up rows F + j0 .. F + j0 + 63 of its 64
+// act columns, so gate and up of one column meet in the block.
+template <typename T, typename W, int BM, bool kSwiGLU>
+static __global__ void __launch_bounds__(W8A16Shape<T, BM>::kThreads, W8A16Shape<T, BM>::kMinBlocks)
     gemm_w8a16_kernel(const W8A16Params<T, W> p) {
   wait_for_previous_grid();
   using S = W8A16Shape<T, BM>;
@@ -129,6 +140,16 @@ static __global__ void __launch_bounds__(W8A16Shape<T, BM>::kThreads)
   const int k_tiles = (p.K + kBK - 1) / kBK;
   const int kt_begin = blockIdx.z * p.k_tiles_per_split;
   const int n_kt = min(k_tiles, kt_begin + p.k_tiles_per_split) - kt_begin;
+  const int F = p.N / 2, j0 = blockIdx.y * (kBN / 2);  // kSwiGLU: act columns j0 .. j0 + 63
+  // The W row of the block's local column c (0..127), and whether it exists.
+  auto w_row = [&](int c) {
+    if constexpr (kSwiGLU) return c < kBN / 2 ? j0 + c : F + j0 + c - kBN / 2;
+    return n0 + c;
+  };
+  auto w_row_ok = [&](int c) {
+    if constexpr (kSwiGLU) return j0 + c % (kBN / 2) < F;
+    return n0 + c < p.N;
+  };
 
   // Stage kt -> buffer st. Rows past M or N and columns past K are zeros (K % 16 == 0: every
   // 16-byte piece is wholly inside or outside).
@@ -138,8 +159,8 @@ static __global__ void __launch_bounds__(W8A16Shape<T, BM>::kThreads)
 #pragma unroll
     for (int i = 0; i < kBN * kBK / 16 / kThreads; ++i) {
       const int c = tid + i * kThreads, r = c >> 2, piece = c & 3;
-      const int n = n0 + r, k = k0 + piece * 16;
-      const bool ok = n < p.N && k < p.K;
+      const int n = w_row(r), k = k0 + piece * 16;
+      const bool ok = w_row_ok(r) && k < p.K;
       cp_async16_or_zero(ws + r * kBK + piece * 16, ok ? p.w + int64_t{n} * p.K + k : p.w, ok);
     }
     T* xs = reinterpret_cast<T*>(ws + S::kWBytes);
@@ -204,8 +225,47 @@ static __global__ void __launch_bounds__(W8A16Shape<T, BM>::kThreads)
 
   // acc[mt][nt][2h + j]: row m0 + wm * kWarpRows + mt * 16 + g + 8h, column n0 + wn * 32 +
   // nt * 8 + 2t + j.
-  const int row0 = m0 + wm * S::kWarpRows + g, col0 = n0 + wn * 32 + 2 * t;
-  if (gridDim.z == 1) {
+  const int row0 = m0 + wm * S::kWarpRows + g, c0 = wn * 32 + 2 * t, col0 = n0 + c0;
+  if (kSwiGLU && gridDim.z == 1) {
+    // Gate warps (columns 0..63) leave round_T(gate) in shared memory, up warps finish.
+    constexpr int kLdG = kBN / 2 + 1;
+    float* gs = reinterpret_cast<float*>(smem);  // [BM][kLdG], over the drained stages
+    static_assert(BM * kLdG * 4 <= S::kSmem, "gate tile fits the stages");
+    __syncthreads();
+    if (wn < 2) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int c = c0 + nt * 8 + (e & 1), r = row0 - m0 + mt * 16 + 8 * (e >> 1);
+            const float s = w_row_ok(c) ? p.scale[j0 + c] : 0.f;
+            gs[r * kLdG + c] = round_to<T>(acc[mt][nt][e] * s);
+          }
+        }
+      }
+    }
+    __syncthreads();
+    if (wn >= 2) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int c = c0 - kBN / 2 + nt * 8 + (e & 1), r = row0 - m0 + mt * 16 + 8 * (e >> 1);
+            const int j = j0 + c, m = m0 + r;
+            if (j >= F || m >= p.M) continue;
+            const float u = round_to<T>(acc[mt][nt][e] * p.scale[F + j]);
+            p.y[int64_t{m} * F + j] = from_float<T>(silu_mul<T>(gs[r * kLdG + c], u));
+          }
+        }
+      }
+    }
+    return;
+  }
+  if (!kSwiGLU && gridDim.z == 1) {
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
@@ -238,14 +298,14 @@ static __global__ void __launch_bounds__(W8A16Shape<T, BM>::kThreads)
   for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {
-      const int n = col0 + nt * 8;
+      const int c = c0 + nt * 8, n = w_row(c);  // c, c + 1: the same half (gate or up)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int m = row0 + mt * 16 + 8 * h;
-        if (m >= p.M || n >= p.N) continue;
+        if (m >= p.M || !w_row_ok(c)) continue;
         float* dst = part + int64_t{m} * p.N + n;
         dst[0] = acc[mt][nt][2 * h];
-        if (n + 1 < p.N) dst[1] = acc[mt][nt][2 * h + 1];
+        if (w_row_ok(c + 1)) dst[1] = acc[mt][nt][2 * h + 1];
       }
     }
   }
@@ -260,13 +320,26 @@ static __global__ void __launch_bounds__(W8A16Shape<T, BM>::kThreads)
   __syncthreads();
   if (!last) return;
   __threadfence();
-  for (int e = tid; e < BM * kBN; e += kThreads) {
-    const int m = m0 + e / kBN, n = n0 + e % kBN;
-    if (m >= p.M || n >= p.N) continue;
+  auto split_sum = [&](int m, int n) {  // splits added in order: deterministic
     const float* src = p.partial + int64_t{m} * p.N + n;
     float sum = 0.f;
     for (int z = 0; z < static_cast<int>(gridDim.z); ++z) sum += __ldcg(src + z * MN);
-    p.y[int64_t{m} * p.N + n] = from_float<T>(sum * p.scale[n]);
+    return sum;
+  };
+  if constexpr (kSwiGLU) {
+    for (int e = tid; e < BM * (kBN / 2); e += kThreads) {
+      const int m = m0 + e / (kBN / 2), j = j0 + e % (kBN / 2);
+      if (m >= p.M || j >= F) continue;
+      const float gv = round_to<T>(split_sum(m, j) * p.scale[j]);
+      const float uv = round_to<T>(split_sum(m, F + j) * p.scale[F + j]);
+      p.y[int64_t{m} * F + j] = from_float<T>(silu_mul<T>(gv, uv));
+    }
+  } else {
+    for (int e = tid; e < BM * kBN; e += kThreads) {
+      const int m = m0 + e / kBN, n = n0 + e % kBN;
+      if (m >= p.M || n >= p.N) continue;
+      p.y[int64_t{m} * p.N + n] = from_float<T>(split_sum(m, n) * p.scale[n]);
+    }
   }
 }
 
@@ -280,14 +353,18 @@ int bm_for(int M) {
 template <typename T, typename W, int BM>
 cudaError_t allow_smem() {
   static std::atomic<bool> done{false};
-  if (W8A16Shape<T, BM>::kSmem <= 48 * 1024 || done.load(std::memory_order_acquire)) {
-    return cudaSuccess;
+  constexpr int kSmem = W8A16Shape<T, BM>::kSmem;
+  if constexpr (kSmem <= 48 * 1024) return cudaSuccess;
+  if (done.load(std::memory_order_acquire)) return cudaSuccess;
+  for (const cudaError_t rc :
+       {cudaFuncSetAttribute(gemm_w8a16_kernel<T, W, BM, false>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
+        cudaFuncSetAttribute(gemm_w8a16_kernel<T, W, BM, true>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem)}) {
+    if (rc != cudaSuccess) return rc;
   }
-  const cudaError_t rc =
-      cudaFuncSetAttribute(gemm_w8a16_kernel<T, W, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           W8A16Shape<T, BM>::kSmem);
-  if (rc == cudaSuccess) done.store(true, std::memory_order_release);
-  return rc;
+  done.store(true, std::memory_order_release);
+  return cudaSuccess;
 }
 
 template <typename T, typename W>
@@ -300,9 +377,9 @@ cudaError_t allow_smem_all() {
 }
 
 template <typename T, typename W, int BM>
-cudaError_t launch_bm(const W8A16Params<T, W>& p, int splits, cudaStream_t stream) {
+cudaError_t launch_bm(const W8A16Params<T, W>& p, bool swiglu, int splits, cudaStream_t stream) {
   using S = W8A16Shape<T, BM>;
-  auto* kernel = gemm_w8a16_kernel<T, W, BM>;
+  auto* kernel = swiglu ? gemm_w8a16_kernel<T, W, BM, true> : gemm_w8a16_kernel<T, W, BM, false>;
   const cudaError_t rc = allow_smem<T, W, BM>();
   if (rc != cudaSuccess) return rc;
   const dim3 grid(static_cast<unsigned>(ceil_div(p.M, BM)),
@@ -364,6 +441,8 @@ cudaError_t launch_gemm_w8a16(const GemmW8A16Args<T, W>& a, const GemmW8A16Tilin
                             " must be a positive multiple of 16 (16-byte pieces of a weight row)");
   LLAMA2_LAUNCH_REQUIRE(t.bm == 16 || t.bm == 32 || t.bm == 64 || t.bm == 128,
                         "bm " + std::to_string(t.bm) + ", allowed 16, 32, 64, 128");
+  LLAMA2_LAUNCH_REQUIRE(!a.gate_up_swiglu || a.N % 2 == 0,
+                        "N " + std::to_string(a.N) + " of [gate; up] must be even");
   LLAMA2_LAUNCH_REQUIRE(ceil_div(a.N, kBN) <= 65535,
                         "N " + std::to_string(a.N) + ", allowed up to 65535 x 128");
   const int64_t k_tiles = ceil_div(a.K, kBK);
@@ -394,16 +473,16 @@ cudaError_t launch_gemm_w8a16(const GemmW8A16Args<T, W>& a, const GemmW8A16Tilin
                       t.k_tiles_per_split,
                       ws.partial,
                       ws.counters,
-                      a.N % 2 == 0 && is_aligned(a.y, 4)};
+                      !a.gate_up_swiglu && a.N % 2 == 0 && is_aligned(a.y, 4)};
   switch (t.bm) {
     case 16:
-      return launch_bm<T, W, 16>(p, t.splits, stream);
+      return launch_bm<T, W, 16>(p, a.gate_up_swiglu, t.splits, stream);
     case 32:
-      return launch_bm<T, W, 32>(p, t.splits, stream);
+      return launch_bm<T, W, 32>(p, a.gate_up_swiglu, t.splits, stream);
     case 64:
-      return launch_bm<T, W, 64>(p, t.splits, stream);
+      return launch_bm<T, W, 64>(p, a.gate_up_swiglu, t.splits, stream);
     default:
-      return launch_bm<T, W, 128>(p, t.splits, stream);
+      return launch_bm<T, W, 128>(p, a.gate_up_swiglu, t.splits, stream);
   }
 }
 

@@ -67,8 +67,12 @@ struct GemmW8A16Args {
   const T* x = nullptr;          // [M, K] row-major, fp16 or bf16
   const W* w = nullptr;          // [N, K] row-major, int8_t or __nv_fp8_e4m3
   const float* scale = nullptr;  // [N] per output row of W
-  T* y = nullptr;                // [M, N]
+  T* y = nullptr;                // [M, N]; gate_up_swiglu: act [M, N / 2]
   int M = 0, N = 0, K = 0;
+  // true: W is the fused [gate; up] projection [N = 2F, K] and y is act [M, F] with
+  // act[m, j] = round_T(silu_mul(round_T(gate sum), round_T(up sum))) (kernels/activation.cuh):
+  // the numbers of the plain product into [M, 2F] followed by launch_swiglu, in one launch.
+  bool gate_up_swiglu = false;
 };
 
 // Raises the shared-memory limit of every instantiation (the larger tiles take 51-104 KB), once

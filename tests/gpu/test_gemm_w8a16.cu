@@ -18,6 +18,7 @@
 #include "gpu_test_util.h"
 #include "kernels/gemm_w8a16.cuh"
 #include "kernels/quant.cuh"
+#include "kernels/swiglu.cuh"
 #include "rank/cuda/cuda_weights.h"
 #include "rank/cuda/linear.h"
 
@@ -149,6 +150,24 @@ void check_shape(int M, int N, int K, uint32_t seed) {
     if (i == 0) first = got;
   }
   expect_close(label<T>("gemm_w8a16 rerun", shape), to_f32(dy.download()), first, Tol{0, 0});
+
+  // W as [gate; up] (N = 2F): SwiGLU in the epilogue against the plain product + launch_swiglu
+  // with the same tiling (the sums agree up to the order of fp32 additions inside the mma).
+  const int F = N / 2;
+  DeviceBuffer<T> fused(size_t(M) * F), two_step(size_t(M) * F);
+  k::GemmW8A16Args<T, Q> gu = args;
+  gu.y = fused.get();
+  gu.gate_up_swiglu = true;
+  for (const auto& t : {tilings[0], tilings[1], tilings[4]}) {
+    fused.poison();
+    LLAMA2_CUDA_REQUIRE((k::launch_gemm_w8a16<T, Q>(args, t, tw.ws, 0)));
+    LLAMA2_CUDA_REQUIRE(k::launch_swiglu<T>(dy.get(), M, F, two_step.get(), 0));
+    LLAMA2_CUDA_REQUIRE((k::launch_gemm_w8a16<T, Q>(gu, t, tw.ws, 0)));
+    LLAMA2_CUDA_REQUIRE(cudaDeviceSynchronize());
+    expect_close(label<T>("gemm_w8a16 gate_up_swiglu", shape + " bm=" + std::to_string(t.bm) +
+                                                           " splits=" + std::to_string(t.splits)),
+                 to_f32(fused.download()), to_f32(two_step.download()), Tol{rel_tol<T>(2), 1e-3});
+  }
 }
 
 }  // namespace
@@ -208,6 +227,19 @@ TEST_CASE("CudaLinear int8: the W8A16 GEMM up to LLAMA2_W8A16_ROWS, dequantize +
         for (size_t i = 0; i < bound.size(); ++i) bound[i] *= 64;  // 2^-10: a rounding of W
       }
       expect_matches<T>(what, got, want, bound);
+
+      // gate_up_swiglu on the same weight as [gate; up] (F = N / 2): the fused epilogue where
+      // the W8A16 GEMM takes M rows, nothing (false) where the dequantized copy does.
+      DeviceBuffer<T> act(size_t(M) * (N / 2)), ref(size_t(M) * (N / 2));
+      act.poison();
+      const bool fused = linear.gate_up_swiglu(dx.get(), w, act.get(), M, N / 2, K);
+      CHECK_MESSAGE(fused == !dequantized, what);
+      if (fused) {
+        LLAMA2_CUDA_REQUIRE(k::launch_swiglu<T>(dy.get(), M, N / 2, ref.get(), 0));
+        LLAMA2_CUDA_REQUIRE(cudaDeviceSynchronize());
+        expect_close(what + " gate_up_swiglu", to_f32(act.download()), to_f32(ref.download()),
+                     Tol{rel_tol<T>(2), 1e-3});
+      }
     }
   }
   cublasDestroy(blas);

@@ -110,9 +110,11 @@ bool CudaLinear<T>::use_w8a16(const void* x, const void* w, int M, int K) const 
 
 template <typename T>
 template <typename W>
-void CudaLinear<T>::gemm_w8a16(const T* x, const LinearWeight& w, T* y, int M, int N, int K) {
+void CudaLinear<T>::gemm_w8a16(const T* x, const LinearWeight& w, T* y, int M, int N, int K,
+                               bool swiglu) {
   if constexpr (kQuantizable<T>) {
-    const kernels::GemmW8A16Args<T, W> args{x, w.w.as<W>(), w.scale.as<float>(), y, M, N, K};
+    const kernels::GemmW8A16Args<T, W> args{x, w.w.as<W>(), w.scale.as<float>(), y, M, N,
+                                            K, swiglu};
     CUDA_CHECK((kernels::launch_gemm_w8a16<T, W>(args, kernels::plan_gemm_w8a16(M, N, K, w8a16_ws_),
                                                  w8a16_ws_, stream_)));
   }
@@ -180,6 +182,14 @@ void CudaLinear<T>::matmul_quantized(const T* x, const LinearWeight& w, T* y, in
 
 template <typename T>
 bool CudaLinear<T>::gate_up_swiglu(const T* x, const LinearWeight& w, T* act, int M, int F, int K) {
+  if (use_w8a16(x, w.w.as<void>(), M, K)) {  // SwiGLU in the W8A16 GEMM's epilogue
+    if (wd_ == WeightDType::kInt8) {
+      gemm_w8a16<int8_t>(x, w, act, M, 2 * F, K, true);
+    } else {
+      gemm_w8a16<E4m3>(x, w, act, M, 2 * F, K, true);
+    }
+    return true;
+  }
   if (!use_gemv(x, w.w.as<void>(), M, K)) return false;
   if (wd_ == WeightDType::kAuto) {
     CUDA_CHECK(kernels::launch_gemv_gate_up_swiglu<T>(x, w.w.as<T>(), act, M, F, K, stream_));

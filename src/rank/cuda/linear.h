@@ -54,8 +54,9 @@ class CudaLinear {
   void matmul(const T* x, const LinearWeight& w, T* y, int M, int N, int K);
   // The same with W in T whatever the weight dtype (the LM head).
   void matmul_plain(const T* x, const T* w, T* y, int M, int N, int K);
-  // One launch for act [M, F] = silu(x . gate^T) * (x . up^T) when the GEMV takes M rows (true);
-  // otherwise false and nothing is done (the caller runs matmul into [M, 2F], then SwiGLU).
+  // One launch for act [M, F] = silu(x . gate^T) * (x . up^T) when the GEMV or the W8A16 GEMM
+  // takes M rows (true); otherwise false and nothing is done (the caller runs matmul into
+  // [M, 2F], then SwiGLU).
   bool gate_up_swiglu(const T* x, const LinearWeight& w, T* act, int M, int F, int K);
 
   // Device bytes of the scratch buffers (activation quantization, int8's dequantized copy, the
@@ -71,8 +72,10 @@ class CudaLinear {
   bool use_gemv(const void* x, const void* w, int M, int K) const;
   // M rows go to the W8A16 GEMM (int8 weights, or fp8 with LLAMA2_W8A16_FP8=1).
   bool use_w8a16(const void* x, const void* w, int M, int K) const;
+  // swiglu: W is [gate; up] (N = 2F) and y is act [M, F].
   template <typename W>
-  void gemm_w8a16(const T* x, const LinearWeight& w, T* y, int M, int N, int K);
+  void gemm_w8a16(const T* x, const LinearWeight& w, T* y, int M, int N, int K,
+                  bool swiglu = false);
   void matmul_quantized(const T* x, const LinearWeight& w, T* y, int M, int N, int K);
   void gate_up_quantized(const T* x, const LinearWeight& w, T* act, int M, int F, int K);
 
