@@ -54,7 +54,8 @@ struct W8A16Shape {
   static constexpr int kSmem = kStages * kStageBytes;
   // Blocks per SM that the shared memory allows (228 KB): registers are capped to match (the
   // [gate; up] epilogue otherwise took 168-174 registers at bm 64 and cost a third of the blocks).
-  static constexpr int kMinBlocks = BM == 128 ? 2 : BM == 64 ? 3 : 4;
+  static constexpr int kMinBlocks = BM == 128 ? 2 : BM == 64 ? 3 : BM == 32 ? 4 : 5;
+  static_assert(kMinBlocks * (kSmem + 1024) <= 232448, "the blocks fit an SM's shared memory");
   static_assert(kWarpRows % 16 == 0 && kStageBytes % 16 == 0, "whole m16 tiles, aligned stages");
   static_assert((kBN * kBK / 16) % kThreads == 0 && (BM * kBK / 8) % kThreads == 0,
                 "every thread copies the same number of 16-byte pieces");
@@ -347,6 +348,19 @@ int bm_for(int M) {
   return M <= 16 ? 16 : M <= 32 ? 32 : M <= 64 ? 64 : 128;
 }
 
+int blocks_per_sm(int bm) {
+  switch (bm) {
+    case 16:
+      return W8A16Shape<__half, 16>::kMinBlocks;
+    case 32:
+      return W8A16Shape<__half, 32>::kMinBlocks;
+    case 64:
+      return W8A16Shape<__half, 64>::kMinBlocks;
+    default:
+      return W8A16Shape<__half, 128>::kMinBlocks;
+  }
+}
+
 // Lets the kernel take its shared memory (above the default 48 KB), once per instantiation and
 // process (one device per rank): prepare_gemm_w8a16 does it for all before any graph capture, as
 // cudaFuncSetAttribute is not a call to make while a stream is being captured.
@@ -405,11 +419,12 @@ GemmW8A16Tiling plan_gemm_w8a16(int M, int N, int K, const GemmW8A16Workspace& w
   t.k_tiles_per_split = std::max(k_tiles, 1);
   if (M < 1 || N < 1 || K < 1 || t.bm < 16) return t;
   const int64_t tiles = ceil_div(M, t.bm) * ceil_div(N, kBN);
-  // About two blocks per multiprocessor: one wave of single blocks keeps too few bytes of W in
-  // flight per SM for HBM (Little's law: ~30 KB per SM at ~1 us latency), one stage is 8 KB.
-  const int64_t target = 2 * int64_t{ws.sm_count};
-  if (tiles >= target || tiles > ws.n_counters) return t;
-  int64_t splits = std::min<int64_t>(ceil_div(target, tiles), k_tiles / kMinSplitTiles);
+  // As many blocks as fit the GPU at once (full occupancy, one wave: a second, partial wave
+  // would leave SMs idle): fewer blocks keep too few bytes of W in flight for HBM (Little's law:
+  // ~30 KB per SM at ~1 us latency; a block has 3 stages of 8 KB in flight).
+  const int64_t slots = int64_t{ws.sm_count} * blocks_per_sm(t.bm);
+  if (2 * tiles > slots || tiles > ws.n_counters) return t;
+  int64_t splits = std::min<int64_t>(slots / tiles, k_tiles / kMinSplitTiles);
   const int64_t room = int64_t{M} * N > 0 ? ws.partial_elems / (int64_t{M} * N) : 0;
   splits = std::min(splits, room);
   if (splits <= 1) return t;
@@ -428,7 +443,7 @@ int64_t gemm_w8a16_partial_elems(int M, int N, int K, int sm_count) {
 }
 
 int gemm_w8a16_counters(int sm_count) {
-  return 2 * sm_count;  // only grids of fewer tiles than that split K
+  return 3 * sm_count;  // only grids of at most half the slots (5 blocks per SM at most) split K
 }
 
 template <typename T, typename W>

@@ -43,9 +43,10 @@ struct GemmW8A16Workspace {
   int n_counters = 0;         //   last block of a tile puts its count back to 0)
 };
 
-// The tiling the launcher uses for M x N x K: bm from M (force_bm, if not 0, instead), and split K
-// until the grid has about two blocks per multiprocessor (each split at least 4 stages), as far as
-// ws holds the partial sums. Deterministic in its arguments.
+// The tiling the launcher uses for M x N x K: bm from M (force_bm, if not 0, instead), and, when
+// the output tiles fill at most half of the blocks the GPU runs at once, split K into as many
+// ranges as fit in one wave (each at least 4 stages), as far as ws holds the partial sums.
+// Deterministic in its arguments.
 GemmW8A16Tiling plan_gemm_w8a16(int M, int N, int K, const GemmW8A16Workspace& ws,
                                 int force_bm = 0);
 // The partial-sum elements plan_gemm_w8a16 would like for this shape with an unlimited workspace
