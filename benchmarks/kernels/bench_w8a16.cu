@@ -25,6 +25,7 @@
 #include "common/check.h"
 #include "kernels/gemm_w8a16.cuh"
 #include "kernels/quant.cuh"
+#include "kernels/swiglu.cuh"
 #include "rank/cuda/device_buffer.h"
 #include "rank/cuda/fp8_gemm.h"
 
@@ -193,6 +194,41 @@ int bench_w8a16() {
   std::printf(
       "  (tile: rows per block x splits of K; deq: launch_dequantize_rows alone, HBM "
       "bytes 3 per weight)\n");
+
+  // The gate|up projection with SwiGLU in the epilogue against the product into [M, 2F] followed
+  // by launch_swiglu (what the engine runs where the W8A16 GEMM takes the rows).
+  {
+    const Shape s = shapes[2];
+    const int F = s.N / 2;
+    const size_t w_elems = size_t(s.N) * s.K;
+    const int copies8 = static_cast<int>(std::clamp<size_t>(kPoolBytes / w_elems, 1, 8));
+    std::printf(
+        "\ngate|up + SwiGLU (N %d, K %d): fused epilogue vs product + launch_swiglu\n"
+        "%5s | %9s | %9s\n",
+        s.N, s.K, "M", "fused us", "two-step");
+    for (const int M : {16, 64, 256}) {
+      const k::GemmW8A16Tiling t = k::plan_gemm_w8a16(M, s.N, s.K, ws);
+      auto args = [&](int i, bool fused) {
+        k::GemmW8A16Args<T, int8_t> a{x.as<T>(),
+                                      w8.as<int8_t>() + (i % copies8) * w_elems,
+                                      scale.as<float>(),
+                                      fused ? y_ref.as<T>() : y.as<T>(),
+                                      M,
+                                      s.N,
+                                      s.K,
+                                      fused};
+        return a;
+      };
+      const double fused_us = time_us([&](int i) {
+        CUDA_CHECK((k::launch_gemm_w8a16<T, int8_t>(args(i, true), t, ws, nullptr)));
+      });
+      const double two_us = time_us([&](int i) {
+        CUDA_CHECK((k::launch_gemm_w8a16<T, int8_t>(args(i, false), t, ws, nullptr)));
+        CUDA_CHECK(k::launch_swiglu<T>(y.as<T>(), M, F, y_ref.as<T>(), nullptr));
+      });
+      std::printf("%5d | %9.1f | %9.1f\n", M, fused_us, two_us);
+    }
+  }
 
   // e4m3 weights: the W8A16 kernel (x in fp16) against the engine's FP8 path (x quantized per
   // row, cuBLASLt FP8 GEMM, scales applied by launch_scale_outer).
