@@ -272,7 +272,7 @@ TEST_SUITE("tuning_knobs") {
     CHECK(k.step_log == "/tmp/steps");
     CHECK((k.test_stall.step == 5 && k.test_stall.rank == 1 && k.test_stall.ms == 3000));
     CHECK(knobs({{"LLAMA2_GEMV", "8"}}).gemv_rows == 8);
-    CHECK(knobs({}).w8a16_rows == 256);
+    CHECK(knobs({}).w8a16_rows == 0);
     CHECK(knobs({{"LLAMA2_W8A16_ROWS", "0"}}).w8a16_rows == 0);
     CHECK(knobs({{"LLAMA2_W8A16_ROWS", "4096"}}).w8a16_rows == 4096);
     CHECK(!knobs({}).fp8_w8a16);

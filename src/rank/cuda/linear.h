@@ -1,12 +1,12 @@
 // The projections of a layer (y = x . W^T) in the engine's weight dtype (--weight-dtype):
 //   auto  W in T: the GEMV kernel for up to LLAMA2_GEMV rows (weight streaming), cuBLAS above.
 //   int8  W8A16: the GEMV dequantizes in its loop (one scale per output row, applied to the sum);
-//         up to LLAMA2_W8A16_ROWS rows (default 256; decode batches, prefill chunks): the
-//         tensor-core W8A16 GEMM (kernels/gemm_w8a16.cuh), which converts W's bytes in registers
-//         and applies the scale to the sums the same way; more rows (long prefills): cuBLAS on a
-//         dequantized T copy of W (a scratch the size of the largest projection), where cuBLAS's
-//         wgmma kernels outrun mma.sync by more than the dequantize costs. LLAMA2_W8A16_ROWS=0:
-//         the dequantized copy for every product above the GEMV (the path before the W8A16 GEMM).
+//         more rows: cuBLAS on a dequantized T copy of W (a scratch the size of the largest
+//         projection; the default), or, up to LLAMA2_W8A16_ROWS rows (default 0: none; 256 is the
+//         A/B value), the tensor-core W8A16 GEMM (kernels/gemm_w8a16.cuh), which converts W's
+//         bytes in registers and applies the scale to the sums as the GEMV does. Long prefills
+//         keep the dequantized copy: cuBLAS's wgmma kernels outrun mma.sync by more than the
+//         dequantize costs.
 //   fp8   W8A8: x is quantized to e4m3 per token first (launch_quantize_rows), so every path
 //         computes the same numbers and a sequence's output does not depend on how many rows
 //         share its step; then the GEMV for few rows and cuBLASLt's FP8 GEMM (fp8_gemm.h) above.
@@ -32,7 +32,7 @@ namespace llama2 {
 // LLAMA2_W8A16_FP8).
 struct LinearRouting {
   int gemv_rows = 1;
-  int w8a16_rows = 256;
+  int w8a16_rows = 0;
   bool fp8_w8a16 = false;
 };
 
