@@ -2,7 +2,8 @@
 # The W8A16 GEMM (kernels/gemm_w8a16.cu) on a GPU node: its kernel tests, its kernel benchmark
 # against cuBLAS fp16 and the dequantize + cuBLAS path, and llama2_bench_e2e on synthetic 7B
 # shapes (batch 1 and 64 with 128-token prompts, a 2048-token prefill) for fp16 weights, int8
-# weights, and int8 with the old path forced (LLAMA2_W8A16_ROWS=0); then fp8 weights at batch 64,
+# weights (the default path: dequantize + cuBLAS above the GEMV), and int8 with the W8A16 GEMM up
+# to 256 rows (LLAMA2_W8A16_ROWS=256); then fp8 weights at batch 64,
 # cuBLASLt FP8 against the W8A16 GEMM on e4m3 weights (LLAMA2_W8A16_FP8=1). One log per step in
 # OUT_DIR, summary.txt with one line each. About 3-4 minutes after the build.
 #
@@ -70,8 +71,8 @@ PY
 if has e2e; then
   args=(--synthetic 7b --batches 1,64 --prompt-len 128 --prefill-lens 2048)
   e2e e2e-7b-auto -- "${args[@]}" --weight-dtype auto
-  e2e e2e-7b-int8 -- "${args[@]}" --weight-dtype int8
-  e2e e2e-7b-int8-dequant LLAMA2_W8A16_ROWS=0 -- "${args[@]}" --weight-dtype int8
+  e2e e2e-7b-int8 -- "${args[@]}" --weight-dtype int8  # the default: dequantize + cuBLAS
+  e2e e2e-7b-int8-w8a16 LLAMA2_W8A16_ROWS=256 -- "${args[@]}" --weight-dtype int8
   # fp8 weights at batch 64: cuBLASLt FP8 (W8A8) against the W8A16 GEMM with e4m3 weights.
   e2e e2e-7b-fp8-b64 -- --synthetic 7b --batches 64 --prompt-len 128 --prefill-lens "" \
     --weight-dtype fp8
