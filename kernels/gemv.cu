@@ -5,16 +5,12 @@
 #include "kernels/activation.cuh"
 #include "kernels/dtype.cuh"
 #include "kernels/gemv.cuh"
+#include "kernels/gemv_common.cuh"
 #include "kernels/reduce.cuh"
 
 namespace llama2::kernels {
 namespace {
-
-constexpr int kWarps = 8;
-// Plain products with at most this many rows of W give each warp one row (R = 1) instead of two:
-// o_proj and down_proj of 7B (4096 rows) then fill 512 blocks instead of 256, and the loop is
-// unrolled twice as far, so each SM keeps as many bytes in flight as on the larger matrices.
-constexpr int kOneRowMaxN = 8192;
+using namespace gemv_detail;
 
 // Plain: a warp owns rows n0 .. n0 + R - 1 of W and writes those columns of y.
 // kGateUp: W is the fused [gate; up] matrix [2N, K]; a warp owns output j = its index, reads rows
@@ -69,26 +65,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     if constexpr (kWScale) f *= w_scale[row];
     return f;
   };
-  if constexpr (kGateUp) {
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-      const float g = round_to<T>(warp_sum(acc[0][m]) * factor(m, n0));
-      const float u = round_to<T>(warp_sum(acc[R - 1][m]) * factor(m, n1));
-      if (lane == m) y[static_cast<int64_t>(m) * N + n0] = from_float<T>(silu_mul<T>(g, u));
-    }
-  } else {
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-#pragma unroll
-      for (int m = 0; m < M; ++m) {
-        const float s = warp_sum(acc[r][m]);
-        // Lane (r * M + m) writes one output: the stores of a warp go out together.
-        if (lane == r * M + m && (r == 0 || two)) {
-          y[static_cast<int64_t>(m) * N + n0 + r] = from_float<T>(s * factor(m, n0 + r));
-        }
-      }
-    }
-  }
+  store_rows<T, M, kGateUp, R>(acc, factor, y, N, n0, n1, two, lane);
 }
 
 template <typename T, typename X, typename W, int M, bool kGateUp>
@@ -107,7 +84,17 @@ void launch_m(const X* x, const float* xs, const W* w, const float* ws, T* y, in
 
 template <typename T, typename X, typename W, bool kGateUp>
 cudaError_t launch_gemv_kind(const X* x, const float* xs, const W* w, const float* ws, T* y, int M,
-                             int N, int K, cudaStream_t stream) {
+                             int N, int K, cudaStream_t stream, GemvMath math = GemvMath::kAuto) {
+  // W8A16: 1-byte W, x in T. The generic kernel (kConvert) is kept only for int8 W (the A/B).
+  constexpr bool kW8A16 = sizeof(W) == 1 && std::is_same_v<X, T>;
+  constexpr bool kConvertable = !kW8A16 || std::is_same_v<W, int8_t>;
+  if (math == GemvMath::kAuto) math = kW8A16 ? GemvMath::kFp32 : GemvMath::kConvert;
+  LLAMA2_LAUNCH_REQUIRE(
+      math == GemvMath::kConvert ? kConvertable
+                                 : kW8A16 && (math == GemvMath::kFp32 || std::is_same_v<T, __half>),
+      "GemvMath " + std::to_string(static_cast<int>(math)) + " does not take W " +
+          std::to_string(sizeof(W)) + " bytes, x " + (std::is_same_v<X, T> ? "in T" : "fp8") +
+          ", T " + dtype_name<T>() + " (kHalf2: fp16 x; kFp32/kHalf2: 1-byte W, x in T)");
   LLAMA2_LAUNCH_REQUIRE(M >= 1 && M <= kGemvMaxRows,
                         "M " + std::to_string(M) + ", allowed 1.." + std::to_string(kGemvMaxRows));
   LLAMA2_LAUNCH_REQUIRE(N >= 1, "N " + std::to_string(N));
@@ -119,22 +106,16 @@ cudaError_t launch_gemv_kind(const X* x, const float* xs, const W* w, const floa
       (std::is_same_v<X, T> || xs != nullptr) && (std::is_same_v<W, T> || ws != nullptr),
       "a quantized operand needs its scales");
   LLAMA2_LAUNCH_REQUIRE(is_aligned(x, 16) && is_aligned(w, 16), "16-byte alignment");
-  switch (M) {
-#define LLAMA2_GEMV_CASE(m)                                       \
-  case m:                                                         \
-    launch_m<T, X, W, m, kGateUp>(x, xs, w, ws, y, N, K, stream); \
-    break;
-    LLAMA2_GEMV_CASE(1)
-    LLAMA2_GEMV_CASE(2)
-    LLAMA2_GEMV_CASE(3)
-    LLAMA2_GEMV_CASE(4)
-    LLAMA2_GEMV_CASE(5)
-    LLAMA2_GEMV_CASE(6)
-    LLAMA2_GEMV_CASE(7)
-#undef LLAMA2_GEMV_CASE
-    default:
-      launch_m<T, X, W, 8, kGateUp>(x, xs, w, ws, y, N, K, stream);
-      break;
+  if constexpr (kW8A16) {
+    if (math != GemvMath::kConvert) {
+      launch_gemv_w8<T, W, kGateUp>(x, w, ws, y, M, N, K, math == GemvMath::kHalf2, stream);
+      return cudaGetLastError();
+    }
+  }
+  if constexpr (kConvertable) {
+    with_rows(M, [&](auto m) {
+      launch_m<T, X, W, decltype(m)::value, kGateUp>(x, xs, w, ws, y, N, K, stream);
+    });
   }
   return cudaGetLastError();
 }
@@ -154,15 +135,16 @@ cudaError_t launch_gemv_gate_up_swiglu(const T* x, const T* w_gate_up, T* act, i
 
 template <typename T, typename X, typename W>
 cudaError_t launch_gemv_q(const X* x, const float* x_scale, const W* w, const float* w_scale, T* y,
-                          int M, int N, int K, cudaStream_t stream) {
-  return launch_gemv_kind<T, X, W, false>(x, x_scale, w, w_scale, y, M, N, K, stream);
+                          int M, int N, int K, cudaStream_t stream, GemvMath math) {
+  return launch_gemv_kind<T, X, W, false>(x, x_scale, w, w_scale, y, M, N, K, stream, math);
 }
 
 template <typename T, typename X, typename W>
 cudaError_t launch_gemv_q_gate_up_swiglu(const X* x, const float* x_scale, const W* w_gate_up,
                                          const float* w_scale, T* act, int M, int F, int K,
-                                         cudaStream_t stream) {
-  return launch_gemv_kind<T, X, W, true>(x, x_scale, w_gate_up, w_scale, act, M, F, K, stream);
+                                         cudaStream_t stream, GemvMath math) {
+  return launch_gemv_kind<T, X, W, true>(x, x_scale, w_gate_up, w_scale, act, M, F, K, stream,
+                                         math);
 }
 
 #define LLAMA2_INSTANTIATE(T)                                                               \
@@ -176,11 +158,13 @@ LLAMA2_INSTANTIATE(__nv_bfloat16)
 
 #define LLAMA2_INSTANTIATE_Q(T, X, W)                                                             \
   template cudaError_t launch_gemv_q<T, X, W>(const X*, const float*, const W*, const float*, T*, \
-                                              int, int, int, cudaStream_t);                       \
+                                              int, int, int, cudaStream_t, GemvMath);             \
   template cudaError_t launch_gemv_q_gate_up_swiglu<T, X, W>(                                     \
-      const X*, const float*, const W*, const float*, T*, int, int, int, cudaStream_t);
+      const X*, const float*, const W*, const float*, T*, int, int, int, cudaStream_t, GemvMath);
 LLAMA2_INSTANTIATE_Q(__half, __half, int8_t)
 LLAMA2_INSTANTIATE_Q(__nv_bfloat16, __nv_bfloat16, int8_t)
+LLAMA2_INSTANTIATE_Q(__half, __half, __nv_fp8_e4m3)
+LLAMA2_INSTANTIATE_Q(__nv_bfloat16, __nv_bfloat16, __nv_fp8_e4m3)
 LLAMA2_INSTANTIATE_Q(__half, __nv_fp8_e4m3, __nv_fp8_e4m3)
 LLAMA2_INSTANTIATE_Q(__nv_bfloat16, __nv_fp8_e4m3, __nv_fp8_e4m3)
 #undef LLAMA2_INSTANTIATE_Q

@@ -44,20 +44,36 @@ cudaError_t launch_gemv_gate_up_swiglu(const T* x,          // [M, K]
                                        T* act,              // [M, F]
                                        int M, int F, int K, cudaStream_t stream);
 
-// Quantized weights (--weight-dtype, kernels/quant.cuh): W is int8_t (with x of T: W8A16) or
-// __nv_fp8_e4m3 (with x quantized to e4m3 per row by launch_quantize_rows: W8A8), with one fp32
-// scale per row of W (w_scale[N], gate|up: [2F]) and, for fp8 x, per row of x (x_scale[M]):
-// y[m, n] = round_T(x_scale[m] * w_scale[n] * sum_k x[m, k] * w[n, k]), fp32 accumulation. The
-// same launch shape as launch_gemv, with 16 weights per 16-byte load; needs gemv_fits(x, w, M, K).
+// How launch_gemv_q turns 1-byte weights into numbers (LLAMA2_QGEMV, src/common/tuning_knobs.h).
+//   kAuto     kFp32 for activations in T, kConvert for fp8 activations.
+//   kConvert  every element of W and x through the generic fp32 conversions (dtype.cuh: int8 by
+//             I2F, e4m3 by e4m3x2 -> f16x2 -> fp32): the kernel before the cheap conversions, kept
+//             for the A/B. Instantiated for int8 W with x in T and for e4m3 W with e4m3 x only.
+//   kFp32     W8A16 (x in T) with kernels/w8_convert.cuh's conversions (int8: byte permute +
+//             one subtract) and fp32 FMAs: the same sums as kConvert, bit for bit.
+//   kHalf2    W8A16 with fp16 x only: f16x2 products summed in fp16 over each 16-weight load
+//             (8 terms), then in fp32; about twice fewer instructions per weight than kFp32 and
+//             one more fp16 rounding per 8 products.
+enum class GemvMath { kAuto, kConvert, kFp32, kHalf2 };
+
+// Quantized weights (--weight-dtype, kernels/quant.cuh): W is int8_t or __nv_fp8_e4m3 with one
+// fp32 scale per row of W (w_scale[N], gate|up: [2F]); x is T (W8A16, the engine's GEMV for both
+// weight dtypes) or, with W e4m3, x quantized to e4m3 per row by launch_quantize_rows with
+// x_scale[M] (W8A8: the path before 2026-12-02, kept for LLAMA2_QGEMV=old):
+// y[m, n] = round_T(x_scale[m] * w_scale[n] * sum_k x[m, k] * w[n, k]), fp32 accumulation
+// (kHalf2: see GemvMath). The same launch shape as launch_gemv, with 16 weights per 16-byte load;
+// needs gemv_fits(x, w, M, K); a math the operands do not take is cudaErrorInvalidValue.
 template <typename T, typename X, typename W>
 cudaError_t launch_gemv_q(const X* x, const float* x_scale,  // [M, K], [M] (fp8 x) or nullptr
                           const W* w, const float* w_scale,  // [N, K], [N]
                           T* y,                              // [M, N]
-                          int M, int N, int K, cudaStream_t stream);
+                          int M, int N, int K, cudaStream_t stream,
+                          GemvMath math = GemvMath::kAuto);
 template <typename T, typename X, typename W>
 cudaError_t launch_gemv_q_gate_up_swiglu(const X* x, const float* x_scale,          // [M, K], [M]
                                          const W* w_gate_up, const float* w_scale,  // [2F, K], [2F]
                                          T* act,                                    // [M, F]
-                                         int M, int F, int K, cudaStream_t stream);
+                                         int M, int F, int K, cudaStream_t stream,
+                                         GemvMath math = GemvMath::kAuto);
 
 }  // namespace llama2::kernels

@@ -19,8 +19,9 @@ enum class ComputeDType { kAuto, kFp16, kBf16, kFp32 };
 enum class KvCacheDType { kAuto, kFp8E4m3 };
 // The element type of the projection weights (q|k|v, o, gate|up, down; embeddings, norms and the
 // LM head stay in the compute dtype): kAuto keeps the compute dtype (also what --weight-dtype fp16
-// or bf16 ask for, when they name it); kFp8 is e4m3 with a scale per output channel and
-// activations quantized per token (W8A8); kInt8 is int8 with a scale per output channel and
+// or bf16 ask for, when they name it); kFp8 is e4m3 with a scale per output channel, activations
+// in fp16/bf16 for the GEMV's few rows (W8A16) and quantized per token above (W8A8 on FP8 tensor
+// cores; src/rank/cuda/linear.h); kInt8 is int8 with a scale per output channel and
 // fp16/bf16 activations (W8A16). Both are quantized at load, on the GPU, each rank its shard.
 enum class WeightDType { kAuto, kFp8, kInt8 };
 

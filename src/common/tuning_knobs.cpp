@@ -105,6 +105,11 @@ TuningKnobs parse_tuning_knobs(const EnvLookup& env) {
                                                     {"wmma", PrefillKernelChoice::kWmma},
                                                     {"mma", PrefillKernelChoice::kMma}});
   }
+  if (const char* v = get("LLAMA2_QGEMV")) {
+    k.qgemv = choice<QgemvChoice>(
+        "LLAMA2_QGEMV", v,
+        {{"auto", QgemvChoice::kAuto}, {"half2", QgemvChoice::kHalf2}, {"old", QgemvChoice::kOld}});
+  }
   if (const char* v = get("LLAMA2_WARMUP")) k.warmup = on_off("LLAMA2_WARMUP", v);
   if (const char* v = get("LLAMA2_MIXED_DECODE")) k.mixed_decode = on_off("LLAMA2_MIXED_DECODE", v);
   if (const char* v = get("LLAMA2_OP_PROFILE")) k.op_profile = on_off("LLAMA2_OP_PROFILE", v);

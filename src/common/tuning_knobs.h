@@ -25,6 +25,11 @@ enum class CpuSplit { kAuto, kColumns, kRows };
 enum class DecodeKernelChoice { kAuto, kBlock, kWarp };
 // Which CUDA prefill attention kernel runs (kernels/attention_prefill.cuh's PrefillKernel).
 enum class PrefillKernelChoice { kAuto, kWmma, kMma };
+// How the CUDA GEMV multiplies 1-byte weights (--weight-dtype fp8 | int8; kernels/gemv.cuh's
+// GemvMath): kAuto the default (fp32 FMAs after cheap conversions), kHalf2 f16x2 products for fp16
+// models, kOld the path before 2026-12-02 (generic conversions; fp8 with per-token fp8
+// activations, a quantize launch before every GEMV), kept for the A/B.
+enum class QgemvChoice { kAuto, kHalf2, kOld };
 
 // A test hook (LLAMA2_TEST_STALL=STEP[:RANK[:MS]]): world rank RANK (default 0) sleeps MS
 // milliseconds (default 0: for ever) at the start of its engine's step STEP (steps count from 1,
@@ -58,6 +63,7 @@ struct TuningKnobs {
   bool pdl = true;  // LLAMA2_PDL=0|1: programmatic dependent launch (cuda)
   DecodeKernelChoice decode_kernel = DecodeKernelChoice::kAuto;     // LLAMA2_DECODE_KERNEL
   PrefillKernelChoice prefill_kernel = PrefillKernelChoice::kAuto;  // LLAMA2_PREFILL_KERNEL
+  QgemvChoice qgemv = QgemvChoice::kAuto;                           // LLAMA2_QGEMV
   bool warmup = true;            // LLAMA2_WARMUP=0|1: warm-up steps at start-up (cuda)
   bool mixed_decode = true;      // LLAMA2_MIXED_DECODE=0|1: decode kernel for mixed steps' rows
   bool op_profile = false;       // LLAMA2_OP_PROFILE=0|1: per-op GPU times per step (stderr)

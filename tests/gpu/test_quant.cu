@@ -2,9 +2,11 @@
 // against the host's rule, the quantized GEMV (kernels/gemv.cu, launch_gemv_q) and the cuBLASLt
 // FP8 GEMM (src/rank/cuda/fp8_gemm.cu) against a double-precision reference of the same
 // quantized operands.
-//   gemv_q: the products of e4m3 x e4m3 and int8 x (bf16-exact) are exact in fp32, so only the
-//           fp32 summation order and the final rounding to T differ: rtol one rounding of T,
-//           atol 2e-6 * K * the scales.
+//   gemv_q: the products of e4m3 x e4m3 and int8 / e4m3 x (bf16-exact) are exact in fp32, so
+//           only the fp32 summation order and the final rounding to T differ: rtol one rounding
+//           of T, atol 2e-6 * K * the scales. GemvMath::kHalf2 (f16x2 sums of 8 products) adds
+//           at most 8 fp16 roundings of each 8-term partial sum: 2^-8 * sum_k |x w|, plus 2^-25
+//           per product that lands among fp16's subnormals (times the 1024 pre-scale).
 //   FP8 GEMM: tensor-core accumulation (cuBLASLt may add partial sums in reduced precision):
 //           |err| <= 2^-12 * sum_k |x w| * scales + one rounding of T.
 #include <cmath>
@@ -102,7 +104,7 @@ TEST_CASE("quantize_rows: the host's rule exactly, int8 and fp8 e4m3, and dequan
   run(__nv_fp8_e4m3{});
 }
 
-TEST_CASE("gemv_q: int8 weights (W8A16) and fp8 weights with fp8 activations (W8A8)") {
+TEST_CASE("gemv_q kConvert: int8 weights (W8A16) and fp8 weights with fp8 activations (W8A8)") {
   LLAMA2_GPU_TEST_OR_SKIP();
   for (int M : {1, 3, 8}) {
     for (int N : {1, 17, 8209}) {
@@ -127,8 +129,9 @@ TEST_CASE("gemv_q: int8 weights (W8A16) and fp8 weights with fp8 activations (W8
             DeviceBuffer<int8_t> dw(wi);
             DeviceBuffer<float> dsw(si);
             dy.poison();
-            LLAMA2_CUDA_REQUIRE((k::launch_gemv_q<T, T, int8_t>(dx.get(), nullptr, dw.get(),
-                                                                dsw.get(), dy.get(), M, N, K, 0)));
+            LLAMA2_CUDA_REQUIRE(
+                (k::launch_gemv_q<T, T, int8_t>(dx.get(), nullptr, dw.get(), dsw.get(), dy.get(), M,
+                                                N, K, 0, k::GemvMath::kConvert)));
             LLAMA2_CUDA_REQUIRE(cudaDeviceSynchronize());
             expect_close(std::string("gemv_q int8 ") + k::dtype_name<T>() + shape,
                          to_f32(dy.download()), want, Tol{rel_tol<T>(1), 2e-6 * K * 0.02});
@@ -217,4 +220,152 @@ TEST_CASE("Fp8Gemm: cuBLASLt FP8 with per-row scales matches the quantized refer
                                            << want[worst] << " (" << worst_ratio << " x bound)");
     }
   }
+}
+
+namespace {
+
+// |got - want| <= rtol |want| + frac * bound + atol everywhere (bound = sum_k |x w|).
+void expect_within(const std::string& what, const std::vector<float>& got,
+                   const std::vector<float>& want, const std::vector<double>& bound, double rtol,
+                   double frac, double atol) {
+  size_t bad = 0, worst = 0;
+  double worst_ratio = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double lim = rtol * std::fabs(want[i]) + frac * bound[i] + atol;
+    const double ratio = std::fabs(double(got[i]) - want[i]) / lim;
+    if (!(ratio <= 1)) ++bad;
+    if (!(ratio <= worst_ratio)) {
+      worst_ratio = ratio;
+      worst = i;
+    }
+  }
+  CHECK_MESSAGE(bad == 0, what << ": " << bad << " outside; worst [" << worst << "] got "
+                               << got[worst] << " want " << want[worst] << " (" << worst_ratio
+                               << " x bound)");
+}
+
+}  // namespace
+
+TEST_CASE("gemv_q W8A16: int8 / fp8 weights, fp16 / bf16 x, every GemvMath, M 1..8") {
+  LLAMA2_GPU_TEST_OR_SKIP();
+  struct Shape {
+    int N, K;
+  };
+  // N odd (one row per warp up to 8192, two above: a lone last row), K = 16 * odd.
+  std::vector<std::pair<int, Shape>> cases;
+  for (int M = 1; M <= 8; ++M) {
+    for (Shape s : {Shape{1, 16}, Shape{17, 272}, Shape{8209, 16 * 13}}) cases.push_back({M, s});
+  }
+  cases.push_back({1, {4099, 16 * 129}});
+  cases.push_back({8, {4099, 16 * 129}});
+  for (const auto& c : cases) {
+    const int M = c.first, N = c.second.N, K = c.second.K;
+    const auto xf = exact_random(size_t(M) * K, 50 + M + K);
+    const auto wf = exact_random(size_t(N) * K, 51 + N + K, -2.f, 2.f);
+    const std::string shape =
+        " M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K);
+    auto run = [&](auto wtag) {
+      using W = decltype(wtag);
+      std::vector<W> wq;
+      std::vector<float> ws;
+      host_quantize(wf, N, K, &wq, &ws);
+      std::vector<float> want;
+      std::vector<double> bound;
+      reference(xf, dequant(wq, ws, K), M, N, K, &want, &bound);
+      DeviceBuffer<W> dw(wq);
+      DeviceBuffer<float> dsw(ws);
+      auto check = [&](auto ttag) {
+        using T = decltype(ttag);
+        DeviceBuffer<T> dx(to_dtype<T>(xf)), dy(want.size());
+        std::vector<k::GemvMath> maths = {k::GemvMath::kAuto, k::GemvMath::kFp32};
+        if (std::is_same_v<T, __half>) maths.push_back(k::GemvMath::kHalf2);
+        for (const k::GemvMath math : maths) {
+          const std::string what =
+              std::string("gemv_q ") + (std::is_same_v<W, int8_t> ? "int8" : "fp8") + " x " +
+              k::dtype_name<T>() + " math " + std::to_string(static_cast<int>(math)) + shape;
+          dy.poison();
+          LLAMA2_CUDA_REQUIRE((k::launch_gemv_q<T, T, W>(dx.get(), nullptr, dw.get(), dsw.get(),
+                                                         dy.get(), M, N, K, 0, math)));
+          LLAMA2_CUDA_REQUIRE(cudaDeviceSynchronize());
+          const bool h2 = math == k::GemvMath::kHalf2;
+          expect_within(what, to_f32(dy.download()), want, bound, rel_tol<T>(1), h2 ? 0x1p-8 : 0.0,
+                        (h2 ? 0x1p-15 : 2e-6) * K * 0.02);
+        }
+      };
+      check(__half{});
+      check(__nv_bfloat16{});
+    };
+    run(int8_t{});
+    run(__nv_fp8_e4m3{});
+  }
+}
+
+TEST_CASE("gemv_q W8A16: kFp32 equals the generic conversions (kConvert) bit for bit (int8)") {
+  LLAMA2_GPU_TEST_OR_SKIP();
+  const int M = 3, N = 4101, K = 16 * 67;
+  const auto xf = exact_random(size_t(M) * K, 61);
+  const auto wf = exact_random(size_t(N) * K, 62, -2.f, 2.f);
+  std::vector<int8_t> wq;
+  std::vector<float> ws;
+  host_quantize(wf, N, K, &wq, &ws);
+  DeviceBuffer<__half> dx(to_dtype<__half>(xf)), a(size_t(M) * N), b(size_t(M) * N);
+  DeviceBuffer<int8_t> dw(wq);
+  DeviceBuffer<float> dsw(ws);
+  a.poison();
+  b.poison();
+  LLAMA2_CUDA_REQUIRE((k::launch_gemv_q<__half, __half, int8_t>(
+      dx.get(), nullptr, dw.get(), dsw.get(), a.get(), M, N, K, 0, k::GemvMath::kConvert)));
+  LLAMA2_CUDA_REQUIRE((k::launch_gemv_q<__half, __half, int8_t>(
+      dx.get(), nullptr, dw.get(), dsw.get(), b.get(), M, N, K, 0, k::GemvMath::kFp32)));
+  LLAMA2_CUDA_REQUIRE(cudaDeviceSynchronize());
+  expect_close("kFp32 vs kConvert", to_f32(b.download()), to_f32(a.download()), Tol{0, 0});
+}
+
+TEST_CASE("gemv_q W8A16 gate|up + SwiGLU: equals gemv_q into [M, 2F] then launch_swiglu") {
+  LLAMA2_GPU_TEST_OR_SKIP();
+  const int M = 3, F = 4105, K = 16 * 17;  // 2F > 8192: the plain product takes two rows a warp
+  const auto xf = exact_random(size_t(M) * K, 71);
+  const auto wf = exact_random(size_t(2) * F * K, 72, -0.5f, 0.5f);
+  auto run = [&](auto wtag) {
+    using W = decltype(wtag);
+    std::vector<W> wq;
+    std::vector<float> ws;
+    host_quantize(wf, 2 * F, K, &wq, &ws);
+    DeviceBuffer<W> dw(wq);
+    DeviceBuffer<float> dsw(ws);
+    DeviceBuffer<__half> dx(to_dtype<__half>(xf)), gu(size_t(M) * 2 * F), two(size_t(M) * F),
+        fused(size_t(M) * F);
+    for (const k::GemvMath math : {k::GemvMath::kFp32, k::GemvMath::kHalf2}) {
+      fused.poison();
+      LLAMA2_CUDA_REQUIRE((k::launch_gemv_q<__half, __half, W>(
+          dx.get(), nullptr, dw.get(), dsw.get(), gu.get(), M, 2 * F, K, 0, math)));
+      LLAMA2_CUDA_REQUIRE(k::launch_swiglu<__half>(gu.get(), M, F, two.get(), 0));
+      LLAMA2_CUDA_REQUIRE((k::launch_gemv_q_gate_up_swiglu<__half, __half, W>(
+          dx.get(), nullptr, dw.get(), dsw.get(), fused.get(), M, F, K, 0, math)));
+      LLAMA2_CUDA_REQUIRE(cudaDeviceSynchronize());
+      expect_close(std::string("W8A16 gate|up math ") + std::to_string(static_cast<int>(math)),
+                   to_f32(fused.download()), to_f32(two.download()), Tol{0, 0});
+    }
+  };
+  run(int8_t{});
+  run(__nv_fp8_e4m3{});
+}
+
+TEST_CASE("gemv_q: a GemvMath the operands do not take is refused before launching") {
+  LLAMA2_GPU_TEST_OR_SKIP();
+  DeviceBuffer<__nv_bfloat16> x(16), y(1);
+  DeviceBuffer<__nv_fp8_e4m3> w(16), x8(16);
+  DeviceBuffer<float> s(1);
+  using E = __nv_fp8_e4m3;
+  // f16x2 products need fp16 x; the generic kernel is not built for e4m3 W with x in T; fp8 x
+  // takes only the generic kernel.
+  CHECK(k::launch_gemv_q<__nv_bfloat16, __nv_bfloat16, E>(
+            x.get(), nullptr, w.get(), s.get(), y.get(), 1, 1, 16, 0, k::GemvMath::kHalf2) ==
+        cudaErrorInvalidValue);
+  CHECK(k::launch_gemv_q<__nv_bfloat16, __nv_bfloat16, E>(
+            x.get(), nullptr, w.get(), s.get(), y.get(), 1, 1, 16, 0, k::GemvMath::kConvert) ==
+        cudaErrorInvalidValue);
+  CHECK(k::launch_gemv_q<__nv_bfloat16, E, E>(x8.get(), s.get(), w.get(), s.get(), y.get(), 1, 1,
+                                              16, 0, k::GemvMath::kFp32) == cudaErrorInvalidValue);
+  (void)cudaGetLastError();
 }

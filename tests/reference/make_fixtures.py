@@ -36,11 +36,24 @@ quantized projections (kernels/quant.cuh): every q/k/v/o/gate/up/down weight is 
 row exactly as the engine does (s = max|row| / 448 or 127; e4m3 round-to-nearest-even, or int8
 round-half-even clamped to +-127) and used dequantized in fp32; o_proj and down_proj are quantized
 per row of each rank's column shard (the engine's ranks each quantize their own shard, so the
-reference depends on --tp). fp8 also quantizes each projection's input per token (per token and
-shard for o/down) the same way (W8A8). The product is computed in fp32 and rounded to the dtype,
-as the engine's kernels do. With --dtype float32 (which the engine does not quantize) it gives
-that configuration's fp32 baseline: the distance of the float16 fixture from it is the dtype's own
-noise under the same quantization, the tolerance gpu_check.sh uses.
+reference depends on --tp). The product is computed in fp32 and rounded to the dtype, as the
+engine's kernels do. With --dtype float32 (which the engine does not quantize) it gives that
+configuration's fp32 baseline: the distance of the float16 fixture from it is the dtype's own noise
+under the same quantization, the tolerance gpu_check.sh uses.
+
+fp8 quantizes a projection's input too, per token (per token and shard for o/down), only when the
+call has more rows than --gemv-rows (default 1, the engine's LLAMA2_GEMV default): the engine runs
+products of up to LLAMA2_GEMV rows as a W8A16 GEMV (activations stay in the dtype: the GEMV is
+bound by reading the weights, fp8 activations would buy nothing there) and larger ones as W8A8 on
+the FP8 tensor cores (src/rank/cuda/linear.h). A call's rows are the tokens of that forward. So
+the prompt's logits come from one forward over the whole prompt (T rows: quantized when T > 1),
+the engine's one-step prefill; and with --weight-dtype the greedy continuation is decoded with
+HF's KV cache, one row per step (not quantized), as the engine decodes, instead of a full forward
+over prompt + continuation per step (whose rows would all be quantized). Without --weight-dtype the
+greedy steps stay full forwards (the committed fixtures were made that way; the numbers are the
+same up to summation order). tests/reference/README.md lists the engine paths of
+llama2_reference_test that split the rows differently from this (token-by-token decode, ...) and
+why its tolerance covers them.
 """
 import argparse
 import json
@@ -96,7 +109,7 @@ def quantize_rows(w, fp8):
     return q * s
 
 
-def quantize_projections(model, weight_dtype, tp):
+def quantize_projections(model, weight_dtype, tp, gemv_rows):
     """Replaces each projection's forward by the engine's quantized product (see above)."""
     fp8 = weight_dtype == "fp8_e4m3"
     count = 0
@@ -111,7 +124,10 @@ def quantize_projections(model, weight_dtype, tp):
 
             def forward(x, wq=wq, split=split):
                 xf = x.float()
-                if fp8:  # per token and shard, as each rank quantizes its own activations
+                rows = xf.numel() // xf.shape[-1]
+                # W8A8 only above the engine's GEMV rows; per token and shard, as each rank
+                # quantizes its own activations.
+                if fp8 and rows > gemv_rows:
                     xf = torch.cat([quantize_rows(c, True) for c in xf.chunk(split, dim=-1)], dim=-1)
                 return torch.nn.functional.linear(xf, wq).to(x.dtype)
 
@@ -132,16 +148,28 @@ def load_model(model_dir, dtype, device):
 
 
 @torch.no_grad()
-def run_prompt(model, ids, positions, device):
-    """Logits at `positions` (None: all), greedy ids and top-2 margins for one prompt."""
+def run_prompt(model, ids, positions, device, cached):
+    """Logits at `positions` (None: all), greedy ids and top-2 margins for one prompt. cached:
+    greedy steps decode one token at a time on the prompt's KV cache (the engine's row split)."""
     x = torch.tensor([ids], dtype=torch.long, device=device)
-    logits = model(x).logits[0].float().cpu()  # [T, V]
+    out = model(x, use_cache=True) if cached else model(x)
+    all_logits = out.logits[0].float()  # [T, V]
+    past = out.past_key_values if cached else None
+    logits = all_logits.cpu()
     if positions is not None:
         logits = logits[positions]
     seq = list(ids)
     greedy, margins = [], []
-    for _ in range(GREEDY_STEPS):
-        last = model(torch.tensor([seq], dtype=torch.long, device=device)).logits[0, -1].float()
+    for step in range(GREEDY_STEPS):
+        if not cached:
+            last = model(torch.tensor([seq], dtype=torch.long, device=device)).logits[0, -1].float()
+        elif step == 0:
+            last = all_logits[-1]
+        else:
+            out = model(torch.tensor([[seq[-1]]], dtype=torch.long, device=device),
+                        past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            last = out.logits[0, -1].float()
         top2 = torch.topk(last, 2).values
         tok = int(torch.argmax(last))
         greedy.append(tok)
@@ -179,6 +207,9 @@ def main():
                     help="quantize the projections as the engine's --weight-dtype does")
     ap.add_argument("--tp", type=int, default=1,
                     help="with --weight-dtype: the engine's tensor-parallel degree (o/down shards)")
+    ap.add_argument("--gemv-rows", type=int, default=1,
+                    help="with --weight-dtype fp8: the engine's LLAMA2_GEMV (calls of up to this "
+                         "many rows keep their activations in the dtype)")
     args = ap.parse_args()
     fp8_calls = None
     if args.kv_cache_dtype == "fp8_e4m3":
@@ -196,7 +227,8 @@ def main():
     for name in model_names(args.models, args.only):
         model_dir = os.path.join(args.models, name)
         model = load_model(model_dir, DTYPES[args.dtype], args.device)
-        if args.weight_dtype != "auto" and quantize_projections(model, args.weight_dtype, args.tp) == 0:
+        quantized = args.weight_dtype != "auto"
+        if quantized and quantize_projections(model, args.weight_dtype, args.tp, args.gemv_rows) == 0:
             sys.exit("--weight-dtype: no projection was replaced")
         vocab = model.config.vocab_size
         sp = spm.SentencePieceProcessor(model_file=os.path.join(model_dir, "tokenizer.model"))
@@ -207,7 +239,7 @@ def main():
             else:
                 ids = [i % vocab for i in p["ids"]]
             positions = [len(ids) - 1] if vocab >= LARGE_VOCAB else None
-            logits, greedy, margins = run_prompt(model, ids, positions, args.device)
+            logits, greedy, margins = run_prompt(model, ids, positions, args.device, quantized)
             if fp8_calls is not None and fp8_calls[0] == 0:
                 sys.exit("--kv-cache-dtype fp8_e4m3: DynamicCache.update was never called")
             entry = {"name": p["name"], "text": p.get("text"), "prompt_ids": ids}
@@ -222,7 +254,8 @@ def main():
             "transformers": transformers.__version__, "sentencepiece": spm.__version__,
             "python": platform.python_version(), "dtype": args.dtype, "device": args.device,
             "attn_implementation": "eager", "kv_cache_dtype": args.kv_cache_dtype,
-            "weight_dtype": args.weight_dtype, "tp": args.tp}
+            "weight_dtype": args.weight_dtype, "tp": args.tp, "gemv_rows": args.gemv_rows,
+            "greedy_decode": "kv_cache" if quantized else "full_forward"}
         if args.device == "cuda":
             generator.update({"cuda_device": torch.cuda.get_device_name(), "tf32": False,
                               "reduced_precision_reduction": False})

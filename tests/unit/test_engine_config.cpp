@@ -234,6 +234,7 @@ TEST_SUITE("tuning_knobs") {
     CHECK(k.pdl);
     CHECK(k.decode_kernel == llama2::DecodeKernelChoice::kAuto);
     CHECK(k.prefill_kernel == llama2::PrefillKernelChoice::kAuto);
+    CHECK(k.qgemv == llama2::QgemvChoice::kAuto);
     CHECK(k.warmup);
     CHECK(k.mixed_decode);
     CHECK(!k.op_profile);
@@ -251,6 +252,7 @@ TEST_SUITE("tuning_knobs") {
                                          {"LLAMA2_PDL", "0"},
                                          {"LLAMA2_DECODE_KERNEL", "warp"},
                                          {"LLAMA2_PREFILL_KERNEL", "wmma"},
+                                         {"LLAMA2_QGEMV", "old"},
                                          {"LLAMA2_WARMUP", "0"},
                                          {"LLAMA2_MIXED_DECODE", "0"},
                                          {"LLAMA2_OP_PROFILE", "1"},
@@ -263,6 +265,8 @@ TEST_SUITE("tuning_knobs") {
     CHECK(!k.pdl);
     CHECK(k.decode_kernel == llama2::DecodeKernelChoice::kWarp);
     CHECK(k.prefill_kernel == llama2::PrefillKernelChoice::kWmma);
+    CHECK(k.qgemv == llama2::QgemvChoice::kOld);
+    CHECK(knobs({{"LLAMA2_QGEMV", "half2"}}).qgemv == llama2::QgemvChoice::kHalf2);
     CHECK(!k.warmup);
     CHECK(!k.mixed_decode);
     CHECK(k.op_profile);
@@ -307,6 +311,7 @@ TEST_SUITE("tuning_knobs") {
     CHECK(knob_error("LLAMA2_W8A16_FP8", "on") == "LLAMA2_W8A16_FP8=on: expected 0 or 1");
     CHECK(knob_error("LLAMA2_DECODE_KERNEL", "fast") ==
           "LLAMA2_DECODE_KERNEL=fast: expected auto, block or warp");
+    CHECK(knob_error("LLAMA2_QGEMV", "fp8") == "LLAMA2_QGEMV=fp8: expected auto, half2 or old");
     CHECK(knob_error("LLAMA2_PREFILL_KERNEL", "fa2") ==
           "LLAMA2_PREFILL_KERNEL=fa2: expected auto, wmma or mma");
     CHECK(knobs({{"LLAMA2_PREFILL_KERNEL", "mma"}}).prefill_kernel ==

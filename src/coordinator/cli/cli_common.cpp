@@ -79,7 +79,8 @@ void add_engine_options(cxxopts::Options& opts) {
       cxxopts::value<std::string>()->default_value("auto"))(
       "weight-dtype",
       "auto | fp8 | fp8_e4m3 | int8: projection weights (auto: as --dtype; fp8: e4m3 weights per "
-      "output channel and activations per token on FP8 tensor cores; int8: weight-only; both "
+      "output channel, activations per token on FP8 tensor cores above the GEMV's rows; int8: "
+      "weight-only; both "
       "quantized at load, cuda with fp16/bf16)",
       cxxopts::value<std::string>()->default_value("auto"))(
       "block-size", "KV cache block size in tokens", cxxopts::value<int>()->default_value("16"))(

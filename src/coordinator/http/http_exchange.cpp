@@ -46,4 +46,46 @@ HttpExchange::News HttpExchange::take(std::chrono::milliseconds wait) {
   return n;
 }
 
+ExchangeNotifier::ExchangeNotifier() : thread_([this] { run(); }) {}
+
+ExchangeNotifier::~ExchangeNotifier() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_one();
+  thread_.join();
+}
+
+void ExchangeNotifier::post(std::vector<std::shared_ptr<HttpExchange>>& touched) {
+  if (touched.empty()) return;
+  bool was_idle;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    was_idle = pending_.empty();
+    if (was_idle) {
+      pending_.swap(touched);
+    } else {
+      pending_.insert(pending_.end(), touched.begin(), touched.end());
+    }
+  }
+  touched.clear();
+  if (was_idle) cv_.notify_one();
+}
+
+void ExchangeNotifier::run() {
+  std::vector<std::shared_ptr<HttpExchange>> batch;
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [this] { return stop_ || !pending_.empty(); });
+    batch.swap(pending_);
+    const bool stop = stop_;
+    lock.unlock();
+    for (const auto& x : batch) x->notify();
+    batch.clear();  // the last references of finished exchanges go here, off the engine thread
+    if (stop) return;
+    lock.lock();
+  }
+}
+
 }  // namespace llama2

@@ -117,8 +117,9 @@ void SocketBridge::on_finished(const Finished& res, const Timings& t) {
 }
 
 void SocketBridge::flush() {
-  for (const auto& x : touched_) x->notify();
-  touched_.clear();
+  if (touched_.empty()) return;
+  if (!notifier_) notifier_ = std::make_unique<ExchangeNotifier>();
+  notifier_->post(touched_);
 }
 
 json health_event(const SocketServer* server, const Admission& admission, const HealthInfo& info) {

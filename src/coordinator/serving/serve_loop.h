@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "coordinator/http/http_exchange.h"
 #include "coordinator/requests/admission.h"
 #include "coordinator/requests/request_messages.h"
 #include "coordinator/requests/request_owner.h"
@@ -31,7 +32,7 @@ class SocketBridge final : public RequestEvents {
   // One command of the socket server, as calls on the owner.
   void handle(ServeCommand& cmd, RequestOwner& owner);
   size_t in_flight() const { return routes_.size(); }
-  // After a step: wakes the HTTP threads whose generations got tokens (one wake-up per step).
+  // After a step: has the HTTP threads whose generations got tokens woken (ExchangeNotifier).
   void flush();
 
   void on_token(const TokenEvent& ev) override;
@@ -53,6 +54,7 @@ class SocketBridge final : public RequestEvents {
   SocketServer& server_;
   std::map<int64_t, Route> routes_;
   std::vector<std::shared_ptr<HttpExchange>> touched_;  // got tokens this step
+  std::unique_ptr<ExchangeNotifier> notifier_;          // started by the first HTTP tokens
   int64_t next_id_ = 0;
   std::mt19937_64 seeder_;
 };

@@ -110,7 +110,7 @@ class CudaModel final : public ModelRunner {
         o.weight_dtype, LinearRouting{o.knobs.gemv_rows, o.knobs.w8a16_rows, o.knobs.fp8_w8a16},
         o.max_step_tokens,
         ProjectionDims{c.hidden_size, s.num_heads * d, s.num_kv_heads * d, s.ffn_size}, cublas_,
-        stream_);
+        stream_, o.knobs.qgemv);
     // After the projections' checks (an fp8 width the GPU cannot take fails before loading).
     weights_ = load_cuda_weights<T>(c, s, p.weights, o.synthetic_seed, stream_, o.weight_dtype);
     // The tuning knobs (common/tuning_knobs.h), parsed once at start-up.

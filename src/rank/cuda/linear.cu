@@ -24,15 +24,32 @@ using E4m3 = __nv_fp8_e4m3;
 // kernels are not instantiated for float.
 template <typename T>
 constexpr bool kQuantizable = !std::is_same_v<T, float>;
+
+// LLAMA2_QGEMV as the GEMV's arithmetic for 1-byte weights (kernels/gemv.cuh).
+template <typename T>
+kernels::GemvMath gemv_math(QgemvChoice q) {
+  switch (q) {
+    case QgemvChoice::kHalf2:
+      // f16x2 products need fp16 activations; a bf16 model keeps the default.
+      return std::is_same_v<T, __half> ? kernels::GemvMath::kHalf2 : kernels::GemvMath::kAuto;
+    case QgemvChoice::kOld:
+      return kernels::GemvMath::kConvert;
+    case QgemvChoice::kAuto:
+      break;
+  }
+  return kernels::GemvMath::kAuto;
+}
 }  // namespace
 
 template <typename T>
 CudaLinear<T>::CudaLinear(WeightDType wd, const LinearRouting& r, int max_rows,
-                          const ProjectionDims& d, cublasHandle_t cublas, cudaStream_t stream)
+                          const ProjectionDims& d, cublasHandle_t cublas, cudaStream_t stream,
+                          QgemvChoice qgemv)
     : wd_(wd),
       gemv_rows_(r.gemv_rows),
       w8a16_rows_(r.w8a16_rows),
       fp8_w8a16_(r.fp8_w8a16),
+      qgemv_(qgemv),
       cublas_(cublas),
       stream_(stream) {
   LLAMA2_CHECK(wd == WeightDType::kAuto || kQuantizable<T>);
@@ -156,8 +173,9 @@ void CudaLinear<T>::matmul_quantized(const T* x, const LinearWeight& w, T* y, in
         break;
       case WeightDType::kInt8:
         if (gemv) {
-          CUDA_CHECK((kernels::launch_gemv_q<T, T, int8_t>(
-              x, nullptr, w.w.as<int8_t>(), w.scale.as<float>(), y, M, N, K, stream_)));
+          CUDA_CHECK((kernels::launch_gemv_q<T, T, int8_t>(x, nullptr, w.w.as<int8_t>(),
+                                                           w.scale.as<float>(), y, M, N, K, stream_,
+                                                           gemv_math<T>(qgemv_))));
         } else {
           LLAMA2_CHECK(dequant_.bytes() >= static_cast<size_t>(N) * K * sizeof(T));
           CUDA_CHECK((kernels::launch_dequantize_rows<int8_t, T>(
@@ -166,6 +184,12 @@ void CudaLinear<T>::matmul_quantized(const T* x, const LinearWeight& w, T* y, in
         }
         return;
       case WeightDType::kFp8:
+        if (!fp8_activations(gemv)) {  // W8A16 (linear.h)
+          CUDA_CHECK(
+              (kernels::launch_gemv_q<T, T, E4m3>(x, nullptr, w.w.as<E4m3>(), w.scale.as<float>(),
+                                                  y, M, N, K, stream_, gemv_math<T>(qgemv_))));
+          return;
+        }
         quantize_x(x, M, K);
         if (gemv) {
           CUDA_CHECK((kernels::launch_gemv_q<T, E4m3, E4m3>(xq_.as<E4m3>(), xs_.as<float>(),
@@ -208,9 +232,16 @@ void CudaLinear<T>::gate_up_quantized(const T* x, const LinearWeight& w, T* act,
         break;
       case WeightDType::kInt8:
         CUDA_CHECK((kernels::launch_gemv_q_gate_up_swiglu<T, T, int8_t>(
-            x, nullptr, w.w.as<int8_t>(), w.scale.as<float>(), act, M, F, K, stream_)));
+            x, nullptr, w.w.as<int8_t>(), w.scale.as<float>(), act, M, F, K, stream_,
+            gemv_math<T>(qgemv_))));
         break;
       case WeightDType::kFp8:
+        if (!fp8_activations(true)) {  // W8A16 (linear.h)
+          CUDA_CHECK((kernels::launch_gemv_q_gate_up_swiglu<T, T, E4m3>(
+              x, nullptr, w.w.as<E4m3>(), w.scale.as<float>(), act, M, F, K, stream_,
+              gemv_math<T>(qgemv_))));
+          break;
+        }
         quantize_x(x, M, K);
         CUDA_CHECK((kernels::launch_gemv_q_gate_up_swiglu<T, E4m3, E4m3>(
             xq_.as<E4m3>(), xs_.as<float>(), w.w.as<E4m3>(), w.scale.as<float>(), act, M, F, K,

@@ -7,12 +7,18 @@
 //         bytes in registers and applies the scale to the sums as the GEMV does. Long prefills
 //         keep the dequantized copy: cuBLAS's wgmma kernels outrun mma.sync by more than the
 //         dequantize costs.
-//   fp8   W8A8: x is quantized to e4m3 per token first (launch_quantize_rows), so every path
-//         computes the same numbers and a sequence's output does not depend on how many rows
-//         share its step; then the GEMV for few rows and cuBLASLt's FP8 GEMM (fp8_gemm.h) above.
+//   fp8   up to LLAMA2_GEMV rows (the GEMV): W8A16, like int8. The GEMV is bound by streaming W;
+//         fp8 activations buy it nothing, and cost a quantize launch before every projection
+//         (4 per layer, 128 per 7B step) and the accuracy of rounding x to 3 mantissa bits.
+//         More rows: W8A8, x quantized to e4m3 per token (launch_quantize_rows), then cuBLASLt's
+//         FP8 GEMM (fp8_gemm.h) on the tensor cores, where fp8 x doubles the math rate.
+//         So a token's numbers depend on its step's row count (<= LLAMA2_GEMV or not); the HF
+//         reference applies the same rule (tests/reference/make_fixtures.py, README there).
 //         LLAMA2_W8A16_FP8=1 (an A/B, off by default): the W8A16 GEMM with x in T instead of
 //         cuBLASLt for products of more rows than the GEMV takes and at most LLAMA2_W8A16_ROWS
 //         (W8A16 numbers there, W8A8 in the GEMV and above).
+// LLAMA2_QGEMV (TuningKnobs::qgemv) picks the GEMV's arithmetic for 1-byte weights; =old is the
+// path before 2026-12-02 (generic conversions, fp8 always W8A8), kept for the A/B.
 #pragma once
 
 #include <cublas_v2.h>
@@ -21,6 +27,7 @@
 #include <memory>
 
 #include "common/engine_config.h"
+#include "common/tuning_knobs.h"
 #include "kernels/gemm_w8a16.cuh"
 #include "rank/cuda/cuda_weights.h"
 #include "rank/cuda/device_buffer.h"
@@ -48,7 +55,7 @@ class CudaLinear {
   // max_rows: the most rows of x a product gets. fp8: Error unless every K (hidden, q, ffn) is a
   // multiple of 16 (cuBLASLt's FP8 layout rule and the GEMV's 16-byte loads).
   CudaLinear(WeightDType wd, const LinearRouting& routing, int max_rows, const ProjectionDims& dims,
-             cublasHandle_t cublas, cudaStream_t stream);
+             cublasHandle_t cublas, cudaStream_t stream, QgemvChoice qgemv = QgemvChoice::kAuto);
 
   // y [M, N] = x [M, K] . W [N, K]^T
   void matmul(const T* x, const LinearWeight& w, T* y, int M, int N, int K);
@@ -78,11 +85,14 @@ class CudaLinear {
                   bool swiglu = false);
   void matmul_quantized(const T* x, const LinearWeight& w, T* y, int M, int N, int K);
   void gate_up_quantized(const T* x, const LinearWeight& w, T* act, int M, int F, int K);
+  // fp8 with M rows: quantize x (W8A8)? Not for the GEMV (W8A16), except with LLAMA2_QGEMV=old.
+  bool fp8_activations(bool gemv) const { return !gemv || qgemv_ == QgemvChoice::kOld; }
 
   WeightDType wd_;
   int gemv_rows_;
   int w8a16_rows_;
   bool fp8_w8a16_;
+  QgemvChoice qgemv_;
   cublasHandle_t cublas_;
   cudaStream_t stream_;
   DeviceBuffer xq_, xs_;  // fp8: [max_rows, max_k] e4m3, [max_rows] fp32
