@@ -22,8 +22,10 @@ cudaError_t launch_quantize_rows(const T* x,    // [rows, K]
                                  float* scale,  // [rows]
                                  int64_t rows, int K, cudaStream_t stream);
 
-// out[r, k] = round_T(scale[r] * q[r, k]): the weights int8 products with more rows than the GEMV
-// takes are multiplied as (cuBLAS on a dequantized copy).
+// out[r, k] = round_T(scale[r] * q[r, k]): the weights int8 products of many rows (prefill) are
+// multiplied as (cuBLAS on a dequantized copy; src/rank/cuda/linear.h). 16 elements per thread
+// when K % 16 == 0 and q, out are 16-byte aligned (any rows); one per thread otherwise (rows up
+// to 65535).
 template <typename Q, typename T>
 cudaError_t launch_dequantize_rows(const Q* q,          // [rows, K]
                                    const float* scale,  // [rows]

@@ -81,6 +81,17 @@ TuningKnobs parse_tuning_knobs(const EnvLookup& env) {
     }
     k.gemv_rows = s[0] - '0';
   }
+  if (const char* v = get("LLAMA2_W8A16_ROWS")) {
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (*end != '\0' || n < 0 || n > (1 << 20)) {
+      throw Error(std::string("LLAMA2_W8A16_ROWS=") + v +
+                  ": expected an integer from 0 (always dequantize + cuBLAS) to 1048576 (the most "
+                  "rows of an int8 product that the W8A16 GEMM takes)");
+    }
+    k.w8a16_rows = static_cast<int>(n);
+  }
+  if (const char* v = get("LLAMA2_W8A16_FP8")) k.fp8_w8a16 = on_off("LLAMA2_W8A16_FP8", v);
   if (const char* v = get("LLAMA2_PDL")) k.pdl = on_off("LLAMA2_PDL", v);
   if (const char* v = get("LLAMA2_DECODE_KERNEL")) {
     k.decode_kernel = choice<DecodeKernelChoice>("LLAMA2_DECODE_KERNEL", v,

@@ -51,6 +51,15 @@ struct TuningKnobs {
   // cuBLAS. Default 1: measured on an H200 (benchmarks/RESULTS.md, 7B decode), the GEMV kernel
   // matches or slightly beats cuBLAS for one row and loses from two rows on.
   int gemv_rows = 1;
+  // LLAMA2_W8A16_ROWS=0..1048576 (--weight-dtype int8, cuda): products of more rows than the GEMV
+  // takes and at most N rows use the tensor-core W8A16 GEMM; more rows dequantize W and call
+  // cuBLAS. Default 0 (always dequantize + cuBLAS): on an H200 (7B batch 64, 2026-12-02) the
+  // first W8A16 GEMM was slower (5,224 vs 5,422 tok/s, a serial split-K tail, since fixed but not
+  // yet measured); 256 is the value to A/B.
+  int w8a16_rows = 0;
+  // LLAMA2_W8A16_FP8=0|1 (--weight-dtype fp8, cuda; an A/B): the same rows go to the W8A16 GEMM
+  // with e4m3 weights and x unquantized instead of cuBLASLt's FP8 GEMM.
+  bool fp8_w8a16 = false;
   bool pdl = true;  // LLAMA2_PDL=0|1: programmatic dependent launch (cuda)
   DecodeKernelChoice decode_kernel = DecodeKernelChoice::kAuto;     // LLAMA2_DECODE_KERNEL
   PrefillKernelChoice prefill_kernel = PrefillKernelChoice::kAuto;  // LLAMA2_PREFILL_KERNEL

@@ -8,6 +8,7 @@
 #include "gpu_test_util.h"
 #include "kernels/attention_decode.cuh"
 #include "kernels/attention_prefill.cuh"
+#include "kernels/gemm_w8a16.cuh"
 #include "kernels/gemv.cuh"
 #include "kernels/rmsnorm.cuh"
 
@@ -55,6 +56,40 @@ TEST_CASE("launch errors: a refused shape names the check and the values") {
   CHECK(llama2::take_launch_error() ==
         "launch_attention_prefill: a.mma_query_tile == 0 || a.mma_query_tile == 64 || "
         "a.mma_query_tile == 128 failed (mma_query_tile 96, allowed 0, 64, 128)");
+}
+
+TEST_CASE("launch errors: the W8A16 GEMM names its shape, tiling and workspace checks") {
+  (void)llama2::take_launch_error();
+  k::GemmW8A16Args<__half, int8_t> a;
+  a.M = 64;
+  a.N = 4096;
+  a.K = 24;
+  k::GemmW8A16Tiling t;
+  t.bm = 64;
+  t.k_tiles_per_split = 1;
+  const k::GemmW8A16Workspace none;
+  CHECK(k::launch_gemm_w8a16(a, t, none, 0) == cudaErrorInvalidValue);
+  CHECK(llama2::take_launch_error() ==
+        "launch_gemm_w8a16: a.K >= 16 && a.K % 16 == 0 failed (K 24 must be a positive multiple "
+        "of 16 (16-byte pieces of a weight row))");
+
+  a.K = 4096;  // 64 stages of 64
+  t.bm = 48;
+  CHECK(k::launch_gemm_w8a16(a, t, none, 0) == cudaErrorInvalidValue);
+  CHECK(llama2::take_launch_error() ==
+        "launch_gemm_w8a16: t.bm == 16 || t.bm == 32 || t.bm == 64 || t.bm == 128 failed (bm 48, "
+        "allowed 16, 32, 64, 128)");
+
+  t.bm = 64;
+  t.k_tiles_per_split = 16;
+  CHECK(k::launch_gemm_w8a16(a, t, none, 0) == cudaErrorInvalidValue);  // 1 x 16 of 64 stages
+  CHECK(llama2::take_launch_error().find("(splits 1 x 16 stages for 64 stages of K)") !=
+        std::string::npos);
+
+  t.splits = 4;
+  CHECK(k::launch_gemm_w8a16(a, t, none, 0) == cudaErrorInvalidValue);
+  CHECK(llama2::take_launch_error().find("(split K needs 1048576 partial sums and 32 counters; "
+                                         "the workspace has 0 and 0)") != std::string::npos);
 }
 
 TEST_CASE("launch errors: CUDA_CHECK reports the launcher's reason") {

@@ -276,6 +276,11 @@ TEST_SUITE("tuning_knobs") {
     CHECK(k.step_log == "/tmp/steps");
     CHECK((k.test_stall.step == 5 && k.test_stall.rank == 1 && k.test_stall.ms == 3000));
     CHECK(knobs({{"LLAMA2_GEMV", "8"}}).gemv_rows == 8);
+    CHECK(knobs({}).w8a16_rows == 0);
+    CHECK(knobs({{"LLAMA2_W8A16_ROWS", "0"}}).w8a16_rows == 0);
+    CHECK(knobs({{"LLAMA2_W8A16_ROWS", "4096"}}).w8a16_rows == 4096);
+    CHECK(!knobs({}).fp8_w8a16);
+    CHECK(knobs({{"LLAMA2_W8A16_FP8", "1"}}).fp8_w8a16);
     CHECK(knobs({{"LLAMA2_DECODE_KERNEL", "block"}}).decode_kernel ==
           llama2::DecodeKernelChoice::kBlock);
     CHECK(knobs({{"LLAMA2_CPU_SPLIT", "rows"}}).cpu_split == llama2::CpuSplit::kRows);
@@ -296,6 +301,14 @@ TEST_SUITE("tuning_knobs") {
       CHECK(knob_error("LLAMA2_GEMV", v) ==
             std::string("LLAMA2_GEMV=") + v + ": expected an integer from 0 (cuBLAS only) to 8");
     }
+    for (const char* v : {"-1", "x", "2000000", "12 "}) {
+      CAPTURE(v);
+      CHECK(knob_error("LLAMA2_W8A16_ROWS", v) ==
+            std::string("LLAMA2_W8A16_ROWS=") + v +
+                ": expected an integer from 0 (always dequantize + cuBLAS) to 1048576 (the most "
+                "rows of an int8 product that the W8A16 GEMM takes)");
+    }
+    CHECK(knob_error("LLAMA2_W8A16_FP8", "on") == "LLAMA2_W8A16_FP8=on: expected 0 or 1");
     CHECK(knob_error("LLAMA2_DECODE_KERNEL", "fast") ==
           "LLAMA2_DECODE_KERNEL=fast: expected auto, block or warp");
     CHECK(knob_error("LLAMA2_QGEMV", "fp8") == "LLAMA2_QGEMV=fp8: expected auto, half2 or old");

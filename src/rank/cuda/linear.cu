@@ -42,11 +42,46 @@ kernels::GemvMath gemv_math(QgemvChoice q) {
 }  // namespace
 
 template <typename T>
-CudaLinear<T>::CudaLinear(WeightDType wd, int gemv_rows, int max_rows, const ProjectionDims& d,
-                          cublasHandle_t cublas, cudaStream_t stream, QgemvChoice qgemv)
-    : wd_(wd), gemv_rows_(gemv_rows), qgemv_(qgemv), cublas_(cublas), stream_(stream) {
+CudaLinear<T>::CudaLinear(WeightDType wd, const LinearRouting& r, int max_rows,
+                          const ProjectionDims& d, cublasHandle_t cublas, cudaStream_t stream,
+                          QgemvChoice qgemv)
+    : wd_(wd),
+      gemv_rows_(r.gemv_rows),
+      w8a16_rows_(r.w8a16_rows),
+      fp8_w8a16_(r.fp8_w8a16),
+      qgemv_(qgemv),
+      cublas_(cublas),
+      stream_(stream) {
   LLAMA2_CHECK(wd == WeightDType::kAuto || kQuantizable<T>);
   const int64_t max_k = std::max({d.hidden, d.q, d.ffn});
+  const bool w8a16 = wd == WeightDType::kInt8 || (wd == WeightDType::kFp8 && fp8_w8a16_);
+  if (w8a16 && kQuantizable<T> && std::min(max_rows, w8a16_rows_) > gemv_rows_) {
+    CUDA_CHECK(kernels::prepare_gemm_w8a16());  // before any graph capture
+    // Split-K scratch for the largest need of any product the W8A16 GEMM may take (a few MB).
+    int device = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&w8a16_ws_.sm_count, cudaDevAttrMultiProcessorCount, device));
+    int64_t sums = 0;
+    for (int M = gemv_rows_ + 1; M <= std::min(max_rows, w8a16_rows_); ++M) {
+      for (const auto& [N, K] : {std::pair<int64_t, int64_t>{d.q + 2 * d.kv, d.hidden},
+                                 {d.hidden, d.q},
+                                 {2 * d.ffn, d.hidden},
+                                 {d.hidden, d.ffn}}) {
+        sums = std::max(sums, kernels::gemm_w8a16_partial_elems(
+                                  M, static_cast<int>(N), static_cast<int>(K), w8a16_ws_.sm_count));
+      }
+    }
+    if (sums > 0) {
+      w8a16_ws_.n_counters = kernels::gemm_w8a16_counters(w8a16_ws_.sm_count);
+      split_sums_ = DeviceBuffer(static_cast<size_t>(sums) * sizeof(float), "W8A16 split-K sums");
+      split_counts_ = DeviceBuffer(static_cast<size_t>(w8a16_ws_.n_counters) * sizeof(int),
+                                   "W8A16 split-K counters");
+      CUDA_CHECK(cudaMemsetAsync(split_counts_.as<void>(), 0, split_counts_.bytes(), stream));
+      w8a16_ws_.partial = split_sums_.as<float>();
+      w8a16_ws_.partial_elems = sums;
+      w8a16_ws_.counters = split_counts_.as<int>();
+    }
+  }
   if (wd == WeightDType::kFp8) {
     for (const auto& [what, k] : {std::pair<const char*, int64_t>{"hidden size", d.hidden},
                                   {"attention width per rank (heads x head_dim)", d.q},
@@ -62,7 +97,10 @@ CudaLinear<T>::CudaLinear(WeightDType wd, int gemv_rows, int max_rows, const Pro
     xs_ = DeviceBuffer(static_cast<size_t>(max_rows) * sizeof(float), "fp8 activation scales");
     const int64_t max_n = std::max({d.q + 2 * d.kv, d.hidden, 2 * d.ffn});
     fp8_ = std::make_unique<Fp8Gemm>(cuda_type<T>(), max_rows, max_n, stream);
-  } else if (wd == WeightDType::kInt8 && max_rows > gemv_rows) {
+  } else if (wd == WeightDType::kInt8 && max_rows > gemv_rows_ &&
+             (max_rows > w8a16_rows_ || d.hidden % 16 != 0 || d.q % 16 != 0 || d.ffn % 16 != 0)) {
+    // Products the W8A16 GEMM does not take: more rows than LLAMA2_W8A16_ROWS, or a K that is
+    // not a multiple of 16.
     const int64_t largest = std::max(
         {(d.q + 2 * d.kv) * d.hidden, d.hidden * d.q, 2 * d.ffn * d.hidden, d.hidden * d.ffn});
     dequant_ = DeviceBuffer(static_cast<size_t>(largest) * sizeof(T),
@@ -78,6 +116,25 @@ bool CudaLinear<T>::use_gemv(const void* x, const void* w, int M, int K) const {
     return kernels::gemv_fits(static_cast<const T*>(x), static_cast<const T*>(w), M, K);
   }
   return kernels::gemv_fits(static_cast<const T*>(x), static_cast<const int8_t*>(w), M, K);
+}
+
+template <typename T>
+bool CudaLinear<T>::use_w8a16(const void* x, const void* w, int M, int K) const {
+  if (M <= gemv_rows_ || M > w8a16_rows_) return false;
+  if (wd_ != WeightDType::kInt8 && !(wd_ == WeightDType::kFp8 && fp8_w8a16_)) return false;
+  return kernels::gemm_w8a16_fits(static_cast<const T*>(x), static_cast<const int8_t*>(w), K);
+}
+
+template <typename T>
+template <typename W>
+void CudaLinear<T>::gemm_w8a16(const T* x, const LinearWeight& w, T* y, int M, int N, int K,
+                               bool swiglu) {
+  if constexpr (kQuantizable<T>) {
+    const kernels::GemmW8A16Args<T, W> args{x, w.w.as<W>(), w.scale.as<float>(), y, M, N,
+                                            K, swiglu};
+    CUDA_CHECK((kernels::launch_gemm_w8a16<T, W>(args, kernels::plan_gemm_w8a16(M, N, K, w8a16_ws_),
+                                                 w8a16_ws_, stream_)));
+  }
 }
 
 template <typename T>
@@ -107,6 +164,10 @@ template <typename T>
 void CudaLinear<T>::matmul_quantized(const T* x, const LinearWeight& w, T* y, int M, int N, int K) {
   if constexpr (kQuantizable<T>) {
     const bool gemv = use_gemv(x, w.w.as<void>(), M, K);
+    if (!gemv && use_w8a16(x, w.w.as<void>(), M, K)) {
+      if (wd_ == WeightDType::kInt8) return gemm_w8a16<int8_t>(x, w, y, M, N, K);
+      return gemm_w8a16<E4m3>(x, w, y, M, N, K);
+    }
     switch (wd_) {
       case WeightDType::kAuto:
         break;
@@ -116,6 +177,7 @@ void CudaLinear<T>::matmul_quantized(const T* x, const LinearWeight& w, T* y, in
                                                            w.scale.as<float>(), y, M, N, K, stream_,
                                                            gemv_math<T>(qgemv_))));
         } else {
+          LLAMA2_CHECK(dequant_.bytes() >= static_cast<size_t>(N) * K * sizeof(T));
           CUDA_CHECK((kernels::launch_dequantize_rows<int8_t, T>(
               w.w.as<int8_t>(), w.scale.as<float>(), dequant_.as<T>(), N, K, stream_)));
           gemm_xwt(cublas_, cuda_type<T>(), x, dequant_.as<T>(), y, M, N, K);
@@ -144,6 +206,14 @@ void CudaLinear<T>::matmul_quantized(const T* x, const LinearWeight& w, T* y, in
 
 template <typename T>
 bool CudaLinear<T>::gate_up_swiglu(const T* x, const LinearWeight& w, T* act, int M, int F, int K) {
+  if (use_w8a16(x, w.w.as<void>(), M, K)) {  // SwiGLU in the W8A16 GEMM's epilogue
+    if (wd_ == WeightDType::kInt8) {
+      gemm_w8a16<int8_t>(x, w, act, M, 2 * F, K, true);
+    } else {
+      gemm_w8a16<E4m3>(x, w, act, M, 2 * F, K, true);
+    }
+    return true;
+  }
   if (!use_gemv(x, w.w.as<void>(), M, K)) return false;
   if (wd_ == WeightDType::kAuto) {
     CUDA_CHECK(kernels::launch_gemv_gate_up_swiglu<T>(x, w.w.as<T>(), act, M, F, K, stream_));

@@ -2,7 +2,11 @@
 //   auto  W in T: the GEMV kernel for up to LLAMA2_GEMV rows (weight streaming), cuBLAS above.
 //   int8  W8A16: the GEMV dequantizes in its loop (one scale per output row, applied to the sum);
 //         more rows: cuBLAS on a dequantized T copy of W (a scratch the size of the largest
-//         projection), the simple path the quantization issue allows for prefill and big batches.
+//         projection; the default), or, up to LLAMA2_W8A16_ROWS rows (default 0: none; 256 is the
+//         A/B value), the tensor-core W8A16 GEMM (kernels/gemm_w8a16.cuh), which converts W's
+//         bytes in registers and applies the scale to the sums as the GEMV does. Long prefills
+//         keep the dequantized copy: cuBLAS's wgmma kernels outrun mma.sync by more than the
+//         dequantize costs.
 //   fp8   up to LLAMA2_GEMV rows (the GEMV): W8A16, like int8. The GEMV is bound by streaming W;
 //         fp8 activations buy it nothing, and cost a quantize launch before every projection
 //         (4 per layer, 128 per 7B step) and the accuracy of rounding x to 3 mantissa bits.
@@ -10,6 +14,9 @@
 //         FP8 GEMM (fp8_gemm.h) on the tensor cores, where fp8 x doubles the math rate.
 //         So a token's numbers depend on its step's row count (<= LLAMA2_GEMV or not); the HF
 //         reference applies the same rule (tests/reference/make_fixtures.py, README there).
+//         LLAMA2_W8A16_FP8=1 (an A/B, off by default): the W8A16 GEMM with x in T instead of
+//         cuBLASLt for products of more rows than the GEMV takes and at most LLAMA2_W8A16_ROWS
+//         (W8A16 numbers there, W8A8 in the GEMV and above).
 // LLAMA2_QGEMV (TuningKnobs::qgemv) picks the GEMV's arithmetic for 1-byte weights; =old is the
 // path before 2026-12-02 (generic conversions, fp8 always W8A8), kept for the A/B.
 #pragma once
@@ -21,11 +28,20 @@
 
 #include "common/engine_config.h"
 #include "common/tuning_knobs.h"
+#include "kernels/gemm_w8a16.cuh"
 #include "rank/cuda/cuda_weights.h"
 #include "rank/cuda/device_buffer.h"
 #include "rank/cuda/fp8_gemm.h"
 
 namespace llama2 {
+
+// Which kernel takes a product of M rows (common/tuning_knobs.h: LLAMA2_GEMV, LLAMA2_W8A16_ROWS,
+// LLAMA2_W8A16_FP8).
+struct LinearRouting {
+  int gemv_rows = 1;
+  int w8a16_rows = 0;
+  bool fp8_w8a16 = false;
+};
 
 // One rank's projection widths: q|k|v [q + 2 kv, hidden], o [hidden, q], gate|up [2 ffn, hidden],
 // down [hidden, ffn] (q, kv, ffn: this rank's shard).
@@ -38,24 +54,35 @@ class CudaLinear {
  public:
   // max_rows: the most rows of x a product gets. fp8: Error unless every K (hidden, q, ffn) is a
   // multiple of 16 (cuBLASLt's FP8 layout rule and the GEMV's 16-byte loads).
-  CudaLinear(WeightDType wd, int gemv_rows, int max_rows, const ProjectionDims& dims,
+  CudaLinear(WeightDType wd, const LinearRouting& routing, int max_rows, const ProjectionDims& dims,
              cublasHandle_t cublas, cudaStream_t stream, QgemvChoice qgemv = QgemvChoice::kAuto);
 
   // y [M, N] = x [M, K] . W [N, K]^T
   void matmul(const T* x, const LinearWeight& w, T* y, int M, int N, int K);
   // The same with W in T whatever the weight dtype (the LM head).
   void matmul_plain(const T* x, const T* w, T* y, int M, int N, int K);
-  // One launch for act [M, F] = silu(x . gate^T) * (x . up^T) when the GEMV takes M rows (true);
-  // otherwise false and nothing is done (the caller runs matmul into [M, 2F], then SwiGLU).
+  // One launch for act [M, F] = silu(x . gate^T) * (x . up^T) when the GEMV or the W8A16 GEMM
+  // takes M rows (true); otherwise false and nothing is done (the caller runs matmul into
+  // [M, 2F], then SwiGLU).
   bool gate_up_swiglu(const T* x, const LinearWeight& w, T* act, int M, int F, int K);
 
-  // Device bytes of the scratch buffers (activation quantization, int8's dequantized copy).
-  uint64_t scratch_bytes() const { return xq_.bytes() + xs_.bytes() + dequant_.bytes(); }
+  // Device bytes of the scratch buffers (activation quantization, int8's dequantized copy, the
+  // W8A16 GEMM's split-K sums).
+  uint64_t scratch_bytes() const {
+    return xq_.bytes() + xs_.bytes() + dequant_.bytes() + split_sums_.bytes() +
+           split_counts_.bytes();
+  }
 
  private:
   // fp8: x [M, K] to e4m3 with per-row scales in xq_ / xs_.
   void quantize_x(const T* x, int M, int K);
   bool use_gemv(const void* x, const void* w, int M, int K) const;
+  // M rows go to the W8A16 GEMM (int8 weights, or fp8 with LLAMA2_W8A16_FP8=1).
+  bool use_w8a16(const void* x, const void* w, int M, int K) const;
+  // swiglu: W is [gate; up] (N = 2F) and y is act [M, F].
+  template <typename W>
+  void gemm_w8a16(const T* x, const LinearWeight& w, T* y, int M, int N, int K,
+                  bool swiglu = false);
   void matmul_quantized(const T* x, const LinearWeight& w, T* y, int M, int N, int K);
   void gate_up_quantized(const T* x, const LinearWeight& w, T* act, int M, int F, int K);
   // fp8 with M rows: quantize x (W8A8)? Not for the GEMV (W8A16), except with LLAMA2_QGEMV=old.
@@ -63,11 +90,16 @@ class CudaLinear {
 
   WeightDType wd_;
   int gemv_rows_;
+  int w8a16_rows_;
+  bool fp8_w8a16_;
   QgemvChoice qgemv_;
   cublasHandle_t cublas_;
   cudaStream_t stream_;
   DeviceBuffer xq_, xs_;  // fp8: [max_rows, max_k] e4m3, [max_rows] fp32
   DeviceBuffer dequant_;  // int8: [max_weight_elems] T
+  // The W8A16 GEMM's split-K workspace: fp32 partial sums and per-tile counters (zeroed once).
+  DeviceBuffer split_sums_, split_counts_;
+  kernels::GemmW8A16Workspace w8a16_ws_;
   std::unique_ptr<Fp8Gemm> fp8_;
 };
 
