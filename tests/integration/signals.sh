@@ -159,8 +159,11 @@ check_end() {
 }
 
 # ---- SIGINT to the wrapper; a drain long enough for the stream to finish (on a loaded 2-core CI
-# machine 100 tokens of this model have taken 15 s). Also: what listens.
-if start_job sigint --shutdown-timeout-ms 120000 && start_stream sigint 100; then
+# machine 100 tokens of this model have taken 15 s). Every step sleeps 40 ms (the test hook), so
+# the stream is still running when the signal comes however fast the machine is (on an idle one
+# the 100 tokens once finished before it: "draining (0 in flight"). Also: what listens.
+if LLAMA2_TEST_STEP_DELAY_MS=40 start_job sigint --shutdown-timeout-ms 120000 &&
+  start_stream sigint 100; then
   if command -v ss >/dev/null; then
     pids=" $(descendants "$JOB") "
     ss -ltnpH >"$TMP/ss.txt" 2>/dev/null
@@ -187,7 +190,8 @@ fi
 
 # ---- systemd KillMode=mixed (launch/systemd/llama2.service): SIGTERM to the main process only,
 # SIGKILL to what is left after TimeoutStopSec. A short drain cuts the stream.
-if start_job mixed --shutdown-timeout-ms 300 && start_stream mixed 480; then
+if LLAMA2_TEST_STEP_DELAY_MS=10 start_job mixed --shutdown-timeout-ms 300 &&
+  start_stream mixed 480; then
   before=$(descendants "$JOB")
   kill -TERM "$JOB"
   # shellcheck disable=SC2086
@@ -196,7 +200,8 @@ if start_job mixed --shutdown-timeout-ms 300 && start_stream mixed 480; then
 fi
 
 # ---- SIGTERM to every process of the job at once (scancel, KillMode=control-group).
-if start_job all --shutdown-timeout-ms 2000 && start_stream all 480; then
+if LLAMA2_TEST_STEP_DELAY_MS=10 start_job all --shutdown-timeout-ms 2000 &&
+  start_stream all 480; then
   before=$(descendants "$JOB")
   # shellcheck disable=SC2086
   kill -TERM $before
@@ -205,8 +210,12 @@ if start_job all --shutdown-timeout-ms 2000 && start_stream all 480; then
 fi
 
 # ---- SIGTERM to rank 0 alone. 480 tokens: finding rank 0's pid (a /proc walk) must not outlast
-# the stream, or the drain finds nothing in flight (100 tokens did, on a loaded 2-core machine).
-if start_job rank0 && start_stream rank0 480; then
+# the stream, or the drain finds nothing in flight (100 tokens did, on a loaded 2-core machine);
+# the drain may take as long as the stream needs (a loaded machine once needed more than 30 s).
+# The streams below run 10 ms a step at least (the test hook), so that on an idle, fast machine
+# they are still running when the signal comes.
+if LLAMA2_TEST_STEP_DELAY_MS=10 start_job rank0 --shutdown-timeout-ms 120000 &&
+  start_stream rank0 480; then
   before=$(descendants "$JOB")
   r0=$(rank0_pid)
   if [[ -n "$r0" ]]; then
