@@ -26,24 +26,14 @@
 
 namespace {
 
+using llama2::test::contains;
+using llama2::test::error_of;
+
 using llama2::DType;
 using llama2::Error;
 using llama2::TensorToWrite;
 using llama2::WeightStore;
 using nlohmann::json;
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
 
 // The e4m3 code nearest to x (ties to the even code), saturating at +-448: the definition the
 // encoder must meet, by search over every finite code.

@@ -5,13 +5,12 @@
 #include <string>
 
 #include "rank/local_rank.h"
+#include "test_util.h"
 
 using llama2::LocalRank;
 
 namespace {
-bool contains(const std::string& s, const std::string& needle) {
-  return s.find(needle) != std::string::npos;
-}
+using llama2::test::contains;
 }  // namespace
 
 TEST_SUITE("local_rank") {

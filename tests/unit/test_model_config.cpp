@@ -17,6 +17,7 @@ using llama2::ModelConfig;
 using nlohmann::json;
 
 namespace {
+using llama2::test::contains;
 
 // The config.json of meta-llama/Llama-2-7b-hf, as published.
 json llama2_7b_json() {
@@ -63,10 +64,6 @@ std::string parse_error(const json& j) {
     return e.what();
   }
   return "";
-}
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
 }
 
 // The message must exist, start with the source, and name every key in `keys`.

@@ -21,27 +21,15 @@
 
 namespace {
 
+using llama2::test::contains;
+using llama2::test::error_of;
+
 using llama2::DType;
 using llama2::Error;
 using llama2::TensorToWrite;
 using llama2::WeightStore;
 
 using llama2::test::TempDir;
-
-// The message of the llama2::Error that `f` throws ("<no error>" if it returns normally); any other
-// exception escapes and fails the test.
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
-
-bool contains(const std::string& s, const std::string& sub) {
-  return s.find(sub) != std::string::npos;
-}
 
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary);

@@ -11,11 +11,13 @@
 #include "common/check.h"
 #include "common/model_config.h"
 #include "common/shard_plan.h"
+#include "test_util.h"
 
 using llama2::ModelConfig;
 using llama2::ShardPlan;
 
 namespace {
+using llama2::test::contains;
 
 ModelConfig config(int heads, int kv_heads, int head_dim, int intermediate, int vocab) {
   ModelConfig c;
@@ -49,10 +51,6 @@ std::string shard_error(const ModelConfig& c, int tp) {
     return e.what();
   }
   return "";
-}
-
-bool contains(const std::string& s, const std::string& needle) {
-  return s.find(needle) != std::string::npos;
 }
 
 // [begin, begin+size) over every rank covers [0, n) exactly once, ranks in order, sizes within 1.

@@ -8,12 +8,14 @@
 
 #include "common/check.h"
 #include "common/step_plan.h"
+#include "test_util.h"
 
 using llama2::SeqStep;
 using llama2::StepKind;
 using llama2::StepPlan;
 
 namespace {
+using llama2::test::contains;
 
 constexpr int32_t kMagic = 0x4c325350;  // "L2SP"
 
@@ -54,10 +56,6 @@ std::string decode_error(const std::vector<int32_t>& wire) {
     return e.what();
   }
   return "";
-}
-
-bool contains(const std::string& s, const std::string& needle) {
-  return s.find(needle) != std::string::npos;
 }
 
 // Wire offsets of the fields of sequence `s` (header is 7 ints).

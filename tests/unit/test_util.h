@@ -8,10 +8,28 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <string>
 
+#include "common/check.h"
+
 namespace llama2::test {
+
+// The message of the llama2::Error that `f` throws ("<no error>" if it returns normally); any other
+// exception escapes and fails the test.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+inline bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 // A fresh directory under /tmp, removed with everything in it when the test ends.
 struct TempDir {
