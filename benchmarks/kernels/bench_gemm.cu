@@ -19,6 +19,7 @@
 #include <random>
 #include <vector>
 
+#include "bench_timing.h"
 #include "common/check.h"
 #include "rank/cuda/device_buffer.h"
 
@@ -31,27 +32,7 @@ struct Shape {
   int N, K;
 };
 
-// Median over 5 batches of 20 launches, microseconds per launch.
-double time_us(const std::function<void()>& launch) {
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < 5; ++i) launch();
-  std::vector<float> ms;
-  for (int rep = 0; rep < 5; ++rep) {
-    CUDA_CHECK(cudaEventRecord(a));
-    for (int i = 0; i < 20; ++i) launch();
-    CUDA_CHECK(cudaEventRecord(b));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  CUDA_CHECK(cudaEventDestroy(a));
-  CUDA_CHECK(cudaEventDestroy(b));
-  return ms[2] * 1e3 / 20;
-}
+using llama2::bench::time_us;
 
 void fill_random(DeviceBuffer& buf, size_t n, uint32_t seed) {
   std::vector<__half> host(n);
@@ -89,7 +70,7 @@ int main() {
     for (const int M : rows) {
       const double flop = 2.0 * M * s.N * s.K;
       const float alpha = 1.f, beta = 0.f;
-      const double ex_us = time_us([&] {
+      const double ex_us = time_us([&](int) {
         CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, s.N, M, s.K, &alpha, w.as<void>(),
                                   CUDA_R_16F, s.K, x.as<void>(), CUDA_R_16F, s.K, &beta,
                                   y.as<void>(), CUDA_R_16F, s.N, CUBLAS_COMPUTE_32F,
@@ -119,7 +100,7 @@ int main() {
       double best_us = 1e30;
       int best = -1;
       for (int i = 0; i < n_found; ++i) {
-        const double us = time_us([&] {
+        const double us = time_us([&](int) {
           CUBLAS_CHECK(cublasLtMatmul(lt, desc, &alpha, w.as<void>(), la, x.as<void>(), lb, &beta,
                                       y.as<void>(), lc, y.as<void>(), lc, &found[i].algo,
                                       ws.as<void>(), kWorkspace, nullptr));

@@ -22,6 +22,7 @@
 #include <random>
 #include <vector>
 
+#include "bench_timing.h"
 #include "common/check.h"
 #include "kernels/gemm_w8a16.cuh"
 #include "kernels/quant.cuh"
@@ -36,27 +37,7 @@ namespace {
 
 constexpr size_t kPoolBytes = size_t{512} << 20;
 
-double time_us(const std::function<void(int)>& launch) {
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  int i = 0;
-  for (int w = 0; w < 5; ++w) launch(i++);
-  std::vector<float> ms;
-  for (int rep = 0; rep < 5; ++rep) {
-    CUDA_CHECK(cudaEventRecord(a));
-    for (int j = 0; j < 20; ++j) launch(i++);
-    CUDA_CHECK(cudaEventRecord(b));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  CUDA_CHECK(cudaEventDestroy(a));
-  CUDA_CHECK(cudaEventDestroy(b));
-  return ms[2] * 1e3 / 20;
-}
+using llama2::bench::time_us;
 
 template <typename E>
 void upload_random(DeviceBuffer& buf, size_t n, uint32_t seed, float lo, float hi) {
