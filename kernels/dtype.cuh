@@ -183,18 +183,40 @@ __host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) {
 }
 
 // ---- Programmatic dependent launch (PDL, sm_90): every kernel is launched with programmatic
-// stream serialization, so the GPU may schedule a kernel's blocks while the previous kernel's last
-// blocks finish, and every kernel's first statement waits for the previous grid to complete and
-// its memory to be visible. Only the launch latency overlaps (nothing is read or written before
-// the wait), which is what a decode step of ~300 short kernels is made of. Off: plain launches.
-// The switch lives in launch.cu (on by default); only the CUDA runner sets it, once, from
-// TuningKnobs::pdl (LLAMA2_PDL) before its first launch.
+// stream serialization, and every kernel's first statement lets the next kernel launch
+// (griddepcontrol.launch_dependents) and then waits for the previous grid to complete and its
+// memory to be visible (griddepcontrol.wait). So the next kernel's blocks are scheduled as soon
+// as all of this kernel's blocks are resident and SM room frees up, instead of after its last
+// block exits: its launch latency, and whatever it does before its own wait (a GEMV prefetches
+// its weights into L2: gemv_prefetch_rows), run under this kernel. That is what a batch-1 decode
+// step of ~300 short kernels is made of. Nothing is read or written before the wait except
+// immutable weights, and each wait covers the whole chain before it (a grid completes only after
+// its own wait returned), so the order of every read and write is that of plain launches.
+// CMake option LLAMA2_PDL_TRIGGER=OFF keeps the wait and drops the early trigger (the A/B).
+// The launch switch lives in launch.cu (on by default); only the CUDA runner sets it, once, from
+// TuningKnobs::pdl (LLAMA2_PDL) before its first launch. Off: plain launches, and the trigger and
+// the wait are no-ops.
 void set_programmatic_launch(bool on);
 bool programmatic_launch();
 
+#ifndef LLAMA2_PDL_TRIGGER
+#define LLAMA2_PDL_TRIGGER 1
+#endif
+
 __device__ __forceinline__ void wait_for_previous_grid() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if LLAMA2_PDL_TRIGGER
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
   asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Asks L2 to fetch `bytes` (a multiple of 16) from 16-byte aligned global memory, asynchronously
+// (sm_90 bulk prefetch; nothing on older GPUs). A hint: nothing waits for it.
+__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (bytes >= 16) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes));
 #endif
 }
 

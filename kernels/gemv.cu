@@ -19,14 +19,17 @@ using namespace gemv_detail;
 // Types: y is T; W is T, or int8 / fp8 e4m3 with w_scale[rows of W] (quantized weights); x is T,
 // or fp8 e4m3 with x_scale[M] (fp8 activations). A sum is multiplied by its scales once, at the
 // end: y[m, n] = round_T(x_scale[m] * w_scale[n] * sum_k x[m, k] * w[n, k]).
-template <typename T, typename X, typename W, int M, bool kGateUp, int R>
+// F (GemvFusion, gemv_common.cuh): kFuseNorm reads x as the residual stream and multiplies its
+// rmsnorm (in shared memory), kFuseAdd adds the product to y. One row only.
+template <typename T, typename X, typename W, int M, bool kGateUp, int R, int F>
 __global__ void __launch_bounds__(kWarps * 32)
     gemv_kernel(const X* __restrict__ x, const float* __restrict__ x_scale, const W* __restrict__ w,
-                const float* __restrict__ w_scale, T* __restrict__ y, int N, int K) {
+                const float* __restrict__ w_scale, T* __restrict__ y, int N, int K,
+                const GemvFusion<T> fuse) {
   static_assert(R == 2 || (R == 1 && !kGateUp), "gate|up reads two rows per output");
+  static_assert(F == 0 || (M == 1 && std::is_same_v<X, T>), "fusions: one row, x in T");
   constexpr bool kXScale = std::is_same_v<X, __nv_fp8_e4m3>;
   constexpr bool kWScale = !std::is_same_v<W, T>;
-  wait_for_previous_grid();
   constexpr int V = kVec16<W>;  // elements per 16-byte load of W
   // ~8 16-byte loads of W in flight per lane (fewer for 1-byte weights: each load feeds 16 FMAs
   // per row of x, and the registers for x grow with it).
@@ -34,12 +37,23 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int n0 = kGateUp ? blockIdx.x * kWarps + warp : (blockIdx.x * kWarps + warp) * R;
-  if (n0 >= N) return;
   const bool two = kGateUp || (R == 2 && n0 + 1 < N);
   const int n1 = kGateUp ? N + n0 : (two ? n0 + 1 : n0);
   const W* w0 = w + static_cast<int64_t>(n0) * K;
   // Plain: a lone last row reads itself twice and writes once.
   const W* w1 = w + static_cast<int64_t>(n1) * K;
+  if (lane == 0 && n0 < N) {
+    prefetch_rows(w0, w1, two, int64_t{K} * sizeof(W), kGateUp ? 2 * int64_t{N} : N);
+  }
+  wait_for_previous_grid();
+  const X* xin = x;
+  if constexpr ((F & kFuseNorm) != 0) {
+    extern __shared__ __align__(16) unsigned char gemv_smem[];
+    T* xs = reinterpret_cast<T*>(gemv_smem);  // [K]
+    rmsnorm_row_to_shared<T>(x, fuse.norm_weight, K, fuse.norm_eps, xs);
+    xin = xs;
+  }
+  if (n0 >= N) return;
 
   float acc[R][M] = {};
 #pragma unroll kUnroll
@@ -50,7 +64,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int m = 0; m < M; ++m) {
       float xv[V];
-      load_float<X, V>(x + static_cast<int64_t>(m) * K + k, xv);
+      load_float<X, V>(xin + static_cast<int64_t>(m) * K + k, xv);
 #pragma unroll
       for (int i = 0; i < V; ++i) {
         acc[0][m] = fmaf(a[i], xv[i], acc[0][m]);
@@ -65,26 +79,28 @@ __global__ void __launch_bounds__(kWarps * 32)
     if constexpr (kWScale) f *= w_scale[row];
     return f;
   };
-  store_rows<T, M, kGateUp, R>(acc, factor, y, N, n0, n1, two, lane);
+  store_rows<T, M, kGateUp, R, (F & kFuseAdd) != 0>(acc, factor, y, N, n0, n1, two, lane);
 }
 
-template <typename T, typename X, typename W, int M, bool kGateUp>
+template <typename T, typename X, typename W, int M, bool kGateUp, int F>
 void launch_m(const X* x, const float* xs, const W* w, const float* ws, T* y, int N, int K,
-              cudaStream_t stream) {
+              cudaStream_t stream, const GemvFusion<T>& fuse) {
+  const size_t smem = (F & kFuseNorm) != 0 ? static_cast<size_t>(K) * sizeof(T) : 0;
   if (!kGateUp && N <= kOneRowMaxN) {
     const int blocks = static_cast<int>(ceil_div(N, kWarps));
-    launch_kernel(gemv_kernel<T, X, W, M, false, 1>, blocks, kWarps * 32, 0, stream, x, xs, w, ws,
-                  y, N, K);
+    launch_kernel(gemv_kernel<T, X, W, M, false, 1, F>, blocks, kWarps * 32, smem, stream, x, xs, w,
+                  ws, y, N, K, fuse);
   } else {
     const int blocks = static_cast<int>(ceil_div(N, kGateUp ? kWarps : kWarps * 2));
-    launch_kernel(gemv_kernel<T, X, W, M, kGateUp, 2>, blocks, kWarps * 32, 0, stream, x, xs, w, ws,
-                  y, N, K);
+    launch_kernel(gemv_kernel<T, X, W, M, kGateUp, 2, F>, blocks, kWarps * 32, smem, stream, x, xs,
+                  w, ws, y, N, K, fuse);
   }
 }
 
 template <typename T, typename X, typename W, bool kGateUp>
 cudaError_t launch_gemv_kind(const X* x, const float* xs, const W* w, const float* ws, T* y, int M,
-                             int N, int K, cudaStream_t stream, GemvMath math = GemvMath::kAuto) {
+                             int N, int K, cudaStream_t stream, GemvMath math,
+                             const GemvFusion<T>& fuse) {
   // W8A16: 1-byte W, x in T. The generic kernel (kConvert) is kept only for int8 W (the A/B).
   constexpr bool kW8A16 = sizeof(W) == 1 && std::is_same_v<X, T>;
   constexpr bool kConvertable = !kW8A16 || std::is_same_v<W, int8_t>;
@@ -106,15 +122,36 @@ cudaError_t launch_gemv_kind(const X* x, const float* xs, const W* w, const floa
       (std::is_same_v<X, T> || xs != nullptr) && (std::is_same_v<W, T> || ws != nullptr),
       "a quantized operand needs its scales");
   LLAMA2_LAUNCH_REQUIRE(is_aligned(x, 16) && is_aligned(w, 16), "16-byte alignment");
+  if (fuse.any()) {
+    LLAMA2_LAUNCH_REQUIRE((M == 1 && std::is_same_v<X, T>),
+                          "a fused norm or residual add needs one row (M " + std::to_string(M) +
+                              ") and x in T (not fp8)");
+    LLAMA2_LAUNCH_REQUIRE(!kGateUp || !fuse.add_to_y, "gate|up takes no residual add");
+    LLAMA2_LAUNCH_REQUIRE(
+        fuse.norm_weight == nullptr ||
+            (K % kVec16<T> == 0 && static_cast<int64_t>(K) * sizeof(T) <= kGemvNormMaxBytes &&
+             is_aligned(fuse.norm_weight, 16)),
+        "the fused norm needs K (" + std::to_string(K) + ") a multiple of " +
+            std::to_string(kVec16<T>) + " with K x " + std::to_string(sizeof(T)) +
+            " bytes <= " + std::to_string(kGemvNormMaxBytes) + " and a 16-byte aligned weight");
+  }
   if constexpr (kW8A16) {
     if (math != GemvMath::kConvert) {
-      launch_gemv_w8<T, W, kGateUp>(x, w, ws, y, M, N, K, math == GemvMath::kHalf2, stream);
+      launch_gemv_w8<T, W, kGateUp>(x, w, ws, y, M, N, K, math == GemvMath::kHalf2, stream, fuse);
       return cudaGetLastError();
     }
   }
   if constexpr (kConvertable) {
+    if (fuse.any()) {
+      if constexpr (std::is_same_v<X, T>) {
+        with_fusion<kGateUp>(fusion_bits(fuse), [&](auto f) {
+          launch_m<T, X, W, 1, kGateUp, decltype(f)::value>(x, xs, w, ws, y, N, K, stream, fuse);
+        });
+      }
+      return cudaGetLastError();
+    }
     with_rows(M, [&](auto m) {
-      launch_m<T, X, W, decltype(m)::value, kGateUp>(x, xs, w, ws, y, N, K, stream);
+      launch_m<T, X, W, decltype(m)::value, kGateUp, 0>(x, xs, w, ws, y, N, K, stream, fuse);
     });
   }
   return cudaGetLastError();
@@ -123,34 +160,40 @@ cudaError_t launch_gemv_kind(const X* x, const float* xs, const W* w, const floa
 }  // namespace
 
 template <typename T>
-cudaError_t launch_gemv(const T* x, const T* w, T* y, int M, int N, int K, cudaStream_t stream) {
-  return launch_gemv_kind<T, T, T, false>(x, nullptr, w, nullptr, y, M, N, K, stream);
+cudaError_t launch_gemv(const T* x, const T* w, T* y, int M, int N, int K, cudaStream_t stream,
+                        const GemvFusion<T>& fuse) {
+  return launch_gemv_kind<T, T, T, false>(x, nullptr, w, nullptr, y, M, N, K, stream,
+                                          GemvMath::kAuto, fuse);
 }
 
 template <typename T>
 cudaError_t launch_gemv_gate_up_swiglu(const T* x, const T* w_gate_up, T* act, int M, int F, int K,
-                                       cudaStream_t stream) {
-  return launch_gemv_kind<T, T, T, true>(x, nullptr, w_gate_up, nullptr, act, M, F, K, stream);
+                                       cudaStream_t stream, const GemvFusion<T>& fuse) {
+  return launch_gemv_kind<T, T, T, true>(x, nullptr, w_gate_up, nullptr, act, M, F, K, stream,
+                                         GemvMath::kAuto, fuse);
 }
 
 template <typename T, typename X, typename W>
 cudaError_t launch_gemv_q(const X* x, const float* x_scale, const W* w, const float* w_scale, T* y,
-                          int M, int N, int K, cudaStream_t stream, GemvMath math) {
-  return launch_gemv_kind<T, X, W, false>(x, x_scale, w, w_scale, y, M, N, K, stream, math);
+                          int M, int N, int K, cudaStream_t stream, GemvMath math,
+                          const GemvFusion<T>& fuse) {
+  return launch_gemv_kind<T, X, W, false>(x, x_scale, w, w_scale, y, M, N, K, stream, math, fuse);
 }
 
 template <typename T, typename X, typename W>
 cudaError_t launch_gemv_q_gate_up_swiglu(const X* x, const float* x_scale, const W* w_gate_up,
                                          const float* w_scale, T* act, int M, int F, int K,
-                                         cudaStream_t stream, GemvMath math) {
+                                         cudaStream_t stream, GemvMath math,
+                                         const GemvFusion<T>& fuse) {
   return launch_gemv_kind<T, X, W, true>(x, x_scale, w_gate_up, w_scale, act, M, F, K, stream,
-                                         math);
+                                         math, fuse);
 }
 
-#define LLAMA2_INSTANTIATE(T)                                                               \
-  template cudaError_t launch_gemv<T>(const T*, const T*, T*, int, int, int, cudaStream_t); \
-  template cudaError_t launch_gemv_gate_up_swiglu<T>(const T*, const T*, T*, int, int, int, \
-                                                     cudaStream_t);
+#define LLAMA2_INSTANTIATE(T)                                                                 \
+  template cudaError_t launch_gemv<T>(const T*, const T*, T*, int, int, int, cudaStream_t,    \
+                                      const GemvFusion<T>&);                                  \
+  template cudaError_t launch_gemv_gate_up_swiglu<T>(const T*, const T*, T*, int, int, int,   \
+                                                     cudaStream_t, const GemvFusion<T>&);
 LLAMA2_INSTANTIATE(float)
 LLAMA2_INSTANTIATE(__half)
 LLAMA2_INSTANTIATE(__nv_bfloat16)
@@ -158,9 +201,12 @@ LLAMA2_INSTANTIATE(__nv_bfloat16)
 
 #define LLAMA2_INSTANTIATE_Q(T, X, W)                                                             \
   template cudaError_t launch_gemv_q<T, X, W>(const X*, const float*, const W*, const float*, T*, \
-                                              int, int, int, cudaStream_t, GemvMath);             \
-  template cudaError_t launch_gemv_q_gate_up_swiglu<T, X, W>(                                     \
-      const X*, const float*, const W*, const float*, T*, int, int, int, cudaStream_t, GemvMath);
+                                              int, int, int, cudaStream_t, GemvMath,              \
+                                              const GemvFusion<T>&);                              \
+  template cudaError_t launch_gemv_q_gate_up_swiglu<T, X, W>(const X*, const float*, const W*,    \
+                                                             const float*, T*, int, int, int,     \
+                                                             cudaStream_t, GemvMath,              \
+                                                             const GemvFusion<T>&);
 LLAMA2_INSTANTIATE_Q(__half, __half, int8_t)
 LLAMA2_INSTANTIATE_Q(__nv_bfloat16, __nv_bfloat16, int8_t)
 LLAMA2_INSTANTIATE_Q(__half, __half, __nv_fp8_e4m3)

@@ -22,6 +22,24 @@ inline bool gemv_fits(const X* x, const W* w, int M, int K) {
          reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
 }
 
+// What a one-row GEMV may do around its product (batch-1 decode on one rank: the two RMSNorms
+// and residual adds of a layer then need no kernels of their own; src/rank/cuda/cuda_model.cu).
+//   norm_weight  x is the residual stream [1, K] and the product takes rmsnorm(x) * norm_weight,
+//                computed by every block into shared memory with the numbers launch_rmsnorm
+//                writes, bit for bit (its block's partial sums in its order; rmsnorm.cu).
+//   add_to_y     y[0, n] = round_T(y[0, n] + round_T(product)): the residual add of
+//                launch_add_rmsnorm, in place (y is the residual stream; plain products only).
+// Either needs M == 1 and x in T (no fp8 activations); the norm also K * sizeof(T) <=
+// kGemvNormMaxBytes and a 16-byte aligned norm_weight.
+template <typename T>
+struct GemvFusion {
+  const T* norm_weight = nullptr;
+  float norm_eps = 0.f;
+  bool add_to_y = false;
+  bool any() const { return norm_weight != nullptr || add_to_y; }
+};
+constexpr int kGemvNormMaxBytes = 48 * 1024;  // the normalized row in shared memory
+
 // y[m, n] = round_T(sum_k x[m, k] * w[n, k]) for m < M, n < N, fp32 accumulation.
 // Needs gemv_fits(x, w, M, K) and N >= 1 (cudaErrorInvalidValue and the failed check otherwise).
 // Launch: 256 threads = 8 warps per block, each warp owns 2 consecutive rows of W and walks K in
@@ -32,7 +50,8 @@ template <typename T>
 cudaError_t launch_gemv(const T* x,  // [M, K]
                         const T* w,  // [N, K]
                         T* y,        // [M, N]
-                        int M, int N, int K, cudaStream_t stream);
+                        int M, int N, int K, cudaStream_t stream,
+                        const GemvFusion<T>& fuse = {});
 
 // The gate|up projection with SwiGLU in its epilogue: act[m, j] = round_T(silu_mul(
 // round_T(x[m] . gate[j]), round_T(x[m] . up[j]))) for j < F, where w_gate_up is the fused
@@ -42,7 +61,8 @@ template <typename T>
 cudaError_t launch_gemv_gate_up_swiglu(const T* x,          // [M, K]
                                        const T* w_gate_up,  // [2F, K]
                                        T* act,              // [M, F]
-                                       int M, int F, int K, cudaStream_t stream);
+                                       int M, int F, int K, cudaStream_t stream,
+                                       const GemvFusion<T>& fuse = {});  // norm only
 
 // How launch_gemv_q turns 1-byte weights into numbers (LLAMA2_QGEMV, src/common/tuning_knobs.h).
 //   kAuto     kFp32 for activations in T, kConvert for fp8 activations.
@@ -68,12 +88,13 @@ cudaError_t launch_gemv_q(const X* x, const float* x_scale,  // [M, K], [M] (fp8
                           const W* w, const float* w_scale,  // [N, K], [N]
                           T* y,                              // [M, N]
                           int M, int N, int K, cudaStream_t stream,
-                          GemvMath math = GemvMath::kAuto);
+                          GemvMath math = GemvMath::kAuto, const GemvFusion<T>& fuse = {});
 template <typename T, typename X, typename W>
 cudaError_t launch_gemv_q_gate_up_swiglu(const X* x, const float* x_scale,          // [M, K], [M]
                                          const W* w_gate_up, const float* w_scale,  // [2F, K], [2F]
                                          T* act,                                    // [M, F]
                                          int M, int F, int K, cudaStream_t stream,
-                                         GemvMath math = GemvMath::kAuto);
+                                         GemvMath math = GemvMath::kAuto,
+                                         const GemvFusion<T>& fuse = {});  // norm only
 
 }  // namespace llama2::kernels

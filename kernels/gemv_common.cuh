@@ -10,6 +10,7 @@
 
 #include "kernels/activation.cuh"
 #include "kernels/dtype.cuh"
+#include "kernels/gemv.cuh"
 #include "kernels/reduce.cuh"
 
 namespace llama2::kernels::gemv_detail {
@@ -20,9 +21,102 @@ constexpr int kWarps = 8;
 // unrolled twice as far, so each SM keeps as many bytes in flight as on the larger matrices.
 constexpr int kOneRowMaxN = 8192;
 
-// The end of every GEMV kernel: warp sums of acc times factor(m, row of W), stored to y (plain)
-// or through SwiGLU (kGateUp: acc[0] is gate row n0, acc[1] up row n1 = N + n0).
-template <typename T, int M, bool kGateUp, int R, typename Factor>
+// Before its wait for the previous kernel (dtype.cuh: PDL), a GEMV warp asks L2 for the start of
+// its rows of W: the weights do not depend on the previous kernel, and the GEMV's own loads then
+// begin on L2 hits instead of the ~1-2 us ramp of a cold stream (the o projection, 16-32 MB read
+// in ~4-11 us, reached only 58-68% of HBM bandwidth for that reason; llama2_bench_kernels qgemv,
+// 2026-12-02). At most kPrefetchBudget bytes per launch, so the prefetched lines are still in the
+// 50 MB L2 when the loop reaches them; each row's first bytes, which its loop reads first.
+constexpr int64_t kPrefetchBudget = int64_t{24} << 20;
+
+__device__ __forceinline__ void prefetch_rows(const void* w0, const void* w1, bool two,
+                                              int64_t row_bytes, int64_t rows) {
+  const int64_t cap = kPrefetchBudget / rows;
+  const int64_t bytes = (row_bytes < cap ? row_bytes : cap) & ~int64_t{15};
+  prefetch_l2(w0, static_cast<uint32_t>(bytes));
+  if (two) prefetch_l2(w1, static_cast<uint32_t>(bytes));
+}
+
+// GemvFusion as a kernel's template argument F (a bit set): the input norm, the residual add.
+constexpr int kFuseNorm = 1;
+constexpr int kFuseAdd = 2;
+template <typename T>
+int fusion_bits(const GemvFusion<T>& f) {
+  return (f.norm_weight != nullptr ? kFuseNorm : 0) | (f.add_to_y ? kFuseAdd : 0);
+}
+
+// f(std::integral_constant<int, F>{}) for the runtime bit set F (kGateUp: the norm only).
+template <bool kGateUp, typename Fn>
+void with_fusion(int bits, Fn&& f) {
+  switch (bits) {
+    case kFuseNorm:
+      return f(std::integral_constant<int, kFuseNorm>{});
+    case kFuseAdd:
+      if constexpr (!kGateUp) return f(std::integral_constant<int, kFuseAdd>{});
+      break;
+    case kFuseNorm | kFuseAdd:
+      if constexpr (!kGateUp) return f(std::integral_constant<int, kFuseNorm | kFuseAdd>{});
+      break;
+    default:
+      break;
+  }
+  return f(std::integral_constant<int, 0>{});
+}
+
+// kFuseNorm's prologue: rmsnorm(x) * weight of the row x [K] into out [K] (shared memory), every
+// value as launch_rmsnorm / launch_add_rmsnorm (kernels/rmsnorm.cu) write it, bit for bit. That
+// kernel runs a row on row_threads(K / V) <= 512 threads, each summing the squares of its 16-byte
+// pieces i, i + threads, ... in order, then block_sum; this block of 256 plays those threads (t
+// and t + 256), so every partial sum is the same number added in the same order. Every thread of
+// the block must call it (two barriers).
+template <typename T>
+__device__ __forceinline__ void rmsnorm_row_to_shared(const T* __restrict__ x,
+                                                      const T* __restrict__ weight, int K,
+                                                      float eps, T* out) {
+  static_assert(kWarps == 8, "256 threads play up to 512");
+  constexpr int V = kVec16<T>;
+  const int n_vec = K / V;
+  const int vthreads = n_vec >= 512 ? 512 : (n_vec + 31) / 32 * 32;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float ss[2] = {0.f, 0.f};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int vt = static_cast<int>(threadIdx.x) + h * 256;  // the thread played
+    for (int i = vt; vt < vthreads && i < n_vec; i += vthreads) {
+      float v[V];
+      load_float<T, V>(x + i * V, v);
+#pragma unroll
+      for (int e = 0; e < V; ++e) ss[h] += v[e] * v[e];
+    }
+  }
+  __shared__ float partial[2 * kWarps];  // [virtual warp]: warp w's first half, then its second
+  const float a = warp_sum(ss[0]), b = warp_sum(ss[1]);
+  if (lane == 0) {
+    partial[warp] = a;
+    partial[kWarps + warp] = b;
+  }
+  __syncthreads();
+  const float total = warp_sum(lane < vthreads / 32 ? partial[lane] : 0.f);
+  const float inv = 1.f / sqrtf(total / static_cast<float>(K) + eps);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int vt = static_cast<int>(threadIdx.x) + h * 256;
+    for (int i = vt; vt < vthreads && i < n_vec; i += vthreads) {
+      float v[V], w[V];
+      load_float<T, V>(x + i * V, v);
+      load_float<T, V>(weight + i * V, w);
+#pragma unroll
+      for (int e = 0; e < V; ++e) v[e] = w[e] * round_to<T>(v[e] * inv);
+      store_float<T, V>(out + i * V, v);
+    }
+  }
+  __syncthreads();
+}
+
+// The end of every GEMV kernel: warp sums of acc times factor(m, row of W), stored to y (plain;
+// kAdd: added to y, rounded as the residual add of launch_add_rmsnorm) or through SwiGLU
+// (kGateUp: acc[0] is gate row n0, acc[1] up row n1 = N + n0).
+template <typename T, int M, bool kGateUp, int R, bool kAdd = false, typename Factor>
 __device__ __forceinline__ void store_rows(float (&acc)[R][M], const Factor& factor, T* y, int N,
                                            int n0, int n1, bool two, int lane) {
   if constexpr (kGateUp) {
@@ -40,7 +134,12 @@ __device__ __forceinline__ void store_rows(float (&acc)[R][M], const Factor& fac
         const float s = warp_sum(acc[r][m]);
         // Lane (r * M + m) writes one output: the stores of a warp go out together.
         if (lane == r * M + m && (r == 0 || two)) {
-          y[static_cast<int64_t>(m) * N + n0 + r] = from_float<T>(s * factor(m, n0 + r));
+          T& out = y[static_cast<int64_t>(m) * N + n0 + r];
+          if constexpr (kAdd) {
+            out = from_float<T>(to_float(out) + round_to<T>(s * factor(m, n0 + r)));
+          } else {
+            out = from_float<T>(s * factor(m, n0 + r));
+          }
         }
       }
     }
@@ -52,7 +151,7 @@ __device__ __forceinline__ void store_rows(float (&acc)[R][M], const Factor& fac
 // load of W, otherwise fp32 FMAs. Arguments as launch_gemv_q's, already checked by the caller.
 template <typename T, typename W, bool kGateUp>
 void launch_gemv_w8(const T* x, const W* w, const float* w_scale, T* y, int M, int N, int K,
-                    bool half2, cudaStream_t stream);
+                    bool half2, cudaStream_t stream, const GemvFusion<T>& fuse);
 
 // f(std::integral_constant<int, M>{}) for the runtime M in 1..8 (the kernels are instantiated per
 // M so that the accumulators stay in registers). The caller has checked 1 <= M <= kGemvMaxRows.

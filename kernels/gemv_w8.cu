@@ -22,25 +22,36 @@ namespace {
 // and add, over 8 terms, instead of fp32's: the GPU test bounds it (tests/gpu/test_quant.cu).
 // Otherwise: w8_to_float and fp32 FMAs in the order of gemv_kernel, so the sums are the same as
 // the generic path's bit for bit.
-template <typename T, typename W, int M, bool kGateUp, int R, bool kHalf2>
+// F: the fusions of gemv_kernel (GemvFusion, gemv_common.cuh), one row only.
+template <typename T, typename W, int M, bool kGateUp, int R, bool kHalf2, int F>
 __global__ void __launch_bounds__(kWarps * 32)
     gemv_w8_kernel(const T* __restrict__ x, const W* __restrict__ w,
-                   const float* __restrict__ w_scale, T* __restrict__ y, int N, int K) {
+                   const float* __restrict__ w_scale, T* __restrict__ y, int N, int K,
+                   const GemvFusion<T> fuse) {
+  static_assert(F == 0 || M == 1, "fusions: one row");
   static_assert(R == 2 || (R == 1 && !kGateUp), "gate|up reads two rows per output");
   static_assert(sizeof(W) == 1, "1-byte weights");
   static_assert(!kHalf2 || std::is_same_v<T, __half>, "f16x2 products need fp16 activations");
-  wait_for_previous_grid();
   // 4 (R = 1) or 2 (R = 2) iterations in flight: ~4 16-byte loads of W per lane, as the generic
   // kernel for 1-byte weights (x's registers grow with M).
   constexpr int kUnroll = R == 1 ? 4 : 2;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int n0 = kGateUp ? blockIdx.x * kWarps + warp : (blockIdx.x * kWarps + warp) * R;
-  if (n0 >= N) return;
   const bool two = kGateUp || (R == 2 && n0 + 1 < N);
   const int n1 = kGateUp ? N + n0 : (two ? n0 + 1 : n0);
   const W* w0 = w + static_cast<int64_t>(n0) * K;
   const W* w1 = w + static_cast<int64_t>(n1) * K;  // plain: a lone last row reads itself twice
+  if (lane == 0 && n0 < N) prefetch_rows(w0, w1, two, K, kGateUp ? 2 * int64_t{N} : N);
+  wait_for_previous_grid();
+  const T* xin = x;
+  if constexpr ((F & kFuseNorm) != 0) {
+    extern __shared__ __align__(16) unsigned char gemv_smem[];
+    T* xs = reinterpret_cast<T*>(gemv_smem);  // [K]
+    rmsnorm_row_to_shared<T>(x, fuse.norm_weight, K, fuse.norm_eps, xs);
+    xin = xs;
+  }
+  if (n0 >= N) return;
 
   float acc[R][M] = {};
 #pragma unroll kUnroll
@@ -54,7 +65,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int r = 0; r < R; ++r) w8_to_half2<W>(p[r], h[r]);
 #pragma unroll
       for (int m = 0; m < M; ++m) {
-        const uint4* xp = reinterpret_cast<const uint4*>(x + static_cast<int64_t>(m) * K + k);
+        const uint4* xp = reinterpret_cast<const uint4*>(xin + static_cast<int64_t>(m) * K + k);
         const uint4 xw[2] = {xp[0], xp[1]};  // x[m, k .. k + 15]
         __half2 xv[8];
         memcpy(xv, xw, sizeof xv);
@@ -74,7 +85,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
       for (int m = 0; m < M; ++m) {
         float xv[16];
-        load_float<T, 16>(x + static_cast<int64_t>(m) * K + k, xv);
+        load_float<T, 16>(xin + static_cast<int64_t>(m) * K + k, xv);
 #pragma unroll
         for (int i = 0; i < 16; ++i) {
 #pragma unroll
@@ -85,41 +96,54 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   // kHalf2 summed W / kHalf2Scale: the power of two goes back into the row's scale (exact).
   auto factor = [&](int, int row) { return w_scale[row] * (kHalf2 ? kHalf2Scale<W> : 1.f); };
-  store_rows<T, M, kGateUp, R>(acc, factor, y, N, n0, n1, two, lane);
+  store_rows<T, M, kGateUp, R, (F & kFuseAdd) != 0>(acc, factor, y, N, n0, n1, two, lane);
 }
 
-template <typename T, typename W, int M, bool kGateUp, bool kHalf2>
-void launch_rows(const T* x, const W* w, const float* ws, T* y, int N, int K, cudaStream_t stream) {
+template <typename T, typename W, int M, bool kGateUp, bool kHalf2, int F>
+void launch_rows(const T* x, const W* w, const float* ws, T* y, int N, int K, cudaStream_t stream,
+                 const GemvFusion<T>& fuse) {
+  const size_t smem = (F & kFuseNorm) != 0 ? static_cast<size_t>(K) * sizeof(T) : 0;
   if (!kGateUp && N <= kOneRowMaxN) {
     const int blocks = static_cast<int>(ceil_div(N, kWarps));
-    launch_kernel(gemv_w8_kernel<T, W, M, false, 1, kHalf2>, blocks, kWarps * 32, 0, stream, x, w,
-                  ws, y, N, K);
+    launch_kernel(gemv_w8_kernel<T, W, M, false, 1, kHalf2, F>, blocks, kWarps * 32, smem, stream,
+                  x, w, ws, y, N, K, fuse);
   } else {
     const int blocks = static_cast<int>(ceil_div(N, kGateUp ? kWarps : kWarps * 2));
-    launch_kernel(gemv_w8_kernel<T, W, M, kGateUp, 2, kHalf2>, blocks, kWarps * 32, 0, stream, x, w,
-                  ws, y, N, K);
+    launch_kernel(gemv_w8_kernel<T, W, M, kGateUp, 2, kHalf2, F>, blocks, kWarps * 32, smem, stream,
+                  x, w, ws, y, N, K, fuse);
   }
+}
+
+template <typename T, typename W, int M, bool kGateUp, int F>
+void launch_math(const T* x, const W* w, const float* ws, T* y, int N, int K, bool half2,
+                 cudaStream_t stream, const GemvFusion<T>& fuse) {
+  if constexpr (std::is_same_v<T, __half>) {
+    if (half2) return launch_rows<T, W, M, kGateUp, true, F>(x, w, ws, y, N, K, stream, fuse);
+  }
+  launch_rows<T, W, M, kGateUp, false, F>(x, w, ws, y, N, K, stream, fuse);
 }
 
 }  // namespace
 
 template <typename T, typename W, bool kGateUp>
 void launch_gemv_w8(const T* x, const W* w, const float* w_scale, T* y, int M, int N, int K,
-                    bool half2, cudaStream_t stream) {
+                    bool half2, cudaStream_t stream, const GemvFusion<T>& fuse) {
+  if (fuse.any()) {  // M == 1, checked by the caller
+    return with_fusion<kGateUp>(fusion_bits(fuse), [&](auto f) {
+      launch_math<T, W, 1, kGateUp, decltype(f)::value>(x, w, w_scale, y, N, K, half2, stream,
+                                                        fuse);
+    });
+  }
   with_rows(M, [&](auto m) {
-    constexpr int kM = decltype(m)::value;
-    if constexpr (std::is_same_v<T, __half>) {
-      if (half2) return launch_rows<T, W, kM, kGateUp, true>(x, w, w_scale, y, N, K, stream);
-    }
-    launch_rows<T, W, kM, kGateUp, false>(x, w, w_scale, y, N, K, stream);
+    launch_math<T, W, decltype(m)::value, kGateUp, 0>(x, w, w_scale, y, N, K, half2, stream, fuse);
   });
 }
 
 #define LLAMA2_INSTANTIATE(T, W)                                                                 \
   template void launch_gemv_w8<T, W, false>(const T*, const W*, const float*, T*, int, int, int, \
-                                            bool, cudaStream_t);                                 \
+                                            bool, cudaStream_t, const GemvFusion<T>&);           \
   template void launch_gemv_w8<T, W, true>(const T*, const W*, const float*, T*, int, int, int,  \
-                                           bool, cudaStream_t);
+                                           bool, cudaStream_t, const GemvFusion<T>&);
 LLAMA2_INSTANTIATE(__half, int8_t)
 LLAMA2_INSTANTIATE(__nv_bfloat16, int8_t)
 LLAMA2_INSTANTIATE(__half, __nv_fp8_e4m3)

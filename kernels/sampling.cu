@@ -31,7 +31,11 @@ __device__ __forceinline__ uint32_t order_key(float x) {
 }
 }  // namespace
 
-template <typename T>
+// V elements per load (16 bytes when the row allows it): a 32,000-entry row is then ~8 loads per
+// thread, all in flight together (one element per load left a chain of ~63 dependent loads, 22.7
+// us of a 2.5 ms fp8 batch-1 step, ncu 2026-12-02). The result does not depend on the order in
+// which elements are visited (ties go to the lower index), so V changes no output.
+template <typename T, int V>
 static __global__ void __launch_bounds__(kThreads)
     argmax_kernel(const T* logits, int64_t ld, int n, int vocab_begin, float* out_value,
                   int32_t* out_index) {
@@ -42,11 +46,16 @@ static __global__ void __launch_bounds__(kThreads)
   const T* x = logits + row * ld;
   float best = -INFINITY;
   int best_i = INT_MAX;  // loses to any real element, -inf included
-  for (int i = threadIdx.x; i < n; i += kThreads) {
-    const float v = to_float(x[i]);
-    if (ranks_before(v, i, best, best_i)) {
-      best = v;
-      best_i = i;
+#pragma unroll 4
+  for (int i = threadIdx.x * V; i < n; i += kThreads * V) {
+    float v[V];
+    load_float<T, V>(x + i, v);
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      if (ranks_before(v[e], i + e, best, best_i)) {
+        best = v[e];
+        best_i = i + e;
+      }
     }
   }
 #pragma unroll
@@ -200,8 +209,14 @@ cudaError_t launch_argmax(const T* logits, int64_t ld, int rows, int vocab_local
                                                std::to_string(vocab_local));
   if (rows == 0) return cudaSuccess;
   LLAMA2_LAUNCH_REQUIRE(logits != nullptr && out_value != nullptr && out_index != nullptr, "");
-  launch_kernel(argmax_kernel<T>, rows, kThreads, 0, stream, logits, ld, vocab_local, vocab_begin,
-                out_value, out_index);
+  constexpr int V = kVec16<T>;
+  if (vocab_local % V == 0 && ld % V == 0 && is_aligned(logits, 16)) {
+    launch_kernel(argmax_kernel<T, V>, rows, kThreads, 0, stream, logits, ld, vocab_local,
+                  vocab_begin, out_value, out_index);
+  } else {
+    launch_kernel(argmax_kernel<T, 1>, rows, kThreads, 0, stream, logits, ld, vocab_local,
+                  vocab_begin, out_value, out_index);
+  }
   return cudaGetLastError();
 }
 

@@ -61,6 +61,10 @@ struct TuningKnobs {
   // with e4m3 weights and x unquantized instead of cuBLASLt's FP8 GEMM.
   bool fp8_w8a16 = false;
   bool pdl = true;  // LLAMA2_PDL=0|1: programmatic dependent launch (cuda)
+  // LLAMA2_FUSE_NORM=0|1 (cuda, one rank): one-row steps fold each RMSNorm into the GEMV that
+  // reads it and each residual add into the GEMV that writes it (kernels/gemv.cuh, GemvFusion;
+  // the same numbers bit for bit); 0: the add_rmsnorm kernels (the A/B).
+  bool fuse_norm = true;
   DecodeKernelChoice decode_kernel = DecodeKernelChoice::kAuto;     // LLAMA2_DECODE_KERNEL
   PrefillKernelChoice prefill_kernel = PrefillKernelChoice::kAuto;  // LLAMA2_PREFILL_KERNEL
   QgemvChoice qgemv = QgemvChoice::kAuto;                           // LLAMA2_QGEMV

@@ -232,6 +232,7 @@ TEST_SUITE("tuning_knobs") {
     const llama2::TuningKnobs k = knobs({});
     CHECK(k.gemv_rows == 1);
     CHECK(k.pdl);
+    CHECK(k.fuse_norm);
     CHECK(k.decode_kernel == llama2::DecodeKernelChoice::kAuto);
     CHECK(k.prefill_kernel == llama2::PrefillKernelChoice::kAuto);
     CHECK(k.qgemv == llama2::QgemvChoice::kAuto);
@@ -250,6 +251,7 @@ TEST_SUITE("tuning_knobs") {
   TEST_CASE("every documented value") {
     const llama2::TuningKnobs k = knobs({{"LLAMA2_GEMV", "0"},
                                          {"LLAMA2_PDL", "0"},
+                                         {"LLAMA2_FUSE_NORM", "0"},
                                          {"LLAMA2_DECODE_KERNEL", "warp"},
                                          {"LLAMA2_PREFILL_KERNEL", "wmma"},
                                          {"LLAMA2_QGEMV", "old"},
@@ -263,6 +265,7 @@ TEST_SUITE("tuning_knobs") {
                                          {"LLAMA2_TEST_STALL", "5:1:3000"}});
     CHECK(k.gemv_rows == 0);
     CHECK(!k.pdl);
+    CHECK(!k.fuse_norm);
     CHECK(k.decode_kernel == llama2::DecodeKernelChoice::kWarp);
     CHECK(k.prefill_kernel == llama2::PrefillKernelChoice::kWmma);
     CHECK(k.qgemv == llama2::QgemvChoice::kOld);
@@ -290,7 +293,7 @@ TEST_SUITE("tuning_knobs") {
 
   TEST_CASE("a bad value names the variable and the allowed values") {
     // Before they were parsed once, these were silently taken as "on" (or clamped).
-    for (const char* var : {"LLAMA2_PDL", "LLAMA2_WARMUP", "LLAMA2_MIXED_DECODE",
+    for (const char* var : {"LLAMA2_PDL", "LLAMA2_FUSE_NORM", "LLAMA2_WARMUP", "LLAMA2_MIXED_DECODE",
                             "LLAMA2_OP_PROFILE", "LLAMA2_CUSTOM_ALLREDUCE", "LLAMA2_FULL_LOGITS"}) {
       CAPTURE(var);
       CHECK(knob_error(var, "yes") == std::string(var) + "=yes: expected 0 or 1");

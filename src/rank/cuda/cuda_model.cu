@@ -404,6 +404,20 @@ class CudaModel final : public ModelRunner {
     }
   }
 
+  // One-row steps on one rank (LLAMA2_FUSE_NORM): each RMSNorm rides in the GEMV that reads it
+  // and each residual add in the GEMV that writes it (kernels/gemv.cuh, GemvFusion), so a layer
+  // is 4 GEMVs, RoPE and attention instead of 6 launches and 2 norms; the numbers are those of
+  // the unfused path, bit for bit. More ranks reduce between the two (reduce_add_rmsnorm).
+  bool fused_norms(int tokens) const {
+    if (!opt_.knobs.fuse_norm || s_.tp != 1 || tokens != 1) return false;
+    const CudaLayerWeights& L = weights_.layers[0];
+    const int H = c_.hidden_size, nq = s_.num_heads * s_.head_dim;
+    return linear_->fuses(x_.as<T>(), L.qkv, 1, H, true) &&
+           linear_->fuses(x_.as<T>(), L.gate_up, 1, H, true) &&
+           linear_->fuses(attn_.as<T>(), L.o, 1, nq, false) &&
+           linear_->fuses(act_.as<T>(), L.down, 1, s_.ffn_size, false);
+  }
+
   // The forward pass up to the logit rows' LM-head output logits_[rows, vocab_local]. Every
   // pointer and size comes from `shape` and fixed buffers, so the same launches can be captured.
   void body(const StepShape& sh) {
@@ -412,19 +426,29 @@ class CudaModel final : public ModelRunner {
     const int qkv_ld = nq + 2 * nkv;
     const float eps = static_cast<float>(c_.rms_norm_eps);
     const DeviceMeta& m = dm_;
+    const bool fused = fused_norms(T_);
+    using Fusion = kernels::GemvFusion<T>;
+    const Fusion add_to_x{nullptr, 0.f, true};  // x_ += the product (the residual stream)
 
     mark("embedding");
     CUDA_CHECK(kernels::launch_embedding<T>(m.tokens, T_, weights_.embed.as<T>(), s_.vocab_begin,
                                             s_.vocab_size, H, x_.as<T>(), stream_));
     mark("all_reduce");
     all_reduce(x_, static_cast<int64_t>(T_) * H);  // vocab-parallel: one rank owns each row
-    mark("add_rmsnorm");
-    CUDA_CHECK(kernels::launch_rmsnorm<T>(x_.as<T>(), weights_.layers[0].attn_norm.as<T>(), T_, H,
-                                          eps, h_.as<T>(), stream_));
+    if (!fused) {
+      mark("add_rmsnorm");
+      CUDA_CHECK(kernels::launch_rmsnorm<T>(x_.as<T>(), weights_.layers[0].attn_norm.as<T>(), T_,
+                                            H, eps, h_.as<T>(), stream_));
+    }
     for (int l = 0; l < c_.num_layers; ++l) {
       const CudaLayerWeights& L = weights_.layers[l];
       mark("qkv_gemm");
-      gemm(h_, L.qkv, qkv_, T_, qkv_ld, H);  // [T, q | k | v]
+      if (fused) {  // rmsnorm(x_) * attn_norm in the GEMV
+        linear_->matmul(x_.as<T>(), L.qkv, qkv_.as<T>(), 1, qkv_ld, H,
+                        Fusion{L.attn_norm.as<T>(), eps, false});
+      } else {
+        gemm(h_, L.qkv, qkv_, T_, qkv_ld, H);  // [T, q | k | v]
+      }
       T* q = qkv_.as<T>();
       const kernels::RopeKvTokens tok{m.pos, m.slot, T_};
       mark("rope_kv");
@@ -433,20 +457,36 @@ class CudaModel final : public ModelRunner {
       mark("attention");
       attention(sh, l, q, qkv_ld);
       mark("o_gemm");
-      gemm(attn_, L.o, partial_, T_, H, nq);
-      reduce_add_rmsnorm(T_, L.mlp_norm);  // row-parallel O projection
+      if (fused) {
+        linear_->matmul(attn_.as<T>(), L.o, x_.as<T>(), 1, H, nq, add_to_x);
+      } else {
+        gemm(attn_, L.o, partial_, T_, H, nq);
+        reduce_add_rmsnorm(T_, L.mlp_norm);  // row-parallel O projection
+      }
       // One-row steps: gate|up GEMV with SwiGLU in its epilogue (one launch, no [T, 2F] buffer).
       mark("gate_up_gemm");
-      if (!linear_->gate_up_swiglu(h_.as<T>(), L.gate_up, act_.as<T>(), T_, F, H)) {
+      if (fused) {  // rmsnorm(x_) * mlp_norm in the GEMV
+        linear_->gate_up_swiglu(x_.as<T>(), L.gate_up, act_.as<T>(), 1, F, H,
+                                Fusion{L.mlp_norm.as<T>(), eps, false});
+      } else if (!linear_->gate_up_swiglu(h_.as<T>(), L.gate_up, act_.as<T>(), T_, F, H)) {
         gemm(h_, L.gate_up, gate_up_, T_, 2 * F, H);
         mark("swiglu");
         CUDA_CHECK(kernels::launch_swiglu<T>(gate_up_.as<T>(), T_, F, act_.as<T>(), stream_));
       }
       mark("down_gemm");
+      const bool last = l + 1 == c_.num_layers;
+      if (fused) {
+        linear_->matmul(act_.as<T>(), L.down, x_.as<T>(), 1, H, F, add_to_x);
+        if (last) {  // the final norm, for the LM head
+          mark("add_rmsnorm");
+          CUDA_CHECK(kernels::launch_rmsnorm<T>(x_.as<T>(), weights_.final_norm.as<T>(), 1, H, eps,
+                                                h_.as<T>(), stream_));
+        }
+        continue;
+      }
       gemm(act_, L.down, partial_, T_, H, F);
       // Row-parallel down projection, then the next layer's attention norm, or after the last
       // layer the final norm (only the logit rows go through the LM head).
-      const bool last = l + 1 == c_.num_layers;
       reduce_add_rmsnorm(T_, last ? weights_.final_norm : weights_.layers[l + 1].attn_norm);
     }
     // Gathering rows of h by index is an embedding lookup into h ([T, H] as the "table").

@@ -154,14 +154,31 @@ void CudaLinear<T>::matmul_plain(const T* x, const T* w, T* y, int M, int N, int
 }
 
 template <typename T>
-void CudaLinear<T>::matmul(const T* x, const LinearWeight& w, T* y, int M, int N, int K) {
-  if (M == 0) return;
-  if (wd_ == WeightDType::kAuto) return matmul_plain(x, w.w.as<T>(), y, M, N, K);
-  matmul_quantized(x, w, y, M, N, K);
+bool CudaLinear<T>::fuses(const T* x, const LinearWeight& w, int M, int K, bool norm) const {
+  return M == 1 && use_gemv(x, w.w.as<void>(), M, K) &&
+         (wd_ != WeightDType::kFp8 || !fp8_activations(true)) &&
+         (!norm || (K % static_cast<int>(16 / sizeof(T)) == 0 &&
+                    int64_t{K} * static_cast<int64_t>(sizeof(T)) <= kernels::kGemvNormMaxBytes));
 }
 
 template <typename T>
-void CudaLinear<T>::matmul_quantized(const T* x, const LinearWeight& w, T* y, int M, int N, int K) {
+void CudaLinear<T>::matmul(const T* x, const LinearWeight& w, T* y, int M, int N, int K,
+                           const kernels::GemvFusion<T>& fuse) {
+  if (M == 0) return;
+  LLAMA2_CHECK(!fuse.any() || fuses(x, w, M, K, fuse.norm_weight != nullptr));
+  if (wd_ == WeightDType::kAuto) {
+    if (fuse.any()) {
+      CUDA_CHECK(kernels::launch_gemv<T>(x, w.w.as<T>(), y, M, N, K, stream_, fuse));
+      return;
+    }
+    return matmul_plain(x, w.w.as<T>(), y, M, N, K);
+  }
+  matmul_quantized(x, w, y, M, N, K, fuse);
+}
+
+template <typename T>
+void CudaLinear<T>::matmul_quantized(const T* x, const LinearWeight& w, T* y, int M, int N, int K,
+                                     const kernels::GemvFusion<T>& fuse) {
   if constexpr (kQuantizable<T>) {
     const bool gemv = use_gemv(x, w.w.as<void>(), M, K);
     if (!gemv && use_w8a16(x, w.w.as<void>(), M, K)) {
@@ -175,7 +192,7 @@ void CudaLinear<T>::matmul_quantized(const T* x, const LinearWeight& w, T* y, in
         if (gemv) {
           CUDA_CHECK((kernels::launch_gemv_q<T, T, int8_t>(x, nullptr, w.w.as<int8_t>(),
                                                            w.scale.as<float>(), y, M, N, K, stream_,
-                                                           gemv_math<T>(qgemv_))));
+                                                           gemv_math<T>(qgemv_), fuse)));
         } else {
           LLAMA2_CHECK(dequant_.bytes() >= static_cast<size_t>(N) * K * sizeof(T));
           CUDA_CHECK((kernels::launch_dequantize_rows<int8_t, T>(
@@ -185,9 +202,9 @@ void CudaLinear<T>::matmul_quantized(const T* x, const LinearWeight& w, T* y, in
         return;
       case WeightDType::kFp8:
         if (!fp8_activations(gemv)) {  // W8A16 (linear.h)
-          CUDA_CHECK(
-              (kernels::launch_gemv_q<T, T, E4m3>(x, nullptr, w.w.as<E4m3>(), w.scale.as<float>(),
-                                                  y, M, N, K, stream_, gemv_math<T>(qgemv_))));
+          CUDA_CHECK((kernels::launch_gemv_q<T, T, E4m3>(x, nullptr, w.w.as<E4m3>(),
+                                                         w.scale.as<float>(), y, M, N, K, stream_,
+                                                         gemv_math<T>(qgemv_), fuse)));
           return;
         }
         quantize_x(x, M, K);
@@ -205,7 +222,9 @@ void CudaLinear<T>::matmul_quantized(const T* x, const LinearWeight& w, T* y, in
 }
 
 template <typename T>
-bool CudaLinear<T>::gate_up_swiglu(const T* x, const LinearWeight& w, T* act, int M, int F, int K) {
+bool CudaLinear<T>::gate_up_swiglu(const T* x, const LinearWeight& w, T* act, int M, int F, int K,
+                                   const kernels::GemvFusion<T>& fuse) {
+  LLAMA2_CHECK(!fuse.any() || fuses(x, w, M, K, fuse.norm_weight != nullptr));
   if (use_w8a16(x, w.w.as<void>(), M, K)) {  // SwiGLU in the W8A16 GEMM's epilogue
     if (wd_ == WeightDType::kInt8) {
       gemm_w8a16<int8_t>(x, w, act, M, 2 * F, K, true);
@@ -216,16 +235,17 @@ bool CudaLinear<T>::gate_up_swiglu(const T* x, const LinearWeight& w, T* act, in
   }
   if (!use_gemv(x, w.w.as<void>(), M, K)) return false;
   if (wd_ == WeightDType::kAuto) {
-    CUDA_CHECK(kernels::launch_gemv_gate_up_swiglu<T>(x, w.w.as<T>(), act, M, F, K, stream_));
+    CUDA_CHECK(
+        kernels::launch_gemv_gate_up_swiglu<T>(x, w.w.as<T>(), act, M, F, K, stream_, fuse));
     return true;
   }
-  gate_up_quantized(x, w, act, M, F, K);
+  gate_up_quantized(x, w, act, M, F, K, fuse);
   return true;
 }
 
 template <typename T>
 void CudaLinear<T>::gate_up_quantized(const T* x, const LinearWeight& w, T* act, int M, int F,
-                                      int K) {
+                                      int K, const kernels::GemvFusion<T>& fuse) {
   if constexpr (kQuantizable<T>) {
     switch (wd_) {
       case WeightDType::kAuto:
@@ -233,13 +253,13 @@ void CudaLinear<T>::gate_up_quantized(const T* x, const LinearWeight& w, T* act,
       case WeightDType::kInt8:
         CUDA_CHECK((kernels::launch_gemv_q_gate_up_swiglu<T, T, int8_t>(
             x, nullptr, w.w.as<int8_t>(), w.scale.as<float>(), act, M, F, K, stream_,
-            gemv_math<T>(qgemv_))));
+            gemv_math<T>(qgemv_), fuse)));
         break;
       case WeightDType::kFp8:
         if (!fp8_activations(true)) {  // W8A16 (linear.h)
           CUDA_CHECK((kernels::launch_gemv_q_gate_up_swiglu<T, T, E4m3>(
               x, nullptr, w.w.as<E4m3>(), w.scale.as<float>(), act, M, F, K, stream_,
-              gemv_math<T>(qgemv_))));
+              gemv_math<T>(qgemv_), fuse)));
           break;
         }
         quantize_x(x, M, K);

@@ -29,6 +29,7 @@
 #include "common/engine_config.h"
 #include "common/tuning_knobs.h"
 #include "kernels/gemm_w8a16.cuh"
+#include "kernels/gemv.cuh"
 #include "rank/cuda/cuda_weights.h"
 #include "rank/cuda/device_buffer.h"
 #include "rank/cuda/fp8_gemm.h"
@@ -57,14 +58,21 @@ class CudaLinear {
   CudaLinear(WeightDType wd, const LinearRouting& routing, int max_rows, const ProjectionDims& dims,
              cublasHandle_t cublas, cudaStream_t stream, QgemvChoice qgemv = QgemvChoice::kAuto);
 
-  // y [M, N] = x [M, K] . W [N, K]^T
-  void matmul(const T* x, const LinearWeight& w, T* y, int M, int N, int K);
+  // y [M, N] = x [M, K] . W [N, K]^T. A fusion (kernels/gemv.cuh: the input RMSNorm, the
+  // residual add) needs fuses(x, w, M, K) and goes to the GEMV.
+  void matmul(const T* x, const LinearWeight& w, T* y, int M, int N, int K,
+              const kernels::GemvFusion<T>& fuse = {});
+  // Whether this product goes to the GEMV with x in T, which can fuse: one row, for 1-byte
+  // weights not LLAMA2_QGEMV=old's fp8 activations, and with `norm` a row that fits the GEMV's
+  // shared memory.
+  bool fuses(const T* x, const LinearWeight& w, int M, int K, bool norm) const;
   // The same with W in T whatever the weight dtype (the LM head).
   void matmul_plain(const T* x, const T* w, T* y, int M, int N, int K);
   // One launch for act [M, F] = silu(x . gate^T) * (x . up^T) when the GEMV or the W8A16 GEMM
   // takes M rows (true); otherwise false and nothing is done (the caller runs matmul into
   // [M, 2F], then SwiGLU).
-  bool gate_up_swiglu(const T* x, const LinearWeight& w, T* act, int M, int F, int K);
+  bool gate_up_swiglu(const T* x, const LinearWeight& w, T* act, int M, int F, int K,
+                      const kernels::GemvFusion<T>& fuse = {});
 
   // Device bytes of the scratch buffers (activation quantization, int8's dequantized copy, the
   // W8A16 GEMM's split-K sums).
@@ -83,8 +91,10 @@ class CudaLinear {
   template <typename W>
   void gemm_w8a16(const T* x, const LinearWeight& w, T* y, int M, int N, int K,
                   bool swiglu = false);
-  void matmul_quantized(const T* x, const LinearWeight& w, T* y, int M, int N, int K);
-  void gate_up_quantized(const T* x, const LinearWeight& w, T* act, int M, int F, int K);
+  void matmul_quantized(const T* x, const LinearWeight& w, T* y, int M, int N, int K,
+                        const kernels::GemvFusion<T>& fuse);
+  void gate_up_quantized(const T* x, const LinearWeight& w, T* act, int M, int F, int K,
+                         const kernels::GemvFusion<T>& fuse);
   // fp8 with M rows: quantize x (W8A8)? Not for the GEMV (W8A16), except with LLAMA2_QGEMV=old.
   bool fp8_activations(bool gemv) const { return !gemv || qgemv_ == QgemvChoice::kOld; }
 
