@@ -198,6 +198,10 @@ __host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) {
 // the wait are no-ops.
 void set_programmatic_launch(bool on);
 bool programmatic_launch();
+// Bytes of weights a GEMV launch asks L2 for before its wait (gemv_common.cuh: prefetch_rows);
+// 0: none. Set once by the CUDA runner from TuningKnobs::gemv_prefetch_kb (LLAMA2_GEMV_PREFETCH_KB).
+void set_gemv_prefetch_budget(int64_t bytes);
+int64_t gemv_prefetch_budget();
 
 #ifndef LLAMA2_PDL_TRIGGER
 #define LLAMA2_PDL_TRIGGER 1

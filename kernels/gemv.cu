@@ -25,7 +25,7 @@ template <typename T, typename X, typename W, int M, bool kGateUp, int R, int F>
 __global__ void __launch_bounds__(kWarps * 32)
     gemv_kernel(const X* __restrict__ x, const float* __restrict__ x_scale, const W* __restrict__ w,
                 const float* __restrict__ w_scale, T* __restrict__ y, int N, int K,
-                const GemvFusion<T> fuse) {
+                const GemvFusion<T> fuse, int prefetch) {
   static_assert(R == 2 || (R == 1 && !kGateUp), "gate|up reads two rows per output");
   static_assert(F == 0 || (M == 1 && std::is_same_v<X, T>), "fusions: one row, x in T");
   constexpr bool kXScale = std::is_same_v<X, __nv_fp8_e4m3>;
@@ -42,9 +42,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const W* w0 = w + static_cast<int64_t>(n0) * K;
   // Plain: a lone last row reads itself twice and writes once.
   const W* w1 = w + static_cast<int64_t>(n1) * K;
-  if (lane == 0 && n0 < N) {
-    prefetch_rows(w0, w1, two, int64_t{K} * sizeof(W), kGateUp ? 2 * int64_t{N} : N);
-  }
+  if (lane == 0 && n0 < N) prefetch_rows(w0, w1, two, prefetch);
   wait_for_previous_grid();
   const X* xin = x;
   if constexpr ((F & kFuseNorm) != 0) {
@@ -86,14 +84,16 @@ template <typename T, typename X, typename W, int M, bool kGateUp, int F>
 void launch_m(const X* x, const float* xs, const W* w, const float* ws, T* y, int N, int K,
               cudaStream_t stream, const GemvFusion<T>& fuse) {
   const size_t smem = (F & kFuseNorm) != 0 ? static_cast<size_t>(K) * sizeof(T) : 0;
+  const int prefetch =
+      prefetch_row_bytes(int64_t{K} * static_cast<int64_t>(sizeof(W)), kGateUp ? 2 * int64_t{N} : N);
   if (!kGateUp && N <= kOneRowMaxN) {
     const int blocks = static_cast<int>(ceil_div(N, kWarps));
     launch_kernel(gemv_kernel<T, X, W, M, false, 1, F>, blocks, kWarps * 32, smem, stream, x, xs, w,
-                  ws, y, N, K, fuse);
+                  ws, y, N, K, fuse, prefetch);
   } else {
     const int blocks = static_cast<int>(ceil_div(N, kGateUp ? kWarps : kWarps * 2));
     launch_kernel(gemv_kernel<T, X, W, M, kGateUp, 2, F>, blocks, kWarps * 32, smem, stream, x, xs,
-                  w, ws, y, N, K, fuse);
+                  w, ws, y, N, K, fuse, prefetch);
   }
 }
 

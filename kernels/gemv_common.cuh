@@ -21,18 +21,21 @@ constexpr int kWarps = 8;
 // unrolled twice as far, so each SM keeps as many bytes in flight as on the larger matrices.
 constexpr int kOneRowMaxN = 8192;
 
-// Before its wait for the previous kernel (dtype.cuh: PDL), a GEMV warp asks L2 for the start of
-// its rows of W: the weights do not depend on the previous kernel, and the GEMV's own loads then
-// begin on L2 hits instead of the ~1-2 us ramp of a cold stream (the o projection, 16-32 MB read
-// in ~4-11 us, reached only 58-68% of HBM bandwidth for that reason; llama2_bench_kernels qgemv,
-// 2026-12-02). At most kPrefetchBudget bytes per launch, so the prefetched lines are still in the
-// 50 MB L2 when the loop reaches them; each row's first bytes, which its loop reads first.
-constexpr int64_t kPrefetchBudget = int64_t{24} << 20;
+// Before its wait for the previous kernel (dtype.cuh: PDL), a GEMV warp may ask L2 for the
+// first `bytes` of each of its rows of W: the weights do not depend on the previous kernel, and
+// the o projection (16-32 MB read in ~4-11 us) reached only 58-68% of HBM bandwidth in
+// llama2_bench_kernels qgemv (2026-12-02), a cold stream's ramp. The host splits a budget per
+// launch over the rows (prefetch_row_bytes; LLAMA2_GEMV_PREFETCH_KB, default 0: measured slower).
+inline int prefetch_row_bytes(int64_t row_bytes, int64_t rows) {
+  const int64_t budget = gemv_prefetch_budget();
+  if (budget <= 0 || rows <= 0) return 0;
+  const int64_t cap = budget / rows;
+  return static_cast<int>((row_bytes < cap ? row_bytes : cap) & ~int64_t{15});
+}
 
 __device__ __forceinline__ void prefetch_rows(const void* w0, const void* w1, bool two,
-                                              int64_t row_bytes, int64_t rows) {
-  const int64_t cap = kPrefetchBudget / rows;
-  const int64_t bytes = (row_bytes < cap ? row_bytes : cap) & ~int64_t{15};
+                                              int bytes) {
+  if (bytes <= 0) return;
   prefetch_l2(w0, static_cast<uint32_t>(bytes));
   if (two) prefetch_l2(w1, static_cast<uint32_t>(bytes));
 }

@@ -27,7 +27,7 @@ template <typename T, typename W, int M, bool kGateUp, int R, bool kHalf2, int F
 __global__ void __launch_bounds__(kWarps * 32)
     gemv_w8_kernel(const T* __restrict__ x, const W* __restrict__ w,
                    const float* __restrict__ w_scale, T* __restrict__ y, int N, int K,
-                   const GemvFusion<T> fuse) {
+                   const GemvFusion<T> fuse, int prefetch) {
   static_assert(F == 0 || M == 1, "fusions: one row");
   static_assert(R == 2 || (R == 1 && !kGateUp), "gate|up reads two rows per output");
   static_assert(sizeof(W) == 1, "1-byte weights");
@@ -42,7 +42,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int n1 = kGateUp ? N + n0 : (two ? n0 + 1 : n0);
   const W* w0 = w + static_cast<int64_t>(n0) * K;
   const W* w1 = w + static_cast<int64_t>(n1) * K;  // plain: a lone last row reads itself twice
-  if (lane == 0 && n0 < N) prefetch_rows(w0, w1, two, K, kGateUp ? 2 * int64_t{N} : N);
+  if (lane == 0 && n0 < N) prefetch_rows(w0, w1, two, prefetch);
   wait_for_previous_grid();
   const T* xin = x;
   if constexpr ((F & kFuseNorm) != 0) {
@@ -103,14 +103,16 @@ template <typename T, typename W, int M, bool kGateUp, bool kHalf2, int F>
 void launch_rows(const T* x, const W* w, const float* ws, T* y, int N, int K, cudaStream_t stream,
                  const GemvFusion<T>& fuse) {
   const size_t smem = (F & kFuseNorm) != 0 ? static_cast<size_t>(K) * sizeof(T) : 0;
+  const int prefetch =
+      prefetch_row_bytes(int64_t{K} * static_cast<int64_t>(sizeof(W)), kGateUp ? 2 * int64_t{N} : N);
   if (!kGateUp && N <= kOneRowMaxN) {
     const int blocks = static_cast<int>(ceil_div(N, kWarps));
     launch_kernel(gemv_w8_kernel<T, W, M, false, 1, kHalf2, F>, blocks, kWarps * 32, smem, stream,
-                  x, w, ws, y, N, K, fuse);
+                  x, w, ws, y, N, K, fuse, prefetch);
   } else {
     const int blocks = static_cast<int>(ceil_div(N, kGateUp ? kWarps : kWarps * 2));
     launch_kernel(gemv_w8_kernel<T, W, M, kGateUp, 2, kHalf2, F>, blocks, kWarps * 32, smem, stream,
-                  x, w, ws, y, N, K, fuse);
+                  x, w, ws, y, N, K, fuse, prefetch);
   }
 }
 

@@ -9,7 +9,16 @@
 namespace llama2::kernels {
 namespace {
 std::atomic<bool> programmatic_launch_on{true};
+std::atomic<int64_t> prefetch_budget{0};
 }  // namespace
+
+void set_gemv_prefetch_budget(int64_t bytes) {
+  prefetch_budget.store(bytes, std::memory_order_relaxed);
+}
+
+int64_t gemv_prefetch_budget() {
+  return prefetch_budget.load(std::memory_order_relaxed);
+}
 
 void set_programmatic_launch(bool on) {
   programmatic_launch_on.store(on, std::memory_order_relaxed);

@@ -94,6 +94,16 @@ TuningKnobs parse_tuning_knobs(const EnvLookup& env) {
   if (const char* v = get("LLAMA2_W8A16_FP8")) k.fp8_w8a16 = on_off("LLAMA2_W8A16_FP8", v);
   if (const char* v = get("LLAMA2_PDL")) k.pdl = on_off("LLAMA2_PDL", v);
   if (const char* v = get("LLAMA2_FUSE_NORM")) k.fuse_norm = on_off("LLAMA2_FUSE_NORM", v);
+  if (const char* v = get("LLAMA2_GEMV_PREFETCH_KB")) {
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (*end != '\0' || n < 0 || n > (1 << 20)) {
+      throw Error(std::string("LLAMA2_GEMV_PREFETCH_KB=") + v +
+                  ": expected an integer from 0 (no prefetch) to 1048576 (KiB of weights a GEMV "
+                  "launch prefetches into L2)");
+    }
+    k.gemv_prefetch_kb = static_cast<int>(n);
+  }
   if (const char* v = get("LLAMA2_DECODE_KERNEL")) {
     k.decode_kernel = choice<DecodeKernelChoice>("LLAMA2_DECODE_KERNEL", v,
                                                  {{"auto", DecodeKernelChoice::kAuto},

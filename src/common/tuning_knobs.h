@@ -65,6 +65,9 @@ struct TuningKnobs {
   // reads it and each residual add into the GEMV that writes it (kernels/gemv.cuh, GemvFusion;
   // the same numbers bit for bit); 0: the add_rmsnorm kernels (the A/B).
   bool fuse_norm = true;
+  // LLAMA2_GEMV_PREFETCH_KB=0..1048576 (cuda): KiB of weights a GEMV launch asks L2 for before
+  // waiting on the previous kernel (kernels/gemv_common.cuh); 0: none.
+  int gemv_prefetch_kb = 0;
   DecodeKernelChoice decode_kernel = DecodeKernelChoice::kAuto;     // LLAMA2_DECODE_KERNEL
   PrefillKernelChoice prefill_kernel = PrefillKernelChoice::kAuto;  // LLAMA2_PREFILL_KERNEL
   QgemvChoice qgemv = QgemvChoice::kAuto;                           // LLAMA2_QGEMV

@@ -233,6 +233,7 @@ TEST_SUITE("tuning_knobs") {
     CHECK(k.gemv_rows == 1);
     CHECK(k.pdl);
     CHECK(k.fuse_norm);
+    CHECK(k.gemv_prefetch_kb == 0);
     CHECK(k.decode_kernel == llama2::DecodeKernelChoice::kAuto);
     CHECK(k.prefill_kernel == llama2::PrefillKernelChoice::kAuto);
     CHECK(k.qgemv == llama2::QgemvChoice::kAuto);
@@ -279,6 +280,7 @@ TEST_SUITE("tuning_knobs") {
     CHECK(k.step_log == "/tmp/steps");
     CHECK((k.test_stall.step == 5 && k.test_stall.rank == 1 && k.test_stall.ms == 3000));
     CHECK(knobs({{"LLAMA2_GEMV", "8"}}).gemv_rows == 8);
+    CHECK(knobs({{"LLAMA2_GEMV_PREFETCH_KB", "2048"}}).gemv_prefetch_kb == 2048);
     CHECK(knobs({}).w8a16_rows == 0);
     CHECK(knobs({{"LLAMA2_W8A16_ROWS", "0"}}).w8a16_rows == 0);
     CHECK(knobs({{"LLAMA2_W8A16_ROWS", "4096"}}).w8a16_rows == 4096);
@@ -311,6 +313,9 @@ TEST_SUITE("tuning_knobs") {
                 ": expected an integer from 0 (always dequantize + cuBLAS) to 1048576 (the most "
                 "rows of an int8 product that the W8A16 GEMM takes)");
     }
+    CHECK(knob_error("LLAMA2_GEMV_PREFETCH_KB", "-1") ==
+          "LLAMA2_GEMV_PREFETCH_KB=-1: expected an integer from 0 (no prefetch) to 1048576 (KiB "
+          "of weights a GEMV launch prefetches into L2)");
     CHECK(knob_error("LLAMA2_W8A16_FP8", "on") == "LLAMA2_W8A16_FP8=on: expected 0 or 1");
     CHECK(knob_error("LLAMA2_DECODE_KERNEL", "fast") ==
           "LLAMA2_DECODE_KERNEL=fast: expected auto, block or warp");

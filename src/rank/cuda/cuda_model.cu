@@ -115,6 +115,7 @@ class CudaModel final : public ModelRunner {
     weights_ = load_cuda_weights<T>(c, s, p.weights, o.synthetic_seed, stream_, o.weight_dtype);
     // The tuning knobs (common/tuning_knobs.h), parsed once at start-up.
     kernels::set_programmatic_launch(o.knobs.pdl);
+    kernels::set_gemv_prefetch_budget(int64_t{o.knobs.gemv_prefetch_kb} << 10);
     decode_kernel_ = decode_kernel_of(o.knobs.decode_kernel);
     prefill_kernel_ = prefill_kernel_of(o.knobs.prefill_kernel);
   }
