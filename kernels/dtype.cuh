@@ -183,28 +183,27 @@ __host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) {
 }
 
 // ---- Programmatic dependent launch (PDL, sm_90): every kernel is launched with programmatic
-// stream serialization, and every kernel's first statement lets the next kernel launch
-// (griddepcontrol.launch_dependents) and then waits for the previous grid to complete and its
-// memory to be visible (griddepcontrol.wait). So the next kernel's blocks are scheduled as soon
-// as all of this kernel's blocks are resident and SM room frees up, instead of after its last
-// block exits: its launch latency, and whatever it does before its own wait (a GEMV prefetches
-// its weights into L2: gemv_prefetch_rows), run under this kernel. That is what a batch-1 decode
-// step of ~300 short kernels is made of. Nothing is read or written before the wait except
-// immutable weights, and each wait covers the whole chain before it (a grid completes only after
-// its own wait returned), so the order of every read and write is that of plain launches.
-// CMake option LLAMA2_PDL_TRIGGER=OFF keeps the wait and drops the early trigger (the A/B).
-// The launch switch lives in launch.cu (on by default); only the CUDA runner sets it, once, from
-// TuningKnobs::pdl (LLAMA2_PDL) before its first launch. Off: plain launches, and the trigger and
-// the wait are no-ops.
+// stream serialization, so the GPU may schedule a kernel's blocks while the previous kernel's last
+// blocks finish, and every kernel's first statement waits for the previous grid to complete and
+// its memory to be visible (griddepcontrol.wait). Only the launch latency overlaps (nothing but
+// immutable weights is read before the wait), which is what a decode step of ~300 short kernels
+// is made of. Off: plain launches. The switch lives in launch.cu (on by default); only the CUDA
+// runner sets it, once, from TuningKnobs::pdl (LLAMA2_PDL) before its first launch.
+// CMake option LLAMA2_PDL_TRIGGER=ON (default OFF) also lets each kernel's dependents launch as
+// it starts (griddepcontrol.launch_dependents before the wait; each wait still covers the whole
+// chain before it, so every read and write keeps its order). Measured on one H200 (2026-12-02,
+// 7B batch 1, benchmarks/RESULTS.md): fp16 250.7 vs 254.7 tok/s, fp8 377.6 vs 403.6 without it;
+// batch 64 the same within noise. Kept for the A/B.
 void set_programmatic_launch(bool on);
 bool programmatic_launch();
 // Bytes of weights a GEMV launch asks L2 for before its wait (gemv_common.cuh: prefetch_rows);
-// 0: none. Set once by the CUDA runner from TuningKnobs::gemv_prefetch_kb (LLAMA2_GEMV_PREFETCH_KB).
+// 0: none. Set once by the CUDA runner from TuningKnobs::gemv_prefetch_kb
+// (LLAMA2_GEMV_PREFETCH_KB).
 void set_gemv_prefetch_budget(int64_t bytes);
 int64_t gemv_prefetch_budget();
 
 #ifndef LLAMA2_PDL_TRIGGER
-#define LLAMA2_PDL_TRIGGER 1
+#define LLAMA2_PDL_TRIGGER 0
 #endif
 
 __device__ __forceinline__ void wait_for_previous_grid() {

@@ -84,8 +84,8 @@ template <typename T, typename X, typename W, int M, bool kGateUp, int F>
 void launch_m(const X* x, const float* xs, const W* w, const float* ws, T* y, int N, int K,
               cudaStream_t stream, const GemvFusion<T>& fuse) {
   const size_t smem = (F & kFuseNorm) != 0 ? static_cast<size_t>(K) * sizeof(T) : 0;
-  const int prefetch =
-      prefetch_row_bytes(int64_t{K} * static_cast<int64_t>(sizeof(W)), kGateUp ? 2 * int64_t{N} : N);
+  const int prefetch = prefetch_row_bytes(int64_t{K} * static_cast<int64_t>(sizeof(W)),
+                                          kGateUp ? 2 * int64_t{N} : N);
   if (!kGateUp && N <= kOneRowMaxN) {
     const int blocks = static_cast<int>(ceil_div(N, kWarps));
     launch_kernel(gemv_kernel<T, X, W, M, false, 1, F>, blocks, kWarps * 32, smem, stream, x, xs, w,
@@ -185,14 +185,14 @@ cudaError_t launch_gemv_q_gate_up_swiglu(const X* x, const float* x_scale, const
                                          const float* w_scale, T* act, int M, int F, int K,
                                          cudaStream_t stream, GemvMath math,
                                          const GemvFusion<T>& fuse) {
-  return launch_gemv_kind<T, X, W, true>(x, x_scale, w_gate_up, w_scale, act, M, F, K, stream,
-                                         math, fuse);
+  return launch_gemv_kind<T, X, W, true>(x, x_scale, w_gate_up, w_scale, act, M, F, K, stream, math,
+                                         fuse);
 }
 
-#define LLAMA2_INSTANTIATE(T)                                                                 \
-  template cudaError_t launch_gemv<T>(const T*, const T*, T*, int, int, int, cudaStream_t,    \
-                                      const GemvFusion<T>&);                                  \
-  template cudaError_t launch_gemv_gate_up_swiglu<T>(const T*, const T*, T*, int, int, int,   \
+#define LLAMA2_INSTANTIATE(T)                                                               \
+  template cudaError_t launch_gemv<T>(const T*, const T*, T*, int, int, int, cudaStream_t,  \
+                                      const GemvFusion<T>&);                                \
+  template cudaError_t launch_gemv_gate_up_swiglu<T>(const T*, const T*, T*, int, int, int, \
                                                      cudaStream_t, const GemvFusion<T>&);
 LLAMA2_INSTANTIATE(float)
 LLAMA2_INSTANTIATE(__half)
@@ -203,10 +203,9 @@ LLAMA2_INSTANTIATE(__nv_bfloat16)
   template cudaError_t launch_gemv_q<T, X, W>(const X*, const float*, const W*, const float*, T*, \
                                               int, int, int, cudaStream_t, GemvMath,              \
                                               const GemvFusion<T>&);                              \
-  template cudaError_t launch_gemv_q_gate_up_swiglu<T, X, W>(const X*, const float*, const W*,    \
-                                                             const float*, T*, int, int, int,     \
-                                                             cudaStream_t, GemvMath,              \
-                                                             const GemvFusion<T>&);
+  template cudaError_t launch_gemv_q_gate_up_swiglu<T, X, W>(                                     \
+      const X*, const float*, const W*, const float*, T*, int, int, int, cudaStream_t, GemvMath,  \
+      const GemvFusion<T>&);
 LLAMA2_INSTANTIATE_Q(__half, __half, int8_t)
 LLAMA2_INSTANTIATE_Q(__nv_bfloat16, __nv_bfloat16, int8_t)
 LLAMA2_INSTANTIATE_Q(__half, __half, __nv_fp8_e4m3)

@@ -50,8 +50,7 @@ template <typename T>
 cudaError_t launch_gemv(const T* x,  // [M, K]
                         const T* w,  // [N, K]
                         T* y,        // [M, N]
-                        int M, int N, int K, cudaStream_t stream,
-                        const GemvFusion<T>& fuse = {});
+                        int M, int N, int K, cudaStream_t stream, const GemvFusion<T>& fuse = {});
 
 // The gate|up projection with SwiGLU in its epilogue: act[m, j] = round_T(silu_mul(
 // round_T(x[m] . gate[j]), round_T(x[m] . up[j]))) for j < F, where w_gate_up is the fused
@@ -87,8 +86,8 @@ template <typename T, typename X, typename W>
 cudaError_t launch_gemv_q(const X* x, const float* x_scale,  // [M, K], [M] (fp8 x) or nullptr
                           const W* w, const float* w_scale,  // [N, K], [N]
                           T* y,                              // [M, N]
-                          int M, int N, int K, cudaStream_t stream,
-                          GemvMath math = GemvMath::kAuto, const GemvFusion<T>& fuse = {});
+                          int M, int N, int K, cudaStream_t stream, GemvMath math = GemvMath::kAuto,
+                          const GemvFusion<T>& fuse = {});
 template <typename T, typename X, typename W>
 cudaError_t launch_gemv_q_gate_up_swiglu(const X* x, const float* x_scale,          // [M, K], [M]
                                          const W* w_gate_up, const float* w_scale,  // [2F, K], [2F]

@@ -33,8 +33,7 @@ inline int prefetch_row_bytes(int64_t row_bytes, int64_t rows) {
   return static_cast<int>((row_bytes < cap ? row_bytes : cap) & ~int64_t{15});
 }
 
-__device__ __forceinline__ void prefetch_rows(const void* w0, const void* w1, bool two,
-                                              int bytes) {
+__device__ __forceinline__ void prefetch_rows(const void* w0, const void* w1, bool two, int bytes) {
   if (bytes <= 0) return;
   prefetch_l2(w0, static_cast<uint32_t>(bytes));
   if (two) prefetch_l2(w1, static_cast<uint32_t>(bytes));

@@ -103,8 +103,8 @@ template <typename T, typename W, int M, bool kGateUp, bool kHalf2, int F>
 void launch_rows(const T* x, const W* w, const float* ws, T* y, int N, int K, cudaStream_t stream,
                  const GemvFusion<T>& fuse) {
   const size_t smem = (F & kFuseNorm) != 0 ? static_cast<size_t>(K) * sizeof(T) : 0;
-  const int prefetch =
-      prefetch_row_bytes(int64_t{K} * static_cast<int64_t>(sizeof(W)), kGateUp ? 2 * int64_t{N} : N);
+  const int prefetch = prefetch_row_bytes(int64_t{K} * static_cast<int64_t>(sizeof(W)),
+                                          kGateUp ? 2 * int64_t{N} : N);
   if (!kGateUp && N <= kOneRowMaxN) {
     const int blocks = static_cast<int>(ceil_div(N, kWarps));
     launch_kernel(gemv_w8_kernel<T, W, M, false, 1, kHalf2, F>, blocks, kWarps * 32, smem, stream,

@@ -53,20 +53,23 @@ struct TuningKnobs {
   int gemv_rows = 1;
   // LLAMA2_W8A16_ROWS=0..1048576 (--weight-dtype int8, cuda): products of more rows than the GEMV
   // takes and at most N rows use the tensor-core W8A16 GEMM; more rows dequantize W and call
-  // cuBLAS. Default 0 (always dequantize + cuBLAS): on an H200 (7B batch 64, 2026-12-02) the
-  // first W8A16 GEMM was slower (5,224 vs 5,422 tok/s, a serial split-K tail, since fixed but not
-  // yet measured); 256 is the value to A/B.
-  int w8a16_rows = 0;
+  // cuBLAS (0: always). Default 64: at 7B shapes on an H200 (llama2_bench_kernels w8a16,
+  // 2026-12-02) the W8A16 GEMM with 32-row tiles beat dequantize + cuBLAS by 1.6x at 64 rows
+  // (183 vs 290 us a layer) and lost at 256 (378 vs 325).
+  int w8a16_rows = 64;
   // LLAMA2_W8A16_FP8=0|1 (--weight-dtype fp8, cuda; an A/B): the same rows go to the W8A16 GEMM
   // with e4m3 weights and x unquantized instead of cuBLASLt's FP8 GEMM.
   bool fp8_w8a16 = false;
   bool pdl = true;  // LLAMA2_PDL=0|1: programmatic dependent launch (cuda)
   // LLAMA2_FUSE_NORM=0|1 (cuda, one rank): one-row steps fold each RMSNorm into the GEMV that
   // reads it and each residual add into the GEMV that writes it (kernels/gemv.cuh, GemvFusion;
-  // the same numbers bit for bit); 0: the add_rmsnorm kernels (the A/B).
-  bool fuse_norm = true;
+  // the same numbers bit for bit). Default 0: on one H200 (7B batch 1, 2026-12-02) it was slower
+  // (fp16 251.6 vs 254.7 tok/s, fp8 383.5 vs 403.6): every GEMV block then normalizes the row
+  // before its first weight load, on the critical path, which costs more than the launch saved.
+  bool fuse_norm = false;
   // LLAMA2_GEMV_PREFETCH_KB=0..1048576 (cuda): KiB of weights a GEMV launch asks L2 for before
-  // waiting on the previous kernel (kernels/gemv_common.cuh); 0: none.
+  // waiting on the previous kernel (kernels/gemv_common.cuh); 0: none (the default: 24 MB cost
+  // 4-6% at batch 1 on an H200, 2 MB was within noise; benchmarks/RESULTS.md, 2026-12-02).
   int gemv_prefetch_kb = 0;
   DecodeKernelChoice decode_kernel = DecodeKernelChoice::kAuto;     // LLAMA2_DECODE_KERNEL
   PrefillKernelChoice prefill_kernel = PrefillKernelChoice::kAuto;  // LLAMA2_PREFILL_KERNEL

@@ -71,7 +71,8 @@ void check_fusions(const Gemv<T, W>& g, const std::string& name, int N, int K, i
 
   // Input norm after a residual add: add_rmsnorm(x += p) -> h -> GEMV vs the GEMV on the sum.
   DeviceBuffer<T> res(to_dtype<T>(xf)), p(to_dtype<T>(pf));
-  LLAMA2_CUDA_REQUIRE(k::launch_add_rmsnorm<T>(res.get(), p.get(), nw.get(), 1, K, kEps, h.get(), 0));
+  LLAMA2_CUDA_REQUIRE(
+      k::launch_add_rmsnorm<T>(res.get(), p.get(), nw.get(), 1, K, kEps, h.get(), 0));
   LLAMA2_CUDA_REQUIRE(g.plain(h.get(), y_ref.get(), N, K));
   y_fused.poison();
   LLAMA2_CUDA_REQUIRE(g.plain(res.get(), y_fused.get(), N, K, {nw.get(), kEps, false}));

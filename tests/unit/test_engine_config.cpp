@@ -232,7 +232,7 @@ TEST_SUITE("tuning_knobs") {
     const llama2::TuningKnobs k = knobs({});
     CHECK(k.gemv_rows == 1);
     CHECK(k.pdl);
-    CHECK(k.fuse_norm);
+    CHECK(!k.fuse_norm);
     CHECK(k.gemv_prefetch_kb == 0);
     CHECK(k.decode_kernel == llama2::DecodeKernelChoice::kAuto);
     CHECK(k.prefill_kernel == llama2::PrefillKernelChoice::kAuto);
@@ -252,7 +252,7 @@ TEST_SUITE("tuning_knobs") {
   TEST_CASE("every documented value") {
     const llama2::TuningKnobs k = knobs({{"LLAMA2_GEMV", "0"},
                                          {"LLAMA2_PDL", "0"},
-                                         {"LLAMA2_FUSE_NORM", "0"},
+                                         {"LLAMA2_FUSE_NORM", "1"},
                                          {"LLAMA2_DECODE_KERNEL", "warp"},
                                          {"LLAMA2_PREFILL_KERNEL", "wmma"},
                                          {"LLAMA2_QGEMV", "old"},
@@ -266,7 +266,7 @@ TEST_SUITE("tuning_knobs") {
                                          {"LLAMA2_TEST_STALL", "5:1:3000"}});
     CHECK(k.gemv_rows == 0);
     CHECK(!k.pdl);
-    CHECK(!k.fuse_norm);
+    CHECK(k.fuse_norm);
     CHECK(k.decode_kernel == llama2::DecodeKernelChoice::kWarp);
     CHECK(k.prefill_kernel == llama2::PrefillKernelChoice::kWmma);
     CHECK(k.qgemv == llama2::QgemvChoice::kOld);
@@ -281,7 +281,7 @@ TEST_SUITE("tuning_knobs") {
     CHECK((k.test_stall.step == 5 && k.test_stall.rank == 1 && k.test_stall.ms == 3000));
     CHECK(knobs({{"LLAMA2_GEMV", "8"}}).gemv_rows == 8);
     CHECK(knobs({{"LLAMA2_GEMV_PREFETCH_KB", "2048"}}).gemv_prefetch_kb == 2048);
-    CHECK(knobs({}).w8a16_rows == 0);
+    CHECK(knobs({}).w8a16_rows == 64);
     CHECK(knobs({{"LLAMA2_W8A16_ROWS", "0"}}).w8a16_rows == 0);
     CHECK(knobs({{"LLAMA2_W8A16_ROWS", "4096"}}).w8a16_rows == 4096);
     CHECK(!knobs({}).fp8_w8a16);
@@ -295,8 +295,9 @@ TEST_SUITE("tuning_knobs") {
 
   TEST_CASE("a bad value names the variable and the allowed values") {
     // Before they were parsed once, these were silently taken as "on" (or clamped).
-    for (const char* var : {"LLAMA2_PDL", "LLAMA2_FUSE_NORM", "LLAMA2_WARMUP", "LLAMA2_MIXED_DECODE",
-                            "LLAMA2_OP_PROFILE", "LLAMA2_CUSTOM_ALLREDUCE", "LLAMA2_FULL_LOGITS"}) {
+    for (const char* var :
+         {"LLAMA2_PDL", "LLAMA2_FUSE_NORM", "LLAMA2_WARMUP", "LLAMA2_MIXED_DECODE",
+          "LLAMA2_OP_PROFILE", "LLAMA2_CUSTOM_ALLREDUCE", "LLAMA2_FULL_LOGITS"}) {
       CAPTURE(var);
       CHECK(knob_error(var, "yes") == std::string(var) + "=yes: expected 0 or 1");
       CHECK(knob_error(var, "00") == std::string(var) + "=00: expected 0 or 1");

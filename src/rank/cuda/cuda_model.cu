@@ -438,8 +438,8 @@ class CudaModel final : public ModelRunner {
     all_reduce(x_, static_cast<int64_t>(T_) * H);  // vocab-parallel: one rank owns each row
     if (!fused) {
       mark("add_rmsnorm");
-      CUDA_CHECK(kernels::launch_rmsnorm<T>(x_.as<T>(), weights_.layers[0].attn_norm.as<T>(), T_,
-                                            H, eps, h_.as<T>(), stream_));
+      CUDA_CHECK(kernels::launch_rmsnorm<T>(x_.as<T>(), weights_.layers[0].attn_norm.as<T>(), T_, H,
+                                            eps, h_.as<T>(), stream_));
     }
     for (int l = 0; l < c_.num_layers; ++l) {
       const CudaLayerWeights& L = weights_.layers[l];

@@ -235,8 +235,7 @@ bool CudaLinear<T>::gate_up_swiglu(const T* x, const LinearWeight& w, T* act, in
   }
   if (!use_gemv(x, w.w.as<void>(), M, K)) return false;
   if (wd_ == WeightDType::kAuto) {
-    CUDA_CHECK(
-        kernels::launch_gemv_gate_up_swiglu<T>(x, w.w.as<T>(), act, M, F, K, stream_, fuse));
+    CUDA_CHECK(kernels::launch_gemv_gate_up_swiglu<T>(x, w.w.as<T>(), act, M, F, K, stream_, fuse));
     return true;
   }
   gate_up_quantized(x, w, act, M, F, K, fuse);
