@@ -1,12 +1,11 @@
 // The projections of a layer (y = x . W^T) in the engine's weight dtype (--weight-dtype):
 //   auto  W in T: the GEMV kernel for up to LLAMA2_GEMV rows (weight streaming), cuBLAS above.
 //   int8  W8A16: the GEMV dequantizes in its loop (one scale per output row, applied to the sum);
-//         more rows: cuBLAS on a dequantized T copy of W (a scratch the size of the largest
-//         projection; the default), or, up to LLAMA2_W8A16_ROWS rows (default 0: none; 256 is the
-//         A/B value), the tensor-core W8A16 GEMM (kernels/gemm_w8a16.cuh), which converts W's
-//         bytes in registers and applies the scale to the sums as the GEMV does. Long prefills
-//         keep the dequantized copy: cuBLAS's wgmma kernels outrun mma.sync by more than the
-//         dequantize costs.
+//         products of more rows up to LLAMA2_W8A16_ROWS (default 64) take the tensor-core W8A16
+//         GEMM (kernels/gemm_w8a16.cuh), which converts W's bytes in registers and applies the
+//         scale to the sums as the GEMV does; more rows run cuBLAS on a dequantized T copy of W
+//         (a scratch the size of the largest projection): long prefills and large batches, where
+//         cuBLAS's wgmma kernels outrun mma.sync by more than the dequantize costs.
 //   fp8   up to LLAMA2_GEMV rows (the GEMV): W8A16, like int8. The GEMV is bound by streaming W;
 //         fp8 activations buy it nothing, and cost a quantize launch before every projection
 //         (4 per layer, 128 per 7B step) and the accuracy of rounding x to 3 mantissa bits.
