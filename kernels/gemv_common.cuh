@@ -115,6 +115,25 @@ __device__ __forceinline__ void rmsnorm_row_to_shared(const T* __restrict__ x,
   __syncthreads();
 }
 
+// The start of every GEMV kernel after its rows are known: the L2 prefetch of the warp's rows
+// (when active, before the wait), the wait for the previous kernel, then x as the loop reads it:
+// the caller's rows, or (kFuseNorm) the normalized row in shared memory. Every thread calls it.
+template <typename X, typename T, typename W, int F>
+__device__ __forceinline__ const X* gemv_begin(const X* x, const W* w0, const W* w1, bool active,
+                                               bool two, int K, int prefetch,
+                                               const GemvFusion<T>& fuse) {
+  if (active && (threadIdx.x & 31) == 0) prefetch_rows(w0, w1, two, prefetch);
+  wait_for_previous_grid();
+  if constexpr ((F & kFuseNorm) != 0) {
+    static_assert(std::is_same_v<X, T>, "the fused norm reads x in T");
+    extern __shared__ __align__(16) unsigned char gemv_smem[];
+    T* xs = reinterpret_cast<T*>(gemv_smem);  // [K]
+    rmsnorm_row_to_shared<T>(x, fuse.norm_weight, K, fuse.norm_eps, xs);
+    return xs;
+  }
+  return x;
+}
+
 // The end of every GEMV kernel: warp sums of acc times factor(m, row of W), stored to y (plain;
 // kAdd: added to y, rounded as the residual add of launch_add_rmsnorm) or through SwiGLU
 // (kGateUp: acc[0] is gate row n0, acc[1] up row n1 = N + n0).

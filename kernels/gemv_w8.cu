@@ -42,15 +42,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int n1 = kGateUp ? N + n0 : (two ? n0 + 1 : n0);
   const W* w0 = w + static_cast<int64_t>(n0) * K;
   const W* w1 = w + static_cast<int64_t>(n1) * K;  // plain: a lone last row reads itself twice
-  if (lane == 0 && n0 < N) prefetch_rows(w0, w1, two, prefetch);
-  wait_for_previous_grid();
-  const T* xin = x;
-  if constexpr ((F & kFuseNorm) != 0) {
-    extern __shared__ __align__(16) unsigned char gemv_smem[];
-    T* xs = reinterpret_cast<T*>(gemv_smem);  // [K]
-    rmsnorm_row_to_shared<T>(x, fuse.norm_weight, K, fuse.norm_eps, xs);
-    xin = xs;
-  }
+  const T* xin = gemv_begin<T, T, W, F>(x, w0, w1, n0 < N, two, K, prefetch, fuse);
   if (n0 >= N) return;
 
   float acc[R][M] = {};

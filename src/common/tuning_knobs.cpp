@@ -36,6 +36,16 @@ bool on_off(const char* var, const std::string& value) {
   return choice<bool>(var, value, {{"0", false}, {"1", true}});
 }
 
+// An integer in [0, 2^20], or an Error naming the variable and `range` (the allowed values).
+int up_to_2_20(const char* var, const char* value, const char* range) {
+  char* end = nullptr;
+  const long n = std::strtol(value, &end, 10);
+  if (*end != '\0' || n < 0 || n > (1 << 20)) {
+    throw Error(std::string(var) + "=" + value + ": expected an integer from " + range);
+  }
+  return static_cast<int>(n);
+}
+
 }  // namespace
 
 StallHook parse_stall_hook(const char* text) {
@@ -82,27 +92,17 @@ TuningKnobs parse_tuning_knobs(const EnvLookup& env) {
     k.gemv_rows = s[0] - '0';
   }
   if (const char* v = get("LLAMA2_W8A16_ROWS")) {
-    char* end = nullptr;
-    const long n = std::strtol(v, &end, 10);
-    if (*end != '\0' || n < 0 || n > (1 << 20)) {
-      throw Error(std::string("LLAMA2_W8A16_ROWS=") + v +
-                  ": expected an integer from 0 (always dequantize + cuBLAS) to 1048576 (the most "
-                  "rows of an int8 product that the W8A16 GEMM takes)");
-    }
-    k.w8a16_rows = static_cast<int>(n);
+    k.w8a16_rows = up_to_2_20("LLAMA2_W8A16_ROWS", v,
+                              "0 (always dequantize + cuBLAS) to 1048576 (the most rows of an int8 "
+                              "product that the W8A16 GEMM takes)");
   }
   if (const char* v = get("LLAMA2_W8A16_FP8")) k.fp8_w8a16 = on_off("LLAMA2_W8A16_FP8", v);
   if (const char* v = get("LLAMA2_PDL")) k.pdl = on_off("LLAMA2_PDL", v);
   if (const char* v = get("LLAMA2_FUSE_NORM")) k.fuse_norm = on_off("LLAMA2_FUSE_NORM", v);
   if (const char* v = get("LLAMA2_GEMV_PREFETCH_KB")) {
-    char* end = nullptr;
-    const long n = std::strtol(v, &end, 10);
-    if (*end != '\0' || n < 0 || n > (1 << 20)) {
-      throw Error(std::string("LLAMA2_GEMV_PREFETCH_KB=") + v +
-                  ": expected an integer from 0 (no prefetch) to 1048576 (KiB of weights a GEMV "
-                  "launch prefetches into L2)");
-    }
-    k.gemv_prefetch_kb = static_cast<int>(n);
+    k.gemv_prefetch_kb = up_to_2_20("LLAMA2_GEMV_PREFETCH_KB", v,
+                                    "0 (no prefetch) to 1048576 (KiB of weights a GEMV launch "
+                                    "prefetches into L2)");
   }
   if (const char* v = get("LLAMA2_DECODE_KERNEL")) {
     k.decode_kernel = choice<DecodeKernelChoice>("LLAMA2_DECODE_KERNEL", v,
