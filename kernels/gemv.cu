@@ -35,13 +35,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   // per row of x, and the registers for x grow with it).
   constexpr int kUnroll = (R == 1 ? 8 : 4) / (V > 8 ? 2 : 1);
   const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  const int n0 = kGateUp ? blockIdx.x * kWarps + warp : (blockIdx.x * kWarps + warp) * R;
-  const bool two = kGateUp || (R == 2 && n0 + 1 < N);
-  const int n1 = kGateUp ? N + n0 : (two ? n0 + 1 : n0);
-  const W* w0 = w + static_cast<int64_t>(n0) * K;
-  // Plain: a lone last row reads itself twice and writes once.
-  const W* w1 = w + static_cast<int64_t>(n1) * K;
+  const WarpRows<W, kGateUp, R> rows(w, N, K);
+  const int n0 = rows.n0, n1 = rows.n1;
+  const bool two = rows.two;
+  const W *w0 = rows.w0, *w1 = rows.w1;
   const X* xin = gemv_begin<X, T, W, F>(x, w0, w1, n0 < N, two, K, prefetch, fuse);
   if (n0 >= N) return;
 

@@ -115,6 +115,24 @@ __device__ __forceinline__ void rmsnorm_row_to_shared(const T* __restrict__ x,
   __syncthreads();
 }
 
+// A warp's rows of W: n0 (its output; kGateUp: the gate row), n1 (kGateUp: the up row N + n0;
+// R = 2: n0 + 1, or n0 again for a lone last row, read twice and written once) and w0 / w1.
+template <typename W, bool kGateUp, int R>
+struct WarpRows {
+  int n0, n1;
+  bool two;  // n1 is a row of its own
+  const W* w0;
+  const W* w1;
+  __device__ __forceinline__ WarpRows(const W* w, int N, int K) {
+    const int warp = static_cast<int>(threadIdx.x >> 5);
+    n0 = kGateUp ? blockIdx.x * kWarps + warp : (blockIdx.x * kWarps + warp) * R;
+    two = kGateUp || (R == 2 && n0 + 1 < N);
+    n1 = kGateUp ? N + n0 : (two ? n0 + 1 : n0);
+    w0 = w + static_cast<int64_t>(n0) * K;
+    w1 = w + static_cast<int64_t>(n1) * K;
+  }
+};
+
 // The start of every GEMV kernel after its rows are known: the L2 prefetch of the warp's rows
 // (when active, before the wait), the wait for the previous kernel, then x as the loop reads it:
 // the caller's rows, or (kFuseNorm) the normalized row in shared memory. Every thread calls it.

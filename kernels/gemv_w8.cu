@@ -36,12 +36,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   // kernel for 1-byte weights (x's registers grow with M).
   constexpr int kUnroll = R == 1 ? 4 : 2;
   const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  const int n0 = kGateUp ? blockIdx.x * kWarps + warp : (blockIdx.x * kWarps + warp) * R;
-  const bool two = kGateUp || (R == 2 && n0 + 1 < N);
-  const int n1 = kGateUp ? N + n0 : (two ? n0 + 1 : n0);
-  const W* w0 = w + static_cast<int64_t>(n0) * K;
-  const W* w1 = w + static_cast<int64_t>(n1) * K;  // plain: a lone last row reads itself twice
+  const WarpRows<W, kGateUp, R> rows(w, N, K);
+  const int n0 = rows.n0, n1 = rows.n1;
+  const bool two = rows.two;
+  const W *w0 = rows.w0, *w1 = rows.w1;
   const T* xin = gemv_begin<T, T, W, F>(x, w0, w1, n0 < N, two, K, prefetch, fuse);
   if (n0 >= N) return;
 
