@@ -2,11 +2,12 @@
 // 32000, fp16), each family checked against the fp32 CPU reference before it is timed.
 //
 // Build: cd build && cmake .. && ninja llama2_bench_kernels      (CUDA builds only)
-// Run:   ./llama2_bench_kernels [decode|prefill|qgemv|w8a16]   on a GPU node (one H200; ~1
+// Run:   ./llama2_bench_kernels [decode|prefill|qgemv|w8a16|fp8]   on a GPU node (one H200; ~1
 //        minute; `decode`: only decode attention, block and warp kernels side by side; `prefill`:
 //        only prefill attention, WMMA and mma kernels side by side; compare with sdpa_prefill.py;
 //        `qgemv`: only the streaming GEMV of fp16 / fp8 / int8 weights, bench_qgemv.cu;
-//        `w8a16`: only the int8/e4m3-weight GEMM against cuBLAS, bench_w8a16.cu)
+//        `w8a16`: only the int8/e4m3-weight GEMM against cuBLAS, bench_w8a16.cu; `fp8`: only
+//        the FP8 product, cuBLASLt's heuristic algorithm vs the tuned one, bench_fp8.cu)
 //
 // Timing: CUDA events around each launch, 5 warm-up launches, median of 30. Bytes are the minimum
 // traffic (each input read once, each output written once); FLOPs for attention count the
@@ -556,13 +557,15 @@ void bench_sampling() {
 }  // namespace
 
 int bench_w8a16();  // bench_w8a16.cu: the number of failed checks
+int bench_fp8();    // bench_fp8.cu
 
 int main(int argc, char** argv) {
   // `llama2_bench_kernels decode` / `prefill`: that attention section only; `w8a16`: the GEMM.
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (argc > 2 ||
-      (argc == 2 && mode != "decode" && mode != "prefill" && mode != "qgemv" && mode != "w8a16")) {
-    std::fprintf(stderr, "usage: llama2_bench_kernels [decode|prefill|qgemv|w8a16]  (got '%s')\n",
+  if (argc > 2 || (argc == 2 && mode != "decode" && mode != "prefill" && mode != "qgemv" &&
+                   mode != "w8a16" && mode != "fp8")) {
+    std::fprintf(stderr,
+                 "usage: llama2_bench_kernels [decode|prefill|qgemv|w8a16|fp8]  (got '%s')\n",
                  argv[1]);
     return 2;
   }
@@ -580,6 +583,8 @@ int main(int argc, char** argv) {
     g_failures += bench_qgemv_streaming();
   } else if (mode == "w8a16") {
     g_failures += bench_w8a16();
+  } else if (mode == "fp8") {
+    g_failures += bench_fp8();
   } else if (prefill_only) {
     bench_prefill_all();
   } else {

@@ -182,8 +182,13 @@ TEST_CASE("gemv_q_gate_up_swiglu: equals gemv_q into [M, 2F] then launch_swiglu,
                Tol{0, 0});
 }
 
-TEST_CASE("Fp8Gemm: cuBLASLt FP8 with per-row scales matches the quantized reference") {
+TEST_CASE(
+    "Fp8Gemm: cuBLASLt FP8 with per-row scales matches the quantized reference, with the "
+    "heuristic's algorithm and with tuned ones") {
   LLAMA2_GPU_TEST_OR_SKIP();
+  // kHeuristic: the first call asks cuBLASLt; kTunedHere: tune() at this M; kTunedAbove: tune()
+  // at 320 rows only, so this M takes that algorithm (when cuBLASLt accepts it for the shape).
+  enum Mode { kHeuristic, kTunedHere, kTunedAbove };
   for (int M : {9, 64, 300}) {
     for (int N : {272, 4096}) {
       const int K = 4096;
@@ -196,28 +201,41 @@ TEST_CASE("Fp8Gemm: cuBLASLt FP8 with per-row scales matches the quantized refer
       std::vector<float> want;
       std::vector<double> bound;
       reference(dequant(x8, sx, K), dequant(w8, s8, K), M, N, K, &want, &bound);
-      DeviceBuffer<__nv_fp8_e4m3> dx(x8), dw(w8);
+      DeviceBuffer<__nv_fp8_e4m3> dx(x8), dw(w8), dx_tune(size_t(320) * K);
       DeviceBuffer<float> dsx(sx), dsw(s8);
-      DeviceBuffer<__half> dy(want.size());
-      dy.poison();
-      llama2::Fp8Gemm gemm(CUDA_R_16F, M, N, nullptr);
-      gemm.run(dx.get(), dsx.get(), dw.get(), dsw.get(), dy.get(), M, N, K);
-      LLAMA2_CUDA_REQUIRE(cudaDeviceSynchronize());
-      const auto got = to_f32(dy.download());
-      size_t bad = 0, worst = 0;
-      double worst_ratio = 0;
-      for (size_t i = 0; i < got.size(); ++i) {
-        const double lim = 0x1p-12 * bound[i] + 0x1p-11 * std::fabs(want[i]) + 1e-6;
-        const double ratio = std::fabs(got[i] - want[i]) / lim;
-        if (!(ratio <= 1)) ++bad;
-        if (!(ratio <= worst_ratio)) {
-          worst_ratio = ratio;
-          worst = i;
+      for (const Mode mode : {kHeuristic, kTunedHere, kTunedAbove}) {
+        DeviceBuffer<__half> dy(want.size());
+        dy.poison();
+        llama2::Fp8Gemm gemm(CUDA_R_16F, 320, N, nullptr);
+        if (mode != kHeuristic) {
+          const std::vector<const void*> weights{dw.get(), dw.get()};
+          const auto r = mode == kTunedHere ? gemm.tune(dx.get(), weights, M, N, K)
+                                            : gemm.tune(dx_tune.get(), weights, 320, N, K);
+          CHECK(r.candidates >= 1);
+          CHECK(r.candidates <= llama2::Fp8Gemm::kTuneCandidates);
+          CHECK((r.chosen >= 0 && r.chosen < llama2::Fp8Gemm::kTuneCandidates));
+          CHECK(r.chosen_us > 0);
+          CHECK(r.chosen_us <= r.first_us);
         }
+        gemm.run(dx.get(), dsx.get(), dw.get(), dsw.get(), dy.get(), M, N, K);
+        LLAMA2_CUDA_REQUIRE(cudaDeviceSynchronize());
+        const auto got = to_f32(dy.download());
+        size_t bad = 0, worst = 0;
+        double worst_ratio = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          const double lim = 0x1p-12 * bound[i] + 0x1p-11 * std::fabs(want[i]) + 1e-6;
+          const double ratio = std::fabs(got[i] - want[i]) / lim;
+          if (!(ratio <= 1)) ++bad;
+          if (!(ratio <= worst_ratio)) {
+            worst_ratio = ratio;
+            worst = i;
+          }
+        }
+        CHECK_MESSAGE(bad == 0, "Fp8Gemm mode " << mode << " M=" << M << " N=" << N << ": " << bad
+                                                << " outside; worst [" << worst << "] got "
+                                                << got[worst] << " want " << want[worst] << " ("
+                                                << worst_ratio << " x bound)");
       }
-      CHECK_MESSAGE(bad == 0, "Fp8Gemm M=" << M << " N=" << N << ": " << bad << " outside; worst ["
-                                           << worst << "] got " << got[worst] << " want "
-                                           << want[worst] << " (" << worst_ratio << " x bound)");
     }
   }
 }

@@ -113,6 +113,7 @@ class CudaModel final : public ModelRunner {
         stream_, o.knobs.qgemv);
     // After the projections' checks (an fp8 width the GPU cannot take fails before loading).
     weights_ = load_cuda_weights<T>(c, s, p.weights, o.synthetic_seed, stream_, o.weight_dtype);
+    if (o.knobs.fp8_tune) linear_->tune_fp8(weights_.layers, tuned_row_counts());
     // The tuning knobs (common/tuning_knobs.h), parsed once at start-up.
     kernels::set_programmatic_launch(o.knobs.pdl);
     kernels::set_gemv_prefetch_budget(int64_t{o.knobs.gemv_prefetch_kb} << 10);
@@ -294,6 +295,20 @@ class CudaModel final : public ModelRunner {
 
   // Decode batches are padded up to these sizes, one CUDA graph each.
   // 1 2 4 8 16 24 ... 64 96 128 ... : at most 12.5% padding above 64, 50% below 8.
+  // The products' row counts the FP8 GEMM is tuned for (CudaLinear::tune_fp8): every decode graph
+  // batch, then powers of two up to a full prefill step. Other counts take the algorithm of the
+  // next tuned one up.
+  std::vector<int> tuned_row_counts() const {
+    std::vector<int> rows;
+    for (int b = graph_bucket(1); b > 0; b = graph_bucket(b + 1)) rows.push_back(b);
+    int m = rows.empty() ? 1 : rows.back();
+    while (m < opt_.max_step_tokens) {
+      m = std::min(2 * m, opt_.max_step_tokens);
+      rows.push_back(m);
+    }
+    return rows;
+  }
+
   int graph_bucket(int S) const {
     const int cap = std::min({opt_.max_graph_batch, opt_.max_batch, opt_.max_step_tokens});
     if (S > cap) return 0;

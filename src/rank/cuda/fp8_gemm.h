@@ -5,6 +5,12 @@
 // "outer vector" scale mode, CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, found no algorithm on an
 // H200 with CUDA 13.0 for these shapes; fp16 output of the unscaled sums would overflow.) The GEMV
 // kernel (kernels/gemv.cuh, launch_gemv_q) computes the same numbers for a few rows.
+//
+// Which cuBLASLt algorithm: the heuristic's first choice, unless tune() timed the shape. At the
+// few-row products of decode that choice can be well off the fastest of its own candidates (a
+// tile that leaves most SMs idle, no split of K), so the engine times them once at start-up on
+// its own weights (CudaLinear::tune_fp8, LLAMA2_FP8_TUNE). Every candidate computes the same fp32
+// sums up to the order of their additions.
 #pragma once
 
 #include <cublasLt.h>
@@ -13,6 +19,7 @@
 #include <cstdint>
 #include <map>
 #include <utility>
+#include <vector>
 
 #include "rank/cuda/device_buffer.h"
 
@@ -34,6 +41,23 @@ class Fp8Gemm {
            void* y,                               // [M, N]
            int M, int N, int K);
 
+  // Times up to kTuneCandidates of the heuristic's algorithms for M x N x K (xq: [M, K] e4m3,
+  // any values; weights: [N, K] e4m3 tensors of the same shape, taken in turn so that W streams
+  // from HBM as in a forward pass) and keeps the fastest as this shape's algorithm. A product of
+  // the same N x K with fewer rows than a tuned M takes, if cuBLASLt accepts it for that shape,
+  // the algorithm of the smallest tuned M above it. Synchronizes the stream: not while it
+  // captures a graph. Error as run() when cuBLASLt has no algorithm.
+  struct TuneResult {
+    int candidates = 0;    // algorithms that ran
+    int chosen = 0;        // the fastest, as an index into the heuristic's order (0: its choice)
+    double first_us = 0;   // the heuristic's first choice, microseconds per product
+    double chosen_us = 0;  // the fastest
+    // cuBLASLt's tile (cublasLtMatmulTile_t) and split of K of the two (for the benchmark).
+    int first_tile = 0, chosen_tile = 0, first_splitk = 1, chosen_splitk = 1;
+  };
+  static constexpr int kTuneCandidates = 8;
+  TuneResult tune(const void* xq, const std::vector<const void*>& weights, int M, int N, int K);
+
  private:
   struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
@@ -41,6 +65,14 @@ class Fp8Gemm {
     cublasLtMatmulAlgo_t algo{};
   };
   const Plan& plan(int M, int N, int K);
+  // The descriptors of an M x N x K product, without an algorithm.
+  static Plan describe(int M, int N, int K);
+  static void destroy(Plan& p);
+  // Up to `count` heuristic candidates, best first; Error when there is none.
+  std::vector<cublasLtMatmulHeuristicResult_t> candidates(const Plan& p, int count, int M, int N,
+                                                          int K);
+  cublasStatus_t launch(const Plan& p, const cublasLtMatmulAlgo_t& algo, const void* xq,
+                        const void* wq);
 
   cudaDataType_t out_type_;
   cudaStream_t stream_;
@@ -49,6 +81,8 @@ class Fp8Gemm {
   DeviceBuffer acc_;  // [max_rows, max_n] fp32 sums
   int64_t acc_elems_;
   std::map<std::pair<int, std::pair<int, int>>, Plan> plans_;  // by (M, (N, K))
+  // tune()'s choices: (N, K) -> M -> algorithm.
+  std::map<std::pair<int, int>, std::map<int, cublasLtMatmulAlgo_t>> tuned_;
 };
 
 }  // namespace llama2

@@ -46,6 +46,8 @@ CudaLinear<T>::CudaLinear(WeightDType wd, const LinearRouting& r, int max_rows,
                           const ProjectionDims& d, cublasHandle_t cublas, cudaStream_t stream,
                           QgemvChoice qgemv)
     : wd_(wd),
+      dims_(d),
+      max_rows_(max_rows),
       gemv_rows_(r.gemv_rows),
       w8a16_rows_(r.w8a16_rows),
       fp8_w8a16_(r.fp8_w8a16),
@@ -105,6 +107,31 @@ CudaLinear<T>::CudaLinear(WeightDType wd, const LinearRouting& r, int max_rows,
         {(d.q + 2 * d.kv) * d.hidden, d.hidden * d.q, 2 * d.ffn * d.hidden, d.hidden * d.ffn});
     dequant_ = DeviceBuffer(static_cast<size_t>(largest) * sizeof(T),
                             "int8 weights dequantized for cuBLAS");
+  }
+}
+
+template <typename T>
+void CudaLinear<T>::tune_fp8(const std::vector<CudaLayerWeights>& layers,
+                             const std::vector<int>& rows) {
+  if (wd_ != WeightDType::kFp8 || layers.empty()) return;
+  // The activations' values do not matter to the timing; 0x38 is 1.0 in e4m3.
+  CUDA_CHECK(cudaMemsetAsync(xq_.as<void>(), 0x38, xq_.bytes(), stream_));
+  const ProjectionDims& d = dims_;
+  using Member = const LinearWeight CudaLayerWeights::*;
+  const std::pair<Member, std::pair<int64_t, int64_t>> shapes[] = {
+      {&CudaLayerWeights::qkv, {d.q + 2 * d.kv, d.hidden}},
+      {&CudaLayerWeights::o, {d.hidden, d.q}},
+      {&CudaLayerWeights::gate_up, {2 * d.ffn, d.hidden}},
+      {&CudaLayerWeights::down, {d.hidden, d.ffn}}};
+  for (const auto& [member, nk] : shapes) {
+    std::vector<const void*> weights;
+    for (const CudaLayerWeights& l : layers) weights.push_back((l.*member).w.template as<void>());
+    for (const int M : rows) {
+      // The rows the FP8 GEMM takes (matmul_quantized): above the GEMV, not the W8A16 A/B's.
+      if (M <= gemv_rows_ || M > max_rows_ || (fp8_w8a16_ && M <= w8a16_rows_)) continue;
+      fp8_->tune(xq_.as<void>(), weights, M, static_cast<int>(nk.first),
+                 static_cast<int>(nk.second));
+    }
   }
 }
 

@@ -24,6 +24,7 @@
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <vector>
 
 #include "common/engine_config.h"
 #include "common/tuning_knobs.h"
@@ -73,6 +74,11 @@ class CudaLinear {
   bool gate_up_swiglu(const T* x, const LinearWeight& w, T* act, int M, int F, int K,
                       const kernels::GemvFusion<T>& fuse = {});
 
+  // --weight-dtype fp8: times cuBLASLt's FP8 algorithms (Fp8Gemm::tune) for the four projection
+  // shapes at every row count in `rows` that goes to the FP8 GEMM, on these layers' weights, and
+  // keeps the fastest for each. Other dtypes: nothing. Start-up only, before any graph capture.
+  void tune_fp8(const std::vector<CudaLayerWeights>& layers, const std::vector<int>& rows);
+
   // Device bytes of the scratch buffers (activation quantization, int8's dequantized copy, the
   // W8A16 GEMM's split-K sums).
   uint64_t scratch_bytes() const {
@@ -98,6 +104,8 @@ class CudaLinear {
   bool fp8_activations(bool gemv) const { return !gemv || qgemv_ == QgemvChoice::kOld; }
 
   WeightDType wd_;
+  ProjectionDims dims_;
+  int max_rows_;
   int gemv_rows_;
   int w8a16_rows_;
   bool fp8_w8a16_;
