@@ -3,8 +3,10 @@
 #include <type_traits>
 
 #include "common/check.h"
+#include "kernels/activation.cuh"
 #include "kernels/dtype.cuh"
 #include "kernels/quant.cuh"
+#include "kernels/quant_rows.cuh"
 #include "kernels/reduce.cuh"
 
 namespace llama2::kernels {
@@ -14,7 +16,7 @@ constexpr int kThreads = 256;
 
 template <typename Q>
 __device__ __forceinline__ float q_max() {
-  return std::is_same_v<Q, int8_t> ? 127.f : 448.f;
+  return std::is_same_v<Q, int8_t> ? 127.f : kE4m3Max;
 }
 
 template <typename Q>
@@ -25,16 +27,6 @@ __device__ __forceinline__ Q quantize(float v) {
   } else {
     return from_float<__nv_fp8_e4m3>(v);
   }
-}
-
-__device__ __forceinline__ float block_max(float v) {
-  __shared__ float partial[32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  v = warp_max(v);
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  v = lane < static_cast<int>(blockDim.x >> 5) ? partial[lane] : 0.f;
-  return warp_max(v);
 }
 
 // One block per row: the row's absolute maximum, then each element divided by the scale.
@@ -48,7 +40,7 @@ __global__ void __launch_bounds__(kThreads)
   float amax = 0.f;
   for (int k = threadIdx.x; k < K; k += kThreads) amax = fmaxf(amax, fabsf(to_float(row[k])));
   amax = block_max(amax);
-  const float s = amax > 0.f ? amax / q_max<Q>() : 1.f;
+  const float s = amax > 0.f ? amax / q_max<Q>() : 1.f;  // as e4m3_row_scale (quant_rows.cuh)
   if (threadIdx.x == 0) scale[r] = s;
   Q* out = q + r * K;
   for (int k = threadIdx.x; k < K; k += kThreads) out[k] = quantize<Q>(to_float(row[k]) / s);
@@ -92,7 +84,53 @@ __global__ void __launch_bounds__(kThreads)
   if (n < N) y[m * N + n] = from_float<T>(acc[m * N + n] * (xs[m] * ws[n]));
 }
 
+// One block per row m: act[j] = round_T(silu_mul(gate_j, up_j)) with gate_j and up_j the rounded
+// scaled sums (scale_outer_kernel's expression, then swiglu_kernel's), its absolute maximum, then
+// the row quantized. act is recomputed in the second pass instead of kept: a row of the 7B MLP is
+// 11008 values, and its 88 KB of sums come from L2 the second time.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    scale_swiglu_quantize_kernel(const float* __restrict__ acc, const float* __restrict__ xs,
+                                 const float* __restrict__ ws, int F, __nv_fp8_e4m3* __restrict__ q,
+                                 float* __restrict__ q_scale) {
+  wait_for_previous_grid();
+  const int64_t m = blockIdx.x;
+  const float* gate = acc + m * 2 * F;
+  const float* up = gate + F;
+  const float sx = xs[m];
+  auto act = [&](int j) {
+    const float g = round_to<T>(gate[j] * (sx * ws[j]));
+    const float u = round_to<T>(up[j] * (sx * ws[F + j]));
+    return round_to<T>(silu_mul<T>(g, u));
+  };
+  float amax = 0.f;
+  for (int j = threadIdx.x; j < F; j += kThreads) amax = fmaxf(amax, fabsf(act(j)));
+  const float s = e4m3_row_scale(amax, q_scale + m);
+  __nv_fp8_e4m3* row = q + m * F;
+  for (int j = threadIdx.x; j < F; j += kThreads) {
+    row[j] = from_float<__nv_fp8_e4m3>(act(j) / s);
+  }
+}
+
 }  // namespace
+
+template <typename T>
+cudaError_t launch_scale_swiglu_quantize(const float* acc, const float* x_scale,
+                                         const float* w_scale, int M, int F, RowsE4m3 out,
+                                         cudaStream_t stream) {
+  LLAMA2_LAUNCH_REQUIRE(M >= 1 && F >= 1, "M " + std::to_string(M) + ", F " + std::to_string(F));
+  LLAMA2_LAUNCH_REQUIRE(acc != nullptr && x_scale != nullptr && w_scale != nullptr &&
+                            out.q != nullptr && out.scale != nullptr,
+                        "");
+  launch_kernel(scale_swiglu_quantize_kernel<T>, static_cast<unsigned>(M), kThreads, 0, stream, acc,
+                x_scale, w_scale, F, out.q, out.scale);
+  return cudaGetLastError();
+}
+template cudaError_t launch_scale_swiglu_quantize<__half>(const float*, const float*, const float*,
+                                                          int, int, RowsE4m3, cudaStream_t);
+template cudaError_t launch_scale_swiglu_quantize<__nv_bfloat16>(const float*, const float*,
+                                                                 const float*, int, int, RowsE4m3,
+                                                                 cudaStream_t);
 
 template <typename T>
 cudaError_t launch_scale_outer(const float* acc, const float* x_scale, const float* w_scale, T* y,

@@ -16,6 +16,15 @@
 namespace llama2::kernels {
 
 // Q: int8_t or __nv_fp8_e4m3; T: float, __half or __nv_bfloat16. One block per row.
+// Where a kernel that produces activation rows also writes them quantized by the rule above (e4m3,
+// per-row scale, applied to the values it stores): the first step of the fp8 product that reads
+// them, which then skips its own launch_quantize_rows (src/rank/cuda/linear.h, fp8_rows).
+struct RowsE4m3 {
+  __nv_fp8_e4m3* q = nullptr;  // [rows, K]
+  float* scale = nullptr;      // [rows]
+  __host__ __device__ bool on() const { return q != nullptr; }
+};
+
 template <typename Q, typename T>
 cudaError_t launch_quantize_rows(const T* x,    // [rows, K]
                                  Q* q,          // [rows, K]
@@ -40,5 +49,17 @@ cudaError_t launch_scale_outer(const float* acc,      // [M, N]
                                const float* w_scale,  // [N]
                                T* y,                  // [M, N]
                                int M, int N, cudaStream_t stream);
+
+// The gate|up product of an fp8 MLP from its fp32 sums to the down projection's e4m3 input, in one
+// launch instead of three: act = SwiGLU of the scaled gate and up values (launch_scale_outer, then
+// launch_swiglu: the same roundings), then act's rows quantized (launch_quantize_rows), bit for
+// bit the numbers of the three kernels. act itself is not stored. One block per row.
+template <typename T>
+cudaError_t launch_scale_swiglu_quantize(const float* acc,      // [M, 2F]: gate sums, then up
+                                         const float* x_scale,  // [M]
+                                         const float* w_scale,  // [2F]
+                                         int M, int F,
+                                         RowsE4m3 out,  // [M, F] and [M]
+                                         cudaStream_t stream);
 
 }  // namespace llama2::kernels

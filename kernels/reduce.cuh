@@ -33,4 +33,17 @@ __device__ __forceinline__ float block_sum(float v) {
   return warp_sum(v);
 }
 
+// Maximum over the block of values >= 0 (absent warps count as 0), returned to every thread; the
+// same rules as block_sum (its own shared scratch, so a kernel may call each of the two once).
+__device__ __forceinline__ float block_max(float v) {
+  __shared__ float partial[32];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  v = warp_max(v);
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  v = lane < static_cast<int>(blockDim.x >> 5) ? partial[lane] : 0.f;
+  return warp_max(v);
+}
+
 }  // namespace llama2::kernels

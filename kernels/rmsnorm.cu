@@ -3,6 +3,7 @@
 
 #include "common/check.h"
 #include "kernels/dtype.cuh"
+#include "kernels/quant_rows.cuh"
 #include "kernels/reduce.cuh"
 #include "kernels/rmsnorm.cuh"
 
@@ -12,8 +13,23 @@ namespace llama2::kernels {
 // in pass 1, so the in-place cases (out == x; residual rewritten in pass 1, re-read in pass 2) need
 // no barrier beyond the reduction's. The second read of a row of <= 16 KB hits L1/L2.
 
+// With q8 on, a third pass: the row's stored values quantized (kernels/quant_rows.cuh), re-read
+// by each thread from its own pass-2 stores.
 template <typename T, int N>
-static __global__ void rmsnorm_kernel(const T* x, const T* weight, int hidden, float eps, T* out) {
+__device__ __forceinline__ void quantize_out_row(const T* orow, int n_vec, float amax, RowsE4m3 q8,
+                                                 int64_t row, int hidden) {
+  const float s = e4m3_row_scale(amax, q8.scale + row);
+  __nv_fp8_e4m3* qrow = q8.q + row * hidden;
+  for (int i = threadIdx.x; i < n_vec; i += blockDim.x) {
+    float v[N];
+    load_float<T, N>(orow + i * N, v);
+    store_e4m3<N>(qrow + i * N, v, s);
+  }
+}
+
+template <typename T, int N>
+static __global__ void rmsnorm_kernel(const T* x, const T* weight, int hidden, float eps, T* out,
+                                      RowsE4m3 q8) {
   wait_for_previous_grid();
   const int64_t row = blockIdx.x;
   const T* xr = x + row * hidden;
@@ -29,19 +45,24 @@ static __global__ void rmsnorm_kernel(const T* x, const T* weight, int hidden, f
   ss = block_sum(ss);
   // sqrtf and the division are correctly rounded (no fast-math), so inv is within 1 ulp of HF's.
   const float inv = 1.f / sqrtf(ss / static_cast<float>(hidden) + eps);
+  float amax = 0.f;
   for (int i = threadIdx.x; i < n_vec; i += blockDim.x) {
     float v[N], w[N];
     load_float<T, N>(xr + i * N, v);
     load_float<T, N>(weight + i * N, w);
 #pragma unroll
-    for (int e = 0; e < N; ++e) v[e] = w[e] * round_to<T>(v[e] * inv);
+    for (int e = 0; e < N; ++e) {
+      v[e] = w[e] * round_to<T>(v[e] * inv);
+      amax = fmaxf(amax, fabsf(round_to<T>(v[e])));
+    }
     store_float<T, N>(orow + i * N, v);
   }
+  if (q8.on()) quantize_out_row<T, N>(orow, n_vec, amax, q8, row, hidden);
 }
 
 template <typename T, int N>
 static __global__ void add_rmsnorm_kernel(T* residual, const T* x, const T* weight, int hidden,
-                                          float eps, T* out) {
+                                          float eps, T* out, RowsE4m3 q8) {
   wait_for_previous_grid();
   const int64_t row = blockIdx.x;
   T* rrow = residual + row * hidden;
@@ -62,23 +83,29 @@ static __global__ void add_rmsnorm_kernel(T* residual, const T* x, const T* weig
   }
   ss = block_sum(ss);
   const float inv = 1.f / sqrtf(ss / static_cast<float>(hidden) + eps);
+  float amax = 0.f;
   for (int i = threadIdx.x; i < n_vec; i += blockDim.x) {
     float r[N], w[N];
     load_float<T, N>(rrow + i * N, r);  // this thread's own pass-1 store
     load_float<T, N>(weight + i * N, w);
 #pragma unroll
-    for (int e = 0; e < N; ++e) r[e] = w[e] * round_to<T>(r[e] * inv);
+    for (int e = 0; e < N; ++e) {
+      r[e] = w[e] * round_to<T>(r[e] * inv);
+      amax = fmaxf(amax, fabsf(round_to<T>(r[e])));
+    }
     store_float<T, N>(orow + i * N, r);
   }
+  if (q8.on()) quantize_out_row<T, N>(orow, n_vec, amax, q8, row, hidden);
 }
 
 namespace {
 
 // 16-byte accesses when the row and every pointer allow them.
 template <typename T>
-bool can_vectorize(int hidden, const void* a, const void* b, const void* c, const void* d) {
+bool can_vectorize(int hidden, const void* a, const void* b, const void* c, const void* d,
+                   const RowsE4m3& q8) {
   return hidden % kVec16<T> == 0 && is_aligned(a, 16) && is_aligned(b, 16) && is_aligned(c, 16) &&
-         is_aligned(d, 16);
+         is_aligned(d, 16) && (!q8.on() || is_aligned(q8.q, 16));
 }
 
 // One thread per access, rounded up to whole warps, capped at 512: a 4096-wide fp16 row is 512
@@ -91,26 +118,27 @@ int row_threads(int n_vec) {
 
 template <typename T>
 cudaError_t launch_rmsnorm(const T* x, const T* weight, int n_rows, int hidden, float eps, T* out,
-                           cudaStream_t stream) {
+                           cudaStream_t stream, RowsE4m3 q8) {
   LLAMA2_LAUNCH_REQUIRE(n_rows >= 0, "n_rows " + std::to_string(n_rows));
   LLAMA2_LAUNCH_REQUIRE(hidden > 0, "hidden " + std::to_string(hidden));
   LLAMA2_LAUNCH_REQUIRE(eps >= 0.f, "eps " + std::to_string(eps));
   if (n_rows == 0) return cudaSuccess;
   LLAMA2_LAUNCH_REQUIRE(x != nullptr && weight != nullptr && out != nullptr, "");
+  LLAMA2_LAUNCH_REQUIRE(!q8.on() || q8.scale != nullptr, "e4m3 rows without scales");
   constexpr int V = kVec16<T>;
-  if (can_vectorize<T>(hidden, x, weight, out, out)) {
+  if (can_vectorize<T>(hidden, x, weight, out, out, q8)) {
     launch_kernel(rmsnorm_kernel<T, V>, n_rows, row_threads(hidden / V), 0, stream, x, weight,
-                  hidden, eps, out);
+                  hidden, eps, out, q8);
   } else {
     launch_kernel(rmsnorm_kernel<T, 1>, n_rows, row_threads(hidden), 0, stream, x, weight, hidden,
-                  eps, out);
+                  eps, out, q8);
   }
   return cudaGetLastError();
 }
 
 template <typename T>
 cudaError_t launch_add_rmsnorm(T* residual, const T* x, const T* weight, int n_rows, int hidden,
-                               float eps, T* out, cudaStream_t stream) {
+                               float eps, T* out, cudaStream_t stream, RowsE4m3 q8) {
   LLAMA2_LAUNCH_REQUIRE(n_rows >= 0, "n_rows " + std::to_string(n_rows));
   LLAMA2_LAUNCH_REQUIRE(hidden > 0, "hidden " + std::to_string(hidden));
   LLAMA2_LAUNCH_REQUIRE(eps >= 0.f, "eps " + std::to_string(eps));
@@ -118,21 +146,23 @@ cudaError_t launch_add_rmsnorm(T* residual, const T* x, const T* weight, int n_r
   LLAMA2_LAUNCH_REQUIRE(residual != nullptr && x != nullptr && weight != nullptr && out != nullptr,
                         "");
   LLAMA2_LAUNCH_REQUIRE(out != residual, "the sum stays in residual, the norm goes to out");
+  LLAMA2_LAUNCH_REQUIRE(!q8.on() || q8.scale != nullptr, "e4m3 rows without scales");
   constexpr int V = kVec16<T>;
-  if (can_vectorize<T>(hidden, residual, x, weight, out)) {
+  if (can_vectorize<T>(hidden, residual, x, weight, out, q8)) {
     launch_kernel(add_rmsnorm_kernel<T, V>, n_rows, row_threads(hidden / V), 0, stream, residual, x,
-                  weight, hidden, eps, out);
+                  weight, hidden, eps, out, q8);
   } else {
     launch_kernel(add_rmsnorm_kernel<T, 1>, n_rows, row_threads(hidden), 0, stream, residual, x,
-                  weight, hidden, eps, out);
+                  weight, hidden, eps, out, q8);
   }
   return cudaGetLastError();
 }
 
-#define LLAMA2_INSTANTIATE(T)                                                                    \
-  template cudaError_t launch_rmsnorm<T>(const T*, const T*, int, int, float, T*, cudaStream_t); \
-  template cudaError_t launch_add_rmsnorm<T>(T*, const T*, const T*, int, int, float, T*,        \
-                                             cudaStream_t);
+#define LLAMA2_INSTANTIATE(T)                                                                   \
+  template cudaError_t launch_rmsnorm<T>(const T*, const T*, int, int, float, T*, cudaStream_t, \
+                                         RowsE4m3);                                             \
+  template cudaError_t launch_add_rmsnorm<T>(T*, const T*, const T*, int, int, float, T*,       \
+                                             cudaStream_t, RowsE4m3);
 LLAMA2_INSTANTIATE(float)
 LLAMA2_INSTANTIATE(__half)
 LLAMA2_INSTANTIATE(__nv_bfloat16)

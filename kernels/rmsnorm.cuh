@@ -13,26 +13,30 @@
 
 #include <cuda_runtime.h>
 
+#include "kernels/quant.cuh"
+
 namespace llama2::kernels {
 
 // out[t, :] = round_T(round_T(x[t, :] * rsqrt(mean(x[t, :]^2) + eps)) * weight).
 // Launch: one block per row, 32..512 threads, 16-byte accesses when hidden % (16/sizeof(T)) == 0
 // and the pointers are 16-byte aligned (else scalar), warp-shuffle + shared-memory reduction.
+// q8 on (the fp8 product that reads out wants its rows in e4m3, src/rank/cuda/linear.h): out's
+// rows are also written quantized, as launch_quantize_rows would from out (kernels/quant.cuh).
 template <typename T>
 cudaError_t launch_rmsnorm(const T* x,       // [n_rows, hidden]
                            const T* weight,  // [hidden]
                            int n_rows, int hidden, float eps,
                            T* out,  // [n_rows, hidden]; may alias x
-                           cudaStream_t stream);
+                           cudaStream_t stream, RowsE4m3 q8 = {});
 
 // residual[t, :] = round_T(residual[t, :] + x[t, :]); out[t, :] = rmsnorm(residual[t, :]) * weight.
-// Same launch shape as launch_rmsnorm.
+// Same launch shape and q8 as launch_rmsnorm.
 template <typename T>
 cudaError_t launch_add_rmsnorm(T* residual,      // [n_rows, hidden], updated in place
                                const T* x,       // [n_rows, hidden], the block's output
                                const T* weight,  // [hidden]
                                int n_rows, int hidden, float eps,
                                T* out,  // [n_rows, hidden]; may alias x, not residual
-                               cudaStream_t stream);
+                               cudaStream_t stream, RowsE4m3 q8 = {});
 
 }  // namespace llama2::kernels

@@ -98,6 +98,7 @@ TuningKnobs parse_tuning_knobs(const EnvLookup& env) {
   }
   if (const char* v = get("LLAMA2_W8A16_FP8")) k.fp8_w8a16 = on_off("LLAMA2_W8A16_FP8", v);
   if (const char* v = get("LLAMA2_FP8_TUNE")) k.fp8_tune = on_off("LLAMA2_FP8_TUNE", v);
+  if (const char* v = get("LLAMA2_FP8_FUSE")) k.fp8_fuse = on_off("LLAMA2_FP8_FUSE", v);
   if (const char* v = get("LLAMA2_PDL")) k.pdl = on_off("LLAMA2_PDL", v);
   if (const char* v = get("LLAMA2_FUSE_NORM")) k.fuse_norm = on_off("LLAMA2_FUSE_NORM", v);
   if (const char* v = get("LLAMA2_GEMV_PREFETCH_KB")) {

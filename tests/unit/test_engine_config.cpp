@@ -286,8 +286,10 @@ TEST_SUITE("tuning_knobs") {
     CHECK(knobs({{"LLAMA2_W8A16_ROWS", "4096"}}).w8a16_rows == 4096);
     CHECK(!knobs({}).fp8_w8a16);
     CHECK(knobs({{"LLAMA2_W8A16_FP8", "1"}}).fp8_w8a16);
-    CHECK(knobs({}).fp8_tune);
-    CHECK(!knobs({{"LLAMA2_FP8_TUNE", "0"}}).fp8_tune);
+    CHECK(!knobs({}).fp8_tune);
+    CHECK(knobs({{"LLAMA2_FP8_TUNE", "1"}}).fp8_tune);
+    CHECK(knobs({}).fp8_fuse);
+    CHECK(!knobs({{"LLAMA2_FP8_FUSE", "0"}}).fp8_fuse);
     CHECK(knobs({{"LLAMA2_DECODE_KERNEL", "block"}}).decode_kernel ==
           llama2::DecodeKernelChoice::kBlock);
     CHECK(knobs({{"LLAMA2_CPU_SPLIT", "rows"}}).cpu_split == llama2::CpuSplit::kRows);
@@ -297,9 +299,9 @@ TEST_SUITE("tuning_knobs") {
 
   TEST_CASE("a bad value names the variable and the allowed values") {
     // Before they were parsed once, these were silently taken as "on" (or clamped).
-    for (const char* var : {"LLAMA2_PDL", "LLAMA2_FUSE_NORM", "LLAMA2_FP8_TUNE", "LLAMA2_WARMUP",
-                            "LLAMA2_MIXED_DECODE", "LLAMA2_OP_PROFILE", "LLAMA2_CUSTOM_ALLREDUCE",
-                            "LLAMA2_FULL_LOGITS"}) {
+    for (const char* var : {"LLAMA2_PDL", "LLAMA2_FUSE_NORM", "LLAMA2_FP8_TUNE", "LLAMA2_FP8_FUSE",
+                            "LLAMA2_WARMUP", "LLAMA2_MIXED_DECODE", "LLAMA2_OP_PROFILE",
+                            "LLAMA2_CUSTOM_ALLREDUCE", "LLAMA2_FULL_LOGITS"}) {
       CAPTURE(var);
       CHECK(knob_error(var, "yes") == std::string(var) + "=yes: expected 0 or 1");
       CHECK(knob_error(var, "00") == std::string(var) + "=00: expected 0 or 1");

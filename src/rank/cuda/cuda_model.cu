@@ -107,7 +107,8 @@ class CudaModel final : public ModelRunner {
     device_name_ = prop.name;
     const int64_t d = s.head_dim;
     linear_ = std::make_unique<CudaLinear<T>>(
-        o.weight_dtype, LinearRouting{o.knobs.gemv_rows, o.knobs.w8a16_rows, o.knobs.fp8_w8a16},
+        o.weight_dtype,
+        LinearRouting{o.knobs.gemv_rows, o.knobs.w8a16_rows, o.knobs.fp8_w8a16, o.knobs.fp8_fuse},
         o.max_step_tokens,
         ProjectionDims{c.hidden_size, s.num_heads * d, s.num_kv_heads * d, s.ffn_size}, cublas_,
         stream_, o.knobs.qgemv);
@@ -341,9 +342,10 @@ class CudaModel final : public ModelRunner {
 
   // Decode-sized products (M <= LLAMA2_GEMV rows) stream the weights with the GEMV kernel; larger
   // M (prefill, big batches) are tensor-core GEMMs; both in the weight dtype (linear.h).
+  // x_quantized: x's e4m3 rows are in linear_->fp8_rows(M) already (CudaLinear::matmul).
   void gemm(const DeviceBuffer& x, const LinearWeight& w, const DeviceBuffer& y, int M, int N,
-            int K) {
-    linear_->matmul(x.as<T>(), w, y.as<T>(), M, N, K);
+            int K, bool x_quantized = false) {
+    linear_->matmul(x.as<T>(), w, y.as<T>(), M, N, K, {}, x_quantized);
   }
 
   // LLAMA2_OP_PROFILE: the GPU time from here to the next mark is charged to `op`.
@@ -359,7 +361,8 @@ class CudaModel final : public ModelRunner {
   // of partial_ [T, H], then h_ = rmsnorm(x_) * weight. Fused in one pass when the communicator
   // can (Comm::all_reduce_add_rmsnorm, whose time the profile then charges to all_reduce);
   // otherwise the all-reduce, then the add_rmsnorm kernel.
-  void reduce_add_rmsnorm(int tokens, const DeviceBuffer& weight) {
+  // Returns whether h_'s rows went to q8 too (not when the one-shot all-reduce did the norm).
+  bool reduce_add_rmsnorm(int tokens, const DeviceBuffer& weight, kernels::RowsE4m3 q8 = {}) {
     const int H = c_.hidden_size;
     const AddRmsNorm norm{x_.as<void>(),
                           weight.as<void>(),
@@ -368,11 +371,12 @@ class CudaModel final : public ModelRunner {
                           H,
                           static_cast<float>(c_.rms_norm_eps)};
     mark("all_reduce");
-    if (comm_->all_reduce_add_rmsnorm(partial_.as<void>(), TypeInfo<T>::kComm, norm)) return;
+    if (comm_->all_reduce_add_rmsnorm(partial_.as<void>(), TypeInfo<T>::kComm, norm)) return false;
     all_reduce(partial_, static_cast<int64_t>(tokens) * H);
     mark("add_rmsnorm");
     CUDA_CHECK(kernels::launch_add_rmsnorm<T>(x_.as<T>(), partial_.as<T>(), weight.as<T>(), tokens,
-                                              H, norm.eps, h_.as<T>(), stream_));
+                                              H, norm.eps, h_.as<T>(), stream_, q8));
+    return q8.on();
   }
 
   // attn_ = attention of every token over its sequence's cache. The leading one-token sequences
@@ -443,6 +447,10 @@ class CudaModel final : public ModelRunner {
     const float eps = static_cast<float>(c_.rms_norm_eps);
     const DeviceMeta& m = dm_;
     const bool fused = fused_norms(T_);
+    // fp8 W8A8 steps: the norms write h_ in e4m3 too, and gate|up writes act only in e4m3, so no
+    // product but o's quantizes its own input ({} otherwise: CudaLinear::fp8_rows).
+    const kernels::RowsE4m3 q8 = linear_->fp8_rows(T_);
+    bool h_quantized = q8.on();
     using Fusion = kernels::GemvFusion<T>;
     const Fusion add_to_x{nullptr, 0.f, true};  // x_ += the product (the residual stream)
 
@@ -454,7 +462,7 @@ class CudaModel final : public ModelRunner {
     if (!fused) {
       mark("add_rmsnorm");
       CUDA_CHECK(kernels::launch_rmsnorm<T>(x_.as<T>(), weights_.layers[0].attn_norm.as<T>(), T_, H,
-                                            eps, h_.as<T>(), stream_));
+                                            eps, h_.as<T>(), stream_, q8));
     }
     for (int l = 0; l < c_.num_layers; ++l) {
       const CudaLayerWeights& L = weights_.layers[l];
@@ -463,7 +471,7 @@ class CudaModel final : public ModelRunner {
         linear_->matmul(x_.as<T>(), L.qkv, qkv_.as<T>(), 1, qkv_ld, H,
                         Fusion{L.attn_norm.as<T>(), eps, false});
       } else {
-        gemm(h_, L.qkv, qkv_, T_, qkv_ld, H);  // [T, q | k | v]
+        gemm(h_, L.qkv, qkv_, T_, qkv_ld, H, h_quantized);  // [T, q | k | v]
       }
       T* q = qkv_.as<T>();
       const kernels::RopeKvTokens tok{m.pos, m.slot, T_};
@@ -477,14 +485,15 @@ class CudaModel final : public ModelRunner {
         linear_->matmul(attn_.as<T>(), L.o, x_.as<T>(), 1, H, nq, add_to_x);
       } else {
         gemm(attn_, L.o, partial_, T_, H, nq);
-        reduce_add_rmsnorm(T_, L.mlp_norm);  // row-parallel O projection
+        h_quantized = reduce_add_rmsnorm(T_, L.mlp_norm, q8);  // row-parallel O projection
       }
       // One-row steps: gate|up GEMV with SwiGLU in its epilogue (one launch, no [T, 2F] buffer).
       mark("gate_up_gemm");
       if (fused) {  // rmsnorm(x_) * mlp_norm in the GEMV
         linear_->gate_up_swiglu(x_.as<T>(), L.gate_up, act_.as<T>(), 1, F, H,
                                 Fusion{L.mlp_norm.as<T>(), eps, false});
-      } else if (!linear_->gate_up_swiglu(h_.as<T>(), L.gate_up, act_.as<T>(), T_, F, H)) {
+      } else if (!linear_->gate_up_swiglu(h_.as<T>(), L.gate_up, act_.as<T>(), T_, F, H, {},
+                                          h_quantized, q8.on())) {
         gemm(h_, L.gate_up, gate_up_, T_, 2 * F, H);
         mark("swiglu");
         CUDA_CHECK(kernels::launch_swiglu<T>(gate_up_.as<T>(), T_, F, act_.as<T>(), stream_));
@@ -500,10 +509,11 @@ class CudaModel final : public ModelRunner {
         }
         continue;
       }
-      gemm(act_, L.down, partial_, T_, H, F);
+      gemm(act_, L.down, partial_, T_, H, F, q8.on());  // act in e4m3 only, with q8 on
       // Row-parallel down projection, then the next layer's attention norm, or after the last
-      // layer the final norm (only the logit rows go through the LM head).
-      reduce_add_rmsnorm(T_, last ? weights_.final_norm : weights_.layers[l + 1].attn_norm);
+      // layer the final norm (only the logit rows go through the LM head, in T).
+      h_quantized = last ? reduce_add_rmsnorm(T_, weights_.final_norm)
+                         : reduce_add_rmsnorm(T_, weights_.layers[l + 1].attn_norm, q8);
     }
     // Gathering rows of h by index is an embedding lookup into h ([T, H] as the "table").
     mark("lm_head");

@@ -204,4 +204,20 @@ void Fp8Gemm::run(const void* xq, const float* x_scale, const void* wq, const fl
   }
 }
 
+void Fp8Gemm::run_swiglu_e4m3(const void* xq, const float* x_scale, const void* wq,
+                              const float* w_scale, kernels::RowsE4m3 act, int M, int N, int K) {
+  if (M == 0) return;
+  LLAMA2_CHECK(int64_t{M} * N <= acc_elems_ && N % 2 == 0);
+  const Plan& p = plan(M, N, K);
+  CUBLAS_CHECK(launch(p, p.algo, xq, wq));
+  const float* acc = acc_.as<float>();
+  if (out_type_ == CUDA_R_16F) {
+    CUDA_CHECK(kernels::launch_scale_swiglu_quantize<__half>(acc, x_scale, w_scale, M, N / 2, act,
+                                                             stream_));
+  } else {
+    CUDA_CHECK(kernels::launch_scale_swiglu_quantize<__nv_bfloat16>(acc, x_scale, w_scale, M, N / 2,
+                                                                    act, stream_));
+  }
+}
+
 }  // namespace llama2

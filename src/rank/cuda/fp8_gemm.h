@@ -6,11 +6,11 @@
 // H200 with CUDA 13.0 for these shapes; fp16 output of the unscaled sums would overflow.) The GEMV
 // kernel (kernels/gemv.cuh, launch_gemv_q) computes the same numbers for a few rows.
 //
-// Which cuBLASLt algorithm: the heuristic's first choice, unless tune() timed the shape. At the
-// few-row products of decode that choice can be well off the fastest of its own candidates (a
-// tile that leaves most SMs idle, no split of K), so the engine times them once at start-up on
-// its own weights (CudaLinear::tune_fp8, LLAMA2_FP8_TUNE). Every candidate computes the same fp32
-// sums up to the order of their additions.
+// Which cuBLASLt algorithm: the heuristic's first choice, unless tune() timed the shape (start-up,
+// LLAMA2_FP8_TUNE=1; CudaLinear::tune_fp8). Measured on an H200 at 7B shapes (llama2_bench_kernels
+// fp8): the heuristic's choice is within 0-18% of its fastest candidate (most often the same one);
+// what the product costs beyond the GEMM at decode sizes is the two small launches around it.
+// Every candidate computes the same fp32 sums up to the order of their additions.
 #pragma once
 
 #include <cublasLt.h>
@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/quant.cuh"
 #include "rank/cuda/device_buffer.h"
 
 namespace llama2 {
@@ -40,6 +41,14 @@ class Fp8Gemm {
            const void* wq, const float* w_scale,  // [N, K], [N]
            void* y,                               // [M, N]
            int M, int N, int K);
+
+  // The gate|up product [M, N = 2F] of an fp8 MLP straight to the down projection's input: act =
+  // SwiGLU of the scaled sums, quantized to e4m3 rows in `act` (kernels/quant.cuh,
+  // launch_scale_swiglu_quantize): the numbers of run() + launch_swiglu + launch_quantize_rows.
+  void run_swiglu_e4m3(const void* xq, const float* x_scale,  // [M, K], [M]
+                       const void* wq, const float* w_scale,  // [N, K], [N]
+                       kernels::RowsE4m3 act,                 // [M, N / 2], [M]
+                       int M, int N, int K);
 
   // Times up to kTuneCandidates of the heuristic's algorithms for M x N x K (xq: [M, K] e4m3,
   // any values; weights: [N, K] e4m3 tensors of the same shape, taken in turn so that W streams

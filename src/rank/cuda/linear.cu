@@ -51,6 +51,7 @@ CudaLinear<T>::CudaLinear(WeightDType wd, const LinearRouting& r, int max_rows,
       gemv_rows_(r.gemv_rows),
       w8a16_rows_(r.w8a16_rows),
       fp8_w8a16_(r.fp8_w8a16),
+      fp8_fuse_(r.fp8_fuse),
       qgemv_(qgemv),
       cublas_(cublas),
       stream_(stream) {
@@ -136,6 +137,16 @@ void CudaLinear<T>::tune_fp8(const std::vector<CudaLayerWeights>& layers,
 }
 
 template <typename T>
+kernels::RowsE4m3 CudaLinear<T>::fp8_rows(int M) const {
+  // The W8A8 rows of matmul_quantized: fp8 weights, more rows than the GEMV, not the W8A16 A/B.
+  if (wd_ != WeightDType::kFp8 || !fp8_fuse_ || M <= gemv_rows_ || M > max_rows_ ||
+      (fp8_w8a16_ && M <= w8a16_rows_)) {
+    return {};
+  }
+  return {xq_.as<__nv_fp8_e4m3>(), xs_.as<float>()};
+}
+
+template <typename T>
 bool CudaLinear<T>::use_gemv(const void* x, const void* w, int M, int K) const {
   // kernels::gemv_fits with the element sizes of this weight dtype (16 bytes of W per load).
   if (M > gemv_rows_) return false;
@@ -190,8 +201,9 @@ bool CudaLinear<T>::fuses(const T* x, const LinearWeight& w, int M, int K, bool 
 
 template <typename T>
 void CudaLinear<T>::matmul(const T* x, const LinearWeight& w, T* y, int M, int N, int K,
-                           const kernels::GemvFusion<T>& fuse) {
+                           const kernels::GemvFusion<T>& fuse, bool x_quantized) {
   if (M == 0) return;
+  LLAMA2_CHECK(!x_quantized || fp8_rows(M).on());
   LLAMA2_CHECK(!fuse.any() || fuses(x, w, M, K, fuse.norm_weight != nullptr));
   if (wd_ == WeightDType::kAuto) {
     if (fuse.any()) {
@@ -200,12 +212,12 @@ void CudaLinear<T>::matmul(const T* x, const LinearWeight& w, T* y, int M, int N
     }
     return matmul_plain(x, w.w.as<T>(), y, M, N, K);
   }
-  matmul_quantized(x, w, y, M, N, K, fuse);
+  matmul_quantized(x, w, y, M, N, K, fuse, x_quantized);
 }
 
 template <typename T>
 void CudaLinear<T>::matmul_quantized(const T* x, const LinearWeight& w, T* y, int M, int N, int K,
-                                     const kernels::GemvFusion<T>& fuse) {
+                                     const kernels::GemvFusion<T>& fuse, bool x_quantized) {
   if constexpr (kQuantizable<T>) {
     const bool gemv = use_gemv(x, w.w.as<void>(), M, K);
     if (!gemv && use_w8a16(x, w.w.as<void>(), M, K)) {
@@ -234,7 +246,7 @@ void CudaLinear<T>::matmul_quantized(const T* x, const LinearWeight& w, T* y, in
                                                          gemv_math<T>(qgemv_), fuse)));
           return;
         }
-        quantize_x(x, M, K);
+        if (!x_quantized) quantize_x(x, M, K);
         if (gemv) {
           CUDA_CHECK((kernels::launch_gemv_q<T, E4m3, E4m3>(xq_.as<E4m3>(), xs_.as<float>(),
                                                             w.w.as<E4m3>(), w.scale.as<float>(), y,
@@ -250,8 +262,19 @@ void CudaLinear<T>::matmul_quantized(const T* x, const LinearWeight& w, T* y, in
 
 template <typename T>
 bool CudaLinear<T>::gate_up_swiglu(const T* x, const LinearWeight& w, T* act, int M, int F, int K,
-                                   const kernels::GemvFusion<T>& fuse) {
+                                   const kernels::GemvFusion<T>& fuse, bool x_quantized,
+                                   bool act_e4m3) {
   LLAMA2_CHECK(!fuse.any() || fuses(x, w, M, K, fuse.norm_weight != nullptr));
+  LLAMA2_CHECK(!x_quantized || fp8_rows(M).on());
+  if (act_e4m3 && fp8_rows(M).on()) {
+    if constexpr (kQuantizable<T>) {
+      if (!x_quantized) quantize_x(x, M, K);
+      // The product reads xq_ before the epilogue kernel overwrites it with act (stream order).
+      fp8_->run_swiglu_e4m3(xq_.as<void>(), xs_.as<float>(), w.w.as<void>(), w.scale.as<float>(),
+                            fp8_rows(M), M, 2 * F, K);
+    }
+    return true;
+  }
   if (use_w8a16(x, w.w.as<void>(), M, K)) {  // SwiGLU in the W8A16 GEMM's epilogue
     if (wd_ == WeightDType::kInt8) {
       gemm_w8a16<int8_t>(x, w, act, M, 2 * F, K, true);

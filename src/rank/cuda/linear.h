@@ -30,6 +30,7 @@
 #include "common/tuning_knobs.h"
 #include "kernels/gemm_w8a16.cuh"
 #include "kernels/gemv.cuh"
+#include "kernels/quant.cuh"
 #include "rank/cuda/cuda_weights.h"
 #include "rank/cuda/device_buffer.h"
 #include "rank/cuda/fp8_gemm.h"
@@ -42,6 +43,7 @@ struct LinearRouting {
   int gemv_rows = 1;
   int w8a16_rows = 0;
   bool fp8_w8a16 = false;
+  bool fp8_fuse = true;  // LLAMA2_FP8_FUSE: fp8_rows() offers the e4m3 rows to their producers
 };
 
 // One rank's projection widths: q|k|v [q + 2 kv, hidden], o [hidden, q], gate|up [2 ffn, hidden],
@@ -59,9 +61,15 @@ class CudaLinear {
              cublasHandle_t cublas, cudaStream_t stream, QgemvChoice qgemv = QgemvChoice::kAuto);
 
   // y [M, N] = x [M, K] . W [N, K]^T. A fusion (kernels/gemv.cuh: the input RMSNorm, the
-  // residual add) needs fuses(x, w, M, K) and goes to the GEMV.
+  // residual add) needs fuses(x, w, M, K) and goes to the GEMV. x_quantized: x's e4m3 rows are
+  // already in fp8_rows(M) (written by the kernel that produced x); the product skips quantizing.
   void matmul(const T* x, const LinearWeight& w, T* y, int M, int N, int K,
-              const kernels::GemvFusion<T>& fuse = {});
+              const kernels::GemvFusion<T>& fuse = {}, bool x_quantized = false);
+  // fp8 products of M rows on cuBLASLt (W8A8): where the kernel producing their input may also
+  // write it quantized (the norms, gate_up_swiglu's act), sparing the product its quantize launch
+  // (before: 4 per layer, ~5 us each at 64 rows on an H200). {} when M rows do not quantize x
+  // (other dtypes, the GEMV, the W8A16 A/B) or LLAMA2_FP8_FUSE=0.
+  kernels::RowsE4m3 fp8_rows(int M) const;
   // Whether this product goes to the GEMV with x in T, which can fuse: one row, for 1-byte
   // weights not LLAMA2_QGEMV=old's fp8 activations, and with `norm` a row that fits the GEMV's
   // shared memory.
@@ -70,9 +78,12 @@ class CudaLinear {
   void matmul_plain(const T* x, const T* w, T* y, int M, int N, int K);
   // One launch for act [M, F] = silu(x . gate^T) * (x . up^T) when the GEMV or the W8A16 GEMM
   // takes M rows (true); otherwise false and nothing is done (the caller runs matmul into
-  // [M, 2F], then SwiGLU).
+  // [M, 2F], then SwiGLU). act_e4m3 with fp8_rows(M) on: the cuBLASLt product, then act straight
+  // into fp8_rows(M) as the down projection's quantized input (true; act is not written).
+  // x_quantized as for matmul.
   bool gate_up_swiglu(const T* x, const LinearWeight& w, T* act, int M, int F, int K,
-                      const kernels::GemvFusion<T>& fuse = {});
+                      const kernels::GemvFusion<T>& fuse = {}, bool x_quantized = false,
+                      bool act_e4m3 = false);
 
   // --weight-dtype fp8: times cuBLASLt's FP8 algorithms (Fp8Gemm::tune) for the four projection
   // shapes at every row count in `rows` that goes to the FP8 GEMM, on these layers' weights, and
@@ -97,7 +108,7 @@ class CudaLinear {
   void gemm_w8a16(const T* x, const LinearWeight& w, T* y, int M, int N, int K,
                   bool swiglu = false);
   void matmul_quantized(const T* x, const LinearWeight& w, T* y, int M, int N, int K,
-                        const kernels::GemvFusion<T>& fuse);
+                        const kernels::GemvFusion<T>& fuse, bool x_quantized);
   void gate_up_quantized(const T* x, const LinearWeight& w, T* act, int M, int F, int K,
                          const kernels::GemvFusion<T>& fuse);
   // fp8 with M rows: quantize x (W8A8)? Not for the GEMV (W8A16), except with LLAMA2_QGEMV=old.
@@ -109,6 +120,7 @@ class CudaLinear {
   int gemv_rows_;
   int w8a16_rows_;
   bool fp8_w8a16_;
+  bool fp8_fuse_;
   QgemvChoice qgemv_;
   cublasHandle_t cublas_;
   cudaStream_t stream_;

@@ -1,0 +1,146 @@
+// The fp8 (W8A8) path's quantize launches folded into the kernels that produce the activations
+// (LLAMA2_FP8_FUSE, src/rank/cuda/linear.h fp8_rows): the RMSNorms' e4m3 rows and the gate|up
+// epilogue (scale + SwiGLU + quantize) must equal, byte for byte, what the separate launches they
+// replace produce: launch_quantize_rows of the norm's output, and launch_scale_outer ->
+// launch_swiglu -> launch_quantize_rows.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu_test_util.h"
+#include "kernels/dtype.cuh"
+#include "kernels/quant.cuh"
+#include "kernels/rmsnorm.cuh"
+#include "kernels/swiglu.cuh"
+
+namespace k = llama2::kernels;
+using namespace llama2::gputest;
+using E4m3 = __nv_fp8_e4m3;
+
+namespace {
+
+template <typename A, typename B>
+void expect_same_bytes(const std::string& what, const std::vector<A>& a, const std::vector<B>& b) {
+  static_assert(sizeof(A) == sizeof(B));
+  REQUIRE(a.size() == b.size());
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::memcmp(&a[i], &b[i], sizeof(A)) != 0 && bad++ == 0) first = i;
+  }
+  CHECK_MESSAGE(bad == 0,
+                what << ": " << bad << " of " << a.size() << " differ, first at " << first);
+}
+
+std::vector<float> uniform(size_t n, uint32_t seed, float lo, float hi) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// Both norms, with and without e4m3 rows: the T output is unchanged and the rows are those
+// launch_quantize_rows makes of it.
+template <typename T>
+void check_norms(int rows, int hidden) {
+  const std::string tag = std::string(k::dtype_name<T>()) + " rows " + std::to_string(rows) +
+                          " hidden " + std::to_string(hidden);
+  // Rows of different magnitudes, so that each row's scale is its own.
+  auto xf = exact_random(size_t(rows) * hidden, 3 + hidden);
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < hidden; ++c) xf[size_t(r) * hidden + c] *= float(1 + r % 7);
+  }
+  const auto x = to_dtype<T>(xf);
+  const auto res = to_dtype<T>(exact_random(size_t(rows) * hidden, 5 + rows, -4.f, 4.f));
+  const auto w = to_dtype<T>(exact_random(hidden, 9, 0.5f, 1.5f));
+  DeviceBuffer<T> dx(x), dw(w), out_a(x.size()), out_b(x.size());
+  DeviceBuffer<E4m3> q_a(x.size()), q_b(x.size());
+  DeviceBuffer<float> s_a(rows), s_b(rows);
+  for (const bool add : {false, true}) {
+    DeviceBuffer<T> res_a(res), res_b(res);
+    for (auto* b : {&out_a, &out_b}) b->poison();
+    q_a.poison();
+    q_b.poison();
+    const k::RowsE4m3 q8{q_a.get(), s_a.get()};
+    if (add) {
+      LLAMA2_CUDA_REQUIRE(k::launch_add_rmsnorm<T>(res_a.get(), dx.get(), dw.get(), rows, hidden,
+                                                   1e-5f, out_a.get(), nullptr, q8));
+      LLAMA2_CUDA_REQUIRE(k::launch_add_rmsnorm<T>(res_b.get(), dx.get(), dw.get(), rows, hidden,
+                                                   1e-5f, out_b.get(), nullptr));
+    } else {
+      LLAMA2_CUDA_REQUIRE(
+          k::launch_rmsnorm<T>(dx.get(), dw.get(), rows, hidden, 1e-5f, out_a.get(), nullptr, q8));
+      LLAMA2_CUDA_REQUIRE(
+          k::launch_rmsnorm<T>(dx.get(), dw.get(), rows, hidden, 1e-5f, out_b.get(), nullptr));
+    }
+    LLAMA2_CUDA_REQUIRE((k::launch_quantize_rows<E4m3, T>(out_b.get(), q_b.get(), s_b.get(), rows,
+                                                          hidden, nullptr)));
+    LLAMA2_CUDA_REQUIRE(cudaDeviceSynchronize());
+    const std::string what = (add ? "add_rmsnorm " : "rmsnorm ") + tag;
+    expect_same_bytes(what + ": T output", out_a.download(), out_b.download());
+    expect_same_bytes(what + ": residual", res_a.download(), res_b.download());
+    expect_same_bytes(what + ": e4m3 rows", q_a.download(), q_b.download());
+    expect_same_bytes(what + ": scales", s_a.download(), s_b.download());
+  }
+}
+
+template <typename T>
+void check_scale_swiglu_quantize(int M, int F) {
+  const std::string tag =
+      std::string(k::dtype_name<T>()) + " M " + std::to_string(M) + " F " + std::to_string(F);
+  // fp32 sums as cuBLASLt leaves them (e4m3 products: up to a few thousand), scales that bring
+  // gate and up to the +-20 range SwiGLU sees.
+  const auto acc = uniform(size_t(M) * 2 * F, 11 + M, -3000.f, 3000.f);
+  const auto xs = uniform(M, 12, 0.001f, 0.01f);
+  const auto ws = uniform(2 * F, 13, 0.0005f, 0.002f);
+  DeviceBuffer<float> dacc(acc), dxs(xs), dws(ws), s_a(M), s_b(M);
+  DeviceBuffer<T> gate_up(size_t(M) * 2 * F), act(size_t(M) * F);
+  DeviceBuffer<E4m3> q_a(size_t(M) * F), q_b(size_t(M) * F);
+  q_a.poison();
+  q_b.poison();
+  LLAMA2_CUDA_REQUIRE(k::launch_scale_swiglu_quantize<T>(dacc.get(), dxs.get(), dws.get(), M, F,
+                                                         {q_a.get(), s_a.get()}, nullptr));
+  LLAMA2_CUDA_REQUIRE(
+      k::launch_scale_outer<T>(dacc.get(), dxs.get(), dws.get(), gate_up.get(), M, 2 * F, nullptr));
+  LLAMA2_CUDA_REQUIRE(k::launch_swiglu<T>(gate_up.get(), M, F, act.get(), nullptr));
+  LLAMA2_CUDA_REQUIRE(
+      (k::launch_quantize_rows<E4m3, T>(act.get(), q_b.get(), s_b.get(), M, F, nullptr)));
+  LLAMA2_CUDA_REQUIRE(cudaDeviceSynchronize());
+  expect_same_bytes("scale_swiglu_quantize " + tag + ": e4m3 rows", q_a.download(), q_b.download());
+  expect_same_bytes("scale_swiglu_quantize " + tag + ": scales", s_a.download(), s_b.download());
+  // Not vacuous: the rows use e4m3's range (a row's largest value quantizes to +-448).
+  const auto q = q_a.download();
+  float amax = 0;
+  for (const E4m3& v : q) amax = std::max(amax, std::fabs(float(v)));
+  CHECK(amax == 448.f);
+}
+
+}  // namespace
+
+TEST_CASE("fp8 fused quantization: the norms' e4m3 rows are launch_quantize_rows of their output") {
+  LLAMA2_GPU_TEST_OR_SKIP();
+  // 4096: 16-byte accesses; 4100: the element-wise kernels (4100 % 8 != 0).
+  for (const int hidden : {4096, 4100}) {
+    for (const int rows : {1, 3, 64}) {
+      check_norms<__half>(rows, hidden);
+      check_norms<__nv_bfloat16>(rows, hidden);
+    }
+  }
+}
+
+TEST_CASE("fp8 fused quantization: scale + SwiGLU + quantize equals the three launches") {
+  LLAMA2_GPU_TEST_OR_SKIP();
+  for (const int M : {1, 5, 64}) {
+    for (const int F : {272, 11008}) {
+      check_scale_swiglu_quantize<__half>(M, F);
+      check_scale_swiglu_quantize<__nv_bfloat16>(M, F);
+    }
+  }
+}
