@@ -137,8 +137,10 @@ TEST_CASE("fp8 fused quantization: the norms' e4m3 rows are launch_quantize_rows
 
 TEST_CASE("fp8 fused quantization: scale + SwiGLU + quantize equals the three launches") {
   LLAMA2_GPU_TEST_OR_SKIP();
+  // 272 and 11008: the vector kernel with 4 chunks a thread; 20000: 8 chunks; 270: one value per
+  // access (F % 4 != 0).
   for (const int M : {1, 5, 64}) {
-    for (const int F : {272, 11008}) {
+    for (const int F : {270, 272, 11008, 20000}) {
       check_scale_swiglu_quantize<__half>(M, F);
       check_scale_swiglu_quantize<__nv_bfloat16>(M, F);
     }
