@@ -25,6 +25,16 @@ struct RowsE4m3 {
   __host__ __device__ bool on() const { return q != nullptr; }
 };
 
+// An fp8 product's output before its scales: y[m, n] = round_T(acc[m, n] * (x_scale[m] *
+// w_scale[n])) (launch_scale_outer's numbers), for a consumer that applies them as it reads y
+// (kernels/rmsnorm.cuh, launch_add_rmsnorm_scaled).
+struct ScaledSums {
+  const float* acc = nullptr;      // [M, N] fp32 sums
+  const float* x_scale = nullptr;  // [M]
+  const float* w_scale = nullptr;  // [N]
+  __host__ __device__ bool on() const { return acc != nullptr; }
+};
+
 template <typename Q, typename T>
 cudaError_t launch_quantize_rows(const T* x,    // [rows, K]
                                  Q* q,          // [rows, K]

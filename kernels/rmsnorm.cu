@@ -60,20 +60,31 @@ static __global__ void rmsnorm_kernel(const T* x, const T* weight, int hidden, f
   if (q8.on()) quantize_out_row<T, N>(orow, n_vec, amax, q8, row, hidden);
 }
 
-template <typename T, int N>
-static __global__ void add_rmsnorm_kernel(T* residual, const T* x, const T* weight, int hidden,
-                                          float eps, T* out, RowsE4m3 q8) {
+// kScaled: x is `sums` (an fp8 product's fp32 sums and scales), not `x`.
+template <typename T, int N, bool kScaled>
+static __global__ void add_rmsnorm_kernel(T* residual, const T* x, ScaledSums sums, const T* weight,
+                                          int hidden, float eps, T* out, RowsE4m3 q8) {
   wait_for_previous_grid();
   const int64_t row = blockIdx.x;
   T* rrow = residual + row * hidden;
   const T* xr = x + row * hidden;
   T* orow = out + row * hidden;
   const int n_vec = hidden / N;
+  // Read before the barriers: q8.scale may be the same array (launch_add_rmsnorm_scaled).
+  const float sx = kScaled ? sums.x_scale[row] : 0.f;
   float ss = 0.f;
   for (int i = threadIdx.x; i < n_vec; i += blockDim.x) {
     float r[N], v[N];
     load_float<T, N>(rrow + i * N, r);
-    load_float<T, N>(xr + i * N, v);
+    if constexpr (kScaled) {
+      float w[N];
+      load_float<float, N>(sums.acc + row * hidden + i * N, v);
+      load_float<float, N>(sums.w_scale + i * N, w);
+#pragma unroll
+      for (int e = 0; e < N; ++e) v[e] = round_to<T>(v[e] * (sx * w[e]));  // scale_outer's
+    } else {
+      load_float<T, N>(xr + i * N, v);
+    }
 #pragma unroll
     for (int e = 0; e < N; ++e) {
       r[e] = round_to<T>(r[e] + v[e]);  // the value stored below, exactly
@@ -149,20 +160,46 @@ cudaError_t launch_add_rmsnorm(T* residual, const T* x, const T* weight, int n_r
   LLAMA2_LAUNCH_REQUIRE(!q8.on() || q8.scale != nullptr, "e4m3 rows without scales");
   constexpr int V = kVec16<T>;
   if (can_vectorize<T>(hidden, residual, x, weight, out, q8)) {
-    launch_kernel(add_rmsnorm_kernel<T, V>, n_rows, row_threads(hidden / V), 0, stream, residual, x,
-                  weight, hidden, eps, out, q8);
+    launch_kernel(add_rmsnorm_kernel<T, V, false>, n_rows, row_threads(hidden / V), 0, stream,
+                  residual, x, ScaledSums{}, weight, hidden, eps, out, q8);
   } else {
-    launch_kernel(add_rmsnorm_kernel<T, 1>, n_rows, row_threads(hidden), 0, stream, residual, x,
-                  weight, hidden, eps, out, q8);
+    launch_kernel(add_rmsnorm_kernel<T, 1, false>, n_rows, row_threads(hidden), 0, stream, residual,
+                  x, ScaledSums{}, weight, hidden, eps, out, q8);
   }
   return cudaGetLastError();
 }
 
-#define LLAMA2_INSTANTIATE(T)                                                                   \
-  template cudaError_t launch_rmsnorm<T>(const T*, const T*, int, int, float, T*, cudaStream_t, \
-                                         RowsE4m3);                                             \
-  template cudaError_t launch_add_rmsnorm<T>(T*, const T*, const T*, int, int, float, T*,       \
-                                             cudaStream_t, RowsE4m3);
+template <typename T>
+cudaError_t launch_add_rmsnorm_scaled(T* residual, ScaledSums x, const T* weight, int n_rows,
+                                      int hidden, float eps, T* out, cudaStream_t stream,
+                                      RowsE4m3 q8) {
+  LLAMA2_LAUNCH_REQUIRE(n_rows >= 0, "n_rows " + std::to_string(n_rows));
+  LLAMA2_LAUNCH_REQUIRE(hidden > 0, "hidden " + std::to_string(hidden));
+  LLAMA2_LAUNCH_REQUIRE(eps >= 0.f, "eps " + std::to_string(eps));
+  if (n_rows == 0) return cudaSuccess;
+  LLAMA2_LAUNCH_REQUIRE(residual != nullptr && x.acc != nullptr && x.x_scale != nullptr &&
+                            x.w_scale != nullptr && weight != nullptr && out != nullptr,
+                        "");
+  LLAMA2_LAUNCH_REQUIRE(out != residual, "the sum stays in residual, the norm goes to out");
+  LLAMA2_LAUNCH_REQUIRE(!q8.on() || q8.scale != nullptr, "e4m3 rows without scales");
+  constexpr int V = kVec16<T>;
+  if (can_vectorize<T>(hidden, residual, x.acc, weight, out, q8) && is_aligned(x.w_scale, 16)) {
+    launch_kernel(add_rmsnorm_kernel<T, V, true>, n_rows, row_threads(hidden / V), 0, stream,
+                  residual, static_cast<const T*>(nullptr), x, weight, hidden, eps, out, q8);
+  } else {
+    launch_kernel(add_rmsnorm_kernel<T, 1, true>, n_rows, row_threads(hidden), 0, stream, residual,
+                  static_cast<const T*>(nullptr), x, weight, hidden, eps, out, q8);
+  }
+  return cudaGetLastError();
+}
+
+#define LLAMA2_INSTANTIATE(T)                                                                      \
+  template cudaError_t launch_rmsnorm<T>(const T*, const T*, int, int, float, T*, cudaStream_t,    \
+                                         RowsE4m3);                                                \
+  template cudaError_t launch_add_rmsnorm<T>(T*, const T*, const T*, int, int, float, T*,          \
+                                             cudaStream_t, RowsE4m3);                              \
+  template cudaError_t launch_add_rmsnorm_scaled<T>(T*, ScaledSums, const T*, int, int, float, T*, \
+                                                    cudaStream_t, RowsE4m3);
 LLAMA2_INSTANTIATE(float)
 LLAMA2_INSTANTIATE(__half)
 LLAMA2_INSTANTIATE(__nv_bfloat16)

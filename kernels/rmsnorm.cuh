@@ -39,4 +39,17 @@ cudaError_t launch_add_rmsnorm(T* residual,      // [n_rows, hidden], updated in
                                T* out,  // [n_rows, hidden]; may alias x, not residual
                                cudaStream_t stream, RowsE4m3 q8 = {});
 
+// launch_add_rmsnorm with the block's output given as an fp8 product's unscaled sums (one rank: no
+// all-reduce between the product and the add): x[t, j] = round_T(acc[t, j] * (x_scale[t] *
+// w_scale[j])), so the product needs no scale launch; the same numbers as launch_scale_outer
+// followed by launch_add_rmsnorm. x.x_scale may be q8.scale (each row's block reads its scale
+// before it writes the new one).
+template <typename T>
+cudaError_t launch_add_rmsnorm_scaled(T* residual,      // [n_rows, hidden], updated in place
+                                      ScaledSums x,     // [n_rows, hidden] sums, [n_rows], [hidden]
+                                      const T* weight,  // [hidden]
+                                      int n_rows, int hidden, float eps,
+                                      T* out,  // [n_rows, hidden]; not residual
+                                      cudaStream_t stream, RowsE4m3 q8 = {});
+
 }  // namespace llama2::kernels

@@ -122,7 +122,59 @@ void check_scale_swiglu_quantize(int M, int F) {
   CHECK(amax == 448.f);
 }
 
+// launch_add_rmsnorm_scaled (with and without e4m3 rows, the x scales in the array the e4m3 rows'
+// scales overwrite, as the engine runs it) against launch_scale_outer + launch_add_rmsnorm (+
+// launch_quantize_rows).
+template <typename T>
+void check_add_rmsnorm_scaled(int rows, int hidden) {
+  const std::string tag = std::string(k::dtype_name<T>()) + " rows " + std::to_string(rows) +
+                          " hidden " + std::to_string(hidden);
+  const auto acc = uniform(size_t(rows) * hidden, 21 + rows, -3000.f, 3000.f);
+  const auto xs = uniform(rows, 22, 0.001f, 0.01f);
+  const auto ws = uniform(hidden, 23, 0.0001f, 0.0005f);
+  const auto res = to_dtype<T>(exact_random(size_t(rows) * hidden, 24, -4.f, 4.f));
+  const auto w = to_dtype<T>(exact_random(hidden, 25, 0.5f, 1.5f));
+  DeviceBuffer<float> dacc(acc), dws(ws), s_b(rows);
+  DeviceBuffer<T> dw(w), y(acc.size()), out_a(acc.size()), out_b(acc.size());
+  DeviceBuffer<E4m3> q_a(acc.size()), q_b(acc.size());
+  for (const bool quantize : {false, true}) {
+    DeviceBuffer<float> xs_a(xs), xs_b(xs);  // xs_a doubles as the e4m3 rows' scales
+    DeviceBuffer<T> res_a(res), res_b(res);
+    out_a.poison();
+    out_b.poison();
+    q_a.poison();
+    const k::RowsE4m3 q8 = quantize ? k::RowsE4m3{q_a.get(), xs_a.get()} : k::RowsE4m3{};
+    LLAMA2_CUDA_REQUIRE(
+        k::launch_add_rmsnorm_scaled<T>(res_a.get(), {dacc.get(), xs_a.get(), dws.get()}, dw.get(),
+                                        rows, hidden, 1e-5f, out_a.get(), nullptr, q8));
+    LLAMA2_CUDA_REQUIRE(k::launch_scale_outer<T>(dacc.get(), xs_b.get(), dws.get(), y.get(), rows,
+                                                 hidden, nullptr));
+    LLAMA2_CUDA_REQUIRE(k::launch_add_rmsnorm<T>(res_b.get(), y.get(), dw.get(), rows, hidden,
+                                                 1e-5f, out_b.get(), nullptr));
+    LLAMA2_CUDA_REQUIRE((k::launch_quantize_rows<E4m3, T>(out_b.get(), q_b.get(), s_b.get(), rows,
+                                                          hidden, nullptr)));
+    LLAMA2_CUDA_REQUIRE(cudaDeviceSynchronize());
+    const std::string what = "add_rmsnorm_scaled " + tag + (quantize ? " + e4m3" : "");
+    expect_same_bytes(what + ": T output", out_a.download(), out_b.download());
+    expect_same_bytes(what + ": residual", res_a.download(), res_b.download());
+    if (quantize) {
+      expect_same_bytes(what + ": e4m3 rows", q_a.download(), q_b.download());
+      expect_same_bytes(what + ": scales", xs_a.download(), s_b.download());
+    }
+  }
+}
+
 }  // namespace
+
+TEST_CASE("fp8 fused quantization: the residual add applies an fp8 product's scales") {
+  LLAMA2_GPU_TEST_OR_SKIP();
+  for (const int hidden : {4096, 4100}) {
+    for (const int rows : {1, 3, 64}) {
+      check_add_rmsnorm_scaled<__half>(rows, hidden);
+      check_add_rmsnorm_scaled<__nv_bfloat16>(rows, hidden);
+    }
+  }
+}
 
 TEST_CASE("fp8 fused quantization: the norms' e4m3 rows are launch_quantize_rows of their output") {
   LLAMA2_GPU_TEST_OR_SKIP();

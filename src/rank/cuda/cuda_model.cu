@@ -361,6 +361,27 @@ class CudaModel final : public ModelRunner {
   // of partial_ [T, H], then h_ = rmsnorm(x_) * weight. Fused in one pass when the communicator
   // can (Comm::all_reduce_add_rmsnorm, whose time the profile then charges to all_reduce);
   // otherwise the all-reduce, then the add_rmsnorm kernel.
+  // A row-parallel projection (o, down) into the residual stream, then the next norm into h_:
+  // partial_ = x . W^T, reduce_add_rmsnorm. fp8 W8A8 on one rank: the product's fp32 sums go
+  // straight into the residual add, which applies their scales (no scale launch, no partial_).
+  // Returns whether h_'s rows went to q8 too.
+  bool project_add_rmsnorm(const DeviceBuffer& x, const LinearWeight& w, int tokens, int K,
+                           bool x_quantized, const DeviceBuffer& norm_weight,
+                           kernels::RowsE4m3 q8) {
+    const int H = c_.hidden_size;
+    if (s_.tp == 1 && linear_->fp8_rows(tokens).on()) {
+      const kernels::ScaledSums sums =
+          linear_->matmul_sums(x.as<T>(), w, tokens, H, K, x_quantized);
+      mark("add_rmsnorm");
+      CUDA_CHECK(kernels::launch_add_rmsnorm_scaled<T>(
+          x_.as<T>(), sums, norm_weight.as<T>(), tokens, H, static_cast<float>(c_.rms_norm_eps),
+          h_.as<T>(), stream_, q8));
+      return q8.on();
+    }
+    gemm(x, w, partial_, tokens, H, K, x_quantized);
+    return reduce_add_rmsnorm(tokens, norm_weight, q8);
+  }
+
   // Returns whether h_'s rows went to q8 too (not when the one-shot all-reduce did the norm).
   bool reduce_add_rmsnorm(int tokens, const DeviceBuffer& weight, kernels::RowsE4m3 q8 = {}) {
     const int H = c_.hidden_size;
@@ -484,8 +505,7 @@ class CudaModel final : public ModelRunner {
       if (fused) {
         linear_->matmul(attn_.as<T>(), L.o, x_.as<T>(), 1, H, nq, add_to_x);
       } else {
-        gemm(attn_, L.o, partial_, T_, H, nq);
-        h_quantized = reduce_add_rmsnorm(T_, L.mlp_norm, q8);  // row-parallel O projection
+        h_quantized = project_add_rmsnorm(attn_, L.o, T_, nq, false, L.mlp_norm, q8);
       }
       // One-row steps: gate|up GEMV with SwiGLU in its epilogue (one launch, no [T, 2F] buffer).
       mark("gate_up_gemm");
@@ -509,11 +529,12 @@ class CudaModel final : public ModelRunner {
         }
         continue;
       }
-      gemm(act_, L.down, partial_, T_, H, F, q8.on());  // act in e4m3 only, with q8 on
-      // Row-parallel down projection, then the next layer's attention norm, or after the last
-      // layer the final norm (only the logit rows go through the LM head, in T).
-      h_quantized = last ? reduce_add_rmsnorm(T_, weights_.final_norm)
-                         : reduce_add_rmsnorm(T_, weights_.layers[l + 1].attn_norm, q8);
+      // Then the next layer's attention norm, or after the last layer the final norm (only the
+      // logit rows go through the LM head, in T). With q8 on, act exists only in e4m3.
+      h_quantized = last
+                        ? project_add_rmsnorm(act_, L.down, T_, F, q8.on(), weights_.final_norm, {})
+                        : project_add_rmsnorm(act_, L.down, T_, F, q8.on(),
+                                              weights_.layers[l + 1].attn_norm, q8);
     }
     // Gathering rows of h by index is an embedding lookup into h ([T, H] as the "table").
     mark("lm_head");

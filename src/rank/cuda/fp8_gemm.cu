@@ -204,6 +204,13 @@ void Fp8Gemm::run(const void* xq, const float* x_scale, const void* wq, const fl
   }
 }
 
+const float* Fp8Gemm::run_sums(const void* xq, const void* wq, int M, int N, int K) {
+  LLAMA2_CHECK(M >= 1 && int64_t{M} * N <= acc_elems_);
+  const Plan& p = plan(M, N, K);
+  CUBLAS_CHECK(launch(p, p.algo, xq, wq));
+  return acc_.as<float>();
+}
+
 void Fp8Gemm::run_swiglu_e4m3(const void* xq, const float* x_scale, const void* wq,
                               const float* w_scale, kernels::RowsE4m3 act, int M, int N, int K) {
   if (M == 0) return;

@@ -42,6 +42,10 @@ class Fp8Gemm {
            void* y,                               // [M, N]
            int M, int N, int K);
 
+  // The product without its scales: the fp32 sums [M, N] (valid until the next product), for a
+  // consumer that applies the scales itself (kernels::ScaledSums).
+  const float* run_sums(const void* xq, const void* wq, int M, int N, int K);
+
   // The gate|up product [M, N = 2F] of an fp8 MLP straight to the down projection's input: act =
   // SwiGLU of the scaled sums, quantized to e4m3 rows in `act` (kernels/quant.cuh,
   // launch_scale_swiglu_quantize): the numbers of run() + launch_swiglu + launch_quantize_rows.

@@ -147,6 +147,15 @@ kernels::RowsE4m3 CudaLinear<T>::fp8_rows(int M) const {
 }
 
 template <typename T>
+kernels::ScaledSums CudaLinear<T>::matmul_sums(const T* x, const LinearWeight& w, int M, int N,
+                                               int K, bool x_quantized) {
+  if (!fp8_rows(M).on()) return {};
+  if (!x_quantized) quantize_x(x, M, K);
+  return {fp8_->run_sums(xq_.as<void>(), w.w.as<void>(), M, N, K), xs_.as<float>(),
+          w.scale.as<float>()};
+}
+
+template <typename T>
 bool CudaLinear<T>::use_gemv(const void* x, const void* w, int M, int K) const {
   // kernels::gemv_fits with the element sizes of this weight dtype (16 bytes of W per load).
   if (M > gemv_rows_) return false;
