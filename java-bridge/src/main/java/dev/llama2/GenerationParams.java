@@ -10,6 +10,8 @@ import java.util.Objects;
  *
  * <p>Defaults and ranges are those of {@code llama2 generate} (README): temperature 1.0 (>= 0,
  * 0 = greedy), top_p 1.0 (in (0, 1]), top_k 0 (>= 0, 0 = off), repetition_penalty 1.0 (> 0),
+ * presence_penalty and frequency_penalty 0.0 (in [-2, 2], OpenAI's: a generated token's logit is
+ * lowered by presence + frequency x its count so far),
  * max_new_tokens 128 (>= 1), seed random (reported in {@link Completion#seed()}), no stop strings,
  * ignore_eos false, no logprobs (top_logprobs in [0, 20], only with logprobs). The builder refuses out-of-range values at once with an
  * {@link IllegalArgumentException} naming the parameter, the value and the allowed range.
@@ -25,6 +27,8 @@ public final class GenerationParams {
   private final double topP;
   private final int topK;
   private final double repetitionPenalty;
+  private final double presencePenalty;
+  private final double frequencyPenalty;
   private final int maxNewTokens;
   private final Long seed;
   private final List<String> stop;
@@ -38,6 +42,8 @@ public final class GenerationParams {
     topP = b.topP;
     topK = b.topK;
     repetitionPenalty = b.repetitionPenalty;
+    presencePenalty = b.presencePenalty;
+    frequencyPenalty = b.frequencyPenalty;
     maxNewTokens = b.maxNewTokens;
     seed = b.seed;
     stop = List.copyOf(b.stop);
@@ -63,6 +69,8 @@ public final class GenerationParams {
     b.topP = topP;
     b.topK = topK;
     b.repetitionPenalty = repetitionPenalty;
+    b.presencePenalty = presencePenalty;
+    b.frequencyPenalty = frequencyPenalty;
     b.maxNewTokens = maxNewTokens;
     b.seed = seed;
     b.stop.addAll(stop);
@@ -87,6 +95,14 @@ public final class GenerationParams {
 
   public double repetitionPenalty() {
     return repetitionPenalty;
+  }
+
+  public double presencePenalty() {
+    return presencePenalty;
+  }
+
+  public double frequencyPenalty() {
+    return frequencyPenalty;
   }
 
   public int maxNewTokens() {
@@ -127,6 +143,8 @@ public final class GenerationParams {
         .append(",\"top_p\":").append(topP)
         .append(",\"top_k\":").append(topK)
         .append(",\"repetition_penalty\":").append(repetitionPenalty)
+        .append(",\"presence_penalty\":").append(presencePenalty)
+        .append(",\"frequency_penalty\":").append(frequencyPenalty)
         .append(",\"max_new_tokens\":").append(maxNewTokens)
         .append(",\"ignore_eos\":").append(ignoreEos);
     if (seed != null) b.append(",\"seed\":").append(Long.toUnsignedString(seed));
@@ -155,6 +173,8 @@ public final class GenerationParams {
     private double topP = 1.0;
     private int topK = 0;
     private double repetitionPenalty = 1.0;
+    private double presencePenalty;
+    private double frequencyPenalty;
     private int maxNewTokens = 128;
     private Long seed;
     private final List<String> stop = new ArrayList<>();
@@ -193,6 +213,23 @@ public final class GenerationParams {
       if (v <= 0) throw bad("repetition_penalty must be > 0", v);
       repetitionPenalty = v;
       return this;
+    }
+
+    /** In [-2, 2]; 0 is off. Lowers the logit of every token generated so far by v. */
+    public Builder presencePenalty(double v) {
+      presencePenalty = penalty("presence_penalty", v);
+      return this;
+    }
+
+    /** In [-2, 2]; 0 is off. Lowers the logit of every token generated so far by v x its count. */
+    public Builder frequencyPenalty(double v) {
+      frequencyPenalty = penalty("frequency_penalty", v);
+      return this;
+    }
+
+    private static double penalty(String name, double v) {
+      if (!(v >= -2 && v <= 2)) throw bad(name + " must be in [-2, 2]", v);  // NaN fails too
+      return v;
     }
 
     /** >= 1. */

@@ -63,6 +63,23 @@ class BlockingTest {
         && c.timings().timeToFirstTokenSeconds() > 0, c.timings().toString());
   }
 
+  /** The OpenAI penalties reach the server: greedy output changes with them, as the CLI's does. */
+  @Test
+  void presenceAndFrequencyPenaltiesEqualTheCli() throws Exception {
+    GenerationParams plain = GenerationParams.builder().temperature(0).maxNewTokens(32)
+        .ignoreEos(true).build();
+    GenerationParams penalized = plain.toBuilder().presencePenalty(1.5).frequencyPenalty(1.0)
+        .build();
+    String prompt = "The weather in Paris";
+    Completion c = client.generate(prompt, penalized);
+    Map<String, Object> cli = TestServer.cliGenerate(TestServer.MODEL, prompt, penalized);
+    assertEquals(ids(cli), c.tokenIds());
+    assertEquals(cli.get("text"), c.text());
+    // Not vacuous: without the penalties this prompt's greedy tokens differ.
+    assertTrue(!client.generate(prompt, plain).tokenIds().equals(c.tokenIds()),
+        "the penalties changed nothing on this prompt: " + c.tokenIds());
+  }
+
   /** Without a seed the server picks one and reports it; the CLI with that seed reproduces it. */
   @Test
   void reportedSeedReproducesTheOutput() throws Exception {

@@ -225,6 +225,8 @@ final class TestServer implements AutoCloseable {
         "--temperature", Double.toString(p.temperature()), "--top-p", Double.toString(p.topP()),
         "--top-k", Integer.toString(p.topK()),
         "--repetition-penalty", Double.toString(p.repetitionPenalty()),
+        "--presence-penalty", Double.toString(p.presencePenalty()),
+        "--frequency-penalty", Double.toString(p.frequencyPenalty()),
         "-n", Integer.toString(p.maxNewTokens())));
     if (p.seed() != null) cmd.addAll(List.of("--seed", Long.toUnsignedString(p.seed())));
     for (String s : p.stop()) cmd.addAll(List.of("--stop", s));
