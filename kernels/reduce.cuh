@@ -19,31 +19,27 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-// Sum over the block, returned to every thread. blockDim.x must be a multiple of 32 (<= 1024) and
-// every thread must call it. It uses one shared scratch array, so a kernel may call it only once
-// (a second call would need a __syncthreads() before it to protect the scratch).
-__device__ __forceinline__ float block_sum(float v) {
+// The sum (kMax false) or the maximum (kMax true, of values >= 0: absent warps count as 0) over the
+// block, returned to every thread. blockDim.x must be a multiple of 32 (<= 1024) and every thread
+// must call it. Each of the two uses its own shared scratch array, so a kernel may call each once
+// (a second call of the same one would need a __syncthreads() before it to protect the scratch).
+template <bool kMax>
+__device__ __forceinline__ float block_reduce(float v) {
   __shared__ float partial[32];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  v = warp_sum(v);
+  v = kMax ? warp_max(v) : warp_sum(v);
   if (lane == 0) partial[warp] = v;
   __syncthreads();
   v = lane < static_cast<int>(blockDim.x >> 5) ? partial[lane] : 0.f;
-  return warp_sum(v);
+  return kMax ? warp_max(v) : warp_sum(v);
 }
 
-// Maximum over the block of values >= 0 (absent warps count as 0), returned to every thread; the
-// same rules as block_sum (its own shared scratch, so a kernel may call each of the two once).
+__device__ __forceinline__ float block_sum(float v) {
+  return block_reduce<false>(v);
+}
 __device__ __forceinline__ float block_max(float v) {
-  __shared__ float partial[32];
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  v = warp_max(v);
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  v = lane < static_cast<int>(blockDim.x >> 5) ? partial[lane] : 0.f;
-  return warp_max(v);
+  return block_reduce<true>(v);
 }
 
 }  // namespace llama2::kernels
