@@ -111,4 +111,30 @@ StepShape fill_step_metadata(const StepPlan& plan, const StepLayout& L, int buck
   return sh;
 }
 
+int graph_batch_bucket(int S, int cap) {
+  if (S > cap) return 0;
+  int b = 1;
+  while (b < S) b = b < 8 ? b * 2 : (b < 64 ? b + 8 : b + 32);
+  return std::min(b, cap);
+}
+
+int graph_context_bound(int longest_context, int longest_possible) {
+  int b = 256;
+  while (b < longest_context) b *= 2;
+  return std::min(b, longest_possible);
+}
+
+std::vector<int> fp8_tuned_row_counts(int cap, int max_step_tokens) {
+  std::vector<int> rows;
+  for (int b = graph_batch_bucket(1, cap); b > 0; b = graph_batch_bucket(b + 1, cap)) {
+    rows.push_back(b);
+  }
+  int m = rows.empty() ? 1 : rows.back();
+  while (m < max_step_tokens) {
+    m = std::min(2 * m, max_step_tokens);
+    rows.push_back(m);
+  }
+  return rows;
+}
+
 }  // namespace llama2

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "common/step_plan.h"
 
@@ -60,5 +61,16 @@ bool is_decode_step(const StepPlan& plan);
 // id outside the cache.
 StepShape fill_step_metadata(const StepPlan& plan, const StepLayout& layout, int bucket,
                              int32_t* host, int context_bound = 0);
+
+// Decode batches are padded up to these sizes, one CUDA graph each: 1 2 4 8 16 24 ... 64 96 128
+// ... (at most 7 padding rows up to 64, 31 above), at most cap; 0 when S > cap (no graph).
+int graph_batch_bucket(int S, int cap);
+// A graph's decode attention is sized for a context bound: the step's longest context rounded up
+// to a power of two (>= 256), at most `longest_possible` (the layout's longest sequence). Short
+// contexts then get short grids instead of the grid for max_seq_len.
+int graph_context_bound(int longest_context, int longest_possible);
+// The row counts the fp8 GEMM is tuned for at start-up (LLAMA2_FP8_TUNE, CudaLinear::tune_fp8):
+// every graph batch bucket up to cap, then doublings up to max_step_tokens (which ends the list).
+std::vector<int> fp8_tuned_row_counts(int cap, int max_step_tokens);
 
 }  // namespace llama2

@@ -9,6 +9,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/check.h"
@@ -149,6 +150,35 @@ TEST_SUITE("step_metadata") {
       CHECK(t[L.logit_rows_at() + i] == i);
       CHECK(t[L.cu_tokens_at() + i + 1] == i + 1);
     }
+  }
+
+  TEST_CASE("graph buckets, context bounds and the fp8 GEMM's tuned row counts") {
+    using llama2::graph_batch_bucket;
+    // 1 2 4 8, then steps of 8 to 64, then of 32; capped; 0 above the cap (no graph).
+    const std::vector<std::pair<int, int>> want = {{1, 1},   {2, 2},   {3, 4},    {5, 8},
+                                                   {8, 8},   {9, 16},  {17, 24},  {63, 64},
+                                                   {64, 64}, {65, 96}, {97, 128}, {500, 512}};
+    for (const auto& [S, b] : want) {
+      CAPTURE(S);
+      CHECK(graph_batch_bucket(S, 512) == b);
+      CHECK(b - S <= std::max(S / 2, 7));  // the padding stays bounded
+    }
+    CHECK(graph_batch_bucket(100, 100) == 100);  // the cap is a bucket
+    CHECK(graph_batch_bucket(101, 100) == 0);
+    CHECK(graph_batch_bucket(1, 0) == 0);
+    // Context bounds: powers of two from 256, at most the longest possible sequence.
+    CHECK(llama2::graph_context_bound(1, 4096) == 256);
+    CHECK(llama2::graph_context_bound(257, 4096) == 512);
+    CHECK(llama2::graph_context_bound(4000, 4096) == 4096);
+    CHECK(llama2::graph_context_bound(300, 200) == 200);
+    // Tuned rows: every bucket up to the cap, then doublings to a full step.
+    const std::vector<int> rows = llama2::fp8_tuned_row_counts(64, 2048);
+    const std::vector<int> expected = {1,  2,  4,  8,   16,  24,  32,   40,
+                                       48, 56, 64, 128, 256, 512, 1024, 2048};
+    CHECK(rows == expected);
+    CHECK(llama2::fp8_tuned_row_counts(0, 8) == std::vector<int>{2, 4, 8});  // no graphs
+    CHECK(llama2::fp8_tuned_row_counts(100, 300) ==
+          std::vector<int>{1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 96, 100, 200, 300});
   }
 
   TEST_CASE("limits are errors that name them") {

@@ -28,6 +28,7 @@
 #include "kernels/rope_kv.cuh"
 #include "kernels/sampling.cuh"
 #include "kernels/swiglu.cuh"
+#include "rank/cuda/cuda_types.h"
 #include "rank/cuda/cuda_weights.h"
 #include "rank/cuda/linear.h"
 #include "rank/cuda/logits_head.cuh"
@@ -40,24 +41,6 @@
 
 namespace llama2 {
 namespace {
-
-template <typename T>
-struct TypeInfo;
-template <>
-struct TypeInfo<float> {
-  static constexpr cudaDataType_t kCuda = CUDA_R_32F;
-  static constexpr CommType kComm = CommType::kF32;
-};
-template <>
-struct TypeInfo<__half> {
-  static constexpr cudaDataType_t kCuda = CUDA_R_16F;
-  static constexpr CommType kComm = CommType::kF16;
-};
-template <>
-struct TypeInfo<__nv_bfloat16> {
-  static constexpr cudaDataType_t kCuda = CUDA_R_16BF;
-  static constexpr CommType kComm = CommType::kBF16;
-};
 
 // cuBLAS workspace, given explicitly so that GEMMs can be captured into CUDA graphs.
 constexpr size_t kCublasWorkspace = size_t{32} << 20;
@@ -114,7 +97,9 @@ class CudaModel final : public ModelRunner {
         stream_, o.knobs.qgemv);
     // After the projections' checks (an fp8 width the GPU cannot take fails before loading).
     weights_ = load_cuda_weights<T>(c, s, p.weights, o.synthetic_seed, stream_, o.weight_dtype);
-    if (o.knobs.fp8_tune) linear_->tune_fp8(weights_.layers, tuned_row_counts());
+    if (o.knobs.fp8_tune) {
+      linear_->tune_fp8(weights_.layers, fp8_tuned_row_counts(graph_cap(), o.max_step_tokens));
+    }
     // The tuning knobs (common/tuning_knobs.h), parsed once at start-up.
     kernels::set_programmatic_launch(o.knobs.pdl);
     kernels::set_gemv_prefetch_budget(int64_t{o.knobs.gemv_prefetch_kb} << 10);
@@ -294,39 +279,17 @@ class CudaModel final : public ModelRunner {
                                                    comm_->rank() == 0);
   }
 
-  // Decode batches are padded up to these sizes, one CUDA graph each.
-  // 1 2 4 8 16 24 ... 64 96 128 ... : at most 12.5% padding above 64, 50% below 8.
-  // The products' row counts the FP8 GEMM is tuned for (CudaLinear::tune_fp8): every decode graph
-  // batch, then powers of two up to a full prefill step. Other counts take the algorithm of the
-  // next tuned one up.
-  std::vector<int> tuned_row_counts() const {
-    std::vector<int> rows;
-    for (int b = graph_bucket(1); b > 0; b = graph_bucket(b + 1)) rows.push_back(b);
-    int m = rows.empty() ? 1 : rows.back();
-    while (m < opt_.max_step_tokens) {
-      m = std::min(2 * m, opt_.max_step_tokens);
-      rows.push_back(m);
-    }
-    return rows;
+  // Decode batches are padded up to graph_batch_bucket sizes (step_metadata.h), one graph each,
+  // up to graph_cap() rows.
+  int graph_cap() const {
+    return std::min({opt_.max_graph_batch, opt_.max_batch, opt_.max_step_tokens});
   }
+  int graph_bucket(int S) const { return graph_batch_bucket(S, graph_cap()); }
 
-  int graph_bucket(int S) const {
-    const int cap = std::min({opt_.max_graph_batch, opt_.max_batch, opt_.max_step_tokens});
-    if (S > cap) return 0;
-    int b = 1;
-    while (b < S) b = b < 8 ? b * 2 : (b < 64 ? b + 8 : b + 32);
-    return std::min(b, cap);
-  }
-
-  // A graph's decode attention is sized for a context bound: the longest context of the step
-  // rounded up to a power of two (>= 256, <= the longest sequence). Short contexts then get short
-  // grids (one partition, no merge pass at large batches) instead of the grid for max_seq_len.
   int context_bucket(const StepPlan& plan) const {
     int longest = 1;
     for (const SeqStep& q : plan.seqs) longest = std::max(longest, q.pos_begin + q.n_tokens);
-    int b = 256;
-    while (b < longest) b *= 2;
-    return std::min(b, layout_.max_blocks * layout_.block_size);
+    return graph_context_bound(longest, layout_.max_blocks * layout_.block_size);
   }
 
   kernels::PagedKvCache<C> cache(int layer) const {

@@ -9,16 +9,11 @@
 #include "common/check.h"
 #include "kernels/gemv.cuh"
 #include "kernels/quant.cuh"
+#include "rank/cuda/cuda_types.h"
 #include "rank/cuda/linear.h"
 
 namespace llama2 {
 namespace {
-template <typename T>
-constexpr cudaDataType_t cuda_type() {
-  if constexpr (std::is_same_v<T, float>) return CUDA_R_32F;
-  if constexpr (std::is_same_v<T, __half>) return CUDA_R_16F;
-  return CUDA_R_16BF;
-}
 using E4m3 = __nv_fp8_e4m3;
 // fp32 models keep fp32 weights (choose_weight_dtype refuses quantizing them): the quantized
 // kernels are not instantiated for float.
@@ -99,7 +94,7 @@ CudaLinear<T>::CudaLinear(WeightDType wd, const LinearRouting& r, int max_rows,
     xq_ = DeviceBuffer(static_cast<size_t>(max_rows) * max_k, "fp8 activations");
     xs_ = DeviceBuffer(static_cast<size_t>(max_rows) * sizeof(float), "fp8 activation scales");
     const int64_t max_n = std::max({d.q + 2 * d.kv, d.hidden, 2 * d.ffn});
-    fp8_ = std::make_unique<Fp8Gemm>(cuda_type<T>(), max_rows, max_n, stream);
+    fp8_ = std::make_unique<Fp8Gemm>(TypeInfo<T>::kCuda, max_rows, max_n, stream);
   } else if (wd == WeightDType::kInt8 && max_rows > gemv_rows_ &&
              (max_rows > w8a16_rows_ || d.hidden % 16 != 0 || d.q % 16 != 0 || d.ffn % 16 != 0)) {
     // Products the W8A16 GEMM does not take: more rows than LLAMA2_W8A16_ROWS, or a K that is
@@ -196,7 +191,7 @@ void CudaLinear<T>::matmul_plain(const T* x, const T* w, T* y, int M, int N, int
   if (M <= gemv_rows_ && kernels::gemv_fits(x, w, M, K)) {
     CUDA_CHECK(kernels::launch_gemv<T>(x, w, y, M, N, K, stream_));
   } else {
-    gemm_xwt(cublas_, cuda_type<T>(), x, w, y, M, N, K);
+    gemm_xwt(cublas_, TypeInfo<T>::kCuda, x, w, y, M, N, K);
   }
 }
 
@@ -245,7 +240,7 @@ void CudaLinear<T>::matmul_quantized(const T* x, const LinearWeight& w, T* y, in
           LLAMA2_CHECK(dequant_.bytes() >= static_cast<size_t>(N) * K * sizeof(T));
           CUDA_CHECK((kernels::launch_dequantize_rows<int8_t, T>(
               w.w.as<int8_t>(), w.scale.as<float>(), dequant_.as<T>(), N, K, stream_)));
-          gemm_xwt(cublas_, cuda_type<T>(), x, dequant_.as<T>(), y, M, N, K);
+          gemm_xwt(cublas_, TypeInfo<T>::kCuda, x, dequant_.as<T>(), y, M, N, K);
         }
         return;
       case WeightDType::kFp8:
