@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <map>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -30,6 +29,7 @@
 #include "kernels/swiglu.cuh"
 #include "rank/cuda/cuda_types.h"
 #include "rank/cuda/cuda_weights.h"
+#include "rank/cuda/graph_cache.h"
 #include "rank/cuda/linear.h"
 #include "rank/cuda/logits_head.cuh"
 #include "rank/cuda/nccl_comm.h"
@@ -108,7 +108,6 @@ class CudaModel final : public ModelRunner {
   }
 
   ~CudaModel() override {
-    for (auto& [key, exec] : graphs_) (void)cudaGraphExecDestroy(exec);
     if (cublas_ != nullptr) (void)cublasDestroy(cublas_);
     if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
   }
@@ -239,7 +238,7 @@ class CudaModel final : public ModelRunner {
                                shape.words_used * sizeof(int32_t), cudaMemcpyHostToDevice,
                                stream_));
     if (bucket > 0) {
-      run_graph(shape);
+      graphs_.launch({shape.seqs, shape.max_context}, stream_, [&] { body(shape); });
     } else {
       body(shape);
     }
@@ -508,29 +507,6 @@ class CudaModel final : public ModelRunner {
                           sh.logit_rows, s_.vocab_size, H);
   }
 
-  void run_graph(const StepShape& sh) {
-    const std::pair<int, int> key{sh.seqs, sh.max_context};
-    auto it = graphs_.find(key);
-    if (it == graphs_.end()) {
-      cudaGraph_t graph = nullptr;
-      CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-      try {
-        body(sh);
-      } catch (...) {
-        (void)cudaStreamEndCapture(stream_, &graph);
-        if (graph != nullptr) (void)cudaGraphDestroy(graph);
-        throw;
-      }
-      CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-      cudaGraphExec_t exec = nullptr;
-      const cudaError_t rc = cudaGraphInstantiate(&exec, graph, 0);
-      (void)cudaGraphDestroy(graph);
-      CUDA_CHECK(rc);
-      it = graphs_.emplace(key, exec).first;
-    }
-    CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
-  }
-
   ModelConfig c_;
   ShardPlan s_;
   ResolvedConfig opt_;
@@ -565,7 +541,7 @@ class CudaModel final : public ModelRunner {
   std::unique_ptr<LogitsHead<T>> logits_head_;  // the logit rows: [R, vocab_local] to rank 0
   std::unique_ptr<ScoreHead<T>> score_head_;    // kScore steps; made by the first one
   // (decode batch bucket, context bucket) -> graph
-  std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
+  GraphCache graphs_;  // decode steps, by (batch bucket, context bound)
 };
 
 }  // namespace
