@@ -191,10 +191,7 @@ Fp8Gemm::TuneResult Fp8Gemm::tune(const void* xq, const std::vector<const void*>
 void Fp8Gemm::run(const void* xq, const float* x_scale, const void* wq, const float* w_scale,
                   void* y, int M, int N, int K) {
   if (M == 0) return;
-  LLAMA2_CHECK(int64_t{M} * N <= acc_elems_);
-  const Plan& p = plan(M, N, K);
-  CUBLAS_CHECK(launch(p, p.algo, xq, wq));
-  const float* acc = acc_.as<float>();
+  const float* acc = run_sums(xq, wq, M, N, K);
   if (out_type_ == CUDA_R_16F) {
     CUDA_CHECK(kernels::launch_scale_outer<__half>(acc, x_scale, w_scale, static_cast<__half*>(y),
                                                    M, N, stream_));
@@ -214,10 +211,8 @@ const float* Fp8Gemm::run_sums(const void* xq, const void* wq, int M, int N, int
 void Fp8Gemm::run_swiglu_e4m3(const void* xq, const float* x_scale, const void* wq,
                               const float* w_scale, kernels::RowsE4m3 act, int M, int N, int K) {
   if (M == 0) return;
-  LLAMA2_CHECK(int64_t{M} * N <= acc_elems_ && N % 2 == 0);
-  const Plan& p = plan(M, N, K);
-  CUBLAS_CHECK(launch(p, p.algo, xq, wq));
-  const float* acc = acc_.as<float>();
+  LLAMA2_CHECK(N % 2 == 0);
+  const float* acc = run_sums(xq, wq, M, N, K);
   if (out_type_ == CUDA_R_16F) {
     CUDA_CHECK(kernels::launch_scale_swiglu_quantize<__half>(acc, x_scale, w_scale, M, N / 2, act,
                                                              stream_));
