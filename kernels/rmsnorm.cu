@@ -53,7 +53,7 @@ static __global__ void rmsnorm_kernel(const T* x, const T* weight, int hidden, f
 #pragma unroll
     for (int e = 0; e < N; ++e) {
       v[e] = w[e] * round_to<T>(v[e] * inv);
-      amax = fmaxf(amax, fabsf(round_to<T>(v[e])));
+      if (q8.on()) amax = fmaxf(amax, fabsf(round_to<T>(v[e])));  // only for e4m3 rows
     }
     store_float<T, N>(orow + i * N, v);
   }
@@ -102,7 +102,7 @@ static __global__ void add_rmsnorm_kernel(T* residual, const T* x, ScaledSums su
 #pragma unroll
     for (int e = 0; e < N; ++e) {
       r[e] = w[e] * round_to<T>(r[e] * inv);
-      amax = fmaxf(amax, fabsf(round_to<T>(r[e])));
+      if (q8.on()) amax = fmaxf(amax, fabsf(round_to<T>(r[e])));  // only for e4m3 rows
     }
     store_float<T, N>(orow + i * N, r);
   }
@@ -147,50 +147,53 @@ cudaError_t launch_rmsnorm(const T* x, const T* weight, int n_rows, int hidden, 
   return cudaGetLastError();
 }
 
+namespace {
+
+// Both residual-add launchers: the block's output is x (T) or, when sums.on(), the scaled sums.
 template <typename T>
-cudaError_t launch_add_rmsnorm(T* residual, const T* x, const T* weight, int n_rows, int hidden,
-                               float eps, T* out, cudaStream_t stream, RowsE4m3 q8) {
+cudaError_t launch_add_rmsnorm_from(T* residual, const T* x, const ScaledSums& sums,
+                                    const T* weight, int n_rows, int hidden, float eps, T* out,
+                                    cudaStream_t stream, const RowsE4m3& q8) {
   LLAMA2_LAUNCH_REQUIRE(n_rows >= 0, "n_rows " + std::to_string(n_rows));
   LLAMA2_LAUNCH_REQUIRE(hidden > 0, "hidden " + std::to_string(hidden));
   LLAMA2_LAUNCH_REQUIRE(eps >= 0.f, "eps " + std::to_string(eps));
   if (n_rows == 0) return cudaSuccess;
-  LLAMA2_LAUNCH_REQUIRE(residual != nullptr && x != nullptr && weight != nullptr && out != nullptr,
+  const bool scaled = sums.on();
+  LLAMA2_LAUNCH_REQUIRE(scaled ? sums.x_scale != nullptr && sums.w_scale != nullptr : x != nullptr,
                         "");
+  LLAMA2_LAUNCH_REQUIRE(residual != nullptr && weight != nullptr && out != nullptr, "");
   LLAMA2_LAUNCH_REQUIRE(out != residual, "the sum stays in residual, the norm goes to out");
   LLAMA2_LAUNCH_REQUIRE(!q8.on() || q8.scale != nullptr, "e4m3 rows without scales");
   constexpr int V = kVec16<T>;
-  if (can_vectorize<T>(hidden, residual, x, weight, out, q8)) {
-    launch_kernel(add_rmsnorm_kernel<T, V, false>, n_rows, row_threads(hidden / V), 0, stream,
-                  residual, x, ScaledSums{}, weight, hidden, eps, out, q8);
+  const void* in = scaled ? static_cast<const void*>(sums.acc) : x;
+  const bool vec = can_vectorize<T>(hidden, residual, in, weight, out, q8) &&
+                   (!scaled || is_aligned(sums.w_scale, 16));
+  const int threads = row_threads(vec ? hidden / V : hidden);
+  if (scaled) {
+    launch_kernel(vec ? add_rmsnorm_kernel<T, V, true> : add_rmsnorm_kernel<T, 1, true>, n_rows,
+                  threads, 0, stream, residual, x, sums, weight, hidden, eps, out, q8);
   } else {
-    launch_kernel(add_rmsnorm_kernel<T, 1, false>, n_rows, row_threads(hidden), 0, stream, residual,
-                  x, ScaledSums{}, weight, hidden, eps, out, q8);
+    launch_kernel(vec ? add_rmsnorm_kernel<T, V, false> : add_rmsnorm_kernel<T, 1, false>, n_rows,
+                  threads, 0, stream, residual, x, sums, weight, hidden, eps, out, q8);
   }
   return cudaGetLastError();
+}
+
+}  // namespace
+
+template <typename T>
+cudaError_t launch_add_rmsnorm(T* residual, const T* x, const T* weight, int n_rows, int hidden,
+                               float eps, T* out, cudaStream_t stream, RowsE4m3 q8) {
+  return launch_add_rmsnorm_from<T>(residual, x, ScaledSums{}, weight, n_rows, hidden, eps, out,
+                                    stream, q8);
 }
 
 template <typename T>
 cudaError_t launch_add_rmsnorm_scaled(T* residual, ScaledSums x, const T* weight, int n_rows,
                                       int hidden, float eps, T* out, cudaStream_t stream,
                                       RowsE4m3 q8) {
-  LLAMA2_LAUNCH_REQUIRE(n_rows >= 0, "n_rows " + std::to_string(n_rows));
-  LLAMA2_LAUNCH_REQUIRE(hidden > 0, "hidden " + std::to_string(hidden));
-  LLAMA2_LAUNCH_REQUIRE(eps >= 0.f, "eps " + std::to_string(eps));
-  if (n_rows == 0) return cudaSuccess;
-  LLAMA2_LAUNCH_REQUIRE(residual != nullptr && x.acc != nullptr && x.x_scale != nullptr &&
-                            x.w_scale != nullptr && weight != nullptr && out != nullptr,
-                        "");
-  LLAMA2_LAUNCH_REQUIRE(out != residual, "the sum stays in residual, the norm goes to out");
-  LLAMA2_LAUNCH_REQUIRE(!q8.on() || q8.scale != nullptr, "e4m3 rows without scales");
-  constexpr int V = kVec16<T>;
-  if (can_vectorize<T>(hidden, residual, x.acc, weight, out, q8) && is_aligned(x.w_scale, 16)) {
-    launch_kernel(add_rmsnorm_kernel<T, V, true>, n_rows, row_threads(hidden / V), 0, stream,
-                  residual, static_cast<const T*>(nullptr), x, weight, hidden, eps, out, q8);
-  } else {
-    launch_kernel(add_rmsnorm_kernel<T, 1, true>, n_rows, row_threads(hidden), 0, stream, residual,
-                  static_cast<const T*>(nullptr), x, weight, hidden, eps, out, q8);
-  }
-  return cudaGetLastError();
+  return launch_add_rmsnorm_from<T>(residual, static_cast<const T*>(nullptr), x, weight, n_rows,
+                                    hidden, eps, out, stream, q8);
 }
 
 #define LLAMA2_INSTANTIATE(T)                                                                      \
