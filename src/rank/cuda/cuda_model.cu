@@ -319,10 +319,6 @@ class CudaModel final : public ModelRunner {
     comm_->all_reduce_sum(b.as<void>(), static_cast<size_t>(elems), TypeInfo<T>::kComm);
   }
 
-  // The reduction point after a row-parallel projection (O, down): x_ += the sum over the group
-  // of partial_ [T, H], then h_ = rmsnorm(x_) * weight. Fused in one pass when the communicator
-  // can (Comm::all_reduce_add_rmsnorm, whose time the profile then charges to all_reduce);
-  // otherwise the all-reduce, then the add_rmsnorm kernel.
   // A row-parallel projection (o, down) into the residual stream, then the next norm into h_:
   // partial_ = x . W^T, reduce_add_rmsnorm. fp8 W8A8 on one rank: the product's fp32 sums go
   // straight into the residual add, which applies their scales (no scale launch, no partial_).
@@ -344,6 +340,10 @@ class CudaModel final : public ModelRunner {
     return reduce_add_rmsnorm(tokens, norm_weight, q8);
   }
 
+  // The reduction point after a row-parallel projection (O, down): x_ += the sum over the group
+  // of partial_ [T, H], then h_ = rmsnorm(x_) * weight. Fused in one pass when the communicator
+  // can (Comm::all_reduce_add_rmsnorm, whose time the profile then charges to all_reduce);
+  // otherwise the all-reduce, then the add_rmsnorm kernel.
   // Returns whether h_'s rows went to q8 too (not when the one-shot all-reduce did the norm).
   bool reduce_add_rmsnorm(int tokens, const DeviceBuffer& weight, kernels::RowsE4m3 q8 = {}) {
     const int H = c_.hidden_size;
@@ -493,10 +493,9 @@ class CudaModel final : public ModelRunner {
       }
       // Then the next layer's attention norm, or after the last layer the final norm (only the
       // logit rows go through the LM head, in T). With q8 on, act exists only in e4m3.
-      h_quantized = last
-                        ? project_add_rmsnorm(act_, L.down, T_, F, q8.on(), weights_.final_norm, {})
-                        : project_add_rmsnorm(act_, L.down, T_, F, q8.on(),
-                                              weights_.layers[l + 1].attn_norm, q8);
+      const DeviceBuffer& next_norm = last ? weights_.final_norm : weights_.layers[l + 1].attn_norm;
+      h_quantized = project_add_rmsnorm(act_, L.down, T_, F, q8.on(), next_norm,
+                                        last ? kernels::RowsE4m3{} : q8);
     }
     // Gathering rows of h by index is an embedding lookup into h ([T, H] as the "table").
     mark("lm_head");
