@@ -45,7 +45,27 @@ struct RopeKvParams {
   int block_size;
   const int32_t* pos;
   const int32_t* slot;
+  // launch_rope_kv_scaled: q, k and v come from these fp32 sums (rows of k_stride = the fused
+  // QKV width; q at column 0, k at heads * D, v after it); q, k and v (the T pointers) are then
+  // only q's destination.
+  ScaledSums sums;
 };
+
+// V values of a q/k/v row at column `col` (of the fused row for scaled sums), as fp32: a T row's
+// stored values, or the sums scaled and rounded to T as launch_scale_outer stores them.
+template <typename T, int V, bool kScaled>
+__device__ __forceinline__ void load_row(const T* row, const ScaledSums& sums, const float* acc_row,
+                                         float sx, int col, float (&out)[V]) {
+  if constexpr (kScaled) {
+    float w[V];
+    load_float<float, V>(acc_row + col, out);
+    load_float<float, V>(sums.w_scale + col, w);
+#pragma unroll
+    for (int e = 0; e < V; ++e) out[e] = round_to<T>(out[e] * (sx * w[e]));
+  } else {
+    load_float<T, V>(row + col, out);
+  }
+}
 }  // namespace
 
 // One block per token. Work items are 16-byte pieces: a rotation item is the piece at i and its
@@ -55,7 +75,7 @@ struct RopeKvParams {
 // load-store round trips). __grid_constant__ keeps the frequency table in the parameter bank (a
 // runtime-indexed by-value struct would otherwise be copied to local memory).
 // C: the cache's element type (T, or fp8 e4m3: K rounded to T then to e4m3, V from T to e4m3).
-template <typename T, typename C, int D>
+template <typename T, typename C, int D, bool kScaled>
 static __global__ void __launch_bounds__(128)
     rope_kv_kernel(T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                    C* __restrict__ k_cache, C* __restrict__ v_cache, const RopeKvParams<T> p,
@@ -89,12 +109,17 @@ static __global__ void __launch_bounds__(128)
   }
   __syncthreads();
 
-  // (x[i], x[i + H]) -> (x[i] c - x[i+H] s, x[i+H] c + x[i] s) for the V lanes of one piece.
-  auto rotate = [&](const T* src, auto* dst, int i0) {
+  // Scaled sums: this token's fused QKV row and x scale.
+  const float* acc_row = kScaled ? p.sums.acc + t * p.k_stride : nullptr;
+  const float sx = kScaled ? p.sums.x_scale[t] : 0.f;
+  // (x[i], x[i + H]) -> (x[i] c - x[i+H] s, x[i+H] c + x[i] s) for the V lanes of one piece of
+  // the head starting at column src_col of the token's row `src` (T), or of its fused row of
+  // sums when scaled.
+  auto rotate = [&](const T* src, int src_col, auto* dst, int i0) {
     using Dst = std::remove_pointer_t<decltype(dst)>;
     float a[V], b[V];
-    load_float<T, V>(src + i0, a);
-    load_float<T, V>(src + i0 + H, b);
+    load_row<T, V, kScaled>(src, p.sums, acc_row, sx, src_col + i0, a);
+    load_row<T, V, kScaled>(src, p.sums, acc_row, sx, src_col + i0 + H, b);
     float x[V], y[V];
 #pragma unroll
     for (int e = 0; e < V; ++e) {
@@ -114,8 +139,8 @@ static __global__ void __launch_bounds__(128)
 
   T* qt = q + t * p.q_stride;
   for (int idx = threadIdx.x; idx < p.heads * kHalfPieces; idx += blockDim.x) {
-    T* qh = qt + (idx / kHalfPieces) * D;
-    rotate(qh, qh, (idx % kHalfPieces) * V);
+    const int h = idx / kHalfPieces;  // q's columns start at 0 in both layouts
+    rotate(qt, h * D, qt + h * D, (idx % kHalfPieces) * V);
   }
 
   const int slot = p.slot[t];
@@ -126,15 +151,22 @@ static __global__ void __launch_bounds__(128)
   auto cache_row = [&](C* cache, int g) {
     return cache + ((block * p.kv_heads + g) * p.block_size + offset) * D;
   };
-  const T* kt = k + t * p.k_stride;
+  // Scaled sums: k and v are columns of the fused row; T inputs: rows of their own.
+  const T* kt = kScaled ? nullptr : k + t * p.k_stride;
+  const int k_col = kScaled ? p.heads * D : 0;
   for (int idx = threadIdx.x; idx < p.kv_heads * kHalfPieces; idx += blockDim.x) {
     const int g = idx / kHalfPieces;
-    rotate(kt + g * D, cache_row(k_cache, g), (idx % kHalfPieces) * V);
+    rotate(kt, k_col + g * D, cache_row(k_cache, g), (idx % kHalfPieces) * V);
   }
-  const T* vt = v + t * p.v_stride;
+  const T* vt = kScaled ? nullptr : v + t * p.v_stride;
+  const int v_col = (p.heads + p.kv_heads) * D;
   for (int idx = threadIdx.x; idx < p.kv_heads * (D / V); idx += blockDim.x) {
     const int g = idx / (D / V), j = (idx % (D / V)) * V;
-    if constexpr (std::is_same_v<C, T>) {
+    if constexpr (kScaled) {  // rounded to T, then stored as C (the T path's values)
+      float x[V];
+      load_row<T, V, true>(nullptr, p.sums, acc_row, sx, v_col + g * D + j, x);
+      store_float<C, V>(cache_row(v_cache, g) + j, x);
+    } else if constexpr (std::is_same_v<C, T>) {
       *reinterpret_cast<Pack<T, V>*>(cache_row(v_cache, g) + j) =
           *reinterpret_cast<const Pack<T, V>*>(vt + g * D + j);
     } else {
@@ -145,22 +177,59 @@ static __global__ void __launch_bounds__(128)
   }
 }
 
+namespace {
+
+// The checks both launchers share (tokens, cache, frequencies); "" when they pass.
+template <typename C>
+std::string check_rope_shape(int heads, const RopeKvTokens& tokens, const RopeFreqs& freqs,
+                             const PagedKvCache<C>& cache) {
+  const int d = cache.head_dim;
+  if (tokens.n_tokens < 0) return "n_tokens " + std::to_string(tokens.n_tokens);
+  if (heads <= 0 || cache.kv_heads <= 0) {
+    return "heads " + std::to_string(heads) + ", kv_heads " + std::to_string(cache.kv_heads);
+  }
+  if (cache.block_size <= 0 || cache.num_blocks <= 0) {
+    return "block_size " + std::to_string(cache.block_size) + ", num_blocks " +
+           std::to_string(cache.num_blocks);
+  }
+  if (freqs.head_dim != d) {
+    return "freqs for head_dim " + std::to_string(freqs.head_dim) + ", cache head_dim " +
+           std::to_string(d);
+  }
+  if (tokens.n_tokens == 0) return "";
+  if (d != 64 && d != 128)
+    return "head_dim " + std::to_string(d) + " is not instantiated (64, 128)";
+  if (tokens.pos == nullptr || tokens.slot == nullptr || cache.k == nullptr || cache.v == nullptr) {
+    return "null pointer";
+  }
+  if (!is_aligned(cache.k, 16) || !is_aligned(cache.v, 16)) return "16-byte alignment";
+  return "";
+}
+
+template <typename T, typename C, bool kScaled>
+void launch_rope_kv_kernel(T* q, const T* k, const T* v, const RopeKvParams<T>& p,
+                           const RopeFreqs& freqs, const PagedKvCache<C>& cache, int n_tokens,
+                           cudaStream_t stream) {
+  constexpr int kThreads = 128;
+  if (cache.head_dim == 64) {
+    launch_kernel(rope_kv_kernel<T, C, 64, kScaled>, n_tokens, kThreads, 0, stream, q, k, v,
+                  cache.k, cache.v, p, freqs);
+  } else {
+    launch_kernel(rope_kv_kernel<T, C, 128, kScaled>, n_tokens, kThreads, 0, stream, q, k, v,
+                  cache.k, cache.v, p, freqs);
+  }
+}
+
+}  // namespace
+
 template <typename T, typename C>
 cudaError_t launch_rope_kv(T* q, int64_t q_stride, const T* k, int64_t k_stride, const T* v,
                            int64_t v_stride, int heads, const RopeKvTokens& tokens,
                            const RopeFreqs& freqs, const PagedKvCache<C>& cache,
                            cudaStream_t stream) {
   const int d = cache.head_dim;
-  LLAMA2_LAUNCH_REQUIRE(tokens.n_tokens >= 0, "n_tokens " + std::to_string(tokens.n_tokens));
-  LLAMA2_LAUNCH_REQUIRE(
-      heads > 0 && cache.kv_heads > 0,
-      "heads " + std::to_string(heads) + ", kv_heads " + std::to_string(cache.kv_heads));
-  LLAMA2_LAUNCH_REQUIRE(cache.block_size > 0 && cache.num_blocks > 0,
-                        "block_size " + std::to_string(cache.block_size) + ", num_blocks " +
-                            std::to_string(cache.num_blocks));
-  LLAMA2_LAUNCH_REQUIRE(freqs.head_dim == d, "freqs for head_dim " +
-                                                 std::to_string(freqs.head_dim) +
-                                                 ", cache head_dim " + std::to_string(d));
+  const std::string shape = check_rope_shape(heads, tokens, freqs, cache);
+  LLAMA2_LAUNCH_REQUIRE(shape.empty(), shape);
   LLAMA2_LAUNCH_REQUIRE(q_stride >= static_cast<int64_t>(heads) * d,
                         "q_stride " + std::to_string(q_stride) + " < heads * head_dim " +
                             std::to_string(static_cast<int64_t>(heads) * d));
@@ -170,40 +239,50 @@ cudaError_t launch_rope_kv(T* q, int64_t q_stride, const T* k, int64_t k_stride,
                             std::to_string(v_stride) + " < kv_heads * head_dim " +
                             std::to_string(static_cast<int64_t>(cache.kv_heads) * d));
   if (tokens.n_tokens == 0) return cudaSuccess;
-  LLAMA2_LAUNCH_REQUIRE(d == 64 || d == 128,
-                        "head_dim " + std::to_string(d) + " is not instantiated (64, 128)");
   LLAMA2_LAUNCH_REQUIRE(q != nullptr && k != nullptr && v != nullptr, "");
-  LLAMA2_LAUNCH_REQUIRE(tokens.pos != nullptr && tokens.slot != nullptr, "");
-  LLAMA2_LAUNCH_REQUIRE(cache.k != nullptr && cache.v != nullptr, "");
   // 16-byte pieces throughout: every row start must be 16-byte aligned.
   constexpr int V = kVec16<T>;
-  LLAMA2_LAUNCH_REQUIRE(is_aligned(q, 16) && is_aligned(k, 16) && is_aligned(v, 16) &&
-                            is_aligned(cache.k, 16) && is_aligned(cache.v, 16),
+  LLAMA2_LAUNCH_REQUIRE(is_aligned(q, 16) && is_aligned(k, 16) && is_aligned(v, 16),
                         "16-byte alignment");
   LLAMA2_LAUNCH_REQUIRE(q_stride % V == 0 && k_stride % V == 0 && v_stride % V == 0,
                         "strides must be multiples of " + std::to_string(V) + " elements");
-  const RopeKvParams<T> p{q_stride,       k_stride,         v_stride,   heads,
-                          cache.kv_heads, cache.block_size, tokens.pos, tokens.slot};
-  constexpr int kThreads = 128;
-  switch (d) {
-    case 64:
-      launch_kernel(rope_kv_kernel<T, C, 64>, tokens.n_tokens, kThreads, 0, stream, q, k, v,
-                    cache.k, cache.v, p, freqs);
-      break;
-    case 128:
-      launch_kernel(rope_kv_kernel<T, C, 128>, tokens.n_tokens, kThreads, 0, stream, q, k, v,
-                    cache.k, cache.v, p, freqs);
-      break;
-    default:
-      break;  // refused above
-  }
+  const RopeKvParams<T> p{q_stride,         k_stride,   v_stride,    heads,       cache.kv_heads,
+                          cache.block_size, tokens.pos, tokens.slot, ScaledSums{}};
+  launch_rope_kv_kernel<T, C, false>(q, k, v, p, freqs, cache, tokens.n_tokens, stream);
+  return cudaGetLastError();
+}
+
+template <typename T, typename C>
+cudaError_t launch_rope_kv_scaled(ScaledSums qkv, int64_t qkv_stride, T* q, int64_t q_stride,
+                                  int heads, const RopeKvTokens& tokens, const RopeFreqs& freqs,
+                                  const PagedKvCache<C>& cache, cudaStream_t stream) {
+  const int d = cache.head_dim;
+  const std::string shape = check_rope_shape(heads, tokens, freqs, cache);
+  LLAMA2_LAUNCH_REQUIRE(shape.empty(), shape);
+  const int64_t width = (static_cast<int64_t>(heads) + 2 * cache.kv_heads) * d;
+  LLAMA2_LAUNCH_REQUIRE(qkv_stride >= width && q_stride >= static_cast<int64_t>(heads) * d,
+                        "qkv_stride " + std::to_string(qkv_stride) + " (needs >= " +
+                            std::to_string(width) + "), q_stride " + std::to_string(q_stride));
+  if (tokens.n_tokens == 0) return cudaSuccess;
+  LLAMA2_LAUNCH_REQUIRE(
+      q != nullptr && qkv.acc != nullptr && qkv.x_scale != nullptr && qkv.w_scale != nullptr, "");
+  constexpr int V = kVec16<T>;
+  LLAMA2_LAUNCH_REQUIRE(is_aligned(q, 16) && is_aligned(qkv.acc, 16) &&
+                            is_aligned(qkv.w_scale, 16) && qkv_stride % 4 == 0 && q_stride % V == 0,
+                        "16-byte alignment of q, the sums and the scales; strides in 16 bytes");
+  const RopeKvParams<T> p{q_stride,         qkv_stride, qkv_stride,  heads, cache.kv_heads,
+                          cache.block_size, tokens.pos, tokens.slot, qkv};
+  launch_rope_kv_kernel<T, C, true>(q, nullptr, nullptr, p, freqs, cache, tokens.n_tokens, stream);
   return cudaGetLastError();
 }
 
 #define LLAMA2_INSTANTIATE(T, C)                                                               \
   template cudaError_t launch_rope_kv<T, C>(T*, int64_t, const T*, int64_t, const T*, int64_t, \
                                             int, const RopeKvTokens&, const RopeFreqs&,        \
-                                            const PagedKvCache<C>&, cudaStream_t);
+                                            const PagedKvCache<C>&, cudaStream_t);             \
+  template cudaError_t launch_rope_kv_scaled<T, C>(ScaledSums, int64_t, T*, int64_t, int,      \
+                                                   const RopeKvTokens&, const RopeFreqs&,      \
+                                                   const PagedKvCache<C>&, cudaStream_t);
 LLAMA2_FOR_EACH_KV_TYPES(LLAMA2_INSTANTIATE)
 #undef LLAMA2_INSTANTIATE
 

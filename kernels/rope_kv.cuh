@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/paged_kv.cuh"
+#include "kernels/quant.cuh"
 
 namespace llama2::kernels {
 
@@ -60,5 +61,17 @@ cudaError_t launch_rope_kv(T* q, int64_t q_stride,        // [n_tokens, q_stride
                            int heads, const RopeKvTokens& tokens, const RopeFreqs& freqs,
                            const PagedKvCache<C>& cache,  // written at the tokens' slots
                            cudaStream_t stream);
+
+// The same with q, k and v given as an fp8 QKV product's unscaled sums (--weight-dtype fp8, the
+// W8A8 rows): qkv.acc is the fused [n_tokens, qkv_stride] fp32 row (q at column 0, k at heads *
+// head_dim, v after it), each value read as launch_scale_outer would store it,
+// round_T(acc * (x_scale[t] * w_scale[col])); the rotated q goes to q, k and v to the cache. The
+// numbers of launch_scale_outer followed by launch_rope_kv, without the [n_tokens, qkv] T copy's
+// launch. The sums and w_scale 16-byte aligned, qkv_stride a multiple of 4.
+template <typename T, typename C>
+cudaError_t launch_rope_kv_scaled(ScaledSums qkv, int64_t qkv_stride, T* q,
+                                  int64_t q_stride,  // [n_tokens, q_stride], the output
+                                  int heads, const RopeKvTokens& tokens, const RopeFreqs& freqs,
+                                  const PagedKvCache<C>& cache, cudaStream_t stream);
 
 }  // namespace llama2::kernels

@@ -12,12 +12,14 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "gpu_test_util.h"
 #include "kernels/dtype.cuh"
 #include "kernels/quant.cuh"
 #include "kernels/rmsnorm.cuh"
+#include "kernels/rope_kv.cuh"
 #include "kernels/swiglu.cuh"
 
 namespace k = llama2::kernels;
@@ -164,7 +166,71 @@ void check_add_rmsnorm_scaled(int rows, int hidden) {
   }
 }
 
+// launch_rope_kv_scaled against launch_scale_outer into a T QKV buffer + launch_rope_kv: the
+// rotated q and both caches, byte for byte. C: the cache element (T or e4m3).
+template <typename T, typename C>
+void check_rope_kv_scaled(int heads, int kv_heads, int d, int n) {
+  const std::string tag = std::string(k::dtype_name<T>()) + (std::is_same_v<C, T> ? "" : " e4m3") +
+                          " H " + std::to_string(heads) + " G " + std::to_string(kv_heads) + " d " +
+                          std::to_string(d) + " n " + std::to_string(n);
+  const int stride = (heads + 2 * kv_heads) * d, bs = 16, blocks = (n + bs - 1) / bs + 1;
+  const auto acc = uniform(size_t(n) * stride, 31 + n, -3000.f, 3000.f);
+  const auto xs = uniform(n, 32, 0.001f, 0.01f);
+  const auto ws = uniform(stride, 33, 0.0002f, 0.001f);
+  std::vector<int32_t> pos(n), slot(n);
+  std::mt19937 rng(34);
+  for (int t = 0; t < n; ++t) {
+    pos[t] = static_cast<int32_t>(rng() % 4000);
+    slot[t] = t == 1 ? -1 : t + bs;  // token 1: padding (q only); the first block stays unused
+  }
+  DeviceBuffer<float> dacc(acc), dxs(xs), dws(ws);
+  DeviceBuffer<int32_t> dpos(pos), dslot(slot);
+  DeviceBuffer<T> q_a(size_t(n) * stride), y(size_t(n) * stride);
+  const size_t cache_elems = size_t(blocks) * kv_heads * bs * d;
+  DeviceBuffer<C> ka(cache_elems), va(cache_elems), kb(cache_elems), vb(cache_elems);
+  for (auto* b : {&ka, &va, &kb, &vb}) {
+    LLAMA2_CUDA_REQUIRE(cudaMemset(b->get(), 0, cache_elems * sizeof(C)));
+  }
+  q_a.poison();
+  const k::RopeFreqs freqs = k::make_rope_freqs(d, 10000.0);
+  const k::RopeKvTokens tok{dpos.get(), dslot.get(), n};
+  const k::PagedKvCache<C> cache_a{ka.get(), va.get(), blocks, kv_heads, bs, d};
+  const k::PagedKvCache<C> cache_b{kb.get(), vb.get(), blocks, kv_heads, bs, d};
+  LLAMA2_CUDA_REQUIRE(
+      (k::launch_rope_kv_scaled<T, C>({dacc.get(), dxs.get(), dws.get()}, stride, q_a.get(), stride,
+                                      heads, tok, freqs, cache_a, nullptr)));
+  LLAMA2_CUDA_REQUIRE(
+      k::launch_scale_outer<T>(dacc.get(), dxs.get(), dws.get(), y.get(), n, stride, nullptr));
+  T* q = y.get();
+  LLAMA2_CUDA_REQUIRE(
+      (k::launch_rope_kv<T, C>(q, stride, q + heads * d, stride, q + (heads + kv_heads) * d, stride,
+                               heads, tok, freqs, cache_b, nullptr)));
+  LLAMA2_CUDA_REQUIRE(cudaDeviceSynchronize());
+  // q's columns of each row (the rest of q_a is not written).
+  const auto qa = q_a.download(), qb = y.download();
+  std::vector<T> qa_q, qb_q;
+  for (int t = 0; t < n; ++t) {
+    for (int c = 0; c < heads * d; ++c) {
+      qa_q.push_back(qa[size_t(t) * stride + c]);
+      qb_q.push_back(qb[size_t(t) * stride + c]);
+    }
+  }
+  expect_same_bytes("rope_kv_scaled " + tag + ": q", qa_q, qb_q);
+  expect_same_bytes("rope_kv_scaled " + tag + ": K cache", ka.download(), kb.download());
+  expect_same_bytes("rope_kv_scaled " + tag + ": V cache", va.download(), vb.download());
+}
+
 }  // namespace
+
+TEST_CASE("fp8 fused quantization: RoPE + KV write from an fp8 QKV product's sums") {
+  LLAMA2_GPU_TEST_OR_SKIP();
+  for (const int d : {64, 128}) {
+    check_rope_kv_scaled<__half, __half>(32, 32, d, 19);
+    check_rope_kv_scaled<__nv_bfloat16, __nv_bfloat16>(8, 2, d, 64);
+    check_rope_kv_scaled<__half, E4m3>(8, 1, d, 37);
+    check_rope_kv_scaled<__nv_bfloat16, E4m3>(16, 4, d, 5);
+  }
+}
 
 TEST_CASE("fp8 fused quantization: the residual add applies an fp8 product's scales") {
   LLAMA2_GPU_TEST_OR_SKIP();

@@ -431,7 +431,8 @@ class CudaModel final : public ModelRunner {
     const DeviceMeta& m = dm_;
     const bool fused = fused_norms(T_);
     // fp8 W8A8 steps: the norms write h_ in e4m3 too, and gate|up writes act only in e4m3, so no
-    // product but o's quantizes its own input ({} otherwise: CudaLinear::fp8_rows).
+    // product but o's quantizes its own input; qkv's scales ride in the RoPE kernel and, on one
+    // rank, o's and down's in the residual add ({} otherwise: CudaLinear::fp8_rows).
     const kernels::RowsE4m3 q8 = linear_->fp8_rows(T_);
     bool h_quantized = q8.on();
     using Fusion = kernels::GemvFusion<T>;
@@ -450,17 +451,25 @@ class CudaModel final : public ModelRunner {
     for (int l = 0; l < c_.num_layers; ++l) {
       const CudaLayerWeights& L = weights_.layers[l];
       mark("qkv_gemm");
-      if (fused) {  // rmsnorm(x_) * attn_norm in the GEMV
+      kernels::ScaledSums qkv_sums;  // fp8 W8A8: the sums, scaled by the RoPE kernel
+      if (fused) {                   // rmsnorm(x_) * attn_norm in the GEMV
         linear_->matmul(x_.as<T>(), L.qkv, qkv_.as<T>(), 1, qkv_ld, H,
                         Fusion{L.attn_norm.as<T>(), eps, false});
+      } else if (q8.on()) {
+        qkv_sums = linear_->matmul_sums(h_.as<T>(), L.qkv, T_, qkv_ld, H, h_quantized);
       } else {
         gemm(h_, L.qkv, qkv_, T_, qkv_ld, H, h_quantized);  // [T, q | k | v]
       }
-      T* q = qkv_.as<T>();
+      T* q = qkv_.as<T>();  // rotated in place, or written from the sums
       const kernels::RopeKvTokens tok{m.pos, m.slot, T_};
       mark("rope_kv");
-      CUDA_CHECK(kernels::launch_rope_kv(q, qkv_ld, q + nq, qkv_ld, q + nq + nkv, qkv_ld,
-                                         s_.num_heads, tok, freqs_, cache(l), stream_));
+      if (qkv_sums.on()) {
+        CUDA_CHECK(kernels::launch_rope_kv_scaled(qkv_sums, qkv_ld, q, qkv_ld, s_.num_heads, tok,
+                                                  freqs_, cache(l), stream_));
+      } else {
+        CUDA_CHECK(kernels::launch_rope_kv(q, qkv_ld, q + nq, qkv_ld, q + nq + nkv, qkv_ld,
+                                           s_.num_heads, tok, freqs_, cache(l), stream_));
+      }
       mark("attention");
       attention(sh, l, q, qkv_ld);
       mark("o_gemm");
