@@ -1,6 +1,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "kernels/decode_plan.cuh"
 #include "kernels/dtype.cuh"
@@ -54,6 +55,7 @@ int64_t most_partitions(PartitionRule rule, int64_t items, int max_context) {
 // 128 blocks of 512.
 constexpr int kBlocksPerSm = 4;
 constexpr int kMinPartition = 64;
+std::atomic<int> min_partition{kMinPartition};
 // Warp kernel (group 1): one (sequence, KV head, partition) per warp and its state in registers
 // (fp16 71 per thread: 7 blocks = 28 warps resident per multiprocessor; bf16 92: 5 blocks;
 // capping bf16 lower made ptxas spill), every warp streaming on its own; at least
@@ -81,12 +83,19 @@ Choice choose(int num_seqs, int group, int kv_heads, DecodeKernel kernel) {
   const int64_t sms = sm_count();
   c.warp = group == 1 && (kernel == DecodeKernel::kWarp ||
                           (kernel == DecodeKernel::kAuto && c.items >= kWarpAutoItemsPerSm * sms));
-  c.rule = c.warp ? PartitionRule{kWarpItemsPerSm * sms, kMinWarpPartition}
-                  : PartitionRule{kBlocksPerSm * sms, kMinPartition};
+  c.rule = c.warp
+               ? PartitionRule{kWarpItemsPerSm * sms, kMinWarpPartition}
+               : PartitionRule{kBlocksPerSm * sms, min_partition.load(std::memory_order_relaxed)};
   return c;
 }
 
 }  // namespace
+
+void set_decode_min_partition(int positions) {
+  int p = kMinPartition;
+  while (p < kDecodeMaxPartition && p < positions) p *= 2;
+  min_partition.store(p, std::memory_order_relaxed);
+}
 
 DecodePlan plan_decode(int num_seqs, int group, int kv_heads, int max_context,
                        DecodeKernel kernel) {

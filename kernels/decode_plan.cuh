@@ -16,6 +16,11 @@ enum class DecodeKernel { kAuto, kBlock, kWarp };
 // Positions per partition at most (the block kernel keeps a partition's scores in shared memory).
 constexpr int kDecodeMaxPartition = 512;
 
+// The block kernel's smallest partition (default 64): a power of two in [64, kDecodeMaxPartition],
+// set once at start-up by the CUDA runner (TuningKnobs::decode_min_partition,
+// LLAMA2_DECODE_MIN_PARTITION) before any workspace is sized; other values are clamped.
+void set_decode_min_partition(int positions);
+
 struct DecodePlan {
   bool warp;      // decode_warp_kernel, else decode_partition_kernel
   int partition;  // positions per work item, a power of two <= kDecodeMaxPartition

@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   // per row of x, and the registers for x grow with it).
   constexpr int kUnroll = (R == 1 ? 8 : 4) / (V > 8 ? 2 : 1);
   const int lane = threadIdx.x & 31;
-  const WarpRows<W, kGateUp, R> rows(w, N, K);
+  const WarpRows<W, kGateUp, R, (F & kFuseRope) != 0> rows(w, N, K, fuse.rope.head_dim / 2);
   const int n0 = rows.n0, n1 = rows.n1;
   const bool two = rows.two;
   const W *w0 = rows.w0, *w1 = rows.w1;
@@ -66,7 +66,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     if constexpr (kWScale) f *= w_scale[row];
     return f;
   };
-  store_rows<T, M, kGateUp, R, (F & kFuseAdd) != 0>(acc, factor, y, N, n0, n1, two, lane);
+  gemv_end<T, M, kGateUp, R, F>(acc, factor, y, N, n0, n1, two, lane, fuse);
 }
 
 template <typename T, typename X, typename W, int M, bool kGateUp, int F>
@@ -75,7 +75,11 @@ void launch_m(const X* x, const float* xs, const W* w, const float* ws, T* y, in
   const size_t smem = (F & kFuseNorm) != 0 ? static_cast<size_t>(K) * sizeof(T) : 0;
   const int prefetch = prefetch_row_bytes(int64_t{K} * static_cast<int64_t>(sizeof(W)),
                                           kGateUp ? 2 * int64_t{N} : N);
-  if (!kGateUp && N <= kOneRowMaxN) {
+  if constexpr ((F & kFuseRope) != 0) {  // a warp per rotation pair (WarpRows, kPairs)
+    const int blocks = static_cast<int>(ceil_div(N / 2, kWarps));
+    launch_kernel(gemv_kernel<T, X, W, M, false, 2, F>, blocks, kWarps * 32, smem, stream, x, xs, w,
+                  ws, y, N, K, fuse, prefetch);
+  } else if (!kGateUp && N <= kOneRowMaxN) {
     const int blocks = static_cast<int>(ceil_div(N, kWarps));
     launch_kernel(gemv_kernel<T, X, W, M, false, 1, F>, blocks, kWarps * 32, smem, stream, x, xs, w,
                   ws, y, N, K, fuse, prefetch);
@@ -113,9 +117,19 @@ cudaError_t launch_gemv_kind(const X* x, const float* xs, const W* w, const floa
   LLAMA2_LAUNCH_REQUIRE(is_aligned(x, 16) && is_aligned(w, 16), "16-byte alignment");
   if (fuse.any()) {
     LLAMA2_LAUNCH_REQUIRE((M == 1 && std::is_same_v<X, T>),
-                          "a fused norm or residual add needs one row (M " + std::to_string(M) +
-                              ") and x in T (not fp8)");
+                          "a fusion (norm, residual add, RoPE) needs one row (M " +
+                              std::to_string(M) + ") and x in T (not fp8)");
     LLAMA2_LAUNCH_REQUIRE(!kGateUp || !fuse.add_to_y, "gate|up takes no residual add");
+    const GemvRopeKv& r = fuse.rope;
+    LLAMA2_LAUNCH_REQUIRE(
+        !r.on() || (!kGateUp && !fuse.add_to_y && r.heads > 0 && r.kv_heads > 0 && r.head_dim > 0 &&
+                    r.head_dim % 2 == 0 && r.block_size > 0 &&
+                    N == (r.heads + 2 * r.kv_heads) * r.head_dim && r.pos != nullptr &&
+                    r.slot != nullptr && r.v_cache != nullptr && r.table != nullptr),
+        "the RoPE epilogue needs a plain product without residual add, N (" + std::to_string(N) +
+            ") = (heads " + std::to_string(r.heads) + " + 2 x kv_heads " +
+            std::to_string(r.kv_heads) + ") x head_dim " + std::to_string(r.head_dim) +
+            " (even), a block size, pos, slot, both caches and the (cos, sin) table");
     LLAMA2_LAUNCH_REQUIRE(
         fuse.norm_weight == nullptr ||
             (K % kVec16<T> == 0 && static_cast<int64_t>(K) * sizeof(T) <= kGemvNormMaxBytes &&

@@ -22,21 +22,42 @@ inline bool gemv_fits(const X* x, const W* w, int M, int K) {
          reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
 }
 
-// What a one-row GEMV may do around its product (batch-1 decode on one rank: the two RMSNorms
-// and residual adds of a layer then need no kernels of their own; src/rank/cuda/cuda_model.cu).
+// What a one-row GEMV may do around its product (batch-1 decode: the RMSNorms, residual adds and
+// RoPE of a layer then need no kernels of their own; src/rank/cuda/cuda_model.cu).
 //   norm_weight  x is the residual stream [1, K] and the product takes rmsnorm(x) * norm_weight,
 //                computed by every block into shared memory with the numbers launch_rmsnorm
 //                writes, bit for bit (its block's partial sums in its order; rmsnorm.cu).
 //   add_to_y     y[0, n] = round_T(y[0, n] + round_T(product)): the residual add of
 //                launch_add_rmsnorm, in place (y is the residual stream; plain products only).
-// Either needs M == 1 and x in T (no fp8 activations); the norm also K * sizeof(T) <=
+//   rope         (the fused [q | k | v] projection of one token) launch_rope_kv in the epilogue:
+//                q is rotated into y, k rotated and v as it is go to the paged cache at the
+//                token's slot, with launch_rope_kv's numbers bit for bit (k and v's columns of y
+//                are not written). A warp then takes the rows n and n + head_dim / 2 of one
+//                head, the two halves of each rotation pair. Plain products only, no residual
+//                add; N = (heads + 2 kv_heads) * head_dim.
+// Each needs M == 1 and x in T (no fp8 activations); the norm also K * sizeof(T) <=
 // kGemvNormMaxBytes and a 16-byte aligned norm_weight.
+struct GemvRopeKv {
+  const int32_t* pos = nullptr;   // [1], the token's position (the rotation angle)
+  const int32_t* slot = nullptr;  // [1], block * block_size + offset; < 0: rotate q, cache nothing
+  void* k_cache = nullptr;        // PagedKvCache<C>::k / ::v, C = T or e4m3 (cache_e4m3)
+  void* v_cache = nullptr;
+  bool cache_e4m3 = false;  // K and V rounded to T, then to e4m3, as launch_rope_kv stores them
+  int heads = 0, kv_heads = 0, head_dim = 0, block_size = 0;
+  // RopeFreqs::table (kernels/rope_kv.cuh): (cos, sin) by position; a position at or past
+  // table_positions gives NaN rows (the host passes the table for the whole max_seq_len).
+  const float2* table = nullptr;
+  int table_positions = 0;
+  bool on() const { return k_cache != nullptr; }
+};
+
 template <typename T>
 struct GemvFusion {
   const T* norm_weight = nullptr;
   float norm_eps = 0.f;
   bool add_to_y = false;
-  bool any() const { return norm_weight != nullptr || add_to_y; }
+  GemvRopeKv rope = {};
+  bool any() const { return norm_weight != nullptr || add_to_y || rope.on(); }
 };
 constexpr int kGemvNormMaxBytes = 48 * 1024;  // the normalized row in shared memory
 

@@ -12,6 +12,7 @@
 #include "kernels/dtype.cuh"
 #include "kernels/gemv.cuh"
 #include "kernels/reduce.cuh"
+#include "kernels/rope_math.cuh"
 
 namespace llama2::kernels::gemv_detail {
 
@@ -39,15 +40,20 @@ __device__ __forceinline__ void prefetch_rows(const void* w0, const void* w1, bo
   if (two) prefetch_l2(w1, static_cast<uint32_t>(bytes));
 }
 
-// GemvFusion as a kernel's template argument F (a bit set): the input norm, the residual add.
+// GemvFusion as a kernel's template argument F (a bit set): the input norm, the residual add,
+// the RoPE + KV-cache epilogue.
 constexpr int kFuseNorm = 1;
 constexpr int kFuseAdd = 2;
+constexpr int kFuseRope = 4;
 template <typename T>
 int fusion_bits(const GemvFusion<T>& f) {
-  return (f.norm_weight != nullptr ? kFuseNorm : 0) | (f.add_to_y ? kFuseAdd : 0);
+  return (f.norm_weight != nullptr ? kFuseNorm : 0) | (f.add_to_y ? kFuseAdd : 0) |
+         (f.rope.on() ? kFuseRope : 0);
 }
 
-// f(std::integral_constant<int, F>{}) for the runtime bit set F (kGateUp: the norm only).
+// f(std::integral_constant<int, F>{}) for the runtime bit set F (kGateUp: the norm only; the
+// RoPE epilogue with or without the norm, never with the add). The launcher has rejected the
+// other sets.
 template <bool kGateUp, typename Fn>
 void with_fusion(int bits, Fn&& f) {
   switch (bits) {
@@ -58,6 +64,12 @@ void with_fusion(int bits, Fn&& f) {
       break;
     case kFuseNorm | kFuseAdd:
       if constexpr (!kGateUp) return f(std::integral_constant<int, kFuseNorm | kFuseAdd>{});
+      break;
+    case kFuseRope:
+      if constexpr (!kGateUp) return f(std::integral_constant<int, kFuseRope>{});
+      break;
+    case kFuseNorm | kFuseRope:
+      if constexpr (!kGateUp) return f(std::integral_constant<int, kFuseNorm | kFuseRope>{});
       break;
     default:
       break;
@@ -116,18 +128,28 @@ __device__ __forceinline__ void rmsnorm_row_to_shared(const T* __restrict__ x,
 }
 
 // A warp's rows of W: n0 (its output; kGateUp: the gate row), n1 (kGateUp: the up row N + n0;
-// R = 2: n0 + 1, or n0 again for a lone last row, read twice and written once) and w0 / w1.
-template <typename W, bool kGateUp, int R>
+// kPairs, the RoPE epilogue: n0 + half of the same head; R = 2 otherwise: n0 + 1, or n0 again for
+// a lone last row, read twice and written once) and w0 / w1. kPairs: warp j of the grid takes
+// head j / half, rows i and i + half with i = j % half (half = head_dim / 2); N / 2 warps.
+template <typename W, bool kGateUp, int R, bool kPairs = false>
 struct WarpRows {
   int n0, n1;
   bool two;  // n1 is a row of its own
   const W* w0;
   const W* w1;
-  __device__ __forceinline__ WarpRows(const W* w, int N, int K) {
+  __device__ __forceinline__ WarpRows(const W* w, int N, int K, int half = 0) {
+    static_assert(!kPairs || (R == 2 && !kGateUp), "pairs: two rows of a plain product");
     const int warp = static_cast<int>(threadIdx.x >> 5);
-    n0 = kGateUp ? blockIdx.x * kWarps + warp : (blockIdx.x * kWarps + warp) * R;
-    two = kGateUp || (R == 2 && n0 + 1 < N);
-    n1 = kGateUp ? N + n0 : (two ? n0 + 1 : n0);
+    if constexpr (kPairs) {
+      const int j = blockIdx.x * kWarps + warp;
+      n0 = j / half * 2 * half + j % half;
+      n1 = n0 + half;
+      two = true;
+    } else {
+      n0 = kGateUp ? blockIdx.x * kWarps + warp : (blockIdx.x * kWarps + warp) * R;
+      two = kGateUp || (R == 2 && n0 + 1 < N);
+      n1 = kGateUp ? N + n0 : (two ? n0 + 1 : n0);
+    }
     w0 = w + static_cast<int64_t>(n0) * K;
     w1 = w + static_cast<int64_t>(n1) * K;
   }
@@ -182,6 +204,66 @@ __device__ __forceinline__ void store_rows(float (&acc)[R][M], const Factor& fac
         }
       }
     }
+  }
+}
+
+// kFuseRope's end (GemvRopeKv): the warp's rows are the pair (n0, n1 = n0 + D/2) of one head of
+// the token's [q | k | v] row. Each sum is rounded to T as store_rows stores it, then q and k
+// are rotated as launch_rope_kv rotates the T values it loads (rope_math.cuh), q is stored in y
+// and k / v in the cache (an e4m3 cache: K rounded to T first, V from its T value), so the
+// numbers are the unfused path's, bit for bit.
+template <typename T, typename Factor>
+__device__ __forceinline__ void store_rope(float (&acc)[2][1], const Factor& factor, T* y, int n0,
+                                           int n1, int lane, const GemvRopeKv& r) {
+  const float a = round_to<T>(warp_sum(acc[0][0]) * factor(0, n0));
+  const float b = round_to<T>(warp_sum(acc[1][0]) * factor(0, n1));
+  if (lane != 0) return;
+  const int D = r.head_dim, half = D / 2, head = n0 / D, i = n0 - head * D;
+  const bool is_q = head < r.heads, is_k = !is_q && head < r.heads + r.kv_heads;
+  float x = a, z = b;
+  if (is_q || is_k) {
+    const int pos = *r.pos;
+    float c = NAN, s = NAN;  // past the table: NaN rows, never a silently wrong angle
+    if (pos >= 0 && pos < r.table_positions) {
+      const float2 cs = r.table[static_cast<int64_t>(pos) * half + i];
+      c = cs.x;
+      s = cs.y;
+    }
+    rope_rotate(a, b, c, s, x, z);
+  }
+  if (is_q) {
+    y[n0] = from_float<T>(x);
+    y[n1] = from_float<T>(z);
+    return;
+  }
+  const int slot = *r.slot;
+  if (slot < 0) return;  // a padding token: q only
+  const int g = head - r.heads - (is_k ? 0 : r.kv_heads);
+  const int64_t row = ((static_cast<int64_t>(slot / r.block_size) * r.kv_heads + g) * r.block_size +
+                       slot % r.block_size) *
+                      D;
+  void* cache = is_k ? r.k_cache : r.v_cache;
+  if (r.cache_e4m3) {
+    __nv_fp8_e4m3* c8 = static_cast<__nv_fp8_e4m3*>(cache) + row;
+    c8[i] = from_float<__nv_fp8_e4m3>(round_to<T>(x));
+    c8[i + half] = from_float<__nv_fp8_e4m3>(round_to<T>(z));
+  } else {
+    T* ct = static_cast<T*>(cache) + row;
+    ct[i] = from_float<T>(x);
+    ct[i + half] = from_float<T>(z);
+  }
+}
+
+// The end of a GEMV kernel with fusions F: store_rope for kFuseRope, else store_rows.
+template <typename T, int M, bool kGateUp, int R, int F, typename Factor>
+__device__ __forceinline__ void gemv_end(float (&acc)[R][M], const Factor& factor, T* y, int N,
+                                         int n0, int n1, bool two, int lane,
+                                         const GemvFusion<T>& fuse) {
+  if constexpr ((F & kFuseRope) != 0) {
+    static_assert(M == 1 && R == 2 && !kGateUp, "the RoPE epilogue: one row, row pairs");
+    store_rope<T>(acc, factor, y, n0, n1, lane, fuse.rope);
+  } else {
+    store_rows<T, M, kGateUp, R, (F & kFuseAdd) != 0>(acc, factor, y, N, n0, n1, two, lane);
   }
 }
 

@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   // kernel for 1-byte weights (x's registers grow with M).
   constexpr int kUnroll = R == 1 ? 4 : 2;
   const int lane = threadIdx.x & 31;
-  const WarpRows<W, kGateUp, R> rows(w, N, K);
+  const WarpRows<W, kGateUp, R, (F & kFuseRope) != 0> rows(w, N, K, fuse.rope.head_dim / 2);
   const int n0 = rows.n0, n1 = rows.n1;
   const bool two = rows.two;
   const W *w0 = rows.w0, *w1 = rows.w1;
@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   // kHalf2 summed W / kHalf2Scale: the power of two goes back into the row's scale (exact).
   auto factor = [&](int, int row) { return w_scale[row] * (kHalf2 ? kHalf2Scale<W> : 1.f); };
-  store_rows<T, M, kGateUp, R, (F & kFuseAdd) != 0>(acc, factor, y, N, n0, n1, two, lane);
+  gemv_end<T, M, kGateUp, R, F>(acc, factor, y, N, n0, n1, two, lane, fuse);
 }
 
 template <typename T, typename W, int M, bool kGateUp, bool kHalf2, int F>
@@ -95,7 +95,11 @@ void launch_rows(const T* x, const W* w, const float* ws, T* y, int N, int K, cu
   const size_t smem = (F & kFuseNorm) != 0 ? static_cast<size_t>(K) * sizeof(T) : 0;
   const int prefetch = prefetch_row_bytes(int64_t{K} * static_cast<int64_t>(sizeof(W)),
                                           kGateUp ? 2 * int64_t{N} : N);
-  if (!kGateUp && N <= kOneRowMaxN) {
+  if constexpr ((F & kFuseRope) != 0) {  // a warp per rotation pair (WarpRows, kPairs)
+    const int blocks = static_cast<int>(ceil_div(N / 2, kWarps));
+    launch_kernel(gemv_w8_kernel<T, W, M, false, 2, kHalf2, F>, blocks, kWarps * 32, smem, stream,
+                  x, w, ws, y, N, K, fuse, prefetch);
+  } else if (!kGateUp && N <= kOneRowMaxN) {
     const int blocks = static_cast<int>(ceil_div(N, kWarps));
     launch_kernel(gemv_w8_kernel<T, W, M, false, 1, kHalf2, F>, blocks, kWarps * 32, smem, stream,
                   x, w, ws, y, N, K, fuse, prefetch);

@@ -5,6 +5,7 @@
 #include "common/check.h"
 #include "kernels/dtype.cuh"
 #include "kernels/rope_kv.cuh"
+#include "kernels/rope_math.cuh"
 
 namespace llama2::kernels {
 
@@ -123,9 +124,7 @@ static __global__ void __launch_bounds__(128)
     float x[V], y[V];
 #pragma unroll
     for (int e = 0; e < V; ++e) {
-      const float c = s_cos[i0 + e], s = s_sin[i0 + e];
-      x[e] = a[e] * c - b[e] * s;
-      y[e] = b[e] * c + a[e] * s;
+      rope_rotate(a[e], b[e], s_cos[i0 + e], s_sin[i0 + e], x[e], y[e]);
       if constexpr (!std::is_same_v<Dst, T>) {
         // An fp8 cache stores the rotated K as the model computes it (rounded to T), then
         // rounded to e4m3: the value a reference that quantizes its T cache would hold.

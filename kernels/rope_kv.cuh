@@ -5,7 +5,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
+#include "kernels/gemv.cuh"
 #include "kernels/paged_kv.cuh"
 #include "kernels/quant.cuh"
 
@@ -73,5 +75,26 @@ cudaError_t launch_rope_kv_scaled(ScaledSums qkv, int64_t qkv_stride, T* q,
                                   int64_t q_stride,  // [n_tokens, q_stride], the output
                                   int heads, const RopeKvTokens& tokens, const RopeFreqs& freqs,
                                   const PagedKvCache<C>& cache, cudaStream_t stream);
+
+// The qkv GEMV's RoPE epilogue (GemvFusion::rope, kernels/gemv.cuh) for one token: its
+// position and slot, this cache and the frequencies' (cos, sin) table (needed: the epilogue has
+// no sincos fallback). T: the model's type, C the cache's.
+template <typename T, typename C>
+GemvRopeKv gemv_rope_kv(const PagedKvCache<C>& cache, const RopeKvTokens& token, int heads,
+                        const RopeFreqs& freqs) {
+  GemvRopeKv r;
+  r.pos = token.pos;
+  r.slot = token.slot;
+  r.k_cache = cache.k;
+  r.v_cache = cache.v;
+  r.cache_e4m3 = !std::is_same_v<C, T>;
+  r.heads = heads;
+  r.kv_heads = cache.kv_heads;
+  r.head_dim = cache.head_dim;
+  r.block_size = cache.block_size;
+  r.table = freqs.table;
+  r.table_positions = freqs.table_positions;
+  return r;
+}
 
 }  // namespace llama2::kernels

@@ -556,17 +556,19 @@ void bench_sampling() {
 
 }  // namespace
 
-int bench_w8a16();  // bench_w8a16.cu: the number of failed checks
-int bench_fp8();    // bench_fp8.cu
+int bench_w8a16();    // bench_w8a16.cu: the number of failed checks
+int bench_fp8();      // bench_fp8.cu
+int bench_overlap();  // bench_overlap.cu
 
 int main(int argc, char** argv) {
   // `llama2_bench_kernels decode` / `prefill`: that attention section only; `w8a16`: the GEMM.
   const std::string mode = argc > 1 ? argv[1] : "";
   if (argc > 2 || (argc == 2 && mode != "decode" && mode != "prefill" && mode != "qgemv" &&
-                   mode != "w8a16" && mode != "fp8")) {
-    std::fprintf(stderr,
-                 "usage: llama2_bench_kernels [decode|prefill|qgemv|w8a16|fp8]  (got '%s')\n",
-                 argv[1]);
+                   mode != "w8a16" && mode != "fp8" && mode != "overlap")) {
+    std::fprintf(
+        stderr,
+        "usage: llama2_bench_kernels [decode|prefill|qgemv|w8a16|fp8|overlap]  (got '%s')\n",
+        argv[1]);
     return 2;
   }
   const bool decode_only = mode == "decode", prefill_only = mode == "prefill";
@@ -585,6 +587,8 @@ int main(int argc, char** argv) {
     g_failures += bench_w8a16();
   } else if (mode == "fp8") {
     g_failures += bench_fp8();
+  } else if (mode == "overlap") {
+    g_failures += bench_overlap();
   } else if (prefill_only) {
     bench_prefill_all();
   } else {

@@ -104,6 +104,7 @@ class CudaModel final : public ModelRunner {
     kernels::set_programmatic_launch(o.knobs.pdl);
     kernels::set_gemv_prefetch_budget(int64_t{o.knobs.gemv_prefetch_kb} << 10);
     decode_kernel_ = decode_kernel_of(o.knobs.decode_kernel);
+    kernels::set_decode_min_partition(o.knobs.decode_min_partition);
     prefill_kernel_ = prefill_kernel_of(o.knobs.prefill_kernel);
   }
 
@@ -407,6 +408,13 @@ class CudaModel final : public ModelRunner {
     }
   }
 
+  // One-row steps (LLAMA2_FUSE_ROPE): the qkv GEMV rotates q and k and writes k and v into the
+  // cache in its epilogue (GemvFusion::rope), so no RoPE launch per layer; the same numbers.
+  bool rope_fused(int tokens, bool norm_fused) const {
+    return opt_.knobs.fuse_rope && tokens == 1 && freqs_.table != nullptr &&
+           linear_->fuses(norm_fused ? x_.as<T>() : h_.as<T>(), weights_.layers[0].qkv, 1,
+                          c_.hidden_size, norm_fused);
+  }
   // One-row steps on one rank (LLAMA2_FUSE_NORM): each RMSNorm rides in the GEMV that reads it
   // and each residual add in the GEMV that writes it (kernels/gemv.cuh, GemvFusion), so a layer
   // is 4 GEMVs, RoPE and attention instead of 6 launches and 2 norms; the numbers are those of
@@ -430,6 +438,7 @@ class CudaModel final : public ModelRunner {
     const float eps = static_cast<float>(c_.rms_norm_eps);
     const DeviceMeta& m = dm_;
     const bool fused = fused_norms(T_);
+    const bool rope_in_gemv = rope_fused(T_, fused);
     // fp8 W8A8 steps: the norms write h_ in e4m3 too, and gate|up writes act only in e4m3, so no
     // product but o's quantizes its own input; qkv's scales ride in the RoPE kernel and, on one
     // rank, o's and down's in the residual add ({} otherwise: CudaLinear::fp8_rows).
@@ -452,21 +461,23 @@ class CudaModel final : public ModelRunner {
       const CudaLayerWeights& L = weights_.layers[l];
       mark("qkv_gemm");
       kernels::ScaledSums qkv_sums;  // fp8 W8A8: the sums, scaled by the RoPE kernel
-      if (fused) {                   // rmsnorm(x_) * attn_norm in the GEMV
-        linear_->matmul(x_.as<T>(), L.qkv, qkv_.as<T>(), 1, qkv_ld, H,
-                        Fusion{L.attn_norm.as<T>(), eps, false});
+      T* q = qkv_.as<T>();           // rotated in place, or written from the sums
+      const kernels::RopeKvTokens tok{m.pos, m.slot, T_};
+      if (fused || rope_in_gemv) {  // the norm and / or RoPE + the KV write in the GEMV
+        const Fusion f{fused ? L.attn_norm.as<T>() : nullptr, eps, false,
+                       rope_in_gemv ? kernels::gemv_rope_kv<T>(cache(l), tok, s_.num_heads, freqs_)
+                                    : kernels::GemvRopeKv{}};
+        linear_->matmul(fused ? x_.as<T>() : h_.as<T>(), L.qkv, q, 1, qkv_ld, H, f);
       } else if (q8.on()) {
         qkv_sums = linear_->matmul_sums(h_.as<T>(), L.qkv, T_, qkv_ld, H, h_quantized);
       } else {
         gemm(h_, L.qkv, qkv_, T_, qkv_ld, H, h_quantized);  // [T, q | k | v]
       }
-      T* q = qkv_.as<T>();  // rotated in place, or written from the sums
-      const kernels::RopeKvTokens tok{m.pos, m.slot, T_};
-      mark("rope_kv");
+      if (!rope_in_gemv) mark("rope_kv");
       if (qkv_sums.on()) {
         CUDA_CHECK(kernels::launch_rope_kv_scaled(qkv_sums, qkv_ld, q, qkv_ld, s_.num_heads, tok,
                                                   freqs_, cache(l), stream_));
-      } else {
+      } else if (!rope_in_gemv) {
         CUDA_CHECK(kernels::launch_rope_kv(q, qkv_ld, q + nq, qkv_ld, q + nq + nkv, qkv_ld,
                                            s_.num_heads, tok, freqs_, cache(l), stream_));
       }
