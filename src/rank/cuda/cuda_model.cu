@@ -33,6 +33,7 @@
 #include "rank/cuda/linear.h"
 #include "rank/cuda/logits_head.cuh"
 #include "rank/cuda/nccl_comm.h"
+#include "rank/cuda/one_row_fusion.h"
 #include "rank/cuda/op_profiler.h"
 #include "rank/cuda/score_head.cuh"
 #include "rank/logits_gather.h"
@@ -100,11 +101,14 @@ class CudaModel final : public ModelRunner {
     if (o.knobs.fp8_tune) {
       linear_->tune_fp8(weights_.layers, fp8_tuned_row_counts(graph_cap(), o.max_step_tokens));
     }
+    one_row_ = one_row_fusion<T>(o.knobs, s.tp, *linear_, weights_.layers[0], x_.as<T>(),
+                                 h_.as<T>(), attn_.as<T>(), act_.as<T>(), c.hidden_size,
+                                 s.num_heads * d, s.ffn_size, freqs_.table != nullptr);
     // The tuning knobs (common/tuning_knobs.h), parsed once at start-up.
     kernels::set_programmatic_launch(o.knobs.pdl);
     kernels::set_gemv_prefetch_budget(int64_t{o.knobs.gemv_prefetch_kb} << 10);
     decode_kernel_ = decode_kernel_of(o.knobs.decode_kernel);
-    kernels::set_decode_min_partition(o.knobs.decode_min_partition);
+    kernels::set_decode_whole_positions(o.knobs.decode_whole);
     prefill_kernel_ = prefill_kernel_of(o.knobs.prefill_kernel);
   }
 
@@ -275,6 +279,8 @@ class CudaModel final : public ModelRunner {
     gate_up_ = buf(Tm * 2 * F, sizeof(T), "gate|up activations");
     act_ = buf(Tm * F, sizeof(T), "SwiGLU output");
     last_ = buf(Rm * H, sizeof(T), "last-token rows");
+    arrivals_ = buf(1, sizeof(unsigned int), "GEMV arrival counter");  // 0 between launches
+    CUDA_CHECK(cudaMemsetAsync(arrivals_.as<void>(), 0, arrivals_.bytes(), stream_));
     logits_head_ = std::make_unique<LogitsHead<T>>(static_cast<int>(Rm), c_, s_, all_shards_,
                                                    comm_->rank() == 0);
   }
@@ -328,6 +334,13 @@ class CudaModel final : public ModelRunner {
                            bool x_quantized, const DeviceBuffer& norm_weight,
                            kernels::RowsE4m3 q8) {
     const int H = c_.hidden_size;
+    if (tokens == 1 && one_row_.add_norm) {  // x_ += x . W^T and h_ in the GEMV
+      kernels::GemvFusion<T> f{nullptr, 0.f, true};
+      f.next_norm = {norm_weight.as<T>(), h_.as<T>(), static_cast<float>(c_.rms_norm_eps),
+                     arrivals_.as<unsigned int>()};
+      linear_->matmul(x.as<T>(), w, x_.as<T>(), 1, H, K, f);
+      return false;
+    }
     if (s_.tp == 1 && linear_->fp8_rows(tokens).on()) {
       const kernels::ScaledSums sums =
           linear_->matmul_sums(x.as<T>(), w, tokens, H, K, x_quantized);
@@ -408,27 +421,6 @@ class CudaModel final : public ModelRunner {
     }
   }
 
-  // One-row steps (LLAMA2_FUSE_ROPE): the qkv GEMV rotates q and k and writes k and v into the
-  // cache in its epilogue (GemvFusion::rope), so no RoPE launch per layer; the same numbers.
-  bool rope_fused(int tokens, bool norm_fused) const {
-    return opt_.knobs.fuse_rope && tokens == 1 && freqs_.table != nullptr &&
-           linear_->fuses(norm_fused ? x_.as<T>() : h_.as<T>(), weights_.layers[0].qkv, 1,
-                          c_.hidden_size, norm_fused);
-  }
-  // One-row steps on one rank (LLAMA2_FUSE_NORM): each RMSNorm rides in the GEMV that reads it
-  // and each residual add in the GEMV that writes it (kernels/gemv.cuh, GemvFusion), so a layer
-  // is 4 GEMVs, RoPE and attention instead of 6 launches and 2 norms; the numbers are those of
-  // the unfused path, bit for bit. More ranks reduce between the two (reduce_add_rmsnorm).
-  bool fused_norms(int tokens) const {
-    if (!opt_.knobs.fuse_norm || s_.tp != 1 || tokens != 1) return false;
-    const CudaLayerWeights& L = weights_.layers[0];
-    const int H = c_.hidden_size, nq = s_.num_heads * s_.head_dim;
-    return linear_->fuses(x_.as<T>(), L.qkv, 1, H, true) &&
-           linear_->fuses(x_.as<T>(), L.gate_up, 1, H, true) &&
-           linear_->fuses(attn_.as<T>(), L.o, 1, nq, false) &&
-           linear_->fuses(act_.as<T>(), L.down, 1, s_.ffn_size, false);
-  }
-
   // The forward pass up to the logit rows' LM-head output logits_[rows, vocab_local]. Every
   // pointer and size comes from `shape` and fixed buffers, so the same launches can be captured.
   void body(const StepShape& sh) {
@@ -437,8 +429,8 @@ class CudaModel final : public ModelRunner {
     const int qkv_ld = nq + 2 * nkv;
     const float eps = static_cast<float>(c_.rms_norm_eps);
     const DeviceMeta& m = dm_;
-    const bool fused = fused_norms(T_);
-    const bool rope_in_gemv = rope_fused(T_, fused);
+    const bool fused = T_ == 1 && one_row_.norms;
+    const bool rope_in_gemv = T_ == 1 && one_row_.rope;
     // fp8 W8A8 steps: the norms write h_ in e4m3 too, and gate|up writes act only in e4m3, so no
     // product but o's quantizes its own input; qkv's scales ride in the RoPE kernel and, on one
     // rank, o's and down's in the residual add ({} otherwise: CudaLinear::fp8_rows).
@@ -549,6 +541,8 @@ class CudaModel final : public ModelRunner {
   size_t layer_elems_ = 0;  // elements of one layer's K (or V) cache
   DeviceBuffer kv_;         // [layers][K, V][num_blocks, kv_local, block_size, head_dim]
   DeviceBuffer decode_ws_, cublas_ws_;
+  OneRowFusion one_row_;     // batch-1 GEMV fusions
+  DeviceBuffer arrivals_;    // GemvNextNorm's counter
   DeviceBuffer rope_table_;  // [max_seq_len, head_dim / 2] (cos, sin)
   // Activations, sized for max_step_tokens (T) and max_batch logit rows (R).
   DeviceBuffer x_, h_, partial_;                // [T, H]

@@ -1,0 +1,28 @@
+# Session 15, call 1: verify S14's unrun commits + rope-scale + the GEMV RoPE epilogue; b1 A/B (fuse rope, decode min partition); fp8 b64.
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+[[ $(id -u) -eq 0 ]] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+O=$OUT/r; mkdir -p $O
+pack() { tar czf $OUT/all.tgz.tmp -C $O . 2>/dev/null && mv $OUT/all.tgz.tmp $OUT/all.tgz; }
+{ date -u; git log --oneline -1; git status --short | head; nvidia-smi -L; } > $O/env.txt 2>&1
+t0=$SECONDS
+timeout 240 bash tests/gpu/node_build.sh llama2 llama2_gpu_tests llama2_bench_e2e llama2_bench_kernels > $O/build.log 2>&1
+echo "build rc=$? $((SECONDS-t0)) s" >> $O/env.txt; pack
+timeout 200 build-gpu/tests/llama2_gpu_tests --force-colors=0 > $O/gpu_tests.log 2>&1
+echo "gpu tests rc=$? $(grep -E '^\[doctest\] (test cases|assertions)' $O/gpu_tests.log | tr '\n' ' ') $((SECONDS-t0)) s" >> $O/env.txt
+grep -B2 -A12 "ERROR\|FAILED" $O/gpu_tests.log | head -60 >> $O/env.txt; pack
+t1=$SECONDS; timeout 150 build-gpu/llama2_bench_kernels overlap > $O/overlap.log 2>&1; echo "overlap rc=$? [$((SECONDS-t1)) s]" >> $O/env.txt; cat $O/overlap.log >> $O/env.txt; pack
+mpi() { timeout ${TL:-90} mpirun --bind-to none -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS "$@"; }
+e2e() { local name=$1 envs=$2; shift 2; local t1=$SECONDS; mpi -np 1 $envs build-gpu/llama2_bench_e2e --synthetic 7b --prompt-len 128 --decode-steps 64 --repeats 3 "$@" > $O/$name.log 2>&1; echo "$name: rc=$? $(grep -E 'batch +[0-9]+:|prefill' $O/$name.log | sed 's/ median of 3//' | tr '\n' ' ') [$((SECONDS-t1)) s] $((SECONDS-t0)) s" >> $O/env.txt; }
+for r in 1 2; do
+for W in fp8 auto int8; do
+e2e ${W}_b1_rope1_$r "" --weight-dtype $W --batches 1 --prefill-lens ""
+e2e ${W}_b1_rope0_$r "-x LLAMA2_FUSE_ROPE=0" --weight-dtype $W --batches 1 --prefill-lens ""
+e2e ${W}_b1_part512_$r "-x LLAMA2_DECODE_MIN_PARTITION=512" --weight-dtype $W --batches 1 --prefill-lens ""
+done
+pack
+done
+e2e fp8_b64 "" --weight-dtype fp8 --batches 16,64 --prefill-lens 2048
+e2e fp8_b64_part128 "-x LLAMA2_DECODE_MIN_PARTITION=128" --weight-dtype fp8 --batches 16,64 --prefill-lens ""
+e2e fp16_b64 "" --batches 64 --prefill-lens 2048
+date -u >> $O/env.txt; pack; cat $O/env.txt
