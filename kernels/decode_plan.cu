@@ -1,7 +1,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 
 #include "kernels/decode_plan.cuh"
 #include "kernels/dtype.cuh"
@@ -55,14 +54,6 @@ int64_t most_partitions(PartitionRule rule, int64_t items, int max_context) {
 // 128 blocks of 512.
 constexpr int kBlocksPerSm = 4;
 constexpr int kMinPartition = 64;
-// A launch this small (sequences x KV heads x context bound, in positions) that already has
-// kWholeMinItems work items keeps each context in one partition: splitting it saves at most the
-// ~1-2 us its KV reads take at full bandwidth, and costs the merge launch (~3 us at batch 1).
-// On one H200 (7B batch 1, contexts 129-192, bound 256; 2026-12-02) one partition instead of four
-// took fp16 from 252 to 254 tok/s, fp8 401.6 -> 405.0, int8 385.5 -> 402.0.
-// LLAMA2_DECODE_WHOLE sets the positions (0: always split to fill the GPU).
-std::atomic<int64_t> whole_positions{16384};
-constexpr int64_t kWholeMinItems = 32;
 // Warp kernel (group 1): one (sequence, KV head, partition) per warp and its state in registers
 // (fp16 71 per thread: 7 blocks = 28 warps resident per multiprocessor; bf16 92: 5 blocks;
 // capping bf16 lower made ptxas spill), every warp streaming on its own; at least
@@ -97,23 +88,12 @@ Choice choose(int num_seqs, int group, int kv_heads, DecodeKernel kernel) {
 
 }  // namespace
 
-void set_decode_whole_positions(int64_t positions) {
-  whole_positions.store(positions, std::memory_order_relaxed);
-}
-
 DecodePlan plan_decode(int num_seqs, int group, int kv_heads, int max_context,
                        DecodeKernel kernel) {
   const Choice c = choose(num_seqs, group, kv_heads, kernel);
-  PartitionRule rule = c.rule;
-  // A small launch in one pass. Never more partitions than the rule's: the workspace bound
-  // (decode_most_partitions) holds as it is.
-  if (!c.warp && c.items >= kWholeMinItems &&
-      c.items * max_context <= whole_positions.load(std::memory_order_relaxed)) {
-    rule.min_part = kDecodeMaxPartition;
-  }
   DecodePlan plan{};
   plan.warp = c.warp;
-  plan.partition = choose_partition(rule, c.items, max_context);
+  plan.partition = choose_partition(c.rule, c.items, max_context);
   plan.num_parts = static_cast<int>(ceil_div(max_context, plan.partition));
   return plan;
 }

@@ -16,13 +16,6 @@ enum class DecodeKernel { kAuto, kBlock, kWarp };
 // Positions per partition at most (the block kernel keeps a partition's scores in shared memory).
 constexpr int kDecodeMaxPartition = 512;
 
-// Block-kernel launches of at least 32 work items (sequences x KV heads) whose sequences x KV
-// heads x context bound is at most `positions` keep each context in one partition of up to
-// kDecodeMaxPartition positions (no split, no merge launch); 0: always split to fill the GPU.
-// Default 16384 (7B / 13B batch 1 up to a 256-512 bound). Set once at start-up by the CUDA
-// runner (TuningKnobs::decode_whole, LLAMA2_DECODE_WHOLE).
-void set_decode_whole_positions(int64_t positions);
-
 struct DecodePlan {
   bool warp;      // decode_warp_kernel, else decode_partition_kernel
   int partition;  // positions per work item, a power of two <= kDecodeMaxPartition

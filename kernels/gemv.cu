@@ -40,14 +40,11 @@ __global__ void __launch_bounds__(kWarps * 32)
   const bool two = rows.two;
   const W *w0 = rows.w0, *w1 = rows.w1;
   const X* xin = gemv_begin<X, T, W, F>(x, w0, w1, n0 < N, two, K, prefetch, fuse);
-  // Warps past the last row leave now, except under kFuseNextNorm (its barriers need them).
-  const bool active = n0 < N;
-  if (!active && (F & kFuseNextNorm) == 0) return;
-  const int k_end = active ? K : 0;
+  if (n0 >= N) return;
 
   float acc[R][M] = {};
 #pragma unroll kUnroll
-  for (int k = lane * V; k < k_end; k += 32 * V) {
+  for (int k = lane * V; k < K; k += 32 * V) {
     float a[V], b[V];
     load_float<W, V>(w0 + k, a);
     if constexpr (R == 2) load_float<W, V>(w1 + k, b);
@@ -69,7 +66,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     if constexpr (kWScale) f *= w_scale[row];
     return f;
   };
-  gemv_end<T, M, kGateUp, R, F>(acc, factor, y, N, n0, n1, two, lane, active, fuse);
+  gemv_end<T, M, kGateUp, R, F>(acc, factor, y, N, n0, n1, two, lane, fuse);
 }
 
 template <typename T, typename X, typename W, int M, bool kGateUp, int F>
@@ -133,14 +130,6 @@ cudaError_t launch_gemv_kind(const X* x, const float* xs, const W* w, const floa
             ") = (heads " + std::to_string(r.heads) + " + 2 x kv_heads " +
             std::to_string(r.kv_heads) + ") x head_dim " + std::to_string(r.head_dim) +
             " (even), a block size, pos, slot, both caches and the (cos, sin) table");
-    const GemvNextNorm<T>& nn = fuse.next_norm;
-    LLAMA2_LAUNCH_REQUIRE(
-        !nn.on() || (!kGateUp && fuse.add_to_y && fuse.norm_weight == nullptr && !r.on() &&
-                     N % kVec16<T> == 0 && nn.weight != nullptr && nn.arrivals != nullptr &&
-                     is_aligned(nn.weight, 16) && is_aligned(nn.out, 16) && is_aligned(y, 16)),
-        "the next norm needs a plain product with the residual add (no input norm, no RoPE), N (" +
-            std::to_string(N) + ") a multiple of " + std::to_string(kVec16<T>) +
-            ", 16-byte aligned weight, out and y, and an arrival counter");
     LLAMA2_LAUNCH_REQUIRE(
         fuse.norm_weight == nullptr ||
             (K % kVec16<T> == 0 && static_cast<int64_t>(K) * sizeof(T) <= kGemvNormMaxBytes &&

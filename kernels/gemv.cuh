@@ -35,14 +35,8 @@ inline bool gemv_fits(const X* x, const W* w, int M, int K) {
 //                are not written). A warp then takes the rows n and n + head_dim / 2 of one
 //                head, the two halves of each rotation pair. Plain products only, no residual
 //                add; N = (heads + 2 kv_heads) * head_dim.
-//   next_norm    (with add_to_y) the RMSNorm after the residual add: the last block to finish
-//                (an arrival counter) reads the whole updated row y [1, N] and writes
-//                next_norm.out = rmsnorm(y) * next_norm.weight, launch_add_rmsnorm's h, bit for
-//                bit: the add and the norm without their kernel (plain products only).
 // Each needs M == 1 and x in T (no fp8 activations); the norm also K * sizeof(T) <=
-// kGemvNormMaxBytes and a 16-byte aligned norm_weight; next_norm N a multiple of 16 bytes of T,
-// a 16-byte aligned weight and out, and a counter that is 0 before the launch (the last block
-// sets it back to 0, so one counter serves launches that do not run at the same time).
+// kGemvNormMaxBytes and a 16-byte aligned norm_weight.
 struct GemvRopeKv {
   const int32_t* pos = nullptr;   // [1], the token's position (the rotation angle)
   const int32_t* slot = nullptr;  // [1], block * block_size + offset; < 0: rotate q, cache nothing
@@ -58,22 +52,12 @@ struct GemvRopeKv {
 };
 
 template <typename T>
-struct GemvNextNorm {
-  const T* weight = nullptr;         // [N]
-  T* out = nullptr;                  // [1, N]
-  float eps = 0.f;                   // the norm's epsilon
-  unsigned int* arrivals = nullptr;  // device counter, 0 between launches
-  bool on() const { return out != nullptr; }
-};
-
-template <typename T>
 struct GemvFusion {
   const T* norm_weight = nullptr;
   float norm_eps = 0.f;
   bool add_to_y = false;
   GemvRopeKv rope = {};
-  GemvNextNorm<T> next_norm = {};
-  bool any() const { return norm_weight != nullptr || add_to_y || rope.on() || next_norm.on(); }
+  bool any() const { return norm_weight != nullptr || add_to_y || rope.on(); }
 };
 constexpr int kGemvNormMaxBytes = 48 * 1024;  // the normalized row in shared memory
 

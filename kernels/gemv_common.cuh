@@ -6,7 +6,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 
 #include "kernels/activation.cuh"
@@ -46,16 +45,15 @@ __device__ __forceinline__ void prefetch_rows(const void* w0, const void* w1, bo
 constexpr int kFuseNorm = 1;
 constexpr int kFuseAdd = 2;
 constexpr int kFuseRope = 4;
-constexpr int kFuseNextNorm = 8;
 template <typename T>
 int fusion_bits(const GemvFusion<T>& f) {
   return (f.norm_weight != nullptr ? kFuseNorm : 0) | (f.add_to_y ? kFuseAdd : 0) |
-         (f.rope.on() ? kFuseRope : 0) | (f.next_norm.on() ? kFuseNextNorm : 0);
+         (f.rope.on() ? kFuseRope : 0);
 }
 
 // f(std::integral_constant<int, F>{}) for the runtime bit set F (kGateUp: the norm only; the
-// RoPE epilogue with or without the norm, never with the add; the next norm only after the add).
-// The launcher has rejected the other sets.
+// RoPE epilogue with or without the norm, never with the add). The launcher has rejected the
+// other sets.
 template <bool kGateUp, typename Fn>
 void with_fusion(int bits, Fn&& f) {
   switch (bits) {
@@ -73,9 +71,6 @@ void with_fusion(int bits, Fn&& f) {
     case kFuseNorm | kFuseRope:
       if constexpr (!kGateUp) return f(std::integral_constant<int, kFuseNorm | kFuseRope>{});
       break;
-    case kFuseAdd | kFuseNextNorm:
-      if constexpr (!kGateUp) return f(std::integral_constant<int, kFuseAdd | kFuseNextNorm>{});
-      break;
     default:
       break;
   }
@@ -88,22 +83,7 @@ void with_fusion(int bits, Fn&& f) {
 // pieces i, i + threads, ... in order, then block_sum; this block of 256 plays those threads (t
 // and t + 256), so every partial sum is the same number added in the same order. Every thread of
 // the block must call it (two barriers).
-// kFromL2: x was written by other blocks of this kernel (GemvNextNorm): read it from L2, past
-// this multiprocessor's L1, which may hold lines of x from before their stores.
-template <typename T, int V, bool kFromL2>
-__device__ __forceinline__ void load_row_piece(const T* p, float (&v)[V]) {
-  if constexpr (kFromL2) {
-    static_assert(V * sizeof(T) == 16, "one 16-byte piece");
-    const uint4 raw = __ldcg(reinterpret_cast<const uint4*>(p));
-    Pack<T, V> pk;
-    memcpy(&pk, &raw, 16);
-    unpack_float(pk, v);
-  } else {
-    load_float<T, V>(p, v);
-  }
-}
-
-template <typename T, bool kFromL2 = false>
+template <typename T>
 __device__ __forceinline__ void rmsnorm_row_to_shared(const T* __restrict__ x,
                                                       const T* __restrict__ weight, int K,
                                                       float eps, T* out) {
@@ -118,7 +98,7 @@ __device__ __forceinline__ void rmsnorm_row_to_shared(const T* __restrict__ x,
     const int vt = static_cast<int>(threadIdx.x) + h * 256;  // the thread played
     for (int i = vt; vt < vthreads && i < n_vec; i += vthreads) {
       float v[V];
-      load_row_piece<T, V, kFromL2>(x + i * V, v);
+      load_float<T, V>(x + i * V, v);
 #pragma unroll
       for (int e = 0; e < V; ++e) ss[h] += v[e] * v[e];
     }
@@ -137,7 +117,7 @@ __device__ __forceinline__ void rmsnorm_row_to_shared(const T* __restrict__ x,
     const int vt = static_cast<int>(threadIdx.x) + h * 256;
     for (int i = vt; vt < vthreads && i < n_vec; i += vthreads) {
       float v[V], w[V];
-      load_row_piece<T, V, kFromL2>(x + i * V, v);
+      load_float<T, V>(x + i * V, v);
       load_float<T, V>(weight + i * V, w);
 #pragma unroll
       for (int e = 0; e < V; ++e) v[e] = w[e] * round_to<T>(v[e] * inv);
@@ -274,40 +254,16 @@ __device__ __forceinline__ void store_rope(float (&acc)[2][1], const Factor& fac
   }
 }
 
-// kFuseNextNorm's end, after every warp of the block stored its part of y [1, N]: the last block
-// of the grid to arrive (each thread's stores fenced before its block's arrival is counted)
-// normalizes the whole row into next.out and resets the counter. Every thread of the block calls
-// it, warps without rows too (the barriers).
-template <typename T>
-__device__ __forceinline__ void next_norm_if_last(const T* y, int N, const GemvNextNorm<T>& next) {
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(next.arrivals, 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  rmsnorm_row_to_shared<T, true>(y, next.weight, N, next.eps, next.out);
-  if (threadIdx.x == 0) *next.arrivals = 0;
-}
-
-// The end of a GEMV kernel with fusions F: store_rope for kFuseRope, else store_rows (warps with
-// rows: `active`), then kFuseNextNorm's norm.
+// The end of a GEMV kernel with fusions F: store_rope for kFuseRope, else store_rows.
 template <typename T, int M, bool kGateUp, int R, int F, typename Factor>
 __device__ __forceinline__ void gemv_end(float (&acc)[R][M], const Factor& factor, T* y, int N,
-                                         int n0, int n1, bool two, int lane, bool active,
+                                         int n0, int n1, bool two, int lane,
                                          const GemvFusion<T>& fuse) {
   if constexpr ((F & kFuseRope) != 0) {
     static_assert(M == 1 && R == 2 && !kGateUp, "the RoPE epilogue: one row, row pairs");
     store_rope<T>(acc, factor, y, n0, n1, lane, fuse.rope);
   } else {
-    if (active) {
-      store_rows<T, M, kGateUp, R, (F & kFuseAdd) != 0>(acc, factor, y, N, n0, n1, two, lane);
-    }
-    if constexpr ((F & kFuseNextNorm) != 0) {
-      static_assert(M == 1 && !kGateUp && (F & kFuseAdd) != 0, "the next norm: after the add");
-      next_norm_if_last<T>(y, N, fuse.next_norm);
-    }
+    store_rows<T, M, kGateUp, R, (F & kFuseAdd) != 0>(acc, factor, y, N, n0, n1, two, lane);
   }
 }
 

@@ -41,14 +41,11 @@ __global__ void __launch_bounds__(kWarps * 32)
   const bool two = rows.two;
   const W *w0 = rows.w0, *w1 = rows.w1;
   const T* xin = gemv_begin<T, T, W, F>(x, w0, w1, n0 < N, two, K, prefetch, fuse);
-  // Warps past the last row leave now, except under kFuseNextNorm (its barriers need them).
-  const bool active = n0 < N;
-  if (!active && (F & kFuseNextNorm) == 0) return;
-  const int k_end = active ? K : 0;
+  if (n0 >= N) return;
 
   float acc[R][M] = {};
 #pragma unroll kUnroll
-  for (int k = lane * 16; k < k_end; k += 32 * 16) {
+  for (int k = lane * 16; k < K; k += 32 * 16) {
     uint4 p[R];
     p[0] = *reinterpret_cast<const uint4*>(w0 + k);
     if constexpr (R == 2) p[1] = *reinterpret_cast<const uint4*>(w1 + k);
@@ -89,7 +86,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   // kHalf2 summed W / kHalf2Scale: the power of two goes back into the row's scale (exact).
   auto factor = [&](int, int row) { return w_scale[row] * (kHalf2 ? kHalf2Scale<W> : 1.f); };
-  gemv_end<T, M, kGateUp, R, F>(acc, factor, y, N, n0, n1, two, lane, active, fuse);
+  gemv_end<T, M, kGateUp, R, F>(acc, factor, y, N, n0, n1, two, lane, fuse);
 }
 
 template <typename T, typename W, int M, bool kGateUp, bool kHalf2, int F>

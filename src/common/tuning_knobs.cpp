@@ -102,9 +102,6 @@ TuningKnobs parse_tuning_knobs(const EnvLookup& env) {
   if (const char* v = get("LLAMA2_PDL")) k.pdl = on_off("LLAMA2_PDL", v);
   if (const char* v = get("LLAMA2_FUSE_NORM")) k.fuse_norm = on_off("LLAMA2_FUSE_NORM", v);
   if (const char* v = get("LLAMA2_FUSE_ROPE")) k.fuse_rope = on_off("LLAMA2_FUSE_ROPE", v);
-  if (const char* v = get("LLAMA2_FUSE_ADD_NORM")) {
-    k.fuse_add_norm = on_off("LLAMA2_FUSE_ADD_NORM", v);
-  }
   if (const char* v = get("LLAMA2_GEMV_PREFETCH_KB")) {
     k.gemv_prefetch_kb = up_to_2_20("LLAMA2_GEMV_PREFETCH_KB", v,
                                     "0 (no prefetch) to 1048576 (KiB of weights a GEMV launch "
@@ -115,11 +112,6 @@ TuningKnobs parse_tuning_knobs(const EnvLookup& env) {
                                                  {{"auto", DecodeKernelChoice::kAuto},
                                                   {"block", DecodeKernelChoice::kBlock},
                                                   {"warp", DecodeKernelChoice::kWarp}});
-  }
-  if (const char* v = get("LLAMA2_DECODE_WHOLE")) {
-    k.decode_whole = up_to_2_20("LLAMA2_DECODE_WHOLE", v,
-                                "0 (always split) to 1048576 (positions a decode attention "
-                                "launch may hold to run each context in one pass)");
   }
   if (const char* v = get("LLAMA2_PREFILL_KERNEL")) {
     k.prefill_kernel = choice<PrefillKernelChoice>("LLAMA2_PREFILL_KERNEL", v,

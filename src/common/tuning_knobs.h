@@ -80,19 +80,11 @@ struct TuningKnobs {
   // LLAMA2_FUSE_ROPE=0|1 (cuda): one-row steps rotate q and k and write the KV cache in the qkv
   // GEMV's epilogue (GemvFusion::rope) instead of a launch_rope_kv per layer; the same numbers.
   bool fuse_rope = true;
-  // LLAMA2_FUSE_ADD_NORM=0|1 (cuda, one rank): one-row steps add the o and down products to the
-  // residual stream and write the next RMSNorm in the GEMV (its last block; GemvFusion::next_norm)
-  // instead of an add_rmsnorm launch; the same numbers.
-  bool fuse_add_norm = true;
   // LLAMA2_GEMV_PREFETCH_KB=0..1048576 (cuda): KiB of weights a GEMV launch asks L2 for before
   // waiting on the previous kernel (kernels/gemv_common.cuh); 0: none (the default: 24 MB cost
   // 4-6% at batch 1 on an H200, 2 MB was within noise; benchmarks/RESULTS.md, 2026-12-02).
   int gemv_prefetch_kb = 0;
-  DecodeKernelChoice decode_kernel = DecodeKernelChoice::kAuto;  // LLAMA2_DECODE_KERNEL
-  // LLAMA2_DECODE_WHOLE=0..1048576 (cuda): block decode-attention launches of at least 32 work
-  // items with at most this many sequences x KV heads x context-bound positions run each context in
-  // one partition, without the merge launch (kernels/decode_plan.cuh); 0: always split.
-  int decode_whole = 16384;
+  DecodeKernelChoice decode_kernel = DecodeKernelChoice::kAuto;     // LLAMA2_DECODE_KERNEL
   PrefillKernelChoice prefill_kernel = PrefillKernelChoice::kAuto;  // LLAMA2_PREFILL_KERNEL
   QgemvChoice qgemv = QgemvChoice::kAuto;                           // LLAMA2_QGEMV
   bool warmup = true;            // LLAMA2_WARMUP=0|1: warm-up steps at start-up (cuda)

@@ -283,11 +283,6 @@ TEST_SUITE("tuning_knobs") {
     CHECK(knobs({{"LLAMA2_GEMV_PREFETCH_KB", "2048"}}).gemv_prefetch_kb == 2048);
     CHECK(knobs({}).fuse_rope);
     CHECK(!knobs({{"LLAMA2_FUSE_ROPE", "0"}}).fuse_rope);
-    CHECK(knobs({}).fuse_add_norm);
-    CHECK(!knobs({{"LLAMA2_FUSE_ADD_NORM", "0"}}).fuse_add_norm);
-    CHECK(knobs({}).decode_whole == 16384);
-    CHECK(knobs({{"LLAMA2_DECODE_WHOLE", "0"}}).decode_whole == 0);
-    CHECK(knobs({{"LLAMA2_DECODE_WHOLE", "65536"}}).decode_whole == 65536);
     CHECK(knobs({}).w8a16_rows == 64);
     CHECK(knobs({{"LLAMA2_W8A16_ROWS", "0"}}).w8a16_rows == 0);
     CHECK(knobs({{"LLAMA2_W8A16_ROWS", "4096"}}).w8a16_rows == 4096);
@@ -306,10 +301,9 @@ TEST_SUITE("tuning_knobs") {
 
   TEST_CASE("a bad value names the variable and the allowed values") {
     // Before they were parsed once, these were silently taken as "on" (or clamped).
-    for (const char* var :
-         {"LLAMA2_PDL", "LLAMA2_FUSE_NORM", "LLAMA2_FUSE_ROPE", "LLAMA2_FUSE_ADD_NORM",
-          "LLAMA2_FP8_TUNE", "LLAMA2_FP8_FUSE", "LLAMA2_WARMUP", "LLAMA2_MIXED_DECODE",
-          "LLAMA2_OP_PROFILE", "LLAMA2_CUSTOM_ALLREDUCE", "LLAMA2_FULL_LOGITS"}) {
+    for (const char* var : {"LLAMA2_PDL", "LLAMA2_FUSE_NORM", "LLAMA2_FUSE_ROPE", "LLAMA2_FP8_TUNE",
+                            "LLAMA2_FP8_FUSE", "LLAMA2_WARMUP", "LLAMA2_MIXED_DECODE",
+                            "LLAMA2_OP_PROFILE", "LLAMA2_CUSTOM_ALLREDUCE", "LLAMA2_FULL_LOGITS"}) {
       CAPTURE(var);
       CHECK(knob_error(var, "yes") == std::string(var) + "=yes: expected 0 or 1");
       CHECK(knob_error(var, "00") == std::string(var) + "=00: expected 0 or 1");
@@ -330,9 +324,6 @@ TEST_SUITE("tuning_knobs") {
           "LLAMA2_GEMV_PREFETCH_KB=-1: expected an integer from 0 (no prefetch) to 1048576 (KiB "
           "of weights a GEMV launch prefetches into L2)");
     CHECK(knob_error("LLAMA2_W8A16_FP8", "on") == "LLAMA2_W8A16_FP8=on: expected 0 or 1");
-    CHECK(knob_error("LLAMA2_DECODE_WHOLE", "1048577") ==
-          "LLAMA2_DECODE_WHOLE=1048577: expected an integer from 0 (always split) to 1048576 "
-          "(positions a decode attention launch may hold to run each context in one pass)");
     CHECK(knob_error("LLAMA2_DECODE_KERNEL", "fast") ==
           "LLAMA2_DECODE_KERNEL=fast: expected auto, block or warp");
     CHECK(knob_error("LLAMA2_QGEMV", "fp8") == "LLAMA2_QGEMV=fp8: expected auto, half2 or old");

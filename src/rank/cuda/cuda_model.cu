@@ -108,7 +108,6 @@ class CudaModel final : public ModelRunner {
     kernels::set_programmatic_launch(o.knobs.pdl);
     kernels::set_gemv_prefetch_budget(int64_t{o.knobs.gemv_prefetch_kb} << 10);
     decode_kernel_ = decode_kernel_of(o.knobs.decode_kernel);
-    kernels::set_decode_whole_positions(o.knobs.decode_whole);
     prefill_kernel_ = prefill_kernel_of(o.knobs.prefill_kernel);
   }
 
@@ -279,8 +278,6 @@ class CudaModel final : public ModelRunner {
     gate_up_ = buf(Tm * 2 * F, sizeof(T), "gate|up activations");
     act_ = buf(Tm * F, sizeof(T), "SwiGLU output");
     last_ = buf(Rm * H, sizeof(T), "last-token rows");
-    arrivals_ = buf(1, sizeof(unsigned int), "GEMV arrival counter");  // 0 between launches
-    CUDA_CHECK(cudaMemsetAsync(arrivals_.as<void>(), 0, arrivals_.bytes(), stream_));
     logits_head_ = std::make_unique<LogitsHead<T>>(static_cast<int>(Rm), c_, s_, all_shards_,
                                                    comm_->rank() == 0);
   }
@@ -334,13 +331,6 @@ class CudaModel final : public ModelRunner {
                            bool x_quantized, const DeviceBuffer& norm_weight,
                            kernels::RowsE4m3 q8) {
     const int H = c_.hidden_size;
-    if (tokens == 1 && one_row_.add_norm) {  // x_ += x . W^T and h_ in the GEMV
-      kernels::GemvFusion<T> f{nullptr, 0.f, true};
-      f.next_norm = {norm_weight.as<T>(), h_.as<T>(), static_cast<float>(c_.rms_norm_eps),
-                     arrivals_.as<unsigned int>()};
-      linear_->matmul(x.as<T>(), w, x_.as<T>(), 1, H, K, f);
-      return false;
-    }
     if (s_.tp == 1 && linear_->fp8_rows(tokens).on()) {
       const kernels::ScaledSums sums =
           linear_->matmul_sums(x.as<T>(), w, tokens, H, K, x_quantized);
@@ -542,7 +532,6 @@ class CudaModel final : public ModelRunner {
   DeviceBuffer kv_;         // [layers][K, V][num_blocks, kv_local, block_size, head_dim]
   DeviceBuffer decode_ws_, cublas_ws_;
   OneRowFusion one_row_;     // batch-1 GEMV fusions
-  DeviceBuffer arrivals_;    // GemvNextNorm's counter
   DeviceBuffer rope_table_;  // [max_seq_len, head_dim / 2] (cos, sin)
   // Activations, sized for max_step_tokens (T) and max_batch logit rows (R).
   DeviceBuffer x_, h_, partial_;                // [T, H]

@@ -17,9 +17,6 @@ struct OneRowFusion {
   // LLAMA2_FUSE_ROPE: the qkv GEMV rotates q and k and writes k and v into the cache in its
   // epilogue (GemvFusion::rope): no RoPE launch per layer.
   bool rope = false;
-  // LLAMA2_FUSE_ADD_NORM (one rank): the o / down GEMV adds its row to the residual stream and
-  // its last block writes the next RMSNorm (GemvFusion::next_norm): no add_rmsnorm launch.
-  bool add_norm = false;
 };
 
 // x: the residual stream, h: the normed rows, attn / act: the o / down projections' inputs (the
@@ -29,13 +26,10 @@ OneRowFusion one_row_fusion(const TuningKnobs& k, int tp, const CudaLinear<T>& l
                             const CudaLayerWeights& L, const T* x, const T* h, const T* attn,
                             const T* act, int H, int nq, int F, bool rope_table) {
   OneRowFusion f;
-  const bool o_down =
-      linear.fuses(attn, L.o, 1, nq, false) && linear.fuses(act, L.down, 1, F, false);
-  f.norms = k.fuse_norm && tp == 1 && o_down && linear.fuses(x, L.qkv, 1, H, true) &&
+  f.norms = k.fuse_norm && tp == 1 && linear.fuses(attn, L.o, 1, nq, false) &&
+            linear.fuses(act, L.down, 1, F, false) && linear.fuses(x, L.qkv, 1, H, true) &&
             linear.fuses(x, L.gate_up, 1, H, true);
   f.rope = k.fuse_rope && rope_table && linear.fuses(f.norms ? x : h, L.qkv, 1, H, f.norms);
-  f.add_norm =
-      k.fuse_add_norm && !f.norms && tp == 1 && o_down && H % static_cast<int>(16 / sizeof(T)) == 0;
   return f;
 }
 
