@@ -1,6 +1,7 @@
 #include <climits>
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "common/check.h"
 #include "kernels/attention_decode.cuh"
@@ -511,7 +512,8 @@ cudaError_t launch_attention_decode(const DecodeAttentionArgs<T, C>& a, cudaStre
   p.context_lens = a.context_lens;
   p.heads = a.heads;
   p.group = a.heads / c.kv_heads;
-  const DecodePlan plan = plan_decode(a.num_seqs, p.group, c.kv_heads, a.max_context, a.kernel);
+  const DecodePlan plan = plan_decode(a.num_seqs, p.group, c.kv_heads, a.max_context, a.kernel,
+                                      std::is_same_v<C, __nv_fp8_e4m3>);
   p.partition = plan.partition;
   p.num_parts = plan.num_parts;
   p.scale = 1.0f / std::sqrt(static_cast<float>(d));  // as llama2::cpu::paged_attention

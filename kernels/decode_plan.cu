@@ -60,13 +60,17 @@ constexpr int kMinPartition = 64;
 // kWarpItemsPerSm warps per multiprocessor.
 constexpr int kWarpItemsPerSm = 32;
 constexpr int kMinWarpPartition = 32;
-// Auto: the warp kernel once sequences x KV heads alone give 48 items per multiprocessor (7B,
-// 32 KV heads: batch >= 198 on 132 SMs). From llama2_bench_kernels on one H200 (2026-12-01,
-// contexts 16 / 192, bound 256, us block -> warp): batch 512 139 -> 51 / 413 -> 388, batch 256
-// 75 -> 32 / 216 -> 218, batch 128 41 -> 24 / 117 -> 137 (split in two), batch 64 at 2048
-// 525 -> 567. Below the threshold the block kernel's 128 threads per partition spread a
-// sequence's rows wider.
-constexpr int kWarpAutoItemsPerSm = 48;
+// Auto: the warp kernel once sequences x KV heads give kWarpAutoItemsPerSm* items per
+// multiprocessor: 3 with a 16-bit cache (7B, 32 KV heads: batch >= 13 on 132 SMs), 48 with an fp8
+// cache (batch >= 198). End to end on one H200 (2026-12-02, llama2_bench_e2e, forced warp vs the
+// block kernel, 16-bit cache): 7B fp8 weights batch 16 / 32 / 64 / 128 +3.9 / +1.1 / +3.9 /
+// +3.4%, fp16 weights +2.4 / +1.0 / +2.7 / +3.8%, 1024-token prompts +3.1 to +4.3%, 13B fp8
+// batch 32 / 64 / 128 +0.9 / +1.8 / +5.7%; with an fp8 cache batch 64 lost 7.7% (16,080 -> 14,849
+// tok/s: the warp kernel's twice-as-many rows per step cost more than its occupancy gains), hence
+// the old threshold there, from llama2_bench_kernels (2026-12-01, contexts 16 / 192, bound 256,
+// us block -> warp): batch 512 139 -> 51 / 413 -> 388, batch 256 75 -> 32 / 216 -> 218.
+constexpr int kWarpAutoItemsPerSm16 = 3;
+constexpr int kWarpAutoItemsPerSmFp8 = 48;
 
 // Which kernel, and the partition rule it is planned with.
 struct Choice {
@@ -75,12 +79,13 @@ struct Choice {
   int64_t items;  // sequences x KV heads
 };
 
-Choice choose(int num_seqs, int group, int kv_heads, DecodeKernel kernel) {
+Choice choose(int num_seqs, int group, int kv_heads, DecodeKernel kernel, bool fp8_cache) {
   Choice c{};
   c.items = static_cast<int64_t>(num_seqs) * kv_heads;
   const int64_t sms = sm_count();
+  const int64_t auto_items = (fp8_cache ? kWarpAutoItemsPerSmFp8 : kWarpAutoItemsPerSm16) * sms;
   c.warp = group == 1 && (kernel == DecodeKernel::kWarp ||
-                          (kernel == DecodeKernel::kAuto && c.items >= kWarpAutoItemsPerSm * sms));
+                          (kernel == DecodeKernel::kAuto && c.items >= auto_items));
   c.rule = c.warp ? PartitionRule{kWarpItemsPerSm * sms, kMinWarpPartition}
                   : PartitionRule{kBlocksPerSm * sms, kMinPartition};
   return c;
@@ -88,9 +93,9 @@ Choice choose(int num_seqs, int group, int kv_heads, DecodeKernel kernel) {
 
 }  // namespace
 
-DecodePlan plan_decode(int num_seqs, int group, int kv_heads, int max_context,
-                       DecodeKernel kernel) {
-  const Choice c = choose(num_seqs, group, kv_heads, kernel);
+DecodePlan plan_decode(int num_seqs, int group, int kv_heads, int max_context, DecodeKernel kernel,
+                       bool fp8_cache) {
+  const Choice c = choose(num_seqs, group, kv_heads, kernel, fp8_cache);
   DecodePlan plan{};
   plan.warp = c.warp;
   plan.partition = choose_partition(c.rule, c.items, max_context);
@@ -100,8 +105,13 @@ DecodePlan plan_decode(int num_seqs, int group, int kv_heads, int max_context,
 
 int64_t decode_most_partitions(int num_seqs, int group, int kv_heads, int max_context,
                                DecodeKernel kernel) {
-  const Choice c = choose(num_seqs, group, kv_heads, kernel);
-  return most_partitions(c.rule, c.items, max_context);
+  // Both caches' choices: the workspace does not depend on the cache type.
+  int64_t most = 0;
+  for (const bool fp8_cache : {false, true}) {
+    const Choice c = choose(num_seqs, group, kv_heads, kernel, fp8_cache);
+    most = std::max(most, most_partitions(c.rule, c.items, max_context));
+  }
+  return most;
 }
 
 }  // namespace llama2::kernels
