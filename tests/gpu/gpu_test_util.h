@@ -19,6 +19,7 @@
 
 #include "common/step_plan.h"
 #include "kernels/dtype.cuh"
+#include "kernels/gemv.cuh"
 
 namespace llama2::gputest {
 
@@ -230,6 +231,41 @@ inline llama2::StepPlan make_plan(const std::vector<std::pair<int, int>>& seqs, 
 template <typename T>
 std::string label(const std::string& kernel, const std::string& shape) {
   return kernel + " " + dtype_name<T>() + " " + shape;
+}
+
+// A GEMV test's weights wf [N, K] in every type the one-row GEMV takes, each with the arithmetic
+// it runs under: T (GemvMath::kAuto); for fp16/bf16 also int8 (wf x 127) and e4m3 (wf x 448) with
+// per-row scales [N], under kFp32, kConvert (int8 only: e4m3 with x in T has no generic kernel)
+// and kHalf2 (fp16). run(w, scale, math, name) is called once per case, w a device pointer of the
+// weight type (scale nullptr for T).
+template <typename T, typename Run>
+void for_each_gemv_weight(const std::vector<float>& wf, int N, Run&& run) {
+  DeviceBuffer<T> w(to_dtype<T>(wf));
+  const std::string t = dtype_name<T>();
+  run(static_cast<const T*>(w.get()), static_cast<const float*>(nullptr), kernels::GemvMath::kAuto,
+      t);
+  if constexpr (!std::is_same_v<T, float>) {
+    DeviceBuffer<float> scale(exact_random(N, 23 + N, 0.001f, 0.01f));
+    std::vector<int8_t> wi(wf.size());
+    std::vector<__nv_fp8_e4m3> we(wf.size());
+    for (size_t i = 0; i < wf.size(); ++i) {
+      wi[i] = static_cast<int8_t>(wf[i] * 127.f);
+      we[i] = __nv_fp8_e4m3(wf[i] * 448.f);
+    }
+    DeviceBuffer<int8_t> dwi(wi);
+    DeviceBuffer<__nv_fp8_e4m3> dwe(we);
+    std::vector<kernels::GemvMath> maths = {kernels::GemvMath::kFp32, kernels::GemvMath::kConvert};
+    if (std::is_same_v<T, __half>) maths.push_back(kernels::GemvMath::kHalf2);
+    for (const kernels::GemvMath m : maths) {
+      const std::string math = " math " + std::to_string(static_cast<int>(m));
+      run(static_cast<const int8_t*>(dwi.get()), static_cast<const float*>(scale.get()), m,
+          t + " int8" + math);
+      if (m != kernels::GemvMath::kConvert) {
+        run(static_cast<const __nv_fp8_e4m3*>(dwe.get()), static_cast<const float*>(scale.get()), m,
+            t + " fp8" + math);
+      }
+    }
+  }
 }
 
 }  // namespace llama2::gputest

@@ -116,32 +116,11 @@ void check_dtype() {
     if (int64_t{s.K} * sizeof(T) > k::kGemvNormMaxBytes) continue;
     const int F = s.N / 2;  // gate|up reads the first 2F <= N rows of W
     const auto wf = exact_random(size_t(s.N) * s.K, 19 + s.N + s.K, -1.f, 1.f);
-    DeviceBuffer<T> w(to_dtype<T>(wf));
-    check_fusions(Gemv<T, T>{w.get(), nullptr, k::GemvMath::kAuto}, std::string(dtype_name<T>()),
-                  s.N, s.K, F);
-    if constexpr (!std::is_same_v<T, float>) {
-      const auto sf = exact_random(s.N, 23 + s.N, 0.001f, 0.01f);
-      DeviceBuffer<float> scale(sf);
-      std::vector<int8_t> wi(wf.size());
-      std::vector<__nv_fp8_e4m3> we(wf.size());
-      for (size_t i = 0; i < wf.size(); ++i) {
-        wi[i] = static_cast<int8_t>(wf[i] * 127.f);
-        we[i] = __nv_fp8_e4m3(wf[i] * 448.f);
-      }
-      DeviceBuffer<int8_t> dwi(wi);
-      DeviceBuffer<__nv_fp8_e4m3> dwe(we);
-      std::vector<k::GemvMath> maths = {k::GemvMath::kFp32, k::GemvMath::kConvert};
-      if (std::is_same_v<T, __half>) maths.push_back(k::GemvMath::kHalf2);
-      for (const k::GemvMath m : maths) {
-        const std::string math = " math " + std::to_string(static_cast<int>(m));
-        check_fusions(Gemv<T, int8_t>{dwi.get(), scale.get(), m},
-                      std::string(dtype_name<T>()) + " int8" + math, s.N, s.K, F);
-        if (m != k::GemvMath::kConvert) {  // e4m3 x T has no generic kernel
-          check_fusions(Gemv<T, __nv_fp8_e4m3>{dwe.get(), scale.get(), m},
-                        std::string(dtype_name<T>()) + " fp8" + math, s.N, s.K, F);
-        }
-      }
-    }
+    for_each_gemv_weight<T>(
+        wf, s.N, [&](auto w, const float* scale, k::GemvMath m, const std::string& name) {
+          using W = std::remove_const_t<std::remove_pointer_t<decltype(w)>>;
+          check_fusions(Gemv<T, W>{w, scale, m}, name, s.N, s.K, F);
+        });
   }
 }
 

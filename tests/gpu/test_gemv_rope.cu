@@ -122,29 +122,11 @@ void check_cache_type() {
                             RopeShape{6, 2, 64, 320}, RopeShape{3, 1, 64, 4096}}) {
     const int N = (s.heads + 2 * s.kv_heads) * s.head_dim;
     const auto wf = exact_random(size_t(N) * s.K, 19 + N + s.K, -1.f, 1.f);
-    DeviceBuffer<T> w(to_dtype<T>(wf));
-    const std::string t = dtype_name<T>();
-    check_rope<T, T, C>(s, w.get(), nullptr, k::GemvMath::kAuto, t);
-    if constexpr (!std::is_same_v<T, float>) {
-      DeviceBuffer<float> scale(exact_random(N, 23 + N, 0.001f, 0.01f));
-      std::vector<int8_t> wi(wf.size());
-      std::vector<__nv_fp8_e4m3> we(wf.size());
-      for (size_t i = 0; i < wf.size(); ++i) {
-        wi[i] = static_cast<int8_t>(wf[i] * 127.f);
-        we[i] = __nv_fp8_e4m3(wf[i] * 448.f);
-      }
-      DeviceBuffer<int8_t> dwi(wi);
-      DeviceBuffer<__nv_fp8_e4m3> dwe(we);
-      std::vector<k::GemvMath> maths = {k::GemvMath::kFp32, k::GemvMath::kConvert};
-      if (std::is_same_v<T, __half>) maths.push_back(k::GemvMath::kHalf2);
-      for (const k::GemvMath m : maths) {
-        const std::string math = " math " + std::to_string(static_cast<int>(m));
-        check_rope<T, int8_t, C>(s, dwi.get(), scale.get(), m, t + " int8" + math);
-        if (m != k::GemvMath::kConvert) {  // e4m3 W with x in T has no generic kernel
-          check_rope<T, __nv_fp8_e4m3, C>(s, dwe.get(), scale.get(), m, t + " fp8" + math);
-        }
-      }
-    }
+    for_each_gemv_weight<T>(
+        wf, N, [&](auto w, const float* scale, k::GemvMath m, const std::string& name) {
+          check_rope<T, std::remove_const_t<std::remove_pointer_t<decltype(w)>>, C>(s, w, scale, m,
+                                                                                    name);
+        });
   }
 }
 
