@@ -68,7 +68,9 @@ constexpr int kMinWarpPartition = 32;
 // batch 32 / 64 / 128 +0.9 / +1.8 / +5.7%; with an fp8 cache batch 64 lost 7.7% (16,080 -> 14,849
 // tok/s: the warp kernel's twice-as-many rows per step cost more than its occupancy gains), hence
 // the old threshold there, from llama2_bench_kernels (2026-12-01, contexts 16 / 192, bound 256,
-// us block -> warp): batch 512 139 -> 51 / 413 -> 388, batch 256 75 -> 32 / 216 -> 218.
+// us block -> warp): batch 512 139 -> 51 / 413 -> 388, batch 256 75 -> 32 / 216 -> 218. (That
+// benchmark had the warp kernel slower alone at batch 128, context 192, 117 -> 137 us, and batch
+// 64 at 2048, 525 -> 567: end to end, in the engine's graphs, it was faster in both regimes.)
 constexpr int kWarpAutoItemsPerSm16 = 3;
 constexpr int kWarpAutoItemsPerSmFp8 = 48;
 
