@@ -24,6 +24,7 @@
 #include "gpu_test_util.h"
 #include "kernels/attention_decode.cuh"
 #include "kernels/attention_prefill.cuh"
+#include "kernels/decode_plan.cuh"
 #include "rank/cpu_ops.h"
 
 namespace cpu = llama2::cpu;
@@ -255,6 +256,41 @@ TEST_CASE("attention_decode: the workspace for a bound covers every shorter boun
   }
   INFO(checked << " (kernel, heads, batch, bound, context) combinations");
   CHECK(short_by == 0);
+}
+
+// Host-side planning only (the multiprocessor count falls back to an H200's 132 without a
+// device), so this case also runs on machines without a GPU.
+TEST_CASE("attention_decode: the automatic kernel choice by batch and cache type") {
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    sms = 132;
+  }
+  for (const int kv_heads : {8, 32, 40}) {
+    for (int S = 1; S <= 1024; ++S) {
+      const int64_t items = int64_t{S} * kv_heads;
+      CAPTURE(kv_heads);
+      CAPTURE(S);
+      // Group 1: the warp kernel from 3 items per SM with a 16-bit cache, 48 with e4m3.
+      CHECK(k::plan_decode(S, 1, kv_heads, 256, k::DecodeKernel::kAuto, false).warp ==
+            (items >= 3 * int64_t{sms}));
+      CHECK(k::plan_decode(S, 1, kv_heads, 256, k::DecodeKernel::kAuto, true).warp ==
+            (items >= 48 * int64_t{sms}));
+      // Grouped heads always take the block kernel; the forced choices hold for group 1.
+      CHECK(!k::plan_decode(S, 4, kv_heads, 256, k::DecodeKernel::kAuto, false).warp);
+      CHECK(k::plan_decode(S, 1, kv_heads, 256, k::DecodeKernel::kWarp, true).warp);
+      CHECK(!k::plan_decode(S, 1, kv_heads, 256, k::DecodeKernel::kBlock, false).warp);
+      // The workspace bound holds for either cache type.
+      for (const bool fp8 : {false, true}) {
+        for (const int bound : {1, 200, 256, 2048}) {
+          CHECK(k::plan_decode(S, 1, kv_heads, bound, k::DecodeKernel::kAuto, fp8).num_parts <=
+                k::decode_most_partitions(S, 1, kv_heads, bound, k::DecodeKernel::kAuto));
+        }
+      }
+    }
+  }
+  (void)cudaGetLastError();
 }
 
 TEST_CASE("attention_decode: shape errors are refused") {
