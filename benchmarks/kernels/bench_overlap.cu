@@ -1,7 +1,9 @@
 // `llama2_bench_kernels overlap`: does a large decode step gain from running two half-batches on
 // two streams, so that one half's attention (HBM-bound: the KV reads) runs while the other half's
 // projections (tensor-core bound at hundreds of rows) do? Issue 19 asks for this overlap "where it
-// pays"; this measures the kernels alone before the engine is restructured for it.
+// pays"; this measures the kernels alone before the engine is restructured for it. Measured on
+// one H200 (2026-12-02, benchmarks/RESULTS.md): it does not pay, the whole batch on one stream is
+// the fastest in every row.
 //
 // A "layer" is what dominates a saturation step: the qkv, o, gate|up and down products and decode
 // attention over a paged cache (the small kernels between them are left out). Four distinct
