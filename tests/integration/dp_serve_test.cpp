@@ -159,31 +159,41 @@ bool replicas_freed(llama2::Client& c, int seconds, json* last) {
   return false;
 }
 
-void case_free() {
-  // Every step sleeps 20 ms (LLAMA2_TEST_STEP_DELAY_MS): a 300-token generation runs ~6 s, long
-  // enough to be ended mid-way on the tiny model.
-  ServerJob job(case_env().mpirun, case_env().llama2, case_env().tmp, "free", 2, case_env().model,
-                job_args(1, {"--max-batch-size", "4"}), {"LLAMA2_TEST_STEP_DELAY_MS=20"});
-  if (!check(job.wait_up(120), "server up")) return;
+// Token counts and end events per request id, for a case that watches several streams at once.
+struct StreamLog {
   std::mutex mu;
   std::condition_variable cv;
   std::map<std::string, json> ends;
   std::map<std::string, int> tokens;
-  auto events = [&](const std::string& id) {
+  llama2::GenerateEvents events(const std::string& id) {
     llama2::GenerateEvents ev;
-    ev.on_token = [&, id](const json&) {
+    ev.on_token = [this, id](const json&) {
       std::lock_guard<std::mutex> lock(mu);
       ++tokens[id];
       cv.notify_all();
     };
-    ev.on_done = [&, id](const json& e) {
+    ev.on_done = [this, id](const json& e) {
       std::lock_guard<std::mutex> lock(mu);
       ends[id] = e;
       cv.notify_all();
     };
     ev.on_error = ev.on_done;
     return ev;
-  };
+  }
+};
+
+void case_free() {
+  // Every step sleeps 20 ms (LLAMA2_TEST_STEP_DELAY_MS): a 300-token generation runs ~6 s, long
+  // enough to be ended mid-way on the tiny model.
+  ServerJob job(case_env().mpirun, case_env().llama2, case_env().tmp, "free", 2, case_env().model,
+                job_args(1, {"--max-batch-size", "4"}), {"LLAMA2_TEST_STEP_DELAY_MS=20"});
+  if (!check(job.wait_up(120), "server up")) return;
+  StreamLog log;
+  std::mutex& mu = log.mu;
+  std::condition_variable& cv = log.cv;
+  std::map<std::string, json>& ends = log.ends;
+  std::map<std::string, int>& tokens = log.tokens;
+  auto events = [&](const std::string& id) { return log.events(id); };
   // One connection each, sent in this order: the dispatch rule (most free blocks, then the lowest
   // index) puts A and T on replica 0, B and D on replica 1.
   std::map<std::string, std::unique_ptr<llama2::Client>> conn;
@@ -237,25 +247,12 @@ void case_killed() {
   if (!check(job.wait_up(120), "server up")) return;
   auto c0 = llama2::Client::connect(job.socket, 5000);
   auto c1 = llama2::Client::connect(job.socket, 5000);
-  std::mutex mu;
-  std::condition_variable cv;
-  std::map<std::string, json> ends;
-  std::map<std::string, int> tokens;
-  auto events = [&](const std::string& id) {
-    llama2::GenerateEvents ev;
-    ev.on_token = [&, id](const json&) {
-      std::lock_guard<std::mutex> lock(mu);
-      ++tokens[id];
-      cv.notify_all();
-    };
-    ev.on_done = [&, id](const json& e) {
-      std::lock_guard<std::mutex> lock(mu);
-      ends[id] = e;
-      cv.notify_all();
-    };
-    ev.on_error = ev.on_done;
-    return ev;
-  };
+  StreamLog log;
+  std::mutex& mu = log.mu;
+  std::condition_variable& cv = log.cv;
+  std::map<std::string, json>& ends = log.ends;
+  std::map<std::string, int>& tokens = log.tokens;
+  auto events = [&](const std::string& id) { return log.events(id); };
   const json long_gen = {{"prompt", "doomed"}, {"max_new_tokens", 480}, {"ignore_eos", true}};
   json a = long_gen, b = long_gen;
   a["id"] = "R0";
