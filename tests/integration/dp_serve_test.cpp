@@ -180,6 +180,18 @@ struct StreamLog {
     ev.on_error = ev.on_done;
     return ev;
   }
+  // Waits up to `limit` for pred() (called under the lock); whether it held.
+  template <typename Pred>
+  bool wait(std::chrono::seconds limit, Pred pred) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, limit, pred);
+  }
+  // The end event of request `id` so far (null if none).
+  json end(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu);
+    const auto it = ends.find(id);
+    return it == ends.end() ? json() : it->second;
+  }
 };
 
 void case_free() {
@@ -189,11 +201,6 @@ void case_free() {
                 job_args(1, {"--max-batch-size", "4"}), {"LLAMA2_TEST_STEP_DELAY_MS=20"});
   if (!check(job.wait_up(120), "server up")) return;
   StreamLog log;
-  std::mutex& mu = log.mu;
-  std::condition_variable& cv = log.cv;
-  std::map<std::string, json>& ends = log.ends;
-  std::map<std::string, int>& tokens = log.tokens;
-  auto events = [&](const std::string& id) { return log.events(id); };
   // One connection each, sent in this order: the dispatch rule (most free blocks, then the lowest
   // index) puts A and T on replica 0, B and D on replica 1.
   std::map<std::string, std::unique_ptr<llama2::Client>> conn;
@@ -201,9 +208,8 @@ void case_free() {
     conn[id] = llama2::Client::connect(job.socket, 5000);
     json req = {{"id", id}, {"prompt", "hold"}, {"max_new_tokens", 300}, {"ignore_eos", true}};
     if (std::string(id) == "T") req["timeout_ms"] = 1500;
-    conn[id]->generate_async(req, events(id));
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait_for(lock, std::chrono::seconds(30), [&] { return tokens.count(id) > 0; });
+    conn[id]->generate_async(req, log.events(id));
+    log.wait(std::chrono::seconds(30), [&] { return log.tokens.count(id) > 0; });
   }
   auto probe = llama2::Client::connect(job.socket, 5000);
   const json busy = probe->health(5000);
@@ -213,18 +219,15 @@ void case_free() {
   check(both, "both replicas hold 2 running requests with KV blocks: " + busy.dump());
   conn["A"]->cancel("A");
   conn["D"].reset();  // disconnect: D is cancelled on replica 1
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    check(cv.wait_for(lock, std::chrono::seconds(20), [&] { return ends.count("T") > 0; }),
-          "T ended by its timeout_ms");
-  }
+  check(log.wait(std::chrono::seconds(20), [&] { return log.ends.count("T") > 0; }),
+        "T ended by its timeout_ms");
   conn["B"]->cancel("B");
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait_for(lock, std::chrono::seconds(20), [&] { return ends.count("A") && ends.count("B"); });
-    check(ends["A"].value("finish_reason", "") == "cancelled", "A: " + ends["A"].dump());
-    check(ends["B"].value("finish_reason", "") == "cancelled", "B: " + ends["B"].dump());
-    check(ends["T"].value("finish_reason", "") == "timeout", "T: " + ends["T"].dump());
+  log.wait(std::chrono::seconds(20), [&] { return log.ends.count("A") && log.ends.count("B"); });
+  for (const auto& [id, reason] : {std::pair<const char*, const char*>{"A", "cancelled"},
+                                   {"B", "cancelled"},
+                                   {"T", "timeout"}}) {
+    const json e = log.end(id);
+    check(e.value("finish_reason", "") == reason, std::string(id) + ": " + e.dump());
   }
   json last;
   check(replicas_freed(*probe, 20, &last),
@@ -248,31 +251,20 @@ void case_killed() {
   auto c0 = llama2::Client::connect(job.socket, 5000);
   auto c1 = llama2::Client::connect(job.socket, 5000);
   StreamLog log;
-  std::mutex& mu = log.mu;
-  std::condition_variable& cv = log.cv;
-  std::map<std::string, json>& ends = log.ends;
-  std::map<std::string, int>& tokens = log.tokens;
-  auto events = [&](const std::string& id) { return log.events(id); };
   const json long_gen = {{"prompt", "doomed"}, {"max_new_tokens", 480}, {"ignore_eos", true}};
   json a = long_gen, b = long_gen;
   a["id"] = "R0";
   b["id"] = "R1";
-  c0->generate_async(a, events("R0"));
-  c1->generate_async(b, events("R1"));
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait_for(lock, std::chrono::seconds(60), [&] { return tokens.size() == 2; });
-  }
+  c0->generate_async(a, log.events("R0"));
+  c1->generate_async(b, log.events("R1"));
+  log.wait(std::chrono::seconds(60), [&] { return log.tokens.size() == 2; });
   const pid_t leader = job.rank_pid(1);
   if (!check(leader > 0, "found rank 1")) return;
   const auto t0 = Clock::now();
   kill(leader, SIGKILL);
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait_for(lock, std::chrono::seconds(20), [&] { return ends.count("R1") > 0; });
-  }
+  log.wait(std::chrono::seconds(20), [&] { return log.ends.count("R1") > 0; });
   const double err_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  const json e1 = ends.count("R1") ? ends["R1"] : json();
+  const json e1 = log.end("R1");
   check(e1.value("event", "") == "error" && err_s < 15,
         "the client on the killed replica got an error after " + std::to_string(err_s) +
             " s: " + e1.dump());
