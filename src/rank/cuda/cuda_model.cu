@@ -455,13 +455,15 @@ class CudaModel final : public ModelRunner {
       } else {
         gemm(h_, L.qkv, qkv_, T_, qkv_ld, H, h_quantized);  // [T, q | k | v]
       }
-      if (!rope_in_gemv) mark("rope_kv");
-      if (qkv_sums.on()) {
-        CUDA_CHECK(kernels::launch_rope_kv_scaled(qkv_sums, qkv_ld, q, qkv_ld, s_.num_heads, tok,
-                                                  freqs_, cache(l), stream_));
-      } else if (!rope_in_gemv) {
-        CUDA_CHECK(kernels::launch_rope_kv(q, qkv_ld, q + nq, qkv_ld, q + nq + nkv, qkv_ld,
-                                           s_.num_heads, tok, freqs_, cache(l), stream_));
+      if (!rope_in_gemv) {
+        mark("rope_kv");
+        if (qkv_sums.on()) {
+          CUDA_CHECK(kernels::launch_rope_kv_scaled(qkv_sums, qkv_ld, q, qkv_ld, s_.num_heads, tok,
+                                                    freqs_, cache(l), stream_));
+        } else {
+          CUDA_CHECK(kernels::launch_rope_kv(q, qkv_ld, q + nq, qkv_ld, q + nq + nkv, qkv_ld,
+                                             s_.num_heads, tok, freqs_, cache(l), stream_));
+        }
       }
       mark("attention");
       attention(sh, l, q, qkv_ld);
