@@ -76,12 +76,12 @@ __global__ void __launch_bounds__(kThreads)
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    scale_outer_kernel(const float* __restrict__ acc, const float* __restrict__ xs,
+    scale_outer_kernel(const Fp8Sum* __restrict__ acc, const float* __restrict__ xs,
                        const float* __restrict__ ws, T* __restrict__ y, int N) {
   wait_for_previous_grid();
   const int64_t m = blockIdx.y;
   const int n = blockIdx.x * kThreads + threadIdx.x;
-  if (n < N) y[m * N + n] = from_float<T>(acc[m * N + n] * (xs[m] * ws[n]));
+  if (n < N) y[m * N + n] = from_float<T>(to_float(acc[m * N + n]) * (xs[m] * ws[n]));
 }
 
 // act[j] = round_T(silu_mul(gate_j, up_j)) with gate_j and up_j the rounded scaled sums: the
@@ -99,14 +99,14 @@ constexpr int kSwigluThreads = 1024;
 
 template <typename T, int kChunks>
 __global__ void __launch_bounds__(kSwigluThreads)
-    scale_swiglu_quantize_vec_kernel(const float* __restrict__ acc, const float* __restrict__ xs,
+    scale_swiglu_quantize_vec_kernel(const Fp8Sum* __restrict__ acc, const float* __restrict__ xs,
                                      const float* __restrict__ ws, int F,
                                      __nv_fp8_e4m3* __restrict__ q, float* __restrict__ q_scale) {
   wait_for_previous_grid();
   const int64_t m = blockIdx.x;
   const int n4 = F / 4;
-  const float4* gate = reinterpret_cast<const float4*>(acc + m * 2 * F);
-  const float4* up = gate + n4;
+  const Fp8Sum* gate = acc + m * 2 * F;  // 4 sums per access
+  const Fp8Sum* up = gate + F;
   const float4* w_gate = reinterpret_cast<const float4*>(ws);
   const float4* w_up = w_gate + n4;
   const float sx = xs[m];
@@ -116,11 +116,14 @@ __global__ void __launch_bounds__(kSwigluThreads)
   for (int c = 0; c < kChunks; ++c) {
     const int i = threadIdx.x + c * kSwigluThreads;
     if (i < n4) {
-      const float4 g = gate[i], u = up[i], wg = w_gate[i], wu = w_up[i];
-      a[c][0] = scaled_swiglu<T>(g.x, u.x, sx, wg.x, wu.x);
-      a[c][1] = scaled_swiglu<T>(g.y, u.y, sx, wg.y, wu.y);
-      a[c][2] = scaled_swiglu<T>(g.z, u.z, sx, wg.z, wu.z);
-      a[c][3] = scaled_swiglu<T>(g.w, u.w, sx, wg.w, wu.w);
+      float g[4], u[4];
+      load_float<Fp8Sum, 4>(gate + 4 * i, g);
+      load_float<Fp8Sum, 4>(up + 4 * i, u);
+      const float4 wg = w_gate[i], wu = w_up[i];
+      a[c][0] = scaled_swiglu<T>(g[0], u[0], sx, wg.x, wu.x);
+      a[c][1] = scaled_swiglu<T>(g[1], u[1], sx, wg.y, wu.y);
+      a[c][2] = scaled_swiglu<T>(g[2], u[2], sx, wg.z, wu.z);
+      a[c][3] = scaled_swiglu<T>(g[3], u[3], sx, wg.w, wu.w);
 #pragma unroll
       for (int e = 0; e < 4; ++e) amax = fmaxf(amax, fabsf(a[c][e]));
     }
@@ -138,29 +141,31 @@ __global__ void __launch_bounds__(kSwigluThreads)
 // act recomputed for the stores.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    scale_swiglu_quantize_kernel(const float* __restrict__ acc, const float* __restrict__ xs,
+    scale_swiglu_quantize_kernel(const Fp8Sum* __restrict__ acc, const float* __restrict__ xs,
                                  const float* __restrict__ ws, int F, __nv_fp8_e4m3* __restrict__ q,
                                  float* __restrict__ q_scale) {
   wait_for_previous_grid();
   const int64_t m = blockIdx.x;
-  const float* gate = acc + m * 2 * F;
-  const float* up = gate + F;
+  const Fp8Sum* gate = acc + m * 2 * F;
+  const Fp8Sum* up = gate + F;
   const float sx = xs[m];
   float amax = 0.f;
   for (int j = threadIdx.x; j < F; j += kThreads) {
-    amax = fmaxf(amax, fabsf(scaled_swiglu<T>(gate[j], up[j], sx, ws[j], ws[F + j])));
+    amax = fmaxf(amax,
+                 fabsf(scaled_swiglu<T>(to_float(gate[j]), to_float(up[j]), sx, ws[j], ws[F + j])));
   }
   const float s = e4m3_row_scale(amax, q_scale + m);
   __nv_fp8_e4m3* row = q + m * F;
   for (int j = threadIdx.x; j < F; j += kThreads) {
-    row[j] = from_float<__nv_fp8_e4m3>(scaled_swiglu<T>(gate[j], up[j], sx, ws[j], ws[F + j]) / s);
+    row[j] = from_float<__nv_fp8_e4m3>(
+        scaled_swiglu<T>(to_float(gate[j]), to_float(up[j]), sx, ws[j], ws[F + j]) / s);
   }
 }
 
 }  // namespace
 
 template <typename T>
-cudaError_t launch_scale_swiglu_quantize(const float* acc, const float* x_scale,
+cudaError_t launch_scale_swiglu_quantize(const Fp8Sum* acc, const float* x_scale,
                                          const float* w_scale, int M, int F, RowsE4m3 out,
                                          cudaStream_t stream) {
   LLAMA2_LAUNCH_REQUIRE(M >= 1 && F >= 1, "M " + std::to_string(M) + ", F " + std::to_string(F));
@@ -183,14 +188,14 @@ cudaError_t launch_scale_swiglu_quantize(const float* acc, const float* x_scale,
   }
   return cudaGetLastError();
 }
-template cudaError_t launch_scale_swiglu_quantize<__half>(const float*, const float*, const float*,
+template cudaError_t launch_scale_swiglu_quantize<__half>(const Fp8Sum*, const float*, const float*,
                                                           int, int, RowsE4m3, cudaStream_t);
-template cudaError_t launch_scale_swiglu_quantize<__nv_bfloat16>(const float*, const float*,
+template cudaError_t launch_scale_swiglu_quantize<__nv_bfloat16>(const Fp8Sum*, const float*,
                                                                  const float*, int, int, RowsE4m3,
                                                                  cudaStream_t);
 
 template <typename T>
-cudaError_t launch_scale_outer(const float* acc, const float* x_scale, const float* w_scale, T* y,
+cudaError_t launch_scale_outer(const Fp8Sum* acc, const float* x_scale, const float* w_scale, T* y,
                                int M, int N, cudaStream_t stream) {
   LLAMA2_LAUNCH_REQUIRE(M >= 1 && M <= 65535, "M " + std::to_string(M) + ", allowed 1..65535");
   LLAMA2_LAUNCH_REQUIRE(N >= 1, "N " + std::to_string(N));
@@ -200,9 +205,9 @@ cudaError_t launch_scale_outer(const float* acc, const float* x_scale, const flo
   launch_kernel(scale_outer_kernel<T>, grid, kThreads, 0, stream, acc, x_scale, w_scale, y, N);
   return cudaGetLastError();
 }
-template cudaError_t launch_scale_outer<__half>(const float*, const float*, const float*, __half*,
+template cudaError_t launch_scale_outer<__half>(const Fp8Sum*, const float*, const float*, __half*,
                                                 int, int, cudaStream_t);
-template cudaError_t launch_scale_outer<__nv_bfloat16>(const float*, const float*, const float*,
+template cudaError_t launch_scale_outer<__nv_bfloat16>(const Fp8Sum*, const float*, const float*,
                                                        __nv_bfloat16*, int, int, cudaStream_t);
 
 template <typename Q, typename T>

@@ -8,6 +8,7 @@
 // (tests/reference/make_fixtures.py --weight-dtype).
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
@@ -25,11 +26,22 @@ struct RowsE4m3 {
   __host__ __device__ bool on() const { return q != nullptr; }
 };
 
+// The element type of an fp8 product's unscaled sums (cuBLASLt's output, read once by the kernel
+// that applies the scales): bf16, fp32's exponent range in half the bytes. The sums of e4m3
+// products do not fit fp16 (up to K x 448^2), and at 2048 rows of a 7B layer their fp32 copies
+// were ~700 MB written and read back per layer. One more rounding (2^-9 relative) before the
+// scales, far inside the fp8 operands' own error. -DLLAMA2_FP8_SUMS_FP32=1: fp32 (the A/B build).
+#if defined(LLAMA2_FP8_SUMS_FP32) && LLAMA2_FP8_SUMS_FP32
+using Fp8Sum = float;
+#else
+using Fp8Sum = __nv_bfloat16;
+#endif
+
 // An fp8 product's output before its scales: y[m, n] = round_T(acc[m, n] * (x_scale[m] *
 // w_scale[n])) (launch_scale_outer's numbers), for a consumer that applies them as it reads y
 // (kernels/rmsnorm.cuh, launch_add_rmsnorm_scaled).
 struct ScaledSums {
-  const float* acc = nullptr;      // [M, N] fp32 sums
+  const Fp8Sum* acc = nullptr;     // [M, N] sums
   const float* x_scale = nullptr;  // [M]
   const float* w_scale = nullptr;  // [N]
   __host__ __device__ bool on() const { return acc != nullptr; }
@@ -52,20 +64,20 @@ cudaError_t launch_dequantize_rows(const Q* q,          // [rows, K]
                                    int64_t rows, int K, cudaStream_t stream);
 
 // y[m, n] = round_T(acc[m, n] * (x_scale[m] * w_scale[n])): the scales of an fp8 product applied
-// to its fp32 sums (the same factor, in the same order, as launch_gemv_q's epilogue).
+// to its sums (the same factor, in the same order, as launch_gemv_q's epilogue).
 template <typename T>
-cudaError_t launch_scale_outer(const float* acc,      // [M, N]
+cudaError_t launch_scale_outer(const Fp8Sum* acc,     // [M, N]
                                const float* x_scale,  // [M]
                                const float* w_scale,  // [N]
                                T* y,                  // [M, N]
                                int M, int N, cudaStream_t stream);
 
-// The gate|up product of an fp8 MLP from its fp32 sums to the down projection's e4m3 input, in one
+// The gate|up product of an fp8 MLP from its sums to the down projection's e4m3 input, in one
 // launch instead of three: act = SwiGLU of the scaled gate and up values (launch_scale_outer, then
 // launch_swiglu: the same roundings), then act's rows quantized (launch_quantize_rows), bit for
 // bit the numbers of the three kernels. act itself is not stored. One block per row.
 template <typename T>
-cudaError_t launch_scale_swiglu_quantize(const float* acc,      // [M, 2F]: gate sums, then up
+cudaError_t launch_scale_swiglu_quantize(const Fp8Sum* acc,     // [M, 2F]: gate sums, then up
                                          const float* x_scale,  // [M]
                                          const float* w_scale,  // [2F]
                                          int M, int F,

@@ -78,7 +78,7 @@ static __global__ void add_rmsnorm_kernel(T* residual, const T* x, ScaledSums su
     load_float<T, N>(rrow + i * N, r);
     if constexpr (kScaled) {
       float w[N];
-      load_float<float, N>(sums.acc + row * hidden + i * N, v);
+      load_float<Fp8Sum, N>(sums.acc + row * hidden + i * N, v);
       load_float<float, N>(sums.w_scale + i * N, w);
 #pragma unroll
       for (int e = 0; e < N; ++e) v[e] = round_to<T>(v[e] * (sx * w[e]));  // scale_outer's

@@ -55,11 +55,12 @@ struct RopeKvParams {
 // V values of a q/k/v row at column `col` (of the fused row for scaled sums), as fp32: a T row's
 // stored values, or the sums scaled and rounded to T as launch_scale_outer stores them.
 template <typename T, int V, bool kScaled>
-__device__ __forceinline__ void load_row(const T* row, const ScaledSums& sums, const float* acc_row,
-                                         float sx, int col, float (&out)[V]) {
+__device__ __forceinline__ void load_row(const T* row, const ScaledSums& sums,
+                                         const Fp8Sum* acc_row, float sx, int col,
+                                         float (&out)[V]) {
   if constexpr (kScaled) {
     float w[V];
-    load_float<float, V>(acc_row + col, out);
+    load_float<Fp8Sum, V>(acc_row + col, out);
     load_float<float, V>(sums.w_scale + col, w);
 #pragma unroll
     for (int e = 0; e < V; ++e) out[e] = round_to<T>(out[e] * (sx * w[e]));
@@ -111,7 +112,7 @@ static __global__ void __launch_bounds__(128)
   __syncthreads();
 
   // Scaled sums: this token's fused QKV row and x scale.
-  const float* acc_row = kScaled ? p.sums.acc + t * p.k_stride : nullptr;
+  const Fp8Sum* acc_row = kScaled ? p.sums.acc + t * p.k_stride : nullptr;
   const float sx = kScaled ? p.sums.x_scale[t] : 0.f;
   // (x[i], x[i + H]) -> (x[i] c - x[i+H] s, x[i+H] c + x[i] s) for the V lanes of one piece of
   // the head starting at column src_col of the token's row `src` (T), or of its fused row of

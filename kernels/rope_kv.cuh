@@ -65,7 +65,7 @@ cudaError_t launch_rope_kv(T* q, int64_t q_stride,        // [n_tokens, q_stride
                            cudaStream_t stream);
 
 // The same with q, k and v given as an fp8 QKV product's unscaled sums (--weight-dtype fp8, the
-// W8A8 rows): qkv.acc is the fused [n_tokens, qkv_stride] fp32 row (q at column 0, k at heads *
+// W8A8 rows): qkv.acc is the fused [n_tokens, qkv_stride] row of sums (q at column 0, k at heads *
 // head_dim, v after it), each value read as launch_scale_outer would store it,
 // round_T(acc * (x_scale[t] * w_scale[col])); the rotated q goes to q, k and v to the cache. The
 // numbers of launch_scale_outer followed by launch_rope_kv, without the [n_tokens, qkv] T copy's

@@ -87,10 +87,10 @@ int bench_fp8() {
         CUDA_CHECK((k::launch_quantize_rows<__nv_fp8_e4m3, T>(x.as<T>(), xq.as<__nv_fp8_e4m3>(),
                                                               xs.as<float>(), M, s.K, nullptr)));
       });
-      // The scale kernel reads fp32 sums; any [M, N] fp32 buffer times it (y's bytes suffice
-      // for half of it, so use the e4m3 pool, which is larger).
+      // The scale kernel reads the sums (k::Fp8Sum); any [M, N] buffer of them times it (y's bytes
+      // suffice for half of it, so use the e4m3 pool, which is larger).
       const double scale_us = time_us([&](int) {
-        CUDA_CHECK(k::launch_scale_outer<T>(reinterpret_cast<const float*>(w.as<void>()),
+        CUDA_CHECK(k::launch_scale_outer<T>(reinterpret_cast<const k::Fp8Sum*>(w.as<void>()),
                                             xs.as<float>(), scale.as<float>(), y.as<T>(), M, s.N,
                                             nullptr));
       });

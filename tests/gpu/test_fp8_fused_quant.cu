@@ -97,12 +97,13 @@ template <typename T>
 void check_scale_swiglu_quantize(int M, int F) {
   const std::string tag =
       std::string(k::dtype_name<T>()) + " M " + std::to_string(M) + " F " + std::to_string(F);
-  // fp32 sums as cuBLASLt leaves them (e4m3 products: up to a few thousand), scales that bring
-  // gate and up to the +-20 range SwiGLU sees.
+  // Sums as cuBLASLt leaves them (k::Fp8Sum; e4m3 products: up to a few thousand), scales that
+  // bring gate and up to the +-20 range SwiGLU sees.
   const auto acc = uniform(size_t(M) * 2 * F, 11 + M, -3000.f, 3000.f);
   const auto xs = uniform(M, 12, 0.001f, 0.01f);
   const auto ws = uniform(2 * F, 13, 0.0005f, 0.002f);
-  DeviceBuffer<float> dacc(acc), dxs(xs), dws(ws), s_a(M), s_b(M);
+  DeviceBuffer<k::Fp8Sum> dacc(to_dtype<k::Fp8Sum>(acc));
+  DeviceBuffer<float> dxs(xs), dws(ws), s_a(M), s_b(M);
   DeviceBuffer<T> gate_up(size_t(M) * 2 * F), act(size_t(M) * F);
   DeviceBuffer<E4m3> q_a(size_t(M) * F), q_b(size_t(M) * F);
   q_a.poison();
@@ -136,7 +137,8 @@ void check_add_rmsnorm_scaled(int rows, int hidden) {
   const auto ws = uniform(hidden, 23, 0.0001f, 0.0005f);
   const auto res = to_dtype<T>(exact_random(size_t(rows) * hidden, 24, -4.f, 4.f));
   const auto w = to_dtype<T>(exact_random(hidden, 25, 0.5f, 1.5f));
-  DeviceBuffer<float> dacc(acc), dws(ws), s_b(rows);
+  DeviceBuffer<k::Fp8Sum> dacc(to_dtype<k::Fp8Sum>(acc));
+  DeviceBuffer<float> dws(ws), s_b(rows);
   DeviceBuffer<T> dw(w), y(acc.size()), out_a(acc.size()), out_b(acc.size());
   DeviceBuffer<E4m3> q_a(acc.size()), q_b(acc.size());
   for (const bool quantize : {false, true}) {
@@ -183,7 +185,8 @@ void check_rope_kv_scaled(int heads, int kv_heads, int d, int n) {
     pos[t] = static_cast<int32_t>(rng() % 4000);
     slot[t] = t == 1 ? -1 : t + bs;  // token 1: padding (q only); the first block stays unused
   }
-  DeviceBuffer<float> dacc(acc), dxs(xs), dws(ws);
+  DeviceBuffer<k::Fp8Sum> dacc(to_dtype<k::Fp8Sum>(acc));
+  DeviceBuffer<float> dxs(xs), dws(ws);
   DeviceBuffer<int32_t> dpos(pos), dslot(slot);
   DeviceBuffer<T> q_a(size_t(n) * stride), y(size_t(n) * stride);
   const size_t cache_elems = size_t(blocks) * kv_heads * bs * d;

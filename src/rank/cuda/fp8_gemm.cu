@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 #include <tuple>
+#include <type_traits>
 
 #include "common/check.h"
 #include "kernels/quant.cuh"
@@ -13,6 +14,9 @@
 namespace llama2 {
 namespace {
 constexpr size_t kWorkspace = 32u << 20;
+// cuBLASLt's D (and C) type: the sums' element type (kernels::Fp8Sum).
+constexpr cudaDataType_t kSumType =
+    std::is_same_v<kernels::Fp8Sum, float> ? CUDA_R_32F : CUDA_R_16BF;
 
 // An algorithm's tile and split of K (1 when cuBLASLt does not say).
 std::pair<int, int> tile_and_splitk(const cublasLtMatmulAlgo_t& algo) {
@@ -31,7 +35,7 @@ Fp8Gemm::Fp8Gemm(cudaDataType_t out_type, int64_t max_rows, int64_t max_n, cudaS
     : out_type_(out_type),
       stream_(stream),
       workspace_(kWorkspace, "cuBLASLt FP8 workspace"),
-      acc_(static_cast<size_t>(max_rows * max_n) * sizeof(float), "fp8 GEMM fp32 sums"),
+      acc_(static_cast<size_t>(max_rows * max_n) * sizeof(kernels::Fp8Sum), "fp8 GEMM sums"),
       acc_elems_(max_rows * max_n) {
   LLAMA2_CHECK(out_type == CUDA_R_16F || out_type == CUDA_R_16BF);
   CUBLAS_CHECK(cublasLtCreate(&handle_));
@@ -44,7 +48,8 @@ Fp8Gemm::~Fp8Gemm() {
 
 // Column-major view (cuBLAS's): D [N x M] = op(A) . B with A = W stored [N, K] row-major, i.e.
 // a K x N column-major matrix read transposed, and B = x [M, K] row-major = K x M column-major:
-// the "TN" layout FP8 requires. D's N x M column-major is the sums' [M, N] row-major, in fp32.
+// the "TN" layout FP8 requires. D's N x M column-major is the sums' [M, N] row-major, in
+// kernels::Fp8Sum (bf16 by default), accumulated in fp32.
 Fp8Gemm::Plan Fp8Gemm::describe(int M, int N, int K) {
   Plan p;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -55,7 +60,7 @@ Fp8Gemm::Plan Fp8Gemm::describe(int M, int N, int K) {
       cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_8F_E4M3, K, N, K));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_8F_E4M3, K, M, K));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, N, M, N));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, kSumType, N, M, N));
   return p;
 }
 
@@ -119,7 +124,7 @@ const Fp8Gemm::Plan& Fp8Gemm::plan(int M, int N, int K) {
 cublasStatus_t Fp8Gemm::launch(const Plan& p, const cublasLtMatmulAlgo_t& algo, const void* xq,
                                const void* wq) {
   const float alpha = 1.f, beta = 0.f;
-  float* acc = acc_.as<float>();
+  kernels::Fp8Sum* acc = acc_.as<kernels::Fp8Sum>();
   return cublasLtMatmul(handle_, p.desc, &alpha, wq, p.a, xq, p.b, &beta, acc, p.d, acc, p.d, &algo,
                         workspace_.as<void>(), kWorkspace, stream_);
 }
@@ -191,7 +196,7 @@ Fp8Gemm::TuneResult Fp8Gemm::tune(const void* xq, const std::vector<const void*>
 void Fp8Gemm::run(const void* xq, const float* x_scale, const void* wq, const float* w_scale,
                   void* y, int M, int N, int K) {
   if (M == 0) return;
-  const float* acc = run_sums(xq, wq, M, N, K);
+  const kernels::Fp8Sum* acc = run_sums(xq, wq, M, N, K);
   if (out_type_ == CUDA_R_16F) {
     CUDA_CHECK(kernels::launch_scale_outer<__half>(acc, x_scale, w_scale, static_cast<__half*>(y),
                                                    M, N, stream_));
@@ -201,18 +206,18 @@ void Fp8Gemm::run(const void* xq, const float* x_scale, const void* wq, const fl
   }
 }
 
-const float* Fp8Gemm::run_sums(const void* xq, const void* wq, int M, int N, int K) {
+const kernels::Fp8Sum* Fp8Gemm::run_sums(const void* xq, const void* wq, int M, int N, int K) {
   LLAMA2_CHECK(M >= 1 && int64_t{M} * N <= acc_elems_);
   const Plan& p = plan(M, N, K);
   CUBLAS_CHECK(launch(p, p.algo, xq, wq));
-  return acc_.as<float>();
+  return acc_.as<kernels::Fp8Sum>();
 }
 
 void Fp8Gemm::run_swiglu_e4m3(const void* xq, const float* x_scale, const void* wq,
                               const float* w_scale, kernels::RowsE4m3 act, int M, int N, int K) {
   if (M == 0) return;
   LLAMA2_CHECK(N % 2 == 0);
-  const float* acc = run_sums(xq, wq, M, N, K);
+  const kernels::Fp8Sum* acc = run_sums(xq, wq, M, N, K);
   if (out_type_ == CUDA_R_16F) {
     CUDA_CHECK(kernels::launch_scale_swiglu_quantize<__half>(acc, x_scale, w_scale, M, N / 2, act,
                                                              stream_));

@@ -1,6 +1,7 @@
 // FP8 products on Hopper's tensor cores for --weight-dtype fp8 (W8A8, docs in kernels/quant.cuh):
 //   y[m, n] = round_T(x_scale[m] * w_scale[n] * sum_k xq[m, k] * wq[n, k])
-// cuBLASLt multiplies the e4m3 operands into fp32 sums (a scratch [max_rows, max_n]), then
+// cuBLASLt multiplies the e4m3 operands into sums (fp32 accumulation, stored as kernels::Fp8Sum,
+// bf16: a scratch [max_rows, max_n]), then
 // kernels::launch_scale_outer applies both scales and rounds to T. (cuBLASLt's own per-row
 // "outer vector" scale mode, CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, found no algorithm on an
 // H200 with CUDA 13.0 for these shapes; fp16 output of the unscaled sums would overflow.) The GEMV
@@ -10,7 +11,7 @@
 // LLAMA2_FP8_TUNE=1; CudaLinear::tune_fp8). Measured on an H200 at 7B shapes (llama2_bench_kernels
 // fp8): the heuristic's choice is within 0-18% of its fastest candidate (most often the same one);
 // what the product costs beyond the GEMM at decode sizes is the two small launches around it.
-// Every candidate computes the same fp32 sums up to the order of their additions.
+// Every candidate computes the same sums up to the order of their additions.
 #pragma once
 
 #include <cublasLt.h>
@@ -42,9 +43,9 @@ class Fp8Gemm {
            void* y,                               // [M, N]
            int M, int N, int K);
 
-  // The product without its scales: the fp32 sums [M, N] (valid until the next product), for a
+  // The product without its scales: the sums [M, N] (valid until the next product), for a
   // consumer that applies the scales itself (kernels::ScaledSums).
-  const float* run_sums(const void* xq, const void* wq, int M, int N, int K);
+  const kernels::Fp8Sum* run_sums(const void* xq, const void* wq, int M, int N, int K);
 
   // The gate|up product [M, N = 2F] of an fp8 MLP straight to the down projection's input: act =
   // SwiGLU of the scaled sums, quantized to e4m3 rows in `act` (kernels/quant.cuh,
@@ -91,7 +92,7 @@ class Fp8Gemm {
   cudaStream_t stream_;
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer workspace_;
-  DeviceBuffer acc_;  // [max_rows, max_n] fp32 sums
+  DeviceBuffer acc_;  // [max_rows, max_n] sums (kernels::Fp8Sum)
   int64_t acc_elems_;
   std::map<std::pair<int, std::pair<int, int>>, Plan> plans_;  // by (M, (N, K))
   // tune()'s choices: (N, K) -> M -> algorithm.
