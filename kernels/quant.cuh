@@ -29,12 +29,15 @@ struct RowsE4m3 {
 // The element type of an fp8 product's unscaled sums (cuBLASLt's output, read once by the kernel
 // that applies the scales): bf16, fp32's exponent range in half the bytes. The sums of e4m3
 // products do not fit fp16 (up to K x 448^2), and at 2048 rows of a 7B layer their fp32 copies
-// were ~700 MB written and read back per layer. One more rounding (2^-9 relative) before the
-// scales, far inside the fp8 operands' own error. -DLLAMA2_FP8_SUMS_FP32=1: fp32 (the A/B build).
+// were ~700 MB written and read back per layer. One more rounding (kFp8SumRoundoff relative)
+// before the scales, far inside the e4m3 operands' own error (2^-4 per element).
+// -DLLAMA2_FP8_SUMS_FP32=1: fp32 (the A/B build).
 #if defined(LLAMA2_FP8_SUMS_FP32) && LLAMA2_FP8_SUMS_FP32
 using Fp8Sum = float;
+constexpr double kFp8SumRoundoff = 0x1p-24;
 #else
 using Fp8Sum = __nv_bfloat16;
+constexpr double kFp8SumRoundoff = 0x1p-8;  // 8 significant bits: half an ulp
 #endif
 
 // An fp8 product's output before its scales: y[m, n] = round_T(acc[m, n] * (x_scale[m] *
