@@ -60,7 +60,7 @@ static __global__ void rmsnorm_kernel(const T* x, const T* weight, int hidden, f
   if (q8.on()) quantize_out_row<T, N>(orow, n_vec, amax, q8, row, hidden);
 }
 
-// kScaled: x is `sums` (an fp8 product's fp32 sums and scales), not `x`.
+// kScaled: x is `sums` (an fp8 product's unscaled sums (Fp8Sum) and scales), not `x`.
 template <typename T, int N, bool kScaled>
 static __global__ void add_rmsnorm_kernel(T* residual, const T* x, ScaledSums sums, const T* weight,
                                           int hidden, float eps, T* out, RowsE4m3 q8) {

@@ -46,7 +46,7 @@ struct RopeKvParams {
   int block_size;
   const int32_t* pos;
   const int32_t* slot;
-  // launch_rope_kv_scaled: q, k and v come from these fp32 sums (rows of k_stride = the fused
+  // launch_rope_kv_scaled: q, k and v come from these sums (Fp8Sum) (rows of k_stride = the fused
   // QKV width; q at column 0, k at heads * D, v after it); q, k and v (the T pointers) are then
   // only q's destination.
   ScaledSums sums;

@@ -1,7 +1,7 @@
 // `llama2_bench_kernels fp8`: the --weight-dtype fp8 product (x quantized per row, cuBLASLt's FP8
-// GEMM into fp32 sums, the scales applied) at Llama-2-7B TP1 projection shapes, with cuBLASLt's
-// heuristic algorithm and with the one Fp8Gemm::tune picks (the engine's start-up tuning,
-// LLAMA2_FP8_TUNE), and the two small kernels around the GEMM timed alone.
+// GEMM into unscaled sums, kernels::Fp8Sum, the scales applied) at Llama-2-7B TP1 projection
+// shapes, with cuBLASLt's heuristic algorithm and with the one Fp8Gemm::tune picks (the engine's
+// start-up tuning, LLAMA2_FP8_TUNE), and the two small kernels around the GEMM timed alone.
 //
 // Build: ninja -C build-gpu llama2_bench_kernels     Run: build-gpu/llama2_bench_kernels fp8
 //

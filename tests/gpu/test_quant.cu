@@ -224,8 +224,8 @@ TEST_CASE(
         double worst_ratio = 0;
         for (size_t i = 0; i < got.size(); ++i) {
           // The fp16 output's rounding and the unscaled sum's (k::Fp8Sum) on top of the order's.
-          const double lim = 0x1p-12 * bound[i] +
-                             (0x1p-11 + k::kFp8SumRoundoff) * std::fabs(want[i]) + 1e-6;
+          const double lim =
+              0x1p-12 * bound[i] + (0x1p-11 + k::kFp8SumRoundoff) * std::fabs(want[i]) + 1e-6;
           const double ratio = std::fabs(got[i] - want[i]) / lim;
           if (!(ratio <= 1)) ++bad;
           if (!(ratio <= worst_ratio)) {

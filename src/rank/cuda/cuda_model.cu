@@ -324,7 +324,7 @@ class CudaModel final : public ModelRunner {
   }
 
   // A row-parallel projection (o, down) into the residual stream, then the next norm into h_:
-  // partial_ = x . W^T, reduce_add_rmsnorm. fp8 W8A8 on one rank: the product's fp32 sums go
+  // partial_ = x . W^T, reduce_add_rmsnorm. fp8 W8A8 on one rank: the product's unscaled sums go
   // straight into the residual add, which applies their scales (no scale launch, no partial_).
   // Returns whether h_'s rows went to q8 too.
   bool project_add_rmsnorm(const DeviceBuffer& x, const LinearWeight& w, int tokens, int K,

@@ -70,9 +70,10 @@ class CudaLinear {
   // (before: 4 per layer, ~5 us each at 64 rows on an H200). {} when M rows do not quantize x
   // (other dtypes, the GEMV, the W8A16 A/B) or LLAMA2_FP8_FUSE=0.
   kernels::RowsE4m3 fp8_rows(int M) const;
-  // With fp8_rows(M) on: the product's fp32 sums and both scales, without the scale launch, for a
-  // consumer that applies them (kernels::launch_add_rmsnorm_scaled, the residual add after o and
-  // down on one rank). The sums stay valid until the next product. {} (nothing done) otherwise.
+  // With fp8_rows(M) on: the product's unscaled sums (kernels::Fp8Sum) and both scales, without the
+  // scale launch, for a consumer that applies them (kernels::launch_add_rmsnorm_scaled, the
+  // residual add after o and down on one rank). The sums stay valid until the next product. {}
+  // (nothing done) otherwise.
   kernels::ScaledSums matmul_sums(const T* x, const LinearWeight& w, int M, int N, int K,
                                   bool x_quantized);
   // Whether this product goes to the GEMV with x in T, which can fuse: one row, for 1-byte
