@@ -49,4 +49,30 @@ inline bool allreduce_fits(const AllReduceShared& shared, const void* data, int6
          reinterpret_cast<uintptr_t>(data) % 16 == 0;
 }
 
+// The reduction after a row-parallel projection fused with the residual add and RMSNorm that
+// follow it (rank/comm.h, Comm::all_reduce_add_rmsnorm): with S = the sum over ranks of partial
+// [rows, hidden] (the all-reduce above, rounded to T), residual += S and
+// out = rmsnorm(residual) * weight, bit for bit launch_allreduce + launch_add_rmsnorm
+// (kernels/rmsnorm.cuh) in one launch, and the sum never stored. partial is not modified. The same
+// call order rules as launch_allreduce (the two share the epoch counter and slots).
+template <typename T>
+cudaError_t launch_allreduce_add_rmsnorm(const AllReduceShared& shared,
+                                         const T* partial,  // [rows, hidden], this rank's
+                                         T* residual,       // [rows, hidden], in place
+                                         const T* weight,   // [hidden]
+                                         T* out,            // [rows, hidden], not residual
+                                         int rows, int hidden, float eps, cudaStream_t stream);
+
+// Whether launch_allreduce_add_rmsnorm takes the shape: the message fits allreduce_fits, whole
+// 16-byte vectors per row, every pointer 16-byte aligned. Values every rank shares, as above.
+inline bool allreduce_add_rmsnorm_fits(const AllReduceShared& shared, const void* partial,
+                                       const void* residual, const void* weight, const void* out,
+                                       int rows, int hidden, size_t elem_bytes) {
+  const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+  return rows >= 1 && hidden > 0 && elem_bytes > 0 && 16 % elem_bytes == 0 &&
+         (static_cast<size_t>(hidden) * elem_bytes) % 16 == 0 &&
+         allreduce_fits(shared, partial, int64_t{rows} * hidden, elem_bytes) && aligned(residual) &&
+         aligned(weight) && aligned(out);
+}
+
 }  // namespace llama2::kernels

@@ -130,6 +130,9 @@ TuningKnobs parse_tuning_knobs(const EnvLookup& env) {
   if (const char* v = get("LLAMA2_CUSTOM_ALLREDUCE")) {
     k.custom_allreduce = on_off("LLAMA2_CUSTOM_ALLREDUCE", v);
   }
+  if (const char* v = get("LLAMA2_FUSE_ALLREDUCE_NORM")) {
+    k.fuse_allreduce_norm = on_off("LLAMA2_FUSE_ALLREDUCE_NORM", v);
+  }
   if (const char* v = get("LLAMA2_CPU_SPLIT")) {
     k.cpu_split = choice<CpuSplit>(
         "LLAMA2_CPU_SPLIT", v,

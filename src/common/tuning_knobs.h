@@ -91,6 +91,12 @@ struct TuningKnobs {
   bool mixed_decode = true;      // LLAMA2_MIXED_DECODE=0|1: decode kernel for mixed steps' rows
   bool op_profile = false;       // LLAMA2_OP_PROFILE=0|1: per-op GPU times per step (stderr)
   bool custom_allreduce = true;  // LLAMA2_CUSTOM_ALLREDUCE=0|1: one-shot all-reduce (cuda, TP)
+  // LLAMA2_FUSE_ALLREDUCE_NORM=0|1 (cuda, TP > 1 with the one-shot all-reduce): the reduction
+  // after o and down fused with the residual add and the next RMSNorm in one launch
+  // (kernels::launch_allreduce_add_rmsnorm; the same numbers bit for bit, 64 launches fewer per
+  // 7B token at batch 1-2). Default 0 until the two-GPU node measures it (issue 21); its kernel
+  // test runs two ranks on streams of one GPU.
+  bool fuse_allreduce_norm = false;
   CpuSplit cpu_split = CpuSplit::kAuto;  // LLAMA2_CPU_SPLIT=auto|columns|rows
   bool full_logits = false;  // LLAMA2_FULL_LOGITS=0|1: gather full logit rows, never top-k
   std::string step_log;      // LLAMA2_STEP_LOG=PATH: one line per step on rank 0; "": off

@@ -241,6 +241,7 @@ TEST_SUITE("tuning_knobs") {
     CHECK(k.mixed_decode);
     CHECK(!k.op_profile);
     CHECK(k.custom_allreduce);
+    CHECK(!k.fuse_allreduce_norm);
     CHECK(k.cpu_split == llama2::CpuSplit::kAuto);
     CHECK(!k.full_logits);
     CHECK(k.step_log.empty());
@@ -260,6 +261,7 @@ TEST_SUITE("tuning_knobs") {
                                          {"LLAMA2_MIXED_DECODE", "0"},
                                          {"LLAMA2_OP_PROFILE", "1"},
                                          {"LLAMA2_CUSTOM_ALLREDUCE", "0"},
+                                         {"LLAMA2_FUSE_ALLREDUCE_NORM", "1"},
                                          {"LLAMA2_CPU_SPLIT", "columns"},
                                          {"LLAMA2_FULL_LOGITS", "1"},
                                          {"LLAMA2_STEP_LOG", "/tmp/steps"},
@@ -275,6 +277,7 @@ TEST_SUITE("tuning_knobs") {
     CHECK(!k.mixed_decode);
     CHECK(k.op_profile);
     CHECK(!k.custom_allreduce);
+    CHECK(k.fuse_allreduce_norm);
     CHECK(k.cpu_split == llama2::CpuSplit::kColumns);
     CHECK(k.full_logits);
     CHECK(k.step_log == "/tmp/steps");
@@ -301,9 +304,10 @@ TEST_SUITE("tuning_knobs") {
 
   TEST_CASE("a bad value names the variable and the allowed values") {
     // Before they were parsed once, these were silently taken as "on" (or clamped).
-    for (const char* var : {"LLAMA2_PDL", "LLAMA2_FUSE_NORM", "LLAMA2_FUSE_ROPE", "LLAMA2_FP8_TUNE",
-                            "LLAMA2_FP8_FUSE", "LLAMA2_WARMUP", "LLAMA2_MIXED_DECODE",
-                            "LLAMA2_OP_PROFILE", "LLAMA2_CUSTOM_ALLREDUCE", "LLAMA2_FULL_LOGITS"}) {
+    for (const char* var :
+         {"LLAMA2_PDL", "LLAMA2_FUSE_NORM", "LLAMA2_FUSE_ROPE", "LLAMA2_FP8_TUNE",
+          "LLAMA2_FP8_FUSE", "LLAMA2_WARMUP", "LLAMA2_MIXED_DECODE", "LLAMA2_OP_PROFILE",
+          "LLAMA2_CUSTOM_ALLREDUCE", "LLAMA2_FUSE_ALLREDUCE_NORM", "LLAMA2_FULL_LOGITS"}) {
       CAPTURE(var);
       CHECK(knob_error(var, "yes") == std::string(var) + "=yes: expected 0 or 1");
       CHECK(knob_error(var, "00") == std::string(var) + "=00: expected 0 or 1");

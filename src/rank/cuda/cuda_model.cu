@@ -70,7 +70,8 @@ class CudaModel final : public ModelRunner {
     CUDA_CHECK(cudaSetDevice(p.device));
     for (int r = 0; r < s.tp; ++r) all_shards_.push_back(make_shard_plan(c, s.tp, r));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    comm_ = std::make_unique<NcclComm>(MPI_Comm_f2c(p.mpi_comm), stream_, o.knobs.custom_allreduce);
+    comm_ = std::make_unique<NcclComm>(MPI_Comm_f2c(p.mpi_comm), stream_, o.knobs.custom_allreduce,
+                                       o.knobs.fuse_allreduce_norm);
     if (o.knobs.op_profile) prof_ = std::make_unique<OpProfiler>(comm_->rank());
     CUBLAS_CHECK(cublasCreate(&cublas_));
     CUBLAS_CHECK(cublasSetStream(cublas_, stream_));

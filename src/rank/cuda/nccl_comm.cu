@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "common/check.h"
@@ -44,7 +45,8 @@ int abort_device_collectives(std::chrono::milliseconds wait) {
   return g_aborted;
 }
 
-NcclComm::NcclComm(MPI_Comm mpi, cudaStream_t stream, bool custom_allreduce) : stream_(stream) {
+NcclComm::NcclComm(MPI_Comm mpi, cudaStream_t stream, bool custom_allreduce, bool fuse_norm)
+    : stream_(stream), fuse_norm_(fuse_norm) {
   MPI_CHECK(MPI_Comm_rank(mpi, &rank_));
   MPI_CHECK(MPI_Comm_size(mpi, &size_));
   if (size_ == 1) return;
@@ -132,6 +134,33 @@ void NcclComm::all_reduce_sum(void* data, size_t count, CommType type) {
     }
   }
   NCCL_CHECK(ncclAllReduce(data, data, count, nccl_type(type), ncclSum, comm_, stream_));
+}
+
+bool NcclComm::all_reduce_add_rmsnorm(void* partial, CommType type, const AddRmsNorm& norm) {
+  if (!one_shot_ || !fuse_norm_ || type == CommType::kI32) return false;
+  if (!kernels::allreduce_add_rmsnorm_fits(shared_, partial, norm.residual, norm.weight, norm.out,
+                                           norm.rows, norm.hidden, comm_type_bytes(type))) {
+    return false;
+  }
+  auto launch = [&](auto* typed) {
+    using T = std::remove_pointer_t<decltype(typed)>;
+    CUDA_CHECK(kernels::launch_allreduce_add_rmsnorm<T>(
+        shared_, static_cast<const T*>(partial), static_cast<T*>(norm.residual),
+        static_cast<const T*>(norm.weight), static_cast<T*>(norm.out), norm.rows, norm.hidden,
+        norm.eps, stream_));
+    return true;
+  };
+  switch (type) {
+    case CommType::kF16:
+      return launch(static_cast<__half*>(nullptr));
+    case CommType::kBF16:
+      return launch(static_cast<__nv_bfloat16*>(nullptr));
+    case CommType::kF32:
+      return launch(static_cast<float*>(nullptr));
+    case CommType::kI32:
+      break;
+  }
+  return false;
 }
 
 void NcclComm::gather_to_root(const void* send, const std::vector<size_t>& counts, CommType type,

@@ -9,7 +9,8 @@
 // path only: the one-shot kernel is chosen before launching (kernels::allreduce_fits, the same
 // rules its launcher checked), so a failed launch now throws instead of silently retrying with
 // NCCL; messages the kernel refuses go to NCCL as before. Not yet run at TP 2.
-// all_reduce_add_rmsnorm is not overridden yet (Comm's default: not fused).
+// all_reduce_add_rmsnorm is fused into the one-shot kernel when constructed with fuse_norm
+// (LLAMA2_FUSE_ALLREDUCE_NORM=1; default off until measured at TP 2).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -29,8 +30,9 @@ class NcclComm final : public Comm {
   // Collective over `mpi` (every rank calls it with its own device already current). Every
   // collective and the one-rank gather copy go to `stream` (not owned; the destructor does not
   // use it). custom_allreduce false (LLAMA2_CUSTOM_ALLREDUCE=0, TuningKnobs) keeps every
-  // all-reduce on NCCL.
-  NcclComm(MPI_Comm mpi, cudaStream_t stream, bool custom_allreduce = true);
+  // all-reduce on NCCL; fuse_norm (LLAMA2_FUSE_ALLREDUCE_NORM=1) lets all_reduce_add_rmsnorm
+  // use the one-shot kernel's fused form.
+  NcclComm(MPI_Comm mpi, cudaStream_t stream, bool custom_allreduce = true, bool fuse_norm = false);
   ~NcclComm() override;
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
@@ -46,6 +48,10 @@ class NcclComm final : public Comm {
   // decode): batch 1 (8 KB) 2.91 -> 2.68 ms per token; batch 8 (64 KB) 3.39 -> 3.57 ms, the
   // single-block kernel is slower than NCCL there.
   static constexpr size_t kOneShotBytes = 16 * 1024;
+  // With fuse_norm and the one-shot kernel: the reduction, residual add and RMSNorm in one launch
+  // (kernels::launch_allreduce_add_rmsnorm) for messages the kernel takes, deciding by
+  // kernels::allreduce_add_rmsnorm_fits (values every rank shares); false otherwise, nothing done.
+  bool all_reduce_add_rmsnorm(void* partial, CommType type, const AddRmsNorm& norm) override;
   // send, recv: device memory. Sends and receives in one ncclGroupStart/End.
   void gather_to_root(const void* send, const std::vector<size_t>& counts, CommType type,
                       void* recv) override;
@@ -65,6 +71,7 @@ class NcclComm final : public Comm {
   ncclComm_t comm_ = nullptr;  // nullptr when size_ == 1
   bool aborted_ = false;
   bool one_shot_ = false;
+  bool fuse_norm_ = false;
   kernels::AllReduceShared shared_;  // buffers[rank_] is ours (cudaMalloc), others IPC-mapped
 };
 
