@@ -64,7 +64,8 @@ struct TuningKnobs {
   // FP8 algorithms for each projection shape and row count the engine runs and keep the fastest
   // (rank/cuda/fp8_gemm.h). Default 0, cuBLASLt's heuristic choice, the same on every run: on one
   // H200 (7B, 2026-12-02) the fastest candidate beat it by 0-18% per product at 64 rows, 0-2% end
-  // to end, and a timed choice can differ from run to run.
+  // to end, and a timed choice can differ from run to run. 13B fp8 `serve` saturation (2026-12-02,
+  // two rounds each): 12,758 / 12,787 tok/s with it, 12,840 / 12,747 without.
   bool fp8_tune = false;
   // LLAMA2_FP8_FUSE=0|1 (--weight-dtype fp8, cuda): the kernels that produce a W8A8 product's
   // input (the RMSNorms, the gate|up SwiGLU) also write it in e4m3, instead of a quantize launch
