@@ -51,12 +51,14 @@ __device__ const char* exchange(const Params& p, const T* data, int64_t n) {
   const uint32_t epoch = s_epoch;
   const size_t slot = (epoch & 1u) * p.ranks * p.max_bytes + p.rank * p.max_bytes;
   const int64_t n_vec = n / V;
+  // 1. Push this rank's data into its place in every rank's slot (local copy included).
   for (int r = 0; r < p.ranks; ++r) {
     auto* dst = reinterpret_cast<Pack<T, V>*>(p.buffers[r] + slot);
     const auto* src = reinterpret_cast<const Pack<T, V>*>(data);
     for (int64_t i = threadIdx.x; i < n_vec; i += kThreads) dst[i] = src[i];
   }
   __syncthreads();
+  // 2. Tell every rank our part has landed; 3. wait for every rank's part here.
   if (threadIdx.x < p.ranks) {
     __threadfence_system();
     store_release(flags_of(p.buffers[threadIdx.x], p.ranks, p.max_bytes) + p.rank, epoch);
@@ -67,8 +69,8 @@ __device__ const char* exchange(const Params& p, const T* data, int64_t n) {
   return mine + (epoch & 1u) * p.ranks * p.max_bytes;
 }
 
-// acc[0, V) = the sum over ranks, in rank order, of element block `i` (V elements from `offset`)
-// of every rank's data in `base`.
+// acc[0, V) = the sum over ranks, in rank order, of elements offset .. offset + V - 1 of every
+// rank's data in `base` (exchange's slot).
 template <typename T, int V>
 __device__ __forceinline__ void sum_ranks(const Params& p, const char* base, int64_t offset,
                                           float (&acc)[V]) {
