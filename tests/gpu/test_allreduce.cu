@@ -13,8 +13,13 @@
 //   fits: the shapes and pointers the fused form refuses (so NcclComm falls back to the unfused
 //     path), and the launcher's refusals.
 #include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <deque>
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gpu_test_util.h"
@@ -60,8 +65,33 @@ class StreamRanks {
     for (int i = 0; i < ranks_; ++i) s.buffers[i] = buffers_[i];
     return s;
   }
-  void sync() const {
-    for (int r = 0; r < ranks_; ++r) LLAMA2_CUDA_REQUIRE(cudaStreamSynchronize(streams_[r]));
+  // launch(r) for every rank, then the first error. Never stops between ranks: a rank whose peer
+  // was not launched would spin forever, and so would the cudaFree of the cleanup.
+  cudaError_t launch_all(const std::function<cudaError_t(int)>& launch) const {
+    cudaError_t first = cudaSuccess;
+    for (int r = 0; r < ranks_; ++r) {
+      const cudaError_t e = launch(r);
+      if (first == cudaSuccess) first = e;
+    }
+    return first;
+  }
+  // Every stream idle within 20 s, or the process ends with the stage named: a kernel spinning on a
+  // peer that never pushes cannot be cleaned up (the test binary would hang until its timeout).
+  void sync(const std::string& stage) const {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    for (int r = 0; r < ranks_; ++r) {
+      cudaError_t e;
+      while ((e = cudaStreamQuery(streams_[r])) == cudaErrorNotReady) {
+        if (std::chrono::steady_clock::now() > deadline) {
+          std::fprintf(stderr, "HANG: %s: rank %d's stream still busy after 20 s\n", stage.c_str(),
+                       r);
+          std::fflush(stderr);
+          std::_Exit(3);
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+      LLAMA2_CUDA_REQUIRE(e);
+    }
   }
 
  private:
@@ -98,10 +128,10 @@ TEST_CASE("one-shot all-reduce: ranks on streams of one GPU get the rank-order s
         for (int r = 0; r < R; ++r) parts.push_back(exact_random(n, 100 * R + r + n, -2.f, 2.f));
         std::deque<DeviceBuffer<T>> data;  // not movable: a deque grows in place
         for (int r = 0; r < R; ++r) data.emplace_back(to_dtype<T>(parts[r]));
-        for (int r = 0; r < R; ++r) {
-          LLAMA2_CUDA_REQUIRE(k::launch_allreduce<T>(g.shared(r), data[r].get(), n, g.stream(r)));
-        }
-        g.sync();
+        LLAMA2_CUDA_REQUIRE(g.launch_all([&](int r) {
+          return k::launch_allreduce<T>(g.shared(r), data[r].get(), n, g.stream(r));
+        }));
+        g.sync(what);
         const auto want = rank_sum<T>(parts);
         for (int r = 0; r < R; ++r) {
           expect_close(what + " rank " + std::to_string(r), to_f32(data[r].download()), want,
@@ -118,78 +148,87 @@ TEST_CASE("one-shot all-reduce + add + RMSNorm: the unfused numbers, bit for bit
   struct Shape {
     int rows, hidden;
   };
-  for (const int R : {2, 3}) {
-    for_each_dtype([&](auto tag) {
-      using T = decltype(tag);
-      StreamRanks g(R);
-      int call = 0;
-      // 7B batch 1 and 2, 13B batch 1 (fp16/bf16), a narrow model, a row of 64 vectors; the
-      // shapes that do not fit this dtype's 16 KB are skipped (the fits case covers them).
-      for (const Shape sh :
-           {Shape{1, 4096}, Shape{2, 4096}, Shape{1, 5120}, Shape{3, 256}, Shape{2, 520}}) {
-        const size_t n = static_cast<size_t>(sh.rows) * sh.hidden;
-        if (n * sizeof(T) > kMaxBytes) continue;
-        const std::string what = label<T>(
-            "allreduce_add_rmsnorm", "R " + std::to_string(R) + " rows " + std::to_string(sh.rows) +
-                                         " hidden " + std::to_string(sh.hidden));
-        INFO(what);
-        std::vector<std::vector<float>> parts;
-        for (int r = 0; r < R; ++r) parts.push_back(exact_random(n, 7 * R + r + n, -1.f, 1.f));
-        // The residual and the norm weight are replicated: the same on every rank.
-        const auto res = exact_random(n, 11 + n, -2.f, 2.f);
-        const auto w = exact_random(sh.hidden, 13 + sh.hidden, 0.25f, 1.75f);
-        const DeviceBuffer<T> dw(to_dtype<T>(w));
+  // Plain launches, then programmatic ones (the engine's default), each rank's kernels queued on
+  // its stream before the next rank's are.
+  for (const bool pdl : {false, true}) {
+    k::set_programmatic_launch(pdl);
+    for (const int R : {2, 3}) {
+      for_each_dtype([&](auto tag) {
+        using T = decltype(tag);
+        StreamRanks g(R);
+        int call = 0;
+        // 7B batch 1 and 2, 13B batch 1 (fp16/bf16), a narrow model, a row of 64 vectors; the
+        // shapes that do not fit this dtype's 16 KB are skipped (the fits case covers them).
+        for (const Shape sh :
+             {Shape{1, 4096}, Shape{2, 4096}, Shape{1, 5120}, Shape{3, 256}, Shape{2, 520}}) {
+          const size_t n = static_cast<size_t>(sh.rows) * sh.hidden;
+          if (n * sizeof(T) > kMaxBytes) continue;
+          const std::string what =
+              label<T>("allreduce_add_rmsnorm",
+                       std::string(pdl ? "PDL " : "") + "R " + std::to_string(R) + " rows " +
+                           std::to_string(sh.rows) + " hidden " + std::to_string(sh.hidden));
+          INFO(what);
+          std::vector<std::vector<float>> parts;
+          for (int r = 0; r < R; ++r) parts.push_back(exact_random(n, 7 * R + r + n, -1.f, 1.f));
+          // The residual and the norm weight are replicated: the same on every rank.
+          const auto res = exact_random(n, 11 + n, -2.f, 2.f);
+          const auto w = exact_random(sh.hidden, 13 + sh.hidden, 0.25f, 1.75f);
+          const DeviceBuffer<T> dw(to_dtype<T>(w));
 
-        // Unfused: the all-reduce into each rank's partial, then add_rmsnorm on the same stream.
-        std::deque<DeviceBuffer<T>> p_a, res_a, out_a, p_b, res_b, out_b;
-        for (int r = 0; r < R; ++r) {
-          p_a.emplace_back(to_dtype<T>(parts[r]));
-          res_a.emplace_back(to_dtype<T>(res));
-          out_a.emplace_back(n);
-          p_b.emplace_back(to_dtype<T>(parts[r]));
-          res_b.emplace_back(to_dtype<T>(res));
-          out_b.emplace_back(n);
-          out_a.back().poison();
-          out_b.back().poison();
-        }
-        for (int r = 0; r < R; ++r) {
-          LLAMA2_CUDA_REQUIRE(k::launch_allreduce<T>(g.shared(r), p_a[r].get(),
-                                                     static_cast<int64_t>(n), g.stream(r)));
-          LLAMA2_CUDA_REQUIRE(k::launch_add_rmsnorm<T>(res_a[r].get(), p_a[r].get(), dw.get(),
-                                                       sh.rows, sh.hidden, eps, out_a[r].get(),
-                                                       g.stream(r)));
-        }
-        // Fused, after the unfused call (one epoch later: the other slot).
-        for (int r = 0; r < R; ++r) {
-          LLAMA2_CUDA_REQUIRE(k::launch_allreduce_add_rmsnorm<T>(
-              g.shared(r), p_b[r].get(), res_b[r].get(), dw.get(), out_b[r].get(), sh.rows,
-              sh.hidden, eps, g.stream(r)));
-        }
-        g.sync();
-        call += 2;
+          // Unfused: the all-reduce into each rank's partial, then add_rmsnorm on the same stream.
+          std::deque<DeviceBuffer<T>> p_a, res_a, out_a, p_b, res_b, out_b;
+          for (int r = 0; r < R; ++r) {
+            p_a.emplace_back(to_dtype<T>(parts[r]));
+            res_a.emplace_back(to_dtype<T>(res));
+            out_a.emplace_back(n);
+            p_b.emplace_back(to_dtype<T>(parts[r]));
+            res_b.emplace_back(to_dtype<T>(res));
+            out_b.emplace_back(n);
+            out_a.back().poison();
+            out_b.back().poison();
+          }
+          LLAMA2_CUDA_REQUIRE(g.launch_all([&](int r) {
+            const cudaError_t e = k::launch_allreduce<T>(g.shared(r), p_a[r].get(),
+                                                         static_cast<int64_t>(n), g.stream(r));
+            return e != cudaSuccess
+                       ? e
+                       : k::launch_add_rmsnorm<T>(res_a[r].get(), p_a[r].get(), dw.get(), sh.rows,
+                                                  sh.hidden, eps, out_a[r].get(), g.stream(r));
+          }));
+          g.sync(what + " unfused");
+          // Fused, after the unfused call (one epoch later: the other slot).
+          LLAMA2_CUDA_REQUIRE(g.launch_all([&](int r) {
+            return k::launch_allreduce_add_rmsnorm<T>(g.shared(r), p_b[r].get(), res_b[r].get(),
+                                                      dw.get(), out_b[r].get(), sh.rows, sh.hidden,
+                                                      eps, g.stream(r));
+          }));
+          g.sync(what + " fused");
+          call += 2;
 
-        // The CPU reference: residual exact, out within two roundings (test_elementwise.cu).
-        const auto sum = rank_sum<T>(parts);
-        std::vector<float> want_res(n);
-        for (size_t i = 0; i < n; ++i) want_res[i] = res[i] + sum[i];
-        want_res = round_vec<T>(want_res);
-        std::vector<float> want(n);
-        llama2::cpu::rmsnorm(want_res.data(), w.data(), sh.rows, sh.hidden, eps, want.data());
-        for (int r = 0; r < R; ++r) {
-          const std::string at = what + " rank " + std::to_string(r);
-          const auto fused_res = to_f32(res_b[r].download());
-          const auto fused_out = to_f32(out_b[r].download());
-          expect_close(at + " residual = unfused", fused_res, to_f32(res_a[r].download()),
-                       Tol{0, 0});
-          expect_close(at + " out = unfused", fused_out, to_f32(out_a[r].download()), Tol{0, 0});
-          expect_close(at + " residual", fused_res, want_res, Tol{0, 0});
-          expect_close(at + " out", fused_out, want, Tol{rel_tol<T>(2), rel_tol<T>(2) * 1e-3});
-          CHECK(to_f32(p_b[r].download()) == round_vec<T>(parts[r]));  // partial left alone
+          // The CPU reference: residual exact, out within two roundings (test_elementwise.cu).
+          const auto sum = rank_sum<T>(parts);
+          std::vector<float> want_res(n);
+          for (size_t i = 0; i < n; ++i) want_res[i] = res[i] + sum[i];
+          want_res = round_vec<T>(want_res);
+          std::vector<float> want(n);
+          llama2::cpu::rmsnorm(want_res.data(), w.data(), sh.rows, sh.hidden, eps, want.data());
+          for (int r = 0; r < R; ++r) {
+            const std::string at = what + " rank " + std::to_string(r);
+            const auto fused_res = to_f32(res_b[r].download());
+            const auto fused_out = to_f32(out_b[r].download());
+            expect_close(at + " residual = unfused", fused_res, to_f32(res_a[r].download()),
+                         Tol{0, 0});
+            expect_close(at + " out = unfused", fused_out, to_f32(out_a[r].download()), Tol{0, 0});
+            expect_close(at + " residual", fused_res, want_res, Tol{0, 0});
+            expect_close(at + " out", fused_out, want, Tol{rel_tol<T>(2), rel_tol<T>(2) * 1e-3});
+            CHECK(to_f32(p_b[r].download()) == round_vec<T>(parts[r]));  // partial left alone
+          }
         }
-      }
-      CHECK(call >= 6);  // at least three shapes ran for every dtype
-    });
+        CHECK(call >= 6);  // at least three shapes ran for every dtype
+      });
+    }
   }
+  k::set_programmatic_launch(true);
 }
 
 TEST_CASE("one-shot all-reduce + add + RMSNorm: what the fused form refuses") {
@@ -220,5 +259,5 @@ TEST_CASE("one-shot all-reduce + add + RMSNorm: what the fused form refuses") {
   missing.buffers[1] = nullptr;
   CHECK(k::launch_allreduce_add_rmsnorm<__half>(missing, a.get(), b.get(), w.get(), c.get(), 1,
                                                 4096, 1e-5f, g.stream(0)) == cudaErrorInvalidValue);
-  g.sync();
+  g.sync("refusals");
 }
