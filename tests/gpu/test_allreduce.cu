@@ -100,6 +100,27 @@ class StreamRanks {
   std::array<cudaStream_t, k::kAllReduceMaxRanks> streams_{};
 };
 
+// Launches each kernel a round uses once on one "rank" (no peer to wait for). CUDA loads modules
+// lazily by default, and a kernel's first launch may wait for the device to go idle: launched while
+// rank 0's all-reduce spins on a peer that is queued after it, that launch never returns (the
+// lazy-loading caveat of the CUDA programming guide for kernels that rely on running at the same
+// time; call 1 of 2026-12-02 hung in add_rmsnorm's first launch). Between processes, as the engine
+// runs, a rank's spinning kernel only waits for its peer's, which goes on regardless.
+template <typename T>
+void load_kernels() {
+  const StreamRanks one(1);
+  const int64_t n = 64;
+  DeviceBuffer<T> a(to_dtype<T>(exact_random(n, 1))), b(to_dtype<T>(exact_random(n, 2))),
+      w(to_dtype<T>(exact_random(n, 3))), out(n);
+  LLAMA2_CUDA_REQUIRE(k::launch_allreduce<T>(one.shared(0), a.get(), n, one.stream(0)));
+  LLAMA2_CUDA_REQUIRE(k::launch_add_rmsnorm<T>(b.get(), a.get(), w.get(), 1, static_cast<int>(n),
+                                               1e-5f, out.get(), one.stream(0)));
+  LLAMA2_CUDA_REQUIRE(k::launch_allreduce_add_rmsnorm<T>(one.shared(0), a.get(), b.get(), w.get(),
+                                                         out.get(), 1, static_cast<int>(n), 1e-5f,
+                                                         one.stream(0)));
+  one.sync("loading the kernels");
+}
+
 // sum[i] = round_T(partials[0][i] + partials[1][i] + ...), in rank order in fp32.
 template <typename T>
 std::vector<float> rank_sum(const std::vector<std::vector<float>>& partials) {
@@ -117,6 +138,7 @@ TEST_CASE("one-shot all-reduce: ranks on streams of one GPU get the rank-order s
   for (const int R : {2, 3}) {
     for_each_dtype([&](auto tag) {
       using T = decltype(tag);
+      load_kernels<T>();
       StreamRanks g(R);
       const int64_t most = static_cast<int64_t>(kMaxBytes / sizeof(T));
       // Five calls in a row: both slots twice and the epochs past them.
@@ -155,6 +177,7 @@ TEST_CASE("one-shot all-reduce + add + RMSNorm: the unfused numbers, bit for bit
     for (const int R : {2, 3}) {
       for_each_dtype([&](auto tag) {
         using T = decltype(tag);
+        load_kernels<T>();
         StreamRanks g(R);
         int call = 0;
         // 7B batch 1 and 2, 13B batch 1 (fp16/bf16), a narrow model, a row of 64 vectors; the
