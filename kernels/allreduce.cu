@@ -1,6 +1,7 @@
 #include <string>
 
 #include "common/check.h"
+#include "kernels/add_rmsnorm_row.cuh"
 #include "kernels/allreduce.cuh"
 #include "kernels/dtype.cuh"
 #include "kernels/reduce.cuh"
@@ -97,10 +98,9 @@ __global__ void __launch_bounds__(kThreads) allreduce_kernel(const Params p, T* 
   }
 }
 
-// The reduction, then add_rmsnorm_kernel's two passes per row (kernels/rmsnorm.cu) with the
-// rounded sum in place of its x: the same per-thread element order (thread t takes vectors t,
-// t + 512, ...; add_rmsnorm's ceil32(hidden / V) <= 512 threads leave the rest idle, and the
-// block sum counts absent warps as 0), so residual and out are bit-identical to
+// The reduction, then add_rmsnorm_kernel's two passes per row (kernels/add_rmsnorm_row.cuh) with
+// the rounded sum in place of its x: 512 threads where add_rmsnorm has ceil32(hidden / V) <= 512,
+// which add_rmsnorm_row makes the same bits, so residual and out are bit-identical to
 // allreduce_kernel + add_rmsnorm_kernel.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
@@ -109,33 +109,15 @@ __global__ void __launch_bounds__(kThreads)
   wait_for_previous_grid();
   constexpr int V = kVec16<T>;
   const char* base = exchange(p, partial, int64_t{rows} * hidden);
-  const int n_vec = hidden / V;
   for (int row = 0; row < rows; ++row) {
     __syncthreads();  // block_sum's scratch, read by every thread for the previous row
     const int64_t off = int64_t{row} * hidden;
-    T* rrow = residual + off;
-    float ss = 0.f;
-    for (int i = threadIdx.x; i < n_vec; i += kThreads) {
-      float acc[V], r[V];
-      sum_ranks<T, V>(p, base, off + i * V, acc);
-      load_float<T, V>(rrow + i * V, r);
+    auto ranks_sum = [&](int i, float(&v)[V]) {
+      sum_ranks<T, V>(p, base, off + i * V, v);
 #pragma unroll
-      for (int e = 0; e < V; ++e) {
-        r[e] = round_to<T>(r[e] + round_to<T>(acc[e]));  // the all-reduce stores T
-        ss += r[e] * r[e];
-      }
-      store_float<T, V>(rrow + i * V, r);
-    }
-    ss = block_sum(ss);
-    const float inv = 1.f / sqrtf(ss / static_cast<float>(hidden) + eps);
-    for (int i = threadIdx.x; i < n_vec; i += kThreads) {
-      float r[V], w[V];
-      load_float<T, V>(rrow + i * V, r);  // this thread's own store above
-      load_float<T, V>(weight + i * V, w);
-#pragma unroll
-      for (int e = 0; e < V; ++e) r[e] = w[e] * round_to<T>(r[e] * inv);
-      store_float<T, V>(out + off + i * V, r);
-    }
+      for (int e = 0; e < V; ++e) v[e] = round_to<T>(v[e]);  // the all-reduce stores T
+    };
+    add_rmsnorm_row<T, V>(residual + off, ranks_sum, weight, hidden, eps, out + off, false);
   }
 }
 

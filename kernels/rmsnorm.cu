@@ -2,6 +2,7 @@
 #include <string>
 
 #include "common/check.h"
+#include "kernels/add_rmsnorm_row.cuh"
 #include "kernels/dtype.cuh"
 #include "kernels/quant_rows.cuh"
 #include "kernels/reduce.cuh"
@@ -72,10 +73,7 @@ static __global__ void add_rmsnorm_kernel(T* residual, const T* x, ScaledSums su
   const int n_vec = hidden / N;
   // Read before the barriers: q8.scale may be the same array (launch_add_rmsnorm_scaled).
   const float sx = kScaled ? sums.x_scale[row] : 0.f;
-  float ss = 0.f;
-  for (int i = threadIdx.x; i < n_vec; i += blockDim.x) {
-    float r[N], v[N];
-    load_float<T, N>(rrow + i * N, r);
+  auto addend = [&](int i, float(&v)[N]) {
     if constexpr (kScaled) {
       float w[N];
       load_float<Fp8Sum, N>(sums.acc + row * hidden + i * N, v);
@@ -85,27 +83,8 @@ static __global__ void add_rmsnorm_kernel(T* residual, const T* x, ScaledSums su
     } else {
       load_float<T, N>(xr + i * N, v);
     }
-#pragma unroll
-    for (int e = 0; e < N; ++e) {
-      r[e] = round_to<T>(r[e] + v[e]);  // the value stored below, exactly
-      ss += r[e] * r[e];
-    }
-    store_float<T, N>(rrow + i * N, r);
-  }
-  ss = block_sum(ss);
-  const float inv = 1.f / sqrtf(ss / static_cast<float>(hidden) + eps);
-  float amax = 0.f;
-  for (int i = threadIdx.x; i < n_vec; i += blockDim.x) {
-    float r[N], w[N];
-    load_float<T, N>(rrow + i * N, r);  // this thread's own pass-1 store
-    load_float<T, N>(weight + i * N, w);
-#pragma unroll
-    for (int e = 0; e < N; ++e) {
-      r[e] = w[e] * round_to<T>(r[e] * inv);
-      if (q8.on()) amax = fmaxf(amax, fabsf(round_to<T>(r[e])));  // only for e4m3 rows
-    }
-    store_float<T, N>(orow + i * N, r);
-  }
+  };
+  const float amax = add_rmsnorm_row<T, N>(rrow, addend, weight, hidden, eps, orow, q8.on());
   if (q8.on()) quantize_out_row<T, N>(orow, n_vec, amax, q8, row, hidden);
 }
 
