@@ -37,13 +37,17 @@ bool on_off(const char* var, const std::string& value) {
 }
 
 // An integer in [0, 2^20], or an Error naming the variable and `range` (the allowed values).
-int up_to_2_20(const char* var, const char* value, const char* range) {
+int up_to(const char* var, const char* value, long most, const char* range) {
   char* end = nullptr;
   const long n = std::strtol(value, &end, 10);
-  if (*end != '\0' || n < 0 || n > (1 << 20)) {
+  if (*end != '\0' || n < 0 || n > most) {
     throw Error(std::string(var) + "=" + value + ": expected an integer from " + range);
   }
   return static_cast<int>(n);
+}
+
+int up_to_2_20(const char* var, const char* value, const char* range) {
+  return up_to(var, value, 1 << 20, range);
 }
 
 }  // namespace
@@ -95,6 +99,11 @@ TuningKnobs parse_tuning_knobs(const EnvLookup& env) {
     k.w8a16_rows = up_to_2_20("LLAMA2_W8A16_ROWS", v,
                               "0 (always dequantize + cuBLAS) to 1048576 (the most rows of an int8 "
                               "product that the W8A16 GEMM takes)");
+  }
+  if (const char* v = get("LLAMA2_SKINNY_ROWS")) {
+    k.skinny_rows = up_to("LLAMA2_SKINNY_ROWS", v, kSkinnyKnobMaxRows,
+                          "0 (cuBLAS) to 64 (the most rows of a 16-bit-weight product that the "
+                          "skinny GEMM takes)");
   }
   if (const char* v = get("LLAMA2_W8A16_FP8")) k.fp8_w8a16 = on_off("LLAMA2_W8A16_FP8", v);
   if (const char* v = get("LLAMA2_FP8_TUNE")) k.fp8_tune = on_off("LLAMA2_FP8_TUNE", v);

@@ -44,6 +44,8 @@ StallHook parse_stall_hook(const char* text);
 
 // The largest LLAMA2_GEMV value: kernels::kGemvMaxRows (cuda_model.cu asserts they agree).
 constexpr int kGemvKnobMaxRows = 8;
+// The largest LLAMA2_SKINNY_ROWS value: kernels::kSkinnyMaxRows (linear.cu asserts they agree).
+constexpr int kSkinnyKnobMaxRows = 64;
 
 // Every field's default is the engine's normal behaviour; the comment names the variable.
 struct TuningKnobs {
@@ -57,6 +59,11 @@ struct TuningKnobs {
   // 2026-12-02) the W8A16 GEMM with 32-row tiles beat dequantize + cuBLAS by 1.6x at 64 rows
   // (183 vs 290 us a layer) and lost at 256 (378 vs 325).
   int w8a16_rows = 64;
+  // LLAMA2_SKINNY_ROWS=0..64 (16-bit weights, cuda): products of more rows than the GEMV takes and
+  // at most N rows use the skinny tensor-core GEMM (kernels/gemm_skinny.cuh: K split over a
+  // thread-block cluster, W requested before the wait for the previous kernel) instead of cuBLAS.
+  // Default 0 (cuBLAS) until the GPU node measures it.
+  int skinny_rows = 0;
   // LLAMA2_W8A16_FP8=0|1 (--weight-dtype fp8, cuda; an A/B): the same rows go to the W8A16 GEMM
   // with e4m3 weights and x unquantized instead of cuBLASLt's FP8 GEMM.
   bool fp8_w8a16 = false;

@@ -289,6 +289,8 @@ TEST_SUITE("tuning_knobs") {
     CHECK(knobs({}).w8a16_rows == 64);
     CHECK(knobs({{"LLAMA2_W8A16_ROWS", "0"}}).w8a16_rows == 0);
     CHECK(knobs({{"LLAMA2_W8A16_ROWS", "4096"}}).w8a16_rows == 4096);
+    CHECK(knobs({}).skinny_rows == 0);
+    CHECK(knobs({{"LLAMA2_SKINNY_ROWS", "64"}}).skinny_rows == 64);
     CHECK(!knobs({}).fp8_w8a16);
     CHECK(knobs({{"LLAMA2_W8A16_FP8", "1"}}).fp8_w8a16);
     CHECK(!knobs({}).fp8_tune);
@@ -323,6 +325,13 @@ TEST_SUITE("tuning_knobs") {
             std::string("LLAMA2_W8A16_ROWS=") + v +
                 ": expected an integer from 0 (always dequantize + cuBLAS) to 1048576 (the most "
                 "rows of an int8 product that the W8A16 GEMM takes)");
+    }
+    for (const char* v : {"65", "-1", "x"}) {
+      CAPTURE(v);
+      CHECK(knob_error("LLAMA2_SKINNY_ROWS", v) ==
+            std::string("LLAMA2_SKINNY_ROWS=") + v +
+                ": expected an integer from 0 (cuBLAS) to 64 (the most rows of a 16-bit-weight "
+                "product that the skinny GEMM takes)");
     }
     CHECK(knob_error("LLAMA2_GEMV_PREFETCH_KB", "-1") ==
           "LLAMA2_GEMV_PREFETCH_KB=-1: expected an integer from 0 (no prefetch) to 1048576 (KiB "

@@ -93,7 +93,8 @@ class CudaModel final : public ModelRunner {
     const int64_t d = s.head_dim;
     linear_ = std::make_unique<CudaLinear<T>>(
         o.weight_dtype,
-        LinearRouting{o.knobs.gemv_rows, o.knobs.w8a16_rows, o.knobs.fp8_w8a16, o.knobs.fp8_fuse},
+        LinearRouting{o.knobs.gemv_rows, o.knobs.w8a16_rows, o.knobs.skinny_rows, o.knobs.fp8_w8a16,
+                      o.knobs.fp8_fuse},
         o.max_step_tokens,
         ProjectionDims{c.hidden_size, s.num_heads * d, s.num_kv_heads * d, s.ffn_size}, cublas_,
         stream_, o.knobs.qgemv);

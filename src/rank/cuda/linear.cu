@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "common/check.h"
+#include "kernels/gemm_skinny.cuh"
 #include "kernels/gemv.cuh"
 #include "kernels/quant.cuh"
 #include "rank/cuda/cuda_types.h"
@@ -45,12 +46,20 @@ CudaLinear<T>::CudaLinear(WeightDType wd, const LinearRouting& r, int max_rows,
       max_rows_(max_rows),
       gemv_rows_(r.gemv_rows),
       w8a16_rows_(r.w8a16_rows),
+      skinny_rows_(kQuantizable<T> && r.skinny_rows > r.gemv_rows ? r.skinny_rows : 0),
       fp8_w8a16_(r.fp8_w8a16),
       fp8_fuse_(r.fp8_fuse),
       qgemv_(qgemv),
       cublas_(cublas),
       stream_(stream) {
   LLAMA2_CHECK(wd == WeightDType::kAuto || kQuantizable<T>);
+  static_assert(kSkinnyKnobMaxRows == kernels::kSkinnyMaxRows, "LLAMA2_SKINNY_ROWS's range");
+  if (skinny_rows_ > 0) {
+    CUDA_CHECK(kernels::prepare_gemm_skinny());  // before any graph capture
+    int device = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
+  }
   const int64_t max_k = std::max({d.hidden, d.q, d.ffn});
   const bool w8a16 = wd == WeightDType::kInt8 || (wd == WeightDType::kFp8 && fp8_w8a16_);
   if (w8a16 && kQuantizable<T> && std::min(max_rows, w8a16_rows_) > gemv_rows_) {
@@ -190,9 +199,19 @@ void CudaLinear<T>::matmul_plain(const T* x, const T* w, T* y, int M, int N, int
   if (M == 0) return;
   if (M <= gemv_rows_ && kernels::gemv_fits(x, w, M, K)) {
     CUDA_CHECK(kernels::launch_gemv<T>(x, w, y, M, N, K, stream_));
+  } else if (use_skinny(x, w, y, M, N, K)) {
+    if constexpr (kQuantizable<T>) {
+      CUDA_CHECK(kernels::launch_gemm_skinny<T>(
+          {x, w, y, M, N, K}, kernels::plan_gemm_skinny_splits(M, N, K, sm_count_), stream_));
+    }
   } else {
     gemm_xwt(cublas_, TypeInfo<T>::kCuda, x, w, y, M, N, K);
   }
+}
+
+template <typename T>
+bool CudaLinear<T>::use_skinny(const T* x, const T* w, const T* y, int M, int N, int K) const {
+  return M > gemv_rows_ && M <= skinny_rows_ && kernels::gemm_skinny_fits(x, w, y, M, N, K);
 }
 
 template <typename T>

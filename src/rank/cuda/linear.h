@@ -1,5 +1,6 @@
 // The projections of a layer (y = x . W^T) in the engine's weight dtype (--weight-dtype):
-//   auto  W in T: the GEMV kernel for up to LLAMA2_GEMV rows (weight streaming), cuBLAS above.
+//   auto  W in T: the GEMV kernel for up to LLAMA2_GEMV rows (weight streaming), the skinny
+//         tensor-core GEMM up to LLAMA2_SKINNY_ROWS (kernels/gemm_skinny.cuh), cuBLAS above.
 //   int8  W8A16: the GEMV dequantizes in its loop (one scale per output row, applied to the sum);
 //         products of more rows up to LLAMA2_W8A16_ROWS (default 64) take the tensor-core W8A16
 //         GEMM (kernels/gemm_w8a16.cuh), which converts W's bytes in registers and applies the
@@ -38,10 +39,11 @@
 namespace llama2 {
 
 // Which kernel takes a product of M rows (common/tuning_knobs.h: LLAMA2_GEMV, LLAMA2_W8A16_ROWS,
-// LLAMA2_W8A16_FP8).
+// LLAMA2_SKINNY_ROWS, LLAMA2_W8A16_FP8).
 struct LinearRouting {
   int gemv_rows = 1;
   int w8a16_rows = 0;
+  int skinny_rows = 0;  // 16-bit weights: more rows than the GEMV, up to these: the skinny GEMM
   bool fp8_w8a16 = false;
   bool fp8_fuse = true;  // LLAMA2_FP8_FUSE: fp8_rows() offers the e4m3 rows to their producers
 };
@@ -107,6 +109,8 @@ class CudaLinear {
   // fp8: x [M, K] to e4m3 with per-row scales in xq_ / xs_.
   void quantize_x(const T* x, int M, int K);
   bool use_gemv(const void* x, const void* w, int M, int K) const;
+  // M rows of a 16-bit-weight product go to the skinny GEMM (kernels/gemm_skinny.cuh).
+  bool use_skinny(const T* x, const T* w, const T* y, int M, int N, int K) const;
   // M rows go to the W8A16 GEMM (int8 weights, or fp8 with LLAMA2_W8A16_FP8=1).
   bool use_w8a16(const void* x, const void* w, int M, int K) const;
   // swiglu: W is [gate; up] (N = 2F) and y is act [M, F].
@@ -125,6 +129,8 @@ class CudaLinear {
   int max_rows_;
   int gemv_rows_;
   int w8a16_rows_;
+  int skinny_rows_;   // 0 unless T is 16-bit and the skinny GEMM takes some row count
+  int sm_count_ = 0;  // multiprocessors: the skinny GEMM's split of K
   bool fp8_w8a16_;
   bool fp8_fuse_;
   QgemvChoice qgemv_;
