@@ -2,12 +2,13 @@
 // 32000, fp16), each family checked against the fp32 CPU reference before it is timed.
 //
 // Build: cd build && cmake .. && ninja llama2_bench_kernels      (CUDA builds only)
-// Run:   ./llama2_bench_kernels [decode|prefill|qgemv|w8a16|fp8]   on a GPU node (one H200; ~1
-//        minute; `decode`: only decode attention, block and warp kernels side by side; `prefill`:
-//        only prefill attention, WMMA and mma kernels side by side; compare with sdpa_prefill.py;
-//        `qgemv`: only the streaming GEMV of fp16 / fp8 / int8 weights, bench_qgemv.cu;
-//        `w8a16`: only the int8/e4m3-weight GEMM against cuBLAS, bench_w8a16.cu; `fp8`: only
-//        the FP8 product, cuBLASLt's heuristic algorithm vs the tuned one, bench_fp8.cu)
+// Run:   ./llama2_bench_kernels [decode|prefill|qgemv|w8a16|fp8|overlap|skinny]   on a GPU node
+//        (one H200; ~1 minute; `decode`: only decode attention, block and warp kernels side by
+//        side; `prefill`: only prefill attention, WMMA and mma kernels side by side; compare with
+//        sdpa_prefill.py; `qgemv`: only the streaming GEMV of fp16 / fp8 / int8 weights,
+//        bench_qgemv.cu; `w8a16`: only the int8/e4m3-weight GEMM against cuBLAS, bench_w8a16.cu;
+//        `fp8`: only the FP8 product, cuBLASLt's heuristic algorithm vs the tuned one,
+//        bench_fp8.cu; `skinny`: only the fp16 GEMM for M <= 64 against cuBLAS, bench_skinny.cu)
 //
 // Timing: CUDA events around each launch, 5 warm-up launches, median of 30. Bytes are the minimum
 // traffic (each input read once, each output written once); FLOPs for attention count the
@@ -559,15 +560,16 @@ void bench_sampling() {
 int bench_w8a16();    // bench_w8a16.cu: the number of failed checks
 int bench_fp8();      // bench_fp8.cu
 int bench_overlap();  // bench_overlap.cu
+int bench_skinny();   // bench_skinny.cu
 
 int main(int argc, char** argv) {
   // `llama2_bench_kernels decode` / `prefill`: that attention section only; `w8a16`: the GEMM.
   const std::string mode = argc > 1 ? argv[1] : "";
   if (argc > 2 || (argc == 2 && mode != "decode" && mode != "prefill" && mode != "qgemv" &&
-                   mode != "w8a16" && mode != "fp8" && mode != "overlap")) {
+                   mode != "w8a16" && mode != "fp8" && mode != "overlap" && mode != "skinny")) {
     std::fprintf(
         stderr,
-        "usage: llama2_bench_kernels [decode|prefill|qgemv|w8a16|fp8|overlap]  (got '%s')\n",
+        "usage: llama2_bench_kernels [decode|prefill|qgemv|w8a16|fp8|overlap|skinny]  (got '%s')\n",
         argv[1]);
     return 2;
   }
@@ -589,6 +591,8 @@ int main(int argc, char** argv) {
     g_failures += bench_fp8();
   } else if (mode == "overlap") {
     g_failures += bench_overlap();
+  } else if (mode == "skinny") {
+    g_failures += bench_skinny();
   } else if (prefill_only) {
     bench_prefill_all();
   } else {
