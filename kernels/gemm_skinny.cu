@@ -1,8 +1,11 @@
 // The skinny GEMM (kernels/gemm_skinny.cuh) on mma.sync.m16n8k16.
 //
-// Block: 4 warps, BM (16, 32 or 64) rows x 128 output columns; warp w owns columns 32w .. 32w+31
-// (four n8 tiles) over all BM rows, so each k16 step is BM/16 ldmatrix.x4 of x, two of W and
-// BM/16 x 4 mma. Per 64-wide K stage, shared memory holds
+// Block: 4 warps, BM (16, 32 or 64) rows x 128 output columns. Warp (wn, wk) owns columns
+// 64 wn .. 64 wn + 63 (eight n8 tiles) over all BM rows, for k16 steps 2 wk and 2 wk + 1 of each
+// stage: a k16 step is BM/16 ldmatrix.x4 of x and four of W for BM/16 x 8 mma (at 64 rows, 4 mma
+// per shared-memory load; with 32 columns a warp it was 2.7, and the kernel ran mma.sync at ~190
+// TFLOP/s, below the ~270 that reading 7B's weights at HBM speed takes at 64 rows). The two K
+// halves meet in the epilogue's shared-memory tile. Per 64-wide K stage, shared memory holds
 //   - W: 128 rows x 64 T (128 bytes a row), and x: BM rows x 64 T,
 // both with the 16-byte pieces of row r stored at piece ^ (r % 8): the eight rows an ldmatrix
 // phase reads then sit in eight different bank groups (rows are 128 bytes apart, which would put
@@ -30,7 +33,8 @@ constexpr int kThreads = 128;
 constexpr int kBN = kSkinnyBlockN;
 constexpr int kBK = kSkinnyBlockK;
 constexpr int kRowBytes = kBK * 2;  // one stage row of W or x: 64 16-bit elements
-static_assert(kBN == 4 * 32 && kRowBytes == 8 * 16, "four warps of 32 columns, eight pieces a row");
+static_assert(kBN == 2 * 64 && kBK == 2 * 2 * 16 && kRowBytes == 8 * 16,
+              "two warps of 64 columns, two of two k16 steps, eight pieces a row");
 
 template <int BM>
 struct SkinnyShape {
@@ -56,6 +60,7 @@ static __global__ void __launch_bounds__(kThreads, 2)
   using S = SkinnyShape<BM>;
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wn = warp & 1, wk = warp >> 1;
   const int split = blockIdx.x, splits = gridDim.x;
   const int n0 = blockIdx.y * kBN;
   const int k_tiles = (a.K + kBK - 1) / kBK;
@@ -100,12 +105,13 @@ static __global__ void __launch_bounds__(kThreads, 2)
     cp_async_commit();  // empty groups too: the wait below counts groups
   }
 
-  float acc[S::kMT][4][4];
+  float acc[S::kMT][8][4];
 #pragma unroll
   for (int mt = 0; mt < S::kMT; ++mt) {
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
+    for (int nt = 0; nt < 8; ++nt) {
       acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.f;
+    }
   }
 
   for (int i = 0; i < n_kt; ++i) {
@@ -121,7 +127,8 @@ static __global__ void __launch_bounds__(kThreads, 2)
     const uint32_t ws = smem_addr(smem + (i % S::kStages) * S::kStageBytes);
     const uint32_t xs = ws + S::kWBytes;
 #pragma unroll
-    for (int ks = 0; ks < kBK / 16; ++ks) {
+    for (int kk = 0; kk < 2; ++kk) {
+      const int ks = wk * 2 + kk;
       // A (x): matrices (rows 0-7, k 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15) of each m16 tile.
       uint32_t af[S::kMT][4];
 #pragma unroll
@@ -131,16 +138,16 @@ static __global__ void __launch_bounds__(kThreads, 2)
       }
       // B (W rows = output columns): per 16 columns, (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15,
       // k 0-7), (n 8-15, k 8-15): b0, b1 of n8 tile 2p, then of tile 2p + 1.
-      uint32_t bf[2][4];
+      uint32_t bf[4][4];
 #pragma unroll
-      for (int p = 0; p < 2; ++p) {
-        const int n = warp * 32 + p * 16 + (lane & 7) + ((lane >> 4) << 3);
+      for (int p = 0; p < 4; ++p) {
+        const int n = wn * 64 + p * 16 + (lane & 7) + ((lane >> 4) << 3);
         ldsm_x4(ws + swizzled(n, ks * 2 + ((lane >> 3) & 1)), bf[p]);
       }
 #pragma unroll
       for (int mt = 0; mt < S::kMT; ++mt) {
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
+        for (int nt = 0; nt < 8; ++nt) {
           mma16816<T>(acc[mt][nt], af[mt], bf[nt >> 1][(nt & 1) * 2],
                       bf[nt >> 1][(nt & 1) * 2 + 1]);
         }
@@ -148,21 +155,30 @@ static __global__ void __launch_bounds__(kThreads, 2)
     }
   }
 
-  // The block's fp32 tile [BM, kLdRed] in shared memory, over the drained pipeline buffers.
+  // The block's fp32 tile [BM, kLdRed] in shared memory, over the drained pipeline buffers: the
+  // warps of k16 steps 0-1 store their sums, then those of steps 2-3 add theirs (a fixed order).
   cp_async_wait<0>();
   __syncthreads();
   float* red = reinterpret_cast<float*>(smem);
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-  for (int mt = 0; mt < S::kMT; ++mt) {
+  for (int half = 0; half < 2; ++half) {
+    if (wk == half) {
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
-      const int row = mt * 16 + g, col = warp * 32 + nt * 8 + 2 * t;
-      *reinterpret_cast<float2*>(red + row * S::kLdRed + col) =
-          make_float2(acc[mt][nt][0], acc[mt][nt][1]);
-      *reinterpret_cast<float2*>(red + (row + 8) * S::kLdRed + col) =
-          make_float2(acc[mt][nt][2], acc[mt][nt][3]);
+      for (int mt = 0; mt < S::kMT; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          const int col = wn * 64 + nt * 8 + 2 * t;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {  // rows g and g + 8 of the m16 tile
+            float2* dst = reinterpret_cast<float2*>(red + (mt * 16 + g + 8 * h) * S::kLdRed + col);
+            const float2 mine = make_float2(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
+            *dst = half == 0 ? mine : make_float2(dst->x + mine.x, dst->y + mine.y);
+          }
+        }
+      }
     }
+    __syncthreads();
   }
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();  // every split's tile is complete and visible to the cluster
