@@ -238,10 +238,10 @@ cudaError_t launch_bm(const GemmSkinnyArgs<T>& a, int splits, cudaStream_t strea
 
 int plan_gemm_skinny_splits(int /*M*/, int N, int K, int sm_count) {
   const int64_t n_tiles = ceil_div(N, kBN), k_tiles = ceil_div(K, kBK);
-  const int64_t resident = 2 * static_cast<int64_t>(std::max(sm_count, 1));
+  const int64_t blocks = 3 * static_cast<int64_t>(std::max(sm_count, 1)) / 2;
   int splits = 1;
-  for (int s = 2; s <= kSkinnyMaxSplits; ++s) {
-    if (n_tiles * s <= resident && k_tiles >= 4 * s) splits = s;
+  for (int s = 2; s <= kSkinnyPlannedSplits; ++s) {
+    if (n_tiles * s <= blocks && k_tiles >= 4 * s) splits = s;
   }
   return splits;
 }

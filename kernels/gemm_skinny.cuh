@@ -21,10 +21,11 @@
 
 namespace llama2::kernels {
 
-constexpr int kSkinnyMaxRows = 64;   // M of one launch at most
-constexpr int kSkinnyBlockN = 128;   // output columns per block
-constexpr int kSkinnyBlockK = 64;    // K of one pipeline stage
-constexpr int kSkinnyMaxSplits = 8;  // K splits = blocks of a cluster (the portable limit)
+constexpr int kSkinnyMaxRows = 64;       // M of one launch at most
+constexpr int kSkinnyBlockN = 128;       // output columns per block
+constexpr int kSkinnyBlockK = 64;        // K of one pipeline stage
+constexpr int kSkinnyMaxSplits = 8;      // K splits = blocks of a cluster (the portable limit)
+constexpr int kSkinnyPlannedSplits = 6;  // the planner's most: clusters of 8 measured slower
 
 template <typename T>
 struct GemmSkinnyArgs {
@@ -35,16 +36,19 @@ struct GemmSkinnyArgs {
 };
 
 // True when launch_gemm_skinny takes these operands: 1 <= M <= kSkinnyMaxRows, N and K positive
-// multiples of 8 (whole 16-byte pieces of every row), x, w and y 16-byte aligned.
+// multiples of 8 (whole 16-byte pieces of every row), x, w and y non-null and 16-byte aligned.
 inline bool gemm_skinny_fits(const void* x, const void* w, const void* y, int M, int N, int K) {
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   return M >= 1 && M <= kSkinnyMaxRows && N >= 8 && N % 8 == 0 && K >= 8 && K % 8 == 0 &&
-         aligned(x) && aligned(w) && aligned(y);
+         x != nullptr && w != nullptr && y != nullptr && aligned(x) && aligned(w) && aligned(y);
 }
 
-// The K splits the launcher uses for M x N x K on a GPU of sm_count multiprocessors: as many as
-// keep every block of the product resident at once (two per multiprocessor), each split at least
-// four stages long, at most kSkinnyMaxSplits. Deterministic in its arguments.
+// The K splits for M x N x K on a GPU of sm_count multiprocessors (the caller passes them to the
+// launcher): the most, up to kSkinnyPlannedSplits, that keep the product within 1.5 blocks per
+// multiprocessor with every split at least four stages long. Fitted to llama2_bench_kernels skinny
+// on one H200 (benchmarks/logs/2026-12-02-h200-s17/3-skinny): 7B's o and down (32 column tiles)
+// were fastest at 6 splits (12.0 and 25.4 us at one row; 8 splits 16.0 and 32.2), 13B's (40 tiles)
+// at 3-4. Deterministic in its arguments.
 int plan_gemm_skinny_splits(int M, int N, int K, int sm_count);
 
 // Raises the shared-memory limit of every instantiation (up to ~110 KB per block), once per
@@ -53,9 +57,10 @@ int plan_gemm_skinny_splits(int M, int N, int K, int sm_count);
 cudaError_t prepare_gemm_skinny();
 
 // Launches with `splits` K ranges (1..kSkinnyMaxSplits; plan_gemm_skinny_splits's, or a forced
-// one for tests and benchmarks). Needs gemm_skinny_fits (cudaErrorInvalidValue and the failed
-// check otherwise). Same y for every `splits` up to the order of the fp32 additions, and the same
-// bits for the same `splits` on every run.
+// one for tests and benchmarks; splits past K's stages are empty and add zero). Needs
+// gemm_skinny_fits (cudaErrorInvalidValue and the failed check otherwise). Same y for every
+// `splits` up to the order of the fp32 additions, and the same bits for the same `splits` on every
+// run.
 template <typename T>
 cudaError_t launch_gemm_skinny(const GemmSkinnyArgs<T>& args, int splits, cudaStream_t stream);
 

@@ -59,10 +59,10 @@ struct TuningKnobs {
   // 2026-12-02) the W8A16 GEMM with 32-row tiles beat dequantize + cuBLAS by 1.6x at 64 rows
   // (183 vs 290 us a layer) and lost at 256 (378 vs 325).
   int w8a16_rows = 64;
-  // LLAMA2_SKINNY_ROWS=0..64 (16-bit weights, cuda): products of more rows than the GEMV takes and
-  // at most N rows use the skinny tensor-core GEMM (kernels/gemm_skinny.cuh: K split over a
-  // thread-block cluster, W requested before the wait for the previous kernel) instead of cuBLAS.
-  // Default 0 (cuBLAS) until the GPU node measures it.
+  // LLAMA2_SKINNY_ROWS=0..64 (16-bit weights, cuda): narrow products (o and down: output tiles
+  // for at most half the GPU) of more rows than the GEMV takes and at most N rows use the skinny
+  // tensor-core GEMM (kernels/gemm_skinny.cuh: K split over a thread-block cluster) instead of
+  // cuBLAS. Default 0 (cuBLAS) until an end-to-end run shows it ahead (src/rank/cuda/linear.cu).
   int skinny_rows = 0;
   // LLAMA2_W8A16_FP8=0|1 (--weight-dtype fp8, cuda; an A/B): the same rows go to the W8A16 GEMM
   // with e4m3 weights and x unquantized instead of cuBLASLt's FP8 GEMM.

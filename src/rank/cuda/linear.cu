@@ -211,7 +211,14 @@ void CudaLinear<T>::matmul_plain(const T* x, const T* w, T* y, int M, int N, int
 
 template <typename T>
 bool CudaLinear<T>::use_skinny(const T* x, const T* w, const T* y, int M, int N, int K) const {
-  return M > gemv_rows_ && M <= skinny_rows_ && kernels::gemm_skinny_fits(x, w, y, M, N, K);
+  // Only the products whose 128-column tiles fill at most half the multiprocessors (7B and 13B's o
+  // and down): there cuBLAS leaves most of the GPU idle and K split over a cluster won (one H200,
+  // 2026-12-02, llama2_bench_kernels skinny: 7B o 12.0-13.9 us vs cuBLAS 16.2-16.7 at 1-32 rows,
+  // down 25.4-28.6 vs 28.6-30.0); on the wide ones (qkv, gate|up, the LM head) and at 64 rows
+  // cuBLAS's wgmma kernels were as fast or faster.
+  return M > gemv_rows_ && M <= skinny_rows_ &&
+         2 * ((N + kernels::kSkinnyBlockN - 1) / kernels::kSkinnyBlockN) <= sm_count_ &&
+         kernels::gemm_skinny_fits(x, w, y, M, N, K);
 }
 
 template <typename T>
