@@ -289,7 +289,7 @@ TEST_SUITE("tuning_knobs") {
     CHECK(knobs({}).w8a16_rows == 64);
     CHECK(knobs({{"LLAMA2_W8A16_ROWS", "0"}}).w8a16_rows == 0);
     CHECK(knobs({{"LLAMA2_W8A16_ROWS", "4096"}}).w8a16_rows == 4096);
-    CHECK(knobs({}).skinny_rows == 0);
+    CHECK(knobs({}).skinny_rows == 16);
     CHECK(knobs({{"LLAMA2_SKINNY_ROWS", "64"}}).skinny_rows == 64);
     CHECK(!knobs({}).fp8_w8a16);
     CHECK(knobs({{"LLAMA2_W8A16_FP8", "1"}}).fp8_w8a16);
