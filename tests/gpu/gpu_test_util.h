@@ -90,6 +90,27 @@ std::vector<float> round_vec(const std::vector<float>& x) {
   return to_f32(to_dtype<T>(x));
 }
 
+// The double reference of the GEMM tests: want[m, n] = sum_k x[m, k] w[n, k] (unrounded) and
+// bound[m, n] = sum_k |x[m, k] w[n, k]| (what an fp32 accumulation's error scales with).
+// x [M, K], w [N, K] row-major.
+inline void reference_xwt(const std::vector<float>& x, const std::vector<float>& w, int M, int N,
+                          int K, std::vector<double>* want, std::vector<double>* bound) {
+  want->assign(size_t(M) * N, 0.0);
+  bound->assign(size_t(M) * N, 0.0);
+  for (int m = 0; m < M; ++m) {
+    for (int n = 0; n < N; ++n) {
+      double s = 0, t = 0;
+      for (int i = 0; i < K; ++i) {
+        const double p = double(x[size_t(m) * K + i]) * w[size_t(n) * K + i];
+        s += p;
+        t += std::fabs(p);
+      }
+      (*want)[size_t(m) * N + n] = s;
+      (*bound)[size_t(m) * N + n] = t;
+    }
+  }
+}
+
 // Uniform values in [lo, hi) rounded to bf16 precision, with |x| < 2^-10 flushed to zero: exactly
 // representable in fp32, fp16 and bf16 alike, so one CPU reference serves every dtype and the
 // inputs of a kernel are the same numbers in each.

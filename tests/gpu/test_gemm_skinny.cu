@@ -37,26 +37,6 @@ std::string shape_text(int M, int N, int K, int splits) {
          " splits=" + std::to_string(splits);
 }
 
-// want[m, n] = sum_k x[m, k] w[n, k] (double, unrounded); bound[m, n] = sum_k |x[m, k] w[n, k]|.
-// x [M, K], w [N, K].
-void reference(const std::vector<float>& x, const std::vector<float>& w, int M, int N, int K,
-               std::vector<double>* want, std::vector<double>* bound) {
-  want->assign(size_t(M) * N, 0.0);
-  bound->assign(size_t(M) * N, 0.0);
-  for (int m = 0; m < M; ++m) {
-    for (int n = 0; n < N; ++n) {
-      double s = 0, t = 0;
-      for (int i = 0; i < K; ++i) {
-        const double p = double(x[size_t(m) * K + i]) * w[size_t(n) * K + i];
-        s += p;
-        t += std::fabs(p);
-      }
-      (*want)[size_t(m) * N + n] = s;
-      (*bound)[size_t(m) * N + n] = t;
-    }
-  }
-}
-
 // The 16 bits of every element of y from element `begin` on that are not 0xffff (poison()'s).
 template <typename T>
 size_t count_written(const std::vector<T>& y, size_t begin) {
@@ -111,7 +91,7 @@ TEST_CASE("gemm_skinny: fp16 and bf16 against a double reference, odd shapes, sp
     for (const int M : {1, 5, 16, 17, 33, 64}) {
       const auto xf = exact_random(size_t(M) * K, seed++);  // x [M, K]
       std::vector<double> want, bound;                      // [M, N]; one for both dtypes
-      reference(xf, wf, M, N, K, &want, &bound);
+      reference_xwt(xf, wf, M, N, K, &want, &bound);
       const int planned = k::plan_gemm_skinny_splits(M, N, K, sms);
       for_each_16bit_dtype([&](auto tag) {
         using T = decltype(tag);

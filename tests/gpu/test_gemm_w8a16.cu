@@ -57,21 +57,12 @@ template <typename Q>
 void reference(const std::vector<float>& x, const std::vector<Q>& q,
                const std::vector<float>& scale, int M, int N, int K, std::vector<double>* want,
                std::vector<double>* bound) {
-  want->assign(size_t(M) * N, 0.0);
-  bound->assign(size_t(M) * N, 0.0);
   std::vector<float> wf(q.size());
   for (size_t i = 0; i < q.size(); ++i) wf[i] = k::to_float(q[i]);
-  for (int m = 0; m < M; ++m) {
-    for (int n = 0; n < N; ++n) {
-      double s = 0, t = 0;
-      for (int i = 0; i < K; ++i) {
-        const double p = double(x[size_t(m) * K + i]) * wf[size_t(n) * K + i];
-        s += p;
-        t += std::fabs(p);
-      }
-      (*want)[size_t(m) * N + n] = s * scale[n];
-      (*bound)[size_t(m) * N + n] = t * scale[n];
-    }
+  reference_xwt(x, wf, M, N, K, want, bound);
+  for (size_t i = 0; i < want->size(); ++i) {
+    (*want)[i] *= scale[i % N];
+    (*bound)[i] *= scale[i % N];
   }
 }
 

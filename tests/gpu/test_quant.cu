@@ -54,23 +54,12 @@ std::vector<float> dequant(const std::vector<Q>& q, const std::vector<float>& sc
   return out;
 }
 
-// want[m, n] = sum_k a[m, k] * b[n, k] in double; bound[m, n] = sum_k |a b|.
+// want[m, n] = sum_k a[m, k] * b[n, k] in double, rounded to float; bound[m, n] = sum_k |a b|.
 void reference(const std::vector<float>& a, const std::vector<float>& b, int M, int N, int K,
                std::vector<float>* want, std::vector<double>* bound) {
-  want->assign(size_t(M) * N, 0.f);
-  bound->assign(size_t(M) * N, 0.0);
-  for (int m = 0; m < M; ++m) {
-    for (int n = 0; n < N; ++n) {
-      double s = 0, t = 0;
-      for (int i = 0; i < K; ++i) {
-        const double p = double(a[size_t(m) * K + i]) * b[size_t(n) * K + i];
-        s += p;
-        t += std::fabs(p);
-      }
-      (*want)[size_t(m) * N + n] = static_cast<float>(s);
-      (*bound)[size_t(m) * N + n] = t;
-    }
-  }
+  std::vector<double> exact;
+  reference_xwt(a, b, M, N, K, &exact, bound);
+  want->assign(exact.begin(), exact.end());
 }
 
 }  // namespace
