@@ -12,9 +12,10 @@
 #                          failures noted;
 #   - mpi ARGS..           mpirun --bind-to none with the multicast variables, under timeout $TL
 #                          (default 120 s);
-#   - e2e NAME ARGS..      llama2_bench_e2e --synthetic 7b --prompt-len 128 --decode-steps 64
-#                          --repeats 3 ARGS (ENVS="-x VAR=V ..." for the rank's environment),
-#                          its decode / prefill lines noted;
+#   - e2e NAME ARGS..      llama2_bench_e2e --synthetic MODEL (default 7b) --prompt-len 128
+#                          --decode-steps 64 --repeats 3 ARGS on NP ranks (default 1;
+#                          ENVS="-x VAR=V ..." for the ranks' environment), its decode / prefill
+#                          lines noted;
 #   - sat NAME VAR VALUES  benchmarks/serve/saturation_ab.sh against build-gpu, one fresh server per
 #                          value of VAR (ENV=... in front sets SYNTHETIC, SERVE_ARGS, ...), tok/s
 #                          and the step-kind summary noted, the raw step logs removed.
@@ -57,8 +58,8 @@ e2e() {
   local name=$1
   shift
   # shellcheck disable=SC2086  # ENVS is a list of -x flags
-  mpi -np 1 ${ENVS:-} build-gpu/llama2_bench_e2e --synthetic 7b --prompt-len 128 --decode-steps 64 \
-    --repeats 3 "$@" >"$O/$name.log" 2>&1
+  mpi -np "${NP:-1}" ${ENVS:-} build-gpu/llama2_bench_e2e --synthetic "${MODEL:-7b}" \
+    --prompt-len 128 --decode-steps 64 --repeats 3 "$@" >"$O/$name.log" 2>&1
   note "$name: rc=$? $(grep -E 'batch +[0-9]+:|prefill' "$O/$name.log" | sed 's/ median of 3//' | tr '\n' ' ')"
   return 0
 }
