@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Issue 21, first call on `nvidia-h200-x2` (prepared in session 17, 2026-12-02; NOT RUN: the
 # two-GPU kind was not lent). Copy into the session's log folder, run as `bash callN.sh` from the
 # repository root with kind nvidia-h200-x2. About 6-8 minutes:

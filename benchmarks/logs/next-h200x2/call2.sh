@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Issue 21, second call on `nvidia-h200-x2` (prepared in session 17; NOT RUN). About 8-9 minutes:
 #   - saturation, 7B synthetic fp16, 1024 requests of 128 + 128 at once: TP 1 (-np 1), TP 2
 #     (-np 2), DP 2 (-np 2 --tp 1: two one-GPU replicas behind one endpoint), each a fresh server
