@@ -366,4 +366,9 @@ std::string RankEngine::describe_stall() const {
   return llama2::describe_stall(beat_->snapshot(), StepHeartbeat::now_ns());
 }
 
+std::string RankEngine::exited_ranks() const {
+  LLAMA2_CHECK(rank_ == 0);
+  return llama2::exited_ranks(beat_->snapshot());
+}
+
 }  // namespace llama2

@@ -74,6 +74,9 @@ class RankEngine final : public StepExecutor {
   RankBeat progress() const { return beat_->self(); }
   // Rank 0, any thread, no MPI call: which rank a stalled step waits for (describe_stall()).
   std::string describe_stall() const;
+  // Rank 0, any thread, no MPI call: the ranks of this node whose process has exited
+  // (exited_ranks()); "" when none.
+  std::string exited_ranks() const;
   // Any thread: aborts this process's NCCL communicators (abort_device_collectives); the caller
   // must end the process next.
   int abort_collectives(std::chrono::milliseconds wait) { return abort_device_collectives(wait); }

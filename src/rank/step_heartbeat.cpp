@@ -1,9 +1,11 @@
 #include "rank/step_heartbeat.h"
 
+#include <signal.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -126,14 +128,18 @@ RankBeat read_slot(const std::atomic<int64_t>& step_done, const std::atomic<int6
   return b;
 }
 
-// The process state letter of /proc/PID/stat (R, S, D, T, t, Z, ...); '?' when it is gone.
+// The process state letter of /proc/PID/stat (R, S, D, T, t, Z, ...); '?' when the process is
+// gone; 0 when /proc could not be read for another reason (no file descriptor left: rank 0 at its
+// limit must not take its peers for dead).
 char process_state(int pid) {
+  if (pid <= 0) return 0;
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return '?';
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string line;
-  if (pid <= 0 || !std::getline(in, line)) return '?';
+  if (!std::getline(in, line)) return ::kill(pid, 0) != 0 && errno == ESRCH ? '?' : 0;
   // "pid (comm) S ...": comm may hold spaces and parentheses, the state follows the last ')'.
   const size_t close = line.rfind(')');
-  return close != std::string::npos && close + 2 < line.size() ? line[close + 2] : '?';
+  return close != std::string::npos && close + 2 < line.size() ? line[close + 2] : 0;
 }
 
 }  // namespace
@@ -204,16 +210,17 @@ std::string activity(const RankBeat& b, bool plural = false) {
          std::to_string(b.step_done) + ")";
 }
 
+bool exited(char run_state) {
+  return run_state == 'Z' || run_state == 'X' || run_state == '?';
+}
+
 // A process state that explains a stall by itself, or "".
 std::string process_verdict(const RankBeat& b) {
+  if (exited(b.run_state)) return "has exited";
   switch (b.run_state) {
     case 'T':
     case 't':
       return "is stopped (SIGSTOP or a debugger)";
-    case 'Z':
-    case 'X':
-    case '?':
-      return "has exited";
     case 'D':
       return "is blocked in the kernel (uninterruptible sleep: a driver or I/O)";
     default:
@@ -278,6 +285,17 @@ std::string describe_stall(const std::vector<RankBeat>& ranks, int64_t now_ns) {
   if (!unseen.empty())
     out << "; " << rank_list(unseen) << " not observable from rank 0 (another node)";
   return out.str();
+}
+
+std::string exited_ranks(const std::vector<RankBeat>& ranks) {
+  std::string out;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const RankBeat& b = ranks[r];
+    if (!b.observable || b.pid <= 0 || !exited(b.run_state)) continue;
+    out += (out.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) + " (pid " +
+           std::to_string(b.pid) + ")";
+  }
+  return out;
 }
 
 }  // namespace llama2

@@ -72,6 +72,10 @@ class StepHeartbeat {
   std::unique_ptr<Slot> own_;  // backing of mine_ when there is no shared window
 };
 
+// The ranks of rank 0's node whose process has exited (state Z, X or no /proc entry), as
+// "rank R (pid P)" joined by ", "; "" when none. For the watchdog's poll (a /proc read per rank).
+std::string exited_ranks(const std::vector<RankBeat>& ranks);
+
 // What a stalled step waits for, in one line for people, from rank 0's snapshot: which ranks have
 // not reached the point where the others wait (and what they last did), or that every rank waits
 // inside the same point or its own computation. `now_ns` is CLOCK_MONOTONIC.

@@ -1,6 +1,7 @@
-// A stalled rank and an idle rank, end to end under mpirun (CPU backend, real sockets):
+// A stalled rank, a killed rank and an idle rank, end to end under mpirun (real sockets; the CPU
+// backend in CI, BACKEND cuda on a GPU node: stall and kill need two GPUs there):
 //
-//   llama2_watchdog_test LLAMA2_BINARY MODEL_DIR MPIRUN_SH stall|hook|idle [BACKEND]
+//   llama2_watchdog_test LLAMA2_BINARY MODEL_DIR MPIRUN_SH stall|kill|hook|idle [BACKEND]
 //
 // stall: rank 1 is SIGSTOPped while a generation streams (-np 2, --step-timeout-ms 3000). A request
 //        sent then with timeout_ms 2000 must get done/timeout in < 5 s although the engine is
@@ -11,6 +12,7 @@
 //        the one-GPU scenario of the CUDA backend, run in CI on the CPU; on a GPU node
 //        `llama2_watchdog_test build/llama2 tests/models/small-d128-f16 tests/integration/mpirun.sh
 //        hook cuda` runs it on the CUDA backend.
+// kill:  rank 1 is SIGKILLed while a generation streams (-np 2): see test_kill.
 // idle:  an idle worker rank uses < 10% of a core over 2 s (it used ~45% busy-polling MPI_Bcast).
 #include <signal.h>
 #include <sys/wait.h>
@@ -99,7 +101,8 @@ void check_job_end(ServerJob& job, Clock::time_point since, double bound_s,
 
 void test_stall() {
   ServerJob job(case_env().mpirun, case_env().llama2, case_env().tmp, "stall", 2, case_env().model,
-                {"--step-timeout-ms", "3000", "--cpu-threads", "1", "--max-batch-size", "4"});
+                {"--step-timeout-ms", "3000", "--cpu-threads", "1", "--max-batch-size", "4"}, {},
+                case_env().backend);
   if (!check(job.wait_up(60), "server up")) return;
   auto a = llama2::Client::connect(job.socket, 2000);
   auto b = llama2::Client::connect(job.socket, 2000);
@@ -163,6 +166,60 @@ void test_stall() {
   std::printf("SIGSTOP to the end of the job: %.3f s\n", secs_since(t_stop));
 }
 
+// SIGKILL of rank 1 while a generation streams (-np 2: one tensor-parallel pair). Rank 0 is left
+// in (or about to enter) a collective with a peer that is gone; before, mpirun killed it ~2 s
+// later with the clients' connections cut and the socket file left behind. Now the watchdog sees
+// the exited process at its next poll: the streaming client and one sent after the kill get an
+// `internal` error naming the rank, and the job ends by itself, non-zero, within 5 s, its socket
+// removed. BACKEND cuda runs it at TP 2 on a two-GPU node.
+void test_kill() {
+  ServerJob job(case_env().mpirun, case_env().llama2, case_env().tmp, "kill", 2, case_env().model,
+                {"--step-timeout-ms", "3000", "--cpu-threads", "1", "--max-batch-size", "4"}, {},
+                case_env().backend);
+  if (!check(job.wait_up(120), "server up (TP 2, backend " + case_env().backend + ")")) return;
+  auto a = llama2::Client::connect(job.socket, 2000);
+  auto b = llama2::Client::connect(job.socket, 2000);
+  const pid_t rank1 = job.rank_pid(1);
+  if (!check(rank1 > 0, "rank 1 found (pid " + std::to_string(rank1) + ")")) return;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool killed = false;
+  Clock::time_point t_kill;
+  Final fa;
+  a->generate_async(
+      json{{"id", "A"}, {"prompt", "kill"}, {"max_new_tokens", 480}, {"ignore_eos", true}},
+      fa.events([&](const json& t) {
+        if (t.value("index", -1) != 0) return;
+        kill(rank1, SIGKILL);
+        std::lock_guard<std::mutex> lock(mu);
+        killed = true;
+        t_kill = Clock::now();
+        cv.notify_all();
+      }));
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    if (!check(cv.wait_for(lock, std::chrono::seconds(10), [&] { return killed; }),
+               "rank 1 killed during a generation"))
+      return;
+  }
+  Final fb;
+  b->generate_async(json{{"id", "B"}, {"prompt", "after the kill"}, {"max_new_tokens", 8}},
+                    fb.events());
+  const bool a_ended = fa.wait(15), b_ended = fb.wait(15);
+  std::printf("stream: %s\nqueued: %s\n", fa.event.dump().substr(0, 300).c_str(),
+              fb.event.dump().substr(0, 300).c_str());
+  check(a_ended, "the streaming client got a final event");
+  check(b_ended, "the client sent after the kill got a final event");
+  for (const Final* f : {&fa, &fb}) {
+    check(field(f->event, "code") == "internal" &&
+              contains(field(f->event, "message"),
+                       "rank 1 (pid " + std::to_string(rank1) + ") exited"),
+          "an internal error naming the exited rank: " + f->event.dump().substr(0, 200));
+  }
+  check_job_end(job, t_kill, 5.0, {"rank 1", "exited"});
+  std::printf("SIGKILL to the end of the job: %.3f s\n", secs_since(t_kill));
+}
+
 void test_hook() {
   ServerJob job(case_env().mpirun, case_env().llama2, case_env().tmp, "hook", 1, case_env().model,
                 {"--step-timeout-ms", "1500"}, {"LLAMA2_TEST_STALL=3"}, case_env().backend);
@@ -203,7 +260,8 @@ void test_idle() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return llama2_test::case_main(argc, argv, "llama2_watchdog_test", "llama2_watchdog",
-                                {{"stall", test_stall}, {"hook", test_hook}, {"idle", test_idle}},
-                                /*takes_backend=*/true);
+  return llama2_test::case_main(
+      argc, argv, "llama2_watchdog_test", "llama2_watchdog",
+      {{"stall", test_stall}, {"kill", test_kill}, {"hook", test_hook}, {"idle", test_idle}},
+      /*takes_backend=*/true);
 }

@@ -107,6 +107,26 @@ TEST_SUITE("watchdog") {
 TEST_SUITE("stall diagnosis") {
   const int64_t now = 100 * kSec;
 
+  TEST_CASE("an exited rank: named by exited_ranks, overdue at once, unread /proc is not exited") {
+    // Zombie (killed, not yet reaped), no /proc entry ('?'), running, unread (0: e.g. rank 0 out of
+    // file descriptors), and a rank on another node.
+    const std::vector<RankBeat> r = {beat(100, 5, 4, 11, true, SyncPoint::kAllReduce, now, 'R'),
+                                     beat(101, 5, 4, 11, true, SyncPoint::kAllReduce, now, 'Z'),
+                                     beat(102, 5, 4, 10, true, SyncPoint::kPlan, now, '?'),
+                                     beat(103, 5, 4, 11, true, SyncPoint::kAllReduce, now, 0),
+                                     RankBeat{}};
+    CHECK(llama2::exited_ranks(r) == "rank 1 (pid 101), rank 2 (pid 102)");
+    CHECK(llama2::exited_ranks({r[0], r[3], r[4]}).empty());
+    llama2::StepClock c;
+    c.step = 5;
+    c.running = true;
+    c.running_for = milliseconds(10);
+    CHECK_FALSE(llama2::step_overdue(c, milliseconds(60000)));
+    c.exited = llama2::exited_ranks(r);
+    CHECK(llama2::step_overdue(c, milliseconds(60000)));
+    CHECK_FALSE(llama2::step_overdue(c, milliseconds(0)));  // the watchdog is off
+  }
+
   TEST_CASE("a worker stopped before taking its plan is named, with its process state") {
     // Rank 0 handed out step 5's plan (point 10) and waits in the first all-reduce (point 11);
     // rank 1 still waits at point 10 for the plan, and is stopped.

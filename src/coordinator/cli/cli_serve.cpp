@@ -165,6 +165,11 @@ StepClock job_step_clock(const RankEngine* engine, const ReplicaSet& replicas) {
 std::string job_stall_message(const StepClock& clock, std::chrono::milliseconds timeout,
                               const RankEngine* engine, const ReplicaSet& replicas,
                               const ReplicaLayout& layout) {
+  if (!clock.exited.empty()) {
+    return clock.exited + " exited while the job ran (step " + std::to_string(clock.step) +
+           (clock.running ? " running" : " done") +
+           "): its tensor-parallel peers wait for it in every collective";
+  }
   int quiet_replica = -1;
   const std::chrono::milliseconds quiet = replicas.longest_silence(&quiet_replica);
   if (quiet_replica >= 0 && quiet >= clock.running_for) {
@@ -275,14 +280,17 @@ int serve_on_rank0(Session& session, ServeSettings s, std::unique_ptr<HttpFront>
   const std::chrono::milliseconds step_timeout = s.step_timeout;
   // A replica leader that stops reporting for longer than the step timeout counts as a stalled
   // step too (job_step_clock).
-  StepWatchdog watchdog(
+  // So does a rank of rank 0's group whose process exited (watchdog.h), at once.
+  auto watchdog = std::make_unique<StepWatchdog>(
       step_timeout, [&] { return job_step_clock(engine, replicas); },
       [&](const StepClock& clock) {
         end_job_after_stall(
             job_stall_message(clock, step_timeout, engine, replicas, session.layout), *server,
-            engine);
+            engine, clock.exited.empty() ? kStallLinger : kExitedLinger);
       });
   serve_loop(*server, bridge, owner, g_stop, std::chrono::milliseconds(s.shutdown_timeout_ms));
+  // From here the ranks leave on purpose: an exited one is no longer a failure.
+  watchdog.reset();
   replicas.shutdown(0);
   if (engine != nullptr) engine->shutdown(0);
   g_wake_fd = -1;

@@ -12,7 +12,8 @@
 namespace llama2 {
 
 bool step_overdue(const StepClock& clock, std::chrono::milliseconds timeout) {
-  return timeout.count() > 0 && clock.running && clock.running_for > timeout;
+  return timeout.count() > 0 &&
+         (!clock.exited.empty() || (clock.running && clock.running_for > timeout));
 }
 
 StepWatchdog::StepWatchdog(std::chrono::milliseconds timeout, std::function<StepClock()> probe,
@@ -53,6 +54,7 @@ StepClock engine_step_clock(const RankEngine& engine) {
   if (c.running) {
     c.running_for = std::chrono::milliseconds((StepHeartbeat::now_ns() - b.step_ns) / 1000000);
   }
+  c.exited = engine.exited_ranks();
   return c;
 }
 
@@ -66,15 +68,16 @@ std::string stall_message(const StepClock& clock, std::chrono::milliseconds time
   return std::string(head) + "; " + diagnosis;
 }
 
-void end_job_after_stall(const std::string& why, SocketServer& server, RankEngine* engine) {
+void end_job_after_stall(const std::string& why, SocketServer& server, RankEngine* engine,
+                         std::chrono::milliseconds linger) {
   std::cerr << "llama2 serve: " << why << std::endl;
   server.fail_all("internal", why + "; the server is ending the job");
   // The I/O thread keeps running: it delivers the errors and answers health meanwhile.
-  std::this_thread::sleep_for(kStallLinger);
+  std::this_thread::sleep_for(linger);
   server.remove_socket_file();
   const int aborted =
       engine != nullptr ? engine->abort_collectives(std::chrono::milliseconds(500)) : 0;
-  std::cerr << "llama2 serve: ending the job after the stalled step (exit code " << kExitStalled
+  std::cerr << "llama2 serve: ending the job (exit code " << kExitStalled
             << (aborted > 0 ? ", NCCL communicators aborted" : "") << ")" << std::endl;
   // No MPI call, no destructor: the engine thread is stuck inside MPI or the GPU (watchdog.h).
   ::_exit(kExitStalled);

@@ -32,15 +32,22 @@ constexpr int kExitStalled = 3;
 // How long the server keeps answering (health: "stalled"; new generations: shutting_down) after
 // the in-flight clients got their error, so that clients and health checks see why it goes away.
 constexpr std::chrono::milliseconds kStallLinger{1000};
+// The same after a rank's process exited: mpirun ends the other ranks ~2 s after one dies (Open
+// MPI 4.1, SIGTERM then SIGKILL), so rank 0 must have answered and removed its socket before.
+constexpr std::chrono::milliseconds kExitedLinger{300};
 
-// What the watchdog reads: the step rank 0 is in and for how long it has run.
+// What the watchdog reads: the step rank 0 is in and for how long it has run, and the ranks of its
+// tensor-parallel group on its node whose process has exited.
 struct StepClock {
   int64_t step = 0;      // the latest step begun (1-based)
   bool running = false;  // that step has not finished
   std::chrono::milliseconds running_for{0};
+  std::string exited;  // "rank R (pid P), ..." (RankEngine::exited_ranks); "": none
 };
 
-// True when `clock` shows a step that has run for longer than `timeout` (0: never).
+// True when `clock` shows a step that has run for longer than `timeout`, or an exited rank: its
+// peers wait in (or will reach) a collective it never joins, so the job cannot go on (timeout 0:
+// never; the watchdog is off).
 bool step_overdue(const StepClock& clock, std::chrono::milliseconds timeout);
 
 class StepWatchdog {
@@ -72,11 +79,12 @@ StepClock engine_step_clock(const RankEngine& engine);
 
 // The serve command's end after a stall, in this order: print `why` (which names the step and,
 // from the heartbeat, the rank it waits for); end every in-flight generation with an `internal`
-// error and mark the server stalled; keep answering for kStallLinger; remove the socket file; abort
+// error and mark the server stalled; keep answering for `linger`; remove the socket file; abort
 // the NCCL communicators of `engine` (null: a dedicated front has none); _exit(kExitStalled).
 // Never returns.
 [[noreturn]] void end_job_after_stall(const std::string& why, SocketServer& server,
-                                      RankEngine* engine);
+                                      RankEngine* engine,
+                                      std::chrono::milliseconds linger = kStallLinger);
 
 // "step 42 stalled: no progress for 3.0 s (--step-timeout-ms 3000); <the engine's diagnosis>".
 std::string stall_message(const StepClock& clock, std::chrono::milliseconds timeout,
