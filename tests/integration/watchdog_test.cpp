@@ -24,7 +24,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <future>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "case_main.h"
@@ -99,6 +102,26 @@ void check_job_end(ServerJob& job, Clock::time_point since, double bound_s,
   if (case_env().failures > 0) std::printf("---- server log ----\n%s\n----\n", log.c_str());
 }
 
+// Streams a long generation (id A) on `client` into `final` and sends `sig` to `pid` at its first
+// token, mid-generation. Returns when the signal was sent, or nothing if no token came in 10 s.
+std::optional<Clock::time_point> signal_mid_stream(llama2::Client& client, Final& final, pid_t pid,
+                                                   int sig) {
+  auto sent = std::make_shared<std::promise<Clock::time_point>>();
+  auto once = std::make_shared<std::once_flag>();
+  client.generate_async(
+      json{{"id", "A"}, {"prompt", "signal"}, {"max_new_tokens", 480}, {"ignore_eos", true}},
+      final.events([sent, once, pid, sig](const json& t) {
+        if (t.value("index", -1) != 0) return;
+        std::call_once(*once, [&] {
+          kill(pid, sig);
+          sent->set_value(Clock::now());
+        });
+      }));
+  std::future<Clock::time_point> at = sent->get_future();
+  if (at.wait_for(std::chrono::seconds(10)) != std::future_status::ready) return std::nullopt;
+  return at.get();
+}
+
 void test_stall() {
   ServerJob job(case_env().mpirun, case_env().llama2, case_env().tmp, "stall", 2, case_env().model,
                 {"--step-timeout-ms", "3000", "--cpu-threads", "1", "--max-batch-size", "4"}, {},
@@ -112,27 +135,10 @@ void test_stall() {
   if (!check(rank1 > 0, "rank 1 found (pid " + std::to_string(rank1) + ")")) return;
 
   // A streams a long generation; rank 1 is stopped at its first token, mid-generation.
-  std::mutex mu;
-  std::condition_variable cv;
-  bool stopped = false;
-  Clock::time_point t_stop;
   Final fa;
-  a->generate_async(
-      json{{"id", "A"}, {"prompt", "stall"}, {"max_new_tokens", 480}, {"ignore_eos", true}},
-      fa.events([&](const json& t) {
-        if (t.value("index", -1) != 0) return;
-        kill(rank1, SIGSTOP);
-        std::lock_guard<std::mutex> lock(mu);
-        stopped = true;
-        t_stop = Clock::now();
-        cv.notify_all();
-      }));
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    if (!check(cv.wait_for(lock, std::chrono::seconds(10), [&] { return stopped; }),
-               "rank 1 stopped during a generation"))
-      return;
-  }
+  const auto stopped_at = signal_mid_stream(*a, fa, rank1, SIGSTOP);
+  if (!check(stopped_at.has_value(), "rank 1 stopped during a generation")) return;
+  const Clock::time_point t_stop = *stopped_at;
   // C has no deadline of its own: only the watchdog can end it.
   Final fc;
   b->generate_async(json{{"id", "C"}, {"prompt", "no deadline"}, {"max_new_tokens", 8}},
@@ -181,27 +187,10 @@ void test_kill() {
   auto b = llama2::Client::connect(job.socket, 2000);
   const pid_t rank1 = job.rank_pid(1);
   if (!check(rank1 > 0, "rank 1 found (pid " + std::to_string(rank1) + ")")) return;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool killed = false;
-  Clock::time_point t_kill;
   Final fa;
-  a->generate_async(
-      json{{"id", "A"}, {"prompt", "kill"}, {"max_new_tokens", 480}, {"ignore_eos", true}},
-      fa.events([&](const json& t) {
-        if (t.value("index", -1) != 0) return;
-        kill(rank1, SIGKILL);
-        std::lock_guard<std::mutex> lock(mu);
-        killed = true;
-        t_kill = Clock::now();
-        cv.notify_all();
-      }));
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    if (!check(cv.wait_for(lock, std::chrono::seconds(10), [&] { return killed; }),
-               "rank 1 killed during a generation"))
-      return;
-  }
+  const auto killed_at = signal_mid_stream(*a, fa, rank1, SIGKILL);
+  if (!check(killed_at.has_value(), "rank 1 killed during a generation")) return;
+  const Clock::time_point t_kill = *killed_at;
   Final fb;
   b->generate_async(json{{"id", "B"}, {"prompt", "after the kill"}, {"max_new_tokens", 8}},
                     fb.events());
