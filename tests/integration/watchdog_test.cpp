@@ -195,7 +195,11 @@ void test_kill() {
   b->generate_async(json{{"id", "B"}, {"prompt", "after the kill"}, {"max_new_tokens", 8}},
                     fb.events());
   const bool a_ended = fa.wait(15), b_ended = fb.wait(15);
-  std::printf("stream: %s\nqueued: %s\n", fa.event.dump().substr(0, 300).c_str(),
+  auto after_kill = [&](const Final& f) {
+    return std::chrono::duration<double>(f.at - t_kill).count();
+  };
+  std::printf("stream, %.3f s after the kill: %s\nsent after it, %.3f s: %s\n", after_kill(fa),
+              fa.event.dump().substr(0, 300).c_str(), after_kill(fb),
               fb.event.dump().substr(0, 300).c_str());
   check(a_ended, "the streaming client got a final event");
   check(b_ended, "the client sent after the kill got a final event");
