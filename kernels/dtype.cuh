@@ -223,21 +223,42 @@ __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
 #endif
 }
 
-// kernel<<<grid, block, smem, stream>>>(args...), with the PDL attribute when enabled.
+// kernel<<<grid, block, smem, stream>>>(args...) in thread-block clusters of cluster_x blocks
+// along x (sm_90; 0: no cluster attribute), with the PDL attribute when enabled.
 template <typename... Params, typename... Args>
-cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                          cudaStream_t stream, Args&&... args) {
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+cudaError_t launch_kernel_in_clusters(unsigned cluster_x, void (*kernel)(Params...), dim3 grid,
+                                      dim3 block, size_t smem, cudaStream_t stream,
+                                      Args&&... args) {
+  cudaLaunchAttribute attr[2];
+  unsigned n = 0;
+  if (cluster_x > 0) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = cluster_x;
+    attr[n].val.clusterDim.y = 1;
+    attr[n].val.clusterDim.z = 1;
+    ++n;
+  }
+  if (programmatic_launch()) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
   config.attrs = attr;
-  config.numAttrs = programmatic_launch() ? 1 : 0;
+  config.numAttrs = n;
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), with the PDL attribute when enabled.
+template <typename... Params, typename... Args>
+cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                          cudaStream_t stream, Args&&... args) {
+  return launch_kernel_in_clusters(0, kernel, grid, block, smem, stream,
+                                   std::forward<Args>(args)...);
 }
 
 template <typename T>

@@ -16,7 +16,6 @@
 #include <cooperative_groups.h>
 
 #include <algorithm>
-#include <atomic>
 #include <string>
 
 #include "common/check.h"
@@ -217,21 +216,11 @@ template <typename T, int BM>
 cudaError_t launch_bm(const GemmSkinnyArgs<T>& a, int splits, cudaStream_t stream) {
   const int k_tiles = static_cast<int>(ceil_div(a.K, kBK));
   const int per_split = static_cast<int>(ceil_div(k_tiles, splits));
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(splits);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[1].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(splits), static_cast<unsigned>(ceil_div(a.N, kBN)));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = SkinnyShape<BM>::kSmem;
-  config.stream = stream;
-  config.attrs = attr;
-  config.numAttrs = programmatic_launch() ? 2 : 1;
-  return cudaLaunchKernelEx(&config, gemm_skinny_kernel<T, BM>, a, per_split);
+  // The splits of one column tile are a cluster (even one split: the kernel's cluster barriers).
+  return launch_kernel_in_clusters(
+      static_cast<unsigned>(splits), gemm_skinny_kernel<T, BM>,
+      dim3(static_cast<unsigned>(splits), static_cast<unsigned>(ceil_div(a.N, kBN))),
+      dim3(kThreads), SkinnyShape<BM>::kSmem, stream, a, per_split);
 }
 
 }  // namespace
