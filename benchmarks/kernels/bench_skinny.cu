@@ -67,21 +67,6 @@ void fill(const DeviceBuffer& buf, uint32_t seed, float lo, float hi) {
   CUDA_CHECK(cudaGetLastError());
 }
 
-// The largest |a - b| over the largest |b|, fp16 results of n elements (NaN in a: infinity).
-double rel_diff(const T* a, const T* b, size_t n) {
-  std::vector<T> ha(n), hb(n);
-  CUDA_CHECK(cudaMemcpy(ha.data(), a, n * sizeof(T), cudaMemcpyDeviceToHost));
-  CUDA_CHECK(cudaMemcpy(hb.data(), b, n * sizeof(T), cudaMemcpyDeviceToHost));
-  double diff = 0, mag = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const double x = __half2float(ha[i]), y = __half2float(hb[i]);
-    if (std::isnan(x)) return INFINITY;
-    diff = std::max(diff, std::fabs(x - y));
-    mag = std::max(mag, std::fabs(y));
-  }
-  return diff / std::max(mag, 1e-30);
-}
-
 }  // namespace
 
 // Returns the number of failed correctness checks.
@@ -143,7 +128,8 @@ int bench_skinny() {
         CUDA_CHECK(cudaMemsetAsync(y.as<void>(), 0xff, sizeof(T) * M * s.N, stream));
         skinny(x.as<T>(), w_at(0), y.as<T>(), M, s.N, s.K, splits);
         CUDA_CHECK(cudaStreamSynchronize(stream));
-        const double err = rel_diff(y.as<T>(), y_ref.as<T>(), size_t(M) * s.N);
+        const double err =
+            llama2::bench::rel_diff_fp16(y.as<void>(), y_ref.as<void>(), size_t(M) * s.N);
         if (!(err < 2e-3)) {
           std::printf("  CHECK FAILED %s %s M=%d splits=%d: max |skinny - cuBLAS| = %.3g of max\n",
                       s.model, s.name, M, splits, err);

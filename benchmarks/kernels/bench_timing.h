@@ -1,9 +1,12 @@
-// The launch timer the GEMM benchmarks share (bench_gemm.cu, bench_w8a16.cu).
+// What the GEMM benchmarks share (bench_gemm.cu, bench_w8a16.cu, bench_skinny.cu): the launch
+// timer and the check of one fp16 result against another.
 #pragma once
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <vector>
 
@@ -34,6 +37,22 @@ inline double time_us(const std::function<void(int)>& launch) {
   CUDA_CHECK(cudaEventDestroy(a));
   CUDA_CHECK(cudaEventDestroy(b));
   return ms[2] * 1e3 / 20;
+}
+
+// The largest |a - b| over the largest |b|, for two device arrays of n fp16 values (infinity when
+// a holds a NaN).
+inline double rel_diff_fp16(const void* a, const void* b, size_t n) {
+  std::vector<__half> ha(n), hb(n);
+  CUDA_CHECK(cudaMemcpy(ha.data(), a, n * sizeof(__half), cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(hb.data(), b, n * sizeof(__half), cudaMemcpyDeviceToHost));
+  double diff = 0, mag = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double x = __half2float(ha[i]), y = __half2float(hb[i]);
+    if (std::isnan(x)) return INFINITY;
+    diff = std::max(diff, std::fabs(x - y));
+    mag = std::max(mag, std::fabs(y));
+  }
+  return diff / std::max(mag, 1e-30);
 }
 
 }  // namespace llama2::bench

@@ -61,21 +61,6 @@ struct Shape {
   int N, K;
 };
 
-// The largest relative difference between two fp16 results, relative to b's largest magnitude.
-double rel_diff(const DeviceBuffer& a, const DeviceBuffer& b, size_t n) {
-  std::vector<__half> ha(n), hb(n);
-  CUDA_CHECK(cudaMemcpy(ha.data(), a.as<void>(), n * 2, cudaMemcpyDeviceToHost));
-  CUDA_CHECK(cudaMemcpy(hb.data(), b.as<void>(), n * 2, cudaMemcpyDeviceToHost));
-  double diff = 0, mag = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const double x = __half2float(ha[i]), y = __half2float(hb[i]);
-    diff = std::isnan(x) ? INFINITY : std::max(diff, std::fabs(x - y));
-    mag = std::max(mag, std::fabs(y));
-    if (std::isinf(diff)) break;
-  }
-  return diff / std::max(mag, 1e-30);
-}
-
 }  // namespace
 
 // Returns the number of failed correctness checks.
@@ -139,7 +124,8 @@ int bench_w8a16() {
       llama2::gemm_xwt(blas, CUDA_R_16F, x.as<void>(), deq.as<void>(), y_ref.as<void>(), M, s.N,
                        s.K);
       CUDA_CHECK(cudaDeviceSynchronize());
-      const double err = rel_diff(y, y_ref, size_t(M) * s.N);
+      const double err =
+          llama2::bench::rel_diff_fp16(y.as<void>(), y_ref.as<void>(), size_t(M) * s.N);
       if (!(err < 1e-2)) {
         std::printf("  CHECK FAILED %s M=%d: max |w8a16 - cuBLAS(dequantized)| = %.3g of max\n",
                     s.name, M, err);
