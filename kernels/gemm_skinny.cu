@@ -28,12 +28,7 @@ namespace {
 
 namespace cg = cooperative_groups;
 
-// Warps along K per block (kWK): 2 (4 warps, two k16 steps each per stage) or 4 (8 warps, one
-// each: twice the warps issuing mma.sync per block, at one block per multiprocessor by registers).
-template <int WK>
-constexpr int threads_of() {
-  return 64 * WK;
-}
+constexpr int kThreads = 128;
 constexpr int kBN = kSkinnyBlockN;
 constexpr int kBK = kSkinnyBlockK;
 constexpr int kRowBytes = kBK * 2;  // one stage row of W or x: 64 16-bit elements
@@ -58,15 +53,13 @@ __device__ __forceinline__ int swizzled(int row, int piece) {
   return row * kRowBytes + ((piece ^ (row & 7)) << 4);
 }
 
-template <typename T, int BM, int WK>
-static __global__ void __launch_bounds__(threads_of<WK>(), WK == 2 ? 2 : 1)
+template <typename T, int BM>
+static __global__ void __launch_bounds__(kThreads, 2)
     gemm_skinny_kernel(const GemmSkinnyArgs<T> a, int k_tiles_per_split) {
   using S = SkinnyShape<BM>;
-  constexpr int kThreads = threads_of<WK>();
-  constexpr int kStepsPerWarp = kBK / 16 / WK;
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wn = warp & 1, wk = warp >> 1;  // wk: 0 .. WK - 1
+  const int wn = warp & 1, wk = warp >> 1;
   const int split = blockIdx.x, splits = gridDim.x;
   const int n0 = blockIdx.y * kBN;
   const int k_tiles = (a.K + kBK - 1) / kBK;
@@ -79,8 +72,8 @@ static __global__ void __launch_bounds__(threads_of<WK>(), WK == 2 ? 2 : 1)
     unsigned char* ws = smem + st * S::kStageBytes;
     const int k0 = (kt0 + kt) * kBK;
 #pragma unroll
-    for (int c = tid; c < kBN * 8; c += kThreads) {
-      const int r = c >> 3, piece = c & 7;
+    for (int i = 0; i < kBN * 8 / kThreads; ++i) {
+      const int c = tid + i * kThreads, r = c >> 3, piece = c & 7;
       const int n = n0 + r, k = k0 + piece * 8;
       const bool ok = n < a.N && k < a.K;
       cp_async16_or_zero(ws + swizzled(r, piece), ok ? a.w + int64_t{n} * a.K + k : a.w, ok);
@@ -90,8 +83,8 @@ static __global__ void __launch_bounds__(threads_of<WK>(), WK == 2 ? 2 : 1)
     unsigned char* xs = smem + st * S::kStageBytes + S::kWBytes;
     const int k0 = (kt0 + kt) * kBK;
 #pragma unroll
-    for (int c = tid; c < BM * 8; c += kThreads) {
-      const int r = c >> 3, piece = c & 7;
+    for (int i = 0; i < BM * 8 / kThreads; ++i) {
+      const int c = tid + i * kThreads, r = c >> 3, piece = c & 7;
       const int k = k0 + piece * 8;
       const bool ok = r < a.M && k < a.K;
       cp_async16_or_zero(xs + swizzled(r, piece), ok ? a.x + int64_t{r} * a.K + k : a.x, ok);
@@ -133,8 +126,8 @@ static __global__ void __launch_bounds__(threads_of<WK>(), WK == 2 ? 2 : 1)
     const uint32_t ws = smem_addr(smem + (i % S::kStages) * S::kStageBytes);
     const uint32_t xs = ws + S::kWBytes;
 #pragma unroll
-    for (int kk = 0; kk < kStepsPerWarp; ++kk) {
-      const int ks = wk * kStepsPerWarp + kk;
+    for (int kk = 0; kk < 2; ++kk) {
+      const int ks = wk * 2 + kk;
       // A (x): matrices (rows 0-7, k 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15) of each m16 tile.
       uint32_t af[S::kMT][4];
 #pragma unroll
@@ -168,8 +161,8 @@ static __global__ void __launch_bounds__(threads_of<WK>(), WK == 2 ? 2 : 1)
   float* red = reinterpret_cast<float*>(smem);
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-  for (int q = 0; q < WK; ++q) {
-    if (wk == q) {
+  for (int half = 0; half < 2; ++half) {
+    if (wk == half) {
 #pragma unroll
       for (int mt = 0; mt < S::kMT; ++mt) {
 #pragma unroll
@@ -179,7 +172,7 @@ static __global__ void __launch_bounds__(threads_of<WK>(), WK == 2 ? 2 : 1)
           for (int h = 0; h < 2; ++h) {  // rows g and g + 8 of the m16 tile
             float2* dst = reinterpret_cast<float2*>(red + (mt * 16 + g + 8 * h) * S::kLdRed + col);
             const float2 mine = make_float2(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
-            *dst = q == 0 ? mine : make_float2(dst->x + mine.x, dst->y + mine.y);
+            *dst = half == 0 ? mine : make_float2(dst->x + mine.x, dst->y + mine.y);
           }
         }
       }
@@ -215,32 +208,19 @@ static __global__ void __launch_bounds__(threads_of<WK>(), WK == 2 ? 2 : 1)
 
 template <typename T, int BM>
 cudaError_t set_smem_limit() {
-  for (const cudaError_t e :
-       {cudaFuncSetAttribute(gemm_skinny_kernel<T, BM, 2>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, SkinnyShape<BM>::kSmem),
-        cudaFuncSetAttribute(gemm_skinny_kernel<T, BM, 4>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             SkinnyShape<BM>::kSmem)}) {
-    if (e != cudaSuccess) return e;
-  }
-  return cudaSuccess;
+  return cudaFuncSetAttribute(gemm_skinny_kernel<T, BM>,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize, SkinnyShape<BM>::kSmem);
 }
 
-template <typename T, int BM, int WK>
+template <typename T, int BM>
 cudaError_t launch_bm(const GemmSkinnyArgs<T>& a, int splits, cudaStream_t stream) {
   const int k_tiles = static_cast<int>(ceil_div(a.K, kBK));
   const int per_split = static_cast<int>(ceil_div(k_tiles, splits));
   // The splits of one column tile are a cluster (even one split: the kernel's cluster barriers).
   return launch_kernel_in_clusters(
-      static_cast<unsigned>(splits), gemm_skinny_kernel<T, BM, WK>,
+      static_cast<unsigned>(splits), gemm_skinny_kernel<T, BM>,
       dim3(static_cast<unsigned>(splits), static_cast<unsigned>(ceil_div(a.N, kBN))),
-      dim3(threads_of<WK>()), SkinnyShape<BM>::kSmem, stream, a, per_split);
-}
-
-template <typename T, int BM>
-cudaError_t launch_wk(const GemmSkinnyArgs<T>& a, int splits, int warps_k, cudaStream_t stream) {
-  return warps_k == 4 ? launch_bm<T, BM, 4>(a, splits, stream)
-                      : launch_bm<T, BM, 2>(a, splits, stream);
+      dim3(kThreads), SkinnyShape<BM>::kSmem, stream, a, per_split);
 }
 
 }  // namespace
@@ -269,8 +249,7 @@ cudaError_t prepare_gemm_skinny() {
 }
 
 template <typename T>
-cudaError_t launch_gemm_skinny(const GemmSkinnyArgs<T>& a, int splits, cudaStream_t stream,
-                               int warps_k) {
+cudaError_t launch_gemm_skinny(const GemmSkinnyArgs<T>& a, int splits, cudaStream_t stream) {
   LLAMA2_LAUNCH_REQUIRE(gemm_skinny_fits(a.x, a.w, a.y, a.M, a.N, a.K),
                         "M " + std::to_string(a.M) + " (1.." + std::to_string(kSkinnyMaxRows) +
                             "), N " + std::to_string(a.N) + ", K " + std::to_string(a.K) +
@@ -278,17 +257,14 @@ cudaError_t launch_gemm_skinny(const GemmSkinnyArgs<T>& a, int splits, cudaStrea
   LLAMA2_LAUNCH_REQUIRE(
       splits >= 1 && splits <= kSkinnyMaxSplits,
       "splits " + std::to_string(splits) + ", allowed 1.." + std::to_string(kSkinnyMaxSplits));
-  LLAMA2_LAUNCH_REQUIRE(warps_k == 2 || warps_k == 4,
-                        "warps_k " + std::to_string(warps_k) + ", allowed 2 or 4");
   if (const cudaError_t e = prepare_gemm_skinny(); e != cudaSuccess) return e;
-  if (a.M <= 16) return launch_wk<T, 16>(a, splits, warps_k, stream);
-  if (a.M <= 32) return launch_wk<T, 32>(a, splits, warps_k, stream);
-  return launch_wk<T, 64>(a, splits, warps_k, stream);
+  if (a.M <= 16) return launch_bm<T, 16>(a, splits, stream);
+  if (a.M <= 32) return launch_bm<T, 32>(a, splits, stream);
+  return launch_bm<T, 64>(a, splits, stream);
 }
 
-template cudaError_t launch_gemm_skinny<__half>(const GemmSkinnyArgs<__half>&, int, cudaStream_t,
-                                                int);
+template cudaError_t launch_gemm_skinny<__half>(const GemmSkinnyArgs<__half>&, int, cudaStream_t);
 template cudaError_t launch_gemm_skinny<__nv_bfloat16>(const GemmSkinnyArgs<__nv_bfloat16>&, int,
-                                                       cudaStream_t, int);
+                                                       cudaStream_t);
 
 }  // namespace llama2::kernels

@@ -61,10 +61,7 @@ cudaError_t prepare_gemm_skinny();
 // gemm_skinny_fits (cudaErrorInvalidValue and the failed check otherwise). Same y for every
 // `splits` up to the order of the fp32 additions, and the same bits for the same `splits` on every
 // run.
-// warps_k (an A/B, branch s17-skinny-8warps): 2, four warps a block (two k16 steps of a stage
-// each); 4, eight warps (one k16 step each).
 template <typename T>
-cudaError_t launch_gemm_skinny(const GemmSkinnyArgs<T>& args, int splits, cudaStream_t stream,
-                               int warps_k = 2);
+cudaError_t launch_gemm_skinny(const GemmSkinnyArgs<T>& args, int splits, cudaStream_t stream);
 
 }  // namespace llama2::kernels

@@ -98,12 +98,10 @@ int bench_skinny() {
   // The 7B projections' times alone (planned splits), by projection and M, for the chain.
   std::map<int, double> single_blas[4], single_skinny[4];
 
-  auto skinny = [&](const T* xp, const T* w, T* yp, int M, int N, int K, int splits,
-                    int warps_k = 2) {
+  auto skinny = [&](const T* xp, const T* w, T* yp, int M, int N, int K, int splits) {
     const k::GemmSkinnyArgs<T> a{xp, w, yp, M, N, K};
-    CUDA_CHECK(k::launch_gemm_skinny<T>(a, splits, stream, warps_k));
+    CUDA_CHECK(k::launch_gemm_skinny<T>(a, splits, stream));
   };
-  const int forced8[] = {1, 2, 4, 6};  // eight-warp blocks (warps_k 4), branch s17-skinny-8warps
   auto cublas = [&](const T* xp, const T* w, T* yp, int M, int N, int K) {
     llama2::gemm_xwt(blas, CUDA_R_16F, xp, w, yp, M, N, K);
   };
@@ -112,7 +110,7 @@ int bench_skinny() {
       "\nskinny GEMM (fp16) vs cuBLAS fp16, W from HBM; %d SMs; speedup = cuBLAS us / skinny us\n"
       "%-4s %-8s %3s %6s %6s | %8s %7s %6s | %8s %7s %6s %3s | %7s | %s\n",
       sms, "", "shape", "M", "N", "K", "cuBLAS", "TFLOP/s", "W GB/s", "skinny", "TFLOP/s", "W GB/s",
-      "spl", "speedup", "forced splits 1/2/3/4/6/8 us | 8 warps, splits 1/2/4/6 us");
+      "spl", "speedup", "forced splits 1/2/3/4/6/8 us");
   for (const Shape& s : shapes) {
     const size_t w_elems = size_t(s.N) * s.K, w_bytes = w_elems * sizeof(T);
     const size_t want = std::max<size_t>(2, (kMinCycleBytes + w_bytes - 1) / w_bytes);
@@ -126,20 +124,16 @@ int bench_skinny() {
         checked.push_back(planned);
       }
       cublas(x.as<T>(), w_at(0), y_ref.as<T>(), M, s.N, s.K);
-      for (const int warps_k : {2, 4}) {
-        for (const int splits : checked) {
-          CUDA_CHECK(cudaMemsetAsync(y.as<void>(), 0xff, sizeof(T) * M * s.N, stream));
-          skinny(x.as<T>(), w_at(0), y.as<T>(), M, s.N, s.K, splits, warps_k);
-          CUDA_CHECK(cudaStreamSynchronize(stream));
-          const double err =
-              llama2::bench::rel_diff_fp16(y.as<void>(), y_ref.as<void>(), size_t(M) * s.N);
-          if (!(err < 2e-3)) {
-            std::printf(
-                "  CHECK FAILED %s %s M=%d splits=%d warps_k=%d: max |skinny - cuBLAS| = %.3g of "
-                "max\n",
-                s.model, s.name, M, splits, warps_k, err);
-            ++failures;
-          }
+      for (const int splits : checked) {
+        CUDA_CHECK(cudaMemsetAsync(y.as<void>(), 0xff, sizeof(T) * M * s.N, stream));
+        skinny(x.as<T>(), w_at(0), y.as<T>(), M, s.N, s.K, splits);
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        const double err =
+            llama2::bench::rel_diff_fp16(y.as<void>(), y_ref.as<void>(), size_t(M) * s.N);
+        if (!(err < 2e-3)) {
+          std::printf("  CHECK FAILED %s %s M=%d splits=%d: max |skinny - cuBLAS| = %.3g of max\n",
+                      s.model, s.name, M, splits, err);
+          ++failures;
         }
       }
       const double flop = 2.0 * M * s.N * s.K;
@@ -159,12 +153,6 @@ int bench_skinny() {
       for (const int splits : forced) {
         std::printf(" %.1f", time_us([&](int i) {
                       skinny(x.as<T>(), w_at(i), y.as<T>(), M, s.N, s.K, splits);
-                    }));
-      }
-      std::printf(" |");
-      for (const int splits : forced8) {
-        std::printf(" %.1f", time_us([&](int i) {
-                      skinny(x.as<T>(), w_at(i), y.as<T>(), M, s.N, s.K, splits, 4);
                     }));
       }
       std::printf("\n");
