@@ -462,6 +462,9 @@ cudaError_t launch_attention_prefill(const PrefillAttentionArgs<T, C>& a, cudaSt
   LLAMA2_LAUNCH_REQUIRE(
       a.mma_query_tile == 0 || a.mma_query_tile == 64 || a.mma_query_tile == 128,
       "mma_query_tile " + std::to_string(a.mma_query_tile) + ", allowed 0, 64, 128");
+  LLAMA2_LAUNCH_REQUIRE(a.mma_kv_splits >= 0 && a.mma_kv_splits <= kPrefillMaxKvSplits,
+                        "mma_kv_splits " + std::to_string(a.mma_kv_splits) + ", allowed 0.." +
+                            std::to_string(kPrefillMaxKvSplits));
   if (a.num_seqs == 0 || a.max_new_tokens == 0) return cudaSuccess;
   LLAMA2_LAUNCH_REQUIRE(d == 64 || d == 128,
                         "head_dim " + std::to_string(d) + " is not instantiated (64, 128)");

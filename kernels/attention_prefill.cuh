@@ -51,7 +51,30 @@ struct PrefillAttentionArgs {
   T* out = nullptr;        // [n_tokens, heads, head_dim]
   PrefillKernel kernel = PrefillKernel::kAuto;
   int mma_query_tile = 0;  // kMma: 0 automatic, or 64 / 128 query rows per block (tests, tuning)
+  // kMma's key split (below): max_kv_len is a host-side bound >= every pos_begin[s] + new tokens
+  // (0: unknown, no split); workspace holds the splits' partials.
+  int max_kv_len = 0;
+  void* workspace = nullptr;  // attention_prefill_workspace_bytes(head_dim) bytes for the automatic
+  size_t workspace_bytes = 0;  // split; attention_prefill_split_bytes(...) for a forced one
+  int mma_kv_splits = 0;  // kMma: 0 automatic, 1 none, or 2..kPrefillMaxKvSplits (tests, tuning)
 };
+
+// The mma kernel's key split ("flash-decoding" for short chunks over long caches): a grid of at
+// most half as many blocks as the GPU has multiprocessors (a few new tokens after a long cached
+// prefix: a prefix-cache hit, the last piece of a chunked prompt) gives each block's keys to up to
+// kPrefillMaxKvSplits blocks of at least 2 key tiles each; each writes its rows' fp32 O / l and
+// max + log2 l, and a merge kernel combines the splits by log-sum-exp. The automatic split keeps
+// blocks x splits <= 2 x multiprocessors with 64-query tiles, which the workspace below covers.
+inline constexpr int kPrefillMaxKvSplits = 16;
+// Workspace of the automatic split on the current device (0 < bytes; the partials of 2 blocks
+// per multiprocessor).
+size_t attention_prefill_workspace_bytes(int head_dim);
+// Workspace of `split_blocks` (blocks x splits) blocks of `query_tile` rows.
+size_t attention_prefill_split_bytes(int64_t split_blocks, int query_tile, int head_dim);
+// The automatic split count for a grid of `blocks` 64-query blocks over keys up to max_kv_len on
+// `sm_count` multiprocessors: 1 unless 2 x blocks <= sm_count; then the most splits of >= 2 key
+// tiles that keep blocks x splits <= 2 x sm_count, evened out over the longest block's tiles.
+int plan_prefill_kv_splits(int64_t blocks, int max_kv_len, int sm_count);
 
 // out[t, h, :] = softmax_{p <= pos(t)}(q[t, h] . k[p] / sqrt(d)) v[p] over the sequence's cache,
 // KV head h / (heads / kv_heads). Matches llama2::cpu::paged_attention.

@@ -19,10 +19,13 @@
 // Shared-memory rows are padded by 16 bytes, so the 8 row addresses of every ldmatrix phase hit 8
 // different 16-byte bank groups. The output is staged through the warp's own Q rows and written
 // with 16-byte stores. Query tiles are scheduled heaviest (last) first.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <type_traits>
 
+#include "common/check.h"
 #include "kernels/attention_prefill_mma.cuh"
 #include "kernels/dtype.cuh"
 #include "kernels/mma.cuh"
@@ -64,6 +67,11 @@ struct MmaParams {
   int group;
   float scale_log2;  // log2(e) / sqrt(D)
   T* out;            // [n_tokens, heads, D]
+  // Key split (kv_splits > 1): grid.x = heads x kv_splits; block (h, tile, seq) of split s writes
+  // rows [(s * blocks + b) * kBQ, + kBQ) of the partials, b = (seq * tiles + tile) * heads + h.
+  int kv_splits;
+  float* part_o;    // [kv_splits * blocks * kBQ, D]: O / l of the split's keys
+  float* part_lse;  // [kv_splits * blocks * kBQ]: max + log2(l) in log2 units; -inf: no key seen
 };
 
 __device__ __forceinline__ float fast_exp2(float x) {  // ex2.approx: 2^x, exp2(-inf) = 0
@@ -95,7 +103,7 @@ static __global__ void __launch_bounds__(kThreadsOf<kM, kBQ>, 2)
   constexpr int kGather = kBK / kRowStep;       // gather rows (of K and of V) per thread
   static_assert(kThreads % kPieces == 0 && kBK % kRowStep == 0, "tile gather must divide evenly");
 
-  const int h = blockIdx.x;
+  const int h = blockIdx.x % p.heads, split = blockIdx.x / p.heads;
   const int tile = gridDim.y - 1 - blockIdx.y;  // last tiles see the most keys: start them first
   const int seq = blockIdx.z;
   const int tok_begin = p.cu_tokens[seq];
@@ -163,13 +171,19 @@ static __global__ void __launch_bounds__(kThreadsOf<kM, kBQ>, 2)
     }
   };
 
+  // This block's key tiles [kt_begin, kt_end): all of them, or its split's share (possibly none).
   const int n_tiles = (kv_len + kBK - 1) / kBK;
-  if (tid < kBK) {
-    key_rows[tid] = key_row(tid, table_block(tid));
-    key_rows[kBK + tid] = key_row(kBK + tid, table_block(kBK + tid));
+  const int per_split = (n_tiles + p.kv_splits - 1) / p.kv_splits;
+  const int kt_begin = min(n_tiles, split * per_split);
+  const int kt_end = min(n_tiles, kt_begin + per_split);
+  if (tid < kBK) {  // slots by the parity of the tile index, as in the loop
+    const int k0 = kt_begin * kBK;
+    key_rows[(kt_begin & 1) * kBK + tid] = key_row(k0 + tid, table_block(k0 + tid));
+    key_rows[((kt_begin + 1) & 1) * kBK + tid] =
+        key_row(k0 + kBK + tid, table_block(k0 + kBK + tid));
   }
   __syncthreads();
-  request(0, 0);
+  if (kt_begin < kt_end) request(kt_begin * kBK, kt_begin & 1);
   cp_async_commit();
 
   // This lane's fragment rows: m-tile mt holds rows warp * kWarpRows + mt * 16 + lane / 4 (+ 8).
@@ -198,9 +212,9 @@ static __global__ void __launch_bounds__(kThreadsOf<kM, kBQ>, 2)
   const int k_lane_off = ((lane & 7) + (lane >> 4) * 8) * kLd + ((lane >> 3) & 1) * 8;
   const int v_lane_off = ((lane & 7) + ((lane >> 3) & 1) * 8) * kLd + (lane >> 4) * 8;
 
-  for (int kt = 0; kt < n_tiles; ++kt) {
+  for (int kt = kt_begin; kt < kt_end; ++kt) {
     const int k0 = kt * kBK;
-    if (kt + 1 < n_tiles) request(k0 + kBK, (kt + 1) & 1);
+    if (kt + 1 < kt_end) request(k0 + kBK, (kt + 1) & 1);
     // Tile kt + 2's table entry: requested now, stored after the compute.
     const int32_t next_block = table_block(k0 + 2 * kBK + tid);
     cp_async_commit();  // possibly empty: keeps "all but the newest group" = tile kt
@@ -328,9 +342,35 @@ static __global__ void __launch_bounds__(kThreadsOf<kM, kBQ>, 2)
     if (tid < kBK) key_rows[(kt & 1) * kBK + tid] = key_row(k0 + 2 * kBK + tid, next_block);
     __syncthreads();  // every warp is done with this stage before it is refilled
   }
+  cp_async_wait<0>();  // an empty split still has its Q copies in flight
   if (!warp_active) return;
 
-    // O / l into the warp's own Q rows (only this warp reads them), then 16-byte stores.
+  if (p.kv_splits > 1) {  // the split's O / l and max + log2 l, fp32, straight from the fragments
+    const int64_t blocks = static_cast<int64_t>(p.heads) * gridDim.y * gridDim.z;
+    const int64_t row0 =
+        (split * blocks + (static_cast<int64_t>(seq) * gridDim.y + tile) * p.heads + h) * kBQ;
+#pragma unroll
+    for (int mt = 0; mt < kM; ++mt) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float l = row_sum[mt][half];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const int64_t row = row0 + warp * kWarpRows + mt * 16 + half * 8 + quad;
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        float* dst = p.part_o + row * D + 2 * tq;
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+          *reinterpret_cast<float2*>(dst + n * 8) =
+              make_float2(o[mt][n][2 * half] * inv, o[mt][n][2 * half + 1] * inv);
+        }
+        if (tq == 0) p.part_lse[row] = l > 0.f ? row_max[mt][half] + __log2f(l) : -INFINITY;
+      }
+    }
+    return;
+  }
+
+  // O / l into the warp's own Q rows (only this warp reads them), then 16-byte stores.
 #pragma unroll
   for (int mt = 0; mt < kM; ++mt) {
     T* orow = qs + (warp * kWarpRows + mt * 16 + quad) * kLd + 2 * tq;
@@ -358,17 +398,64 @@ static __global__ void __launch_bounds__(kThreadsOf<kM, kBQ>, 2)
   }
 }
 
+// Combines the key splits of grid (heads, query tiles, seqs) by log-sum-exp: row r's output is
+// sum_s 2^(lse_s - M) O_s / sum_s 2^(lse_s - M), M = max_s lse_s (split 0 holds key 0, which every
+// row sees, so M is finite). A thread takes 4 columns of a row at a time.
+template <typename T, typename C, int D, int kBQ>
+static __global__ void __launch_bounds__(128) prefill_merge_kernel(const MmaParams<T, C> p) {
+  wait_for_previous_grid();
+  const int h = blockIdx.x, tile = blockIdx.y, seq = blockIdx.z;
+  const int tok_begin = p.cu_tokens[seq];
+  const int q0 = tile * kBQ;
+  const int rows = min(kBQ, p.cu_tokens[seq + 1] - tok_begin - q0);
+  if (rows <= 0) return;
+  const int64_t blocks = static_cast<int64_t>(p.heads) * gridDim.y * gridDim.z;
+  const int64_t row0 = ((static_cast<int64_t>(seq) * gridDim.y + tile) * p.heads + h) * kBQ;
+  for (int idx = threadIdx.x; idx < rows * (D / 4); idx += blockDim.x) {
+    const int r = idx / (D / 4), c = (idx % (D / 4)) * 4;
+    float m = -INFINITY;
+    for (int s = 0; s < p.kv_splits; ++s) m = fmaxf(m, p.part_lse[s * blocks * kBQ + row0 + r]);
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    float wsum = 0.f;
+    for (int s = 0; s < p.kv_splits; ++s) {
+      const int64_t row = s * blocks * kBQ + row0 + r;
+      const float w = exp2f(p.part_lse[row] - m);  // 0 for a split that saw no key
+      const float4 v = *reinterpret_cast<const float4*>(p.part_o + row * D + c);
+      acc.x += w * v.x;
+      acc.y += w * v.y;
+      acc.z += w * v.z;
+      acc.w += w * v.w;
+      wsum += w;
+    }
+    const float inv = 1.f / wsum;
+    *reinterpret_cast<uint2*>(p.out + (static_cast<int64_t>(tok_begin) + q0 + r) * p.heads * D +
+                              h * D + c) =
+        make_uint2(pack2<T>(acc.x * inv, acc.y * inv), pack2<T>(acc.z * inv, acc.w * inv));
+  }
+}
+
 template <typename T, typename C, int D, int kM, int kBQ, int kBK>
-static cudaError_t run_prefill_mma(const MmaParams<T, C>& p, const PrefillAttentionArgs<T, C>& a,
-                                   cudaStream_t stream) {
+static cudaError_t run_prefill_mma(MmaParams<T, C> p, const PrefillAttentionArgs<T, C>& a,
+                                   int splits, cudaStream_t stream) {
   constexpr size_t bytes = MmaSmem<T, C, D, kBQ, kBK>::kBytes;
   cudaError_t err =
       cudaFuncSetAttribute(prefill_mma_kernel<T, C, D, kM, kBQ, kBK>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   if (err != cudaSuccess) return err;
-  const dim3 grid(a.heads, static_cast<unsigned>(ceil_div(a.max_new_tokens, kBQ)), a.num_seqs);
+  const unsigned tiles = static_cast<unsigned>(ceil_div(a.max_new_tokens, kBQ));
+  p.kv_splits = splits;
+  if (splits > 1) {  // the workspace was checked by the caller
+    const int64_t split_blocks = int64_t{a.heads} * tiles * a.num_seqs * splits;
+    p.part_o = static_cast<float*>(a.workspace);
+    p.part_lse = p.part_o + split_blocks * kBQ * D;
+  }
+  const dim3 grid(a.heads * splits, tiles, a.num_seqs);
   launch_kernel(prefill_mma_kernel<T, C, D, kM, kBQ, kBK>, grid, kThreadsOf<kM, kBQ>, bytes, stream,
                 p);
+  if (splits > 1) {
+    launch_kernel(prefill_merge_kernel<T, C, D, kBQ>, dim3(a.heads, tiles, a.num_seqs), 128, 0,
+                  stream, p);
+  }
   return cudaGetLastError();
 }
 
@@ -391,11 +478,44 @@ inline int sm_count() {
 template <typename T, typename C, int D>
 static cudaError_t run_prefill_mma(const MmaParams<T, C>& p, const PrefillAttentionArgs<T, C>& a,
                                    cudaStream_t stream) {
+  const int sms = sm_count();
   const int64_t blocks128 =
       static_cast<int64_t>(a.heads) * ceil_div(a.max_new_tokens, 128) * a.num_seqs;
-  const bool small = a.mma_query_tile == 0 ? blocks128 < 2 * sm_count() : a.mma_query_tile == 64;
-  if (small) return run_prefill_mma<T, C, D, 1, 64, 64>(p, a, stream);
-  return run_prefill_mma<T, C, D, 2, 128, 64>(p, a, stream);
+  const bool small = a.mma_query_tile == 0 ? blocks128 < 2 * sms : a.mma_query_tile == 64;
+  const int bq = small ? 64 : 128;
+  const int64_t blocks = int64_t{a.heads} * ceil_div(a.max_new_tokens, bq) * a.num_seqs;
+  int splits = a.mma_kv_splits;
+  if (splits == 0) {
+    splits = small ? plan_prefill_kv_splits(blocks, a.max_kv_len, sms) : 1;
+    if (a.workspace == nullptr ||
+        a.workspace_bytes < attention_prefill_split_bytes(blocks * splits, bq, D)) {
+      splits = 1;
+    }
+  }
+  LLAMA2_LAUNCH_REQUIRE(
+      splits == 1 || (a.workspace != nullptr &&
+                      a.workspace_bytes >= attention_prefill_split_bytes(blocks * splits, bq, D)),
+      "mma_kv_splits " + std::to_string(splits) + " needs " +
+          std::to_string(attention_prefill_split_bytes(blocks * splits, bq, D)) +
+          " workspace bytes, given " + std::to_string(a.workspace_bytes));
+  if (small) return run_prefill_mma<T, C, D, 1, 64, 64>(p, a, splits, stream);
+  return run_prefill_mma<T, C, D, 2, 128, 64>(p, a, splits, stream);
+}
+
+int plan_prefill_kv_splits(int64_t blocks, int max_kv_len, int sm_count) {
+  if (max_kv_len <= 0 || blocks <= 0 || 2 * blocks > sm_count) return 1;
+  const int64_t tiles = ceil_div(max_kv_len, 64);  // the mma kernel's key tiles
+  const int64_t want = std::min<int64_t>({kPrefillMaxKvSplits, 2 * sm_count / blocks, tiles / 2});
+  if (want < 2) return 1;
+  return static_cast<int>(ceil_div(tiles, ceil_div(tiles, want)));
+}
+
+size_t attention_prefill_split_bytes(int64_t split_blocks, int query_tile, int head_dim) {
+  return static_cast<size_t>(split_blocks) * query_tile * (head_dim + 1) * sizeof(float);
+}
+
+size_t attention_prefill_workspace_bytes(int head_dim) {
+  return attention_prefill_split_bytes(2 * int64_t{sm_count()}, 64, head_dim);
 }
 
 template <typename T, typename C>

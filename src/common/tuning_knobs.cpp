@@ -135,6 +135,9 @@ TuningKnobs parse_tuning_knobs(const EnvLookup& env) {
   }
   if (const char* v = get("LLAMA2_WARMUP")) k.warmup = on_off("LLAMA2_WARMUP", v);
   if (const char* v = get("LLAMA2_MIXED_DECODE")) k.mixed_decode = on_off("LLAMA2_MIXED_DECODE", v);
+  if (const char* v = get("LLAMA2_PREFILL_SPLIT")) {
+    k.prefill_split = on_off("LLAMA2_PREFILL_SPLIT", v);
+  }
   if (const char* v = get("LLAMA2_OP_PROFILE")) k.op_profile = on_off("LLAMA2_OP_PROFILE", v);
   if (const char* v = get("LLAMA2_CUSTOM_ALLREDUCE")) {
     k.custom_allreduce = on_off("LLAMA2_CUSTOM_ALLREDUCE", v);

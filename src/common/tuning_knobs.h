@@ -96,8 +96,12 @@ struct TuningKnobs {
   DecodeKernelChoice decode_kernel = DecodeKernelChoice::kAuto;     // LLAMA2_DECODE_KERNEL
   PrefillKernelChoice prefill_kernel = PrefillKernelChoice::kAuto;  // LLAMA2_PREFILL_KERNEL
   QgemvChoice qgemv = QgemvChoice::kAuto;                           // LLAMA2_QGEMV
-  bool warmup = true;            // LLAMA2_WARMUP=0|1: warm-up steps at start-up (cuda)
-  bool mixed_decode = true;      // LLAMA2_MIXED_DECODE=0|1: decode kernel for mixed steps' rows
+  bool warmup = true;        // LLAMA2_WARMUP=0|1: warm-up steps at start-up (cuda)
+  bool mixed_decode = true;  // LLAMA2_MIXED_DECODE=0|1: decode kernel for mixed steps' rows
+  // LLAMA2_PREFILL_SPLIT=0|1 (cuda): the prefill kernel splits the keys of a grid that fills at
+  // most half the GPU (a few new tokens over a long cache: a prefix-cache hit) over more blocks,
+  // merged by log-sum-exp (kernels/attention_prefill.cuh); 0: one block per query tile.
+  bool prefill_split = true;
   bool op_profile = false;       // LLAMA2_OP_PROFILE=0|1: per-op GPU times per step (stderr)
   bool custom_allreduce = true;  // LLAMA2_CUSTOM_ALLREDUCE=0|1: one-shot all-reduce (cuda, TP)
   // LLAMA2_FUSE_ALLREDUCE_NORM=0|1 (cuda, TP > 1 with the one-shot all-reduce): the reduction

@@ -407,6 +407,130 @@ TEST_CASE("attention_prefill: causal chunks over the paged cache against the CPU
   }
 }
 
+// The mma kernel's key split: a few new tokens over a long cache (a prefix-cache hit), several
+// sequences of different prefixes, splits forced from 2 to more than the key tiles (empty splits),
+// both query tiles, group 1 and 4, fp16/bf16 over their own and an fp8 cache; the automatic choice
+// with the engine's workspace; the workspace poisoned (NaN) so an unwritten partial fails.
+TEST_CASE("attention_prefill: the mma kernel's key split against the CPU reference") {
+  LLAMA2_GPU_TEST_OR_SKIP();
+  const std::vector<PrefillCase> cases = {
+      {{32, 32, 128, 16}, {{1024, 32}}, 0},
+      {{8, 2, 128, 16}, {{1000, 19}, {0, 64}, {77, 1}, {2000, 65}}, 2 * 2 * 128},
+      {{4, 4, 64, 32}, {{511, 130}, {64, 3}}, 0},
+  };
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const PrefillCase& c = cases[ci];
+    const Geometry& g = c.g;
+    const Setup s = make_setup(g, c.seqs, 500 + ci);
+    const int n = s.plan.total_tokens(), S = static_cast<int>(c.seqs.size());
+    const int q_stride = g.heads * g.head_dim + c.q_stride_extra;
+    const auto q = exact_random(static_cast<size_t>(n) * q_stride, 600 + ci, -2.f, 2.f);
+    const auto want = reference(s, g, q, q_stride);
+    const auto want8 = reference(rounded_to_fp8(s), g, q, q_stride);
+    std::vector<int32_t> cu(S + 1, 0), pos_begin(S);
+    int max_new = 0, max_kv = 0;
+    for (int i = 0; i < S; ++i) {
+      cu[i + 1] = cu[i] + c.seqs[i].second;
+      pos_begin[i] = c.seqs[i].first;
+      max_new = std::max(max_new, c.seqs[i].second);
+      max_kv = std::max(max_kv, c.seqs[i].first + c.seqs[i].second);
+    }
+    DeviceBuffer<int32_t> d_tables(s.tables), d_cu(cu), d_pos(pos_begin);
+    for (const int tile : {64, 128}) {
+      const int64_t blocks = int64_t{g.heads} * ((max_new + tile - 1) / tile) * S;
+      for (const int splits : {0, 2, 3, 8, 16}) {  // 0: automatic, with the engine's workspace
+        if (splits == 0 && tile == 128) continue;  // the automatic choice picks its own tile
+        const size_t ws_bytes =
+            splits == 0 ? k::attention_prefill_workspace_bytes(g.head_dim)
+                        : k::attention_prefill_split_bytes(blocks * splits, tile, g.head_dim);
+        DeviceBuffer<float> d_ws(ws_bytes / sizeof(float));
+        for_each_cache_type([&](auto tag, auto cache_tag) {
+          using T = decltype(tag);
+          using C = decltype(cache_tag);
+          if constexpr (sizeof(T) == 2) {
+            constexpr bool fp8 = sizeof(C) == 1;
+            const std::string what = describe("attention_prefill", g, c.seqs) + " " +
+                                     dtype_name<T>() + " cache " + dtype_name<C>() + " mma/" +
+                                     std::to_string(tile) + " splits " + std::to_string(splits);
+            INFO(what);
+            DeviceBuffer<T> d_q(to_dtype<T>(q));
+            DeviceBuffer<C> d_kc(to_dtype<C>(s.kc)), d_vc(to_dtype<C>(s.vc));
+            DeviceBuffer<T> d_out(static_cast<size_t>(n) * g.heads * g.head_dim);
+            d_out.poison();
+            d_ws.poison();
+            k::PrefillAttentionArgs<T, C> a;
+            a.q = d_q.get();
+            a.q_stride = q_stride;
+            a.cache = {d_kc.get(), d_vc.get(), s.num_blocks, g.kv_heads, g.block_size, g.head_dim};
+            a.block_tables = d_tables.get();
+            a.max_blocks = s.max_blocks;
+            a.cu_tokens = d_cu.get();
+            a.pos_begin = d_pos.get();
+            a.num_seqs = S;
+            a.heads = g.heads;
+            a.max_new_tokens = max_new;
+            a.out = d_out.get();
+            a.kernel = k::PrefillKernel::kMma;
+            a.mma_query_tile = splits == 0 ? 0 : tile;
+            a.max_kv_len = max_kv;
+            a.workspace = d_ws.get();
+            a.workspace_bytes = ws_bytes;
+            a.mma_kv_splits = splits;
+            LLAMA2_CUDA_REQUIRE(k::launch_attention_prefill(a, 0));
+            LLAMA2_CUDA_REQUIRE(cudaDeviceSynchronize());
+            expect_close(what, to_f32(d_out.download()), fp8 ? want8 : want,
+                         attention_tol<T>(true));
+          }
+        });
+      }
+    }
+  }
+}
+
+// Host-only: the automatic split count and the split's refusals.
+TEST_CASE("attention_prefill: the key split's plan and refusals") {
+  // 32 heads x one 64-row tile (a 1,024-token prefix hit of 32 tokens at 7B) on 132 SMs: 17 key
+  // tiles, up to 8 splits by the 2-per-multiprocessor rule, evened to 6 of 3 tiles.
+  CHECK(k::plan_prefill_kv_splits(32, 1056, 132) == 6);
+  CHECK(k::plan_prefill_kv_splits(32, 4096, 132) == 8);  // 64 tiles: the 2-per-SM bound
+  CHECK(k::plan_prefill_kv_splits(4, 8192, 132) == 16);  // the kPrefillMaxKvSplits bound
+  CHECK(k::plan_prefill_kv_splits(66, 4096, 132) == 4);
+  CHECK(k::plan_prefill_kv_splits(67, 4096, 132) == 1);  // more than half the GPU: no split
+  CHECK(k::plan_prefill_kv_splits(32, 192, 132) == 1);   // 3 key tiles: one split of >= 2
+  CHECK(k::plan_prefill_kv_splits(32, 256, 132) == 2);
+  CHECK(k::plan_prefill_kv_splits(32, 0, 132) == 1);  // no host bound on the keys: no split
+  CHECK(k::plan_prefill_kv_splits(0, 1056, 132) == 1);
+  for (int64_t blocks = 1; blocks <= 66; ++blocks) {  // the automatic workspace covers every plan
+    const int splits = k::plan_prefill_kv_splits(blocks, 100000, 132);
+    CAPTURE(blocks);
+    CHECK(blocks * splits <= 2 * 132);
+  }
+  LLAMA2_GPU_TEST_OR_SKIP();
+  k::PrefillAttentionArgs<__half, __half> a;
+  DeviceBuffer<__half> d_q(64 * 128), d_kc(16 * 128), d_vc(16 * 128), d_out(64 * 128);
+  DeviceBuffer<int32_t> d_tables(std::vector<int32_t>{0}), d_cu(std::vector<int32_t>{0, 8}),
+      d_pos(std::vector<int32_t>{0});
+  a.q = d_q.get();
+  a.q_stride = 128;
+  a.cache = {d_kc.get(), d_vc.get(), 1, 1, 16, 128};
+  a.block_tables = d_tables.get();
+  a.max_blocks = 1;
+  a.cu_tokens = d_cu.get();
+  a.pos_begin = d_pos.get();
+  a.num_seqs = 1;
+  a.heads = 1;
+  a.max_new_tokens = 8;
+  a.out = d_out.get();
+  a.kernel = k::PrefillKernel::kMma;
+  a.mma_kv_splits = k::kPrefillMaxKvSplits + 1;
+  CHECK(k::launch_attention_prefill(a, 0) == cudaErrorInvalidValue);
+  a.mma_kv_splits = 2;  // forced, with no workspace
+  CHECK(k::launch_attention_prefill(a, 0) == cudaErrorInvalidValue);
+  a.mma_kv_splits = 1;
+  CHECK(k::launch_attention_prefill(a, 0) == cudaSuccess);
+  LLAMA2_CUDA_REQUIRE(cudaDeviceSynchronize());
+}
+
 // Host-only: the LLAMA2_PREFILL_KERNEL values.
 TEST_CASE("attention_prefill: kernel names parse, anything else is refused") {
   k::PrefillKernel kernel = k::PrefillKernel::kWmma;

@@ -239,6 +239,7 @@ TEST_SUITE("tuning_knobs") {
     CHECK(k.qgemv == llama2::QgemvChoice::kAuto);
     CHECK(k.warmup);
     CHECK(k.mixed_decode);
+    CHECK(k.prefill_split);
     CHECK(!k.op_profile);
     CHECK(k.custom_allreduce);
     CHECK(!k.fuse_allreduce_norm);
@@ -259,6 +260,7 @@ TEST_SUITE("tuning_knobs") {
                                          {"LLAMA2_QGEMV", "old"},
                                          {"LLAMA2_WARMUP", "0"},
                                          {"LLAMA2_MIXED_DECODE", "0"},
+                                         {"LLAMA2_PREFILL_SPLIT", "0"},
                                          {"LLAMA2_OP_PROFILE", "1"},
                                          {"LLAMA2_CUSTOM_ALLREDUCE", "0"},
                                          {"LLAMA2_FUSE_ALLREDUCE_NORM", "1"},
@@ -275,6 +277,7 @@ TEST_SUITE("tuning_knobs") {
     CHECK(knobs({{"LLAMA2_QGEMV", "half2"}}).qgemv == llama2::QgemvChoice::kHalf2);
     CHECK(!k.warmup);
     CHECK(!k.mixed_decode);
+    CHECK(!k.prefill_split);
     CHECK(k.op_profile);
     CHECK(!k.custom_allreduce);
     CHECK(k.fuse_allreduce_norm);
@@ -306,10 +309,10 @@ TEST_SUITE("tuning_knobs") {
 
   TEST_CASE("a bad value names the variable and the allowed values") {
     // Before they were parsed once, these were silently taken as "on" (or clamped).
-    for (const char* var :
-         {"LLAMA2_PDL", "LLAMA2_FUSE_NORM", "LLAMA2_FUSE_ROPE", "LLAMA2_FP8_TUNE",
-          "LLAMA2_FP8_FUSE", "LLAMA2_WARMUP", "LLAMA2_MIXED_DECODE", "LLAMA2_OP_PROFILE",
-          "LLAMA2_CUSTOM_ALLREDUCE", "LLAMA2_FUSE_ALLREDUCE_NORM", "LLAMA2_FULL_LOGITS"}) {
+    for (const char* var : {"LLAMA2_PDL", "LLAMA2_FUSE_NORM", "LLAMA2_FUSE_ROPE", "LLAMA2_FP8_TUNE",
+                            "LLAMA2_FP8_FUSE", "LLAMA2_WARMUP", "LLAMA2_MIXED_DECODE",
+                            "LLAMA2_PREFILL_SPLIT", "LLAMA2_OP_PROFILE", "LLAMA2_CUSTOM_ALLREDUCE",
+                            "LLAMA2_FUSE_ALLREDUCE_NORM", "LLAMA2_FULL_LOGITS"}) {
       CAPTURE(var);
       CHECK(knob_error(var, "yes") == std::string(var) + "=yes: expected 0 or 1");
       CHECK(knob_error(var, "00") == std::string(var) + "=00: expected 0 or 1");

@@ -171,6 +171,10 @@ class CudaModel final : public ModelRunner {
                             layout_.max_blocks * kv.block_size, decode_kernel_));
     }
     decode_ws_ = DeviceBuffer(ws, "decode attention workspace");
+    if (opt_.knobs.prefill_split) {
+      prefill_ws_ = DeviceBuffer(kernels::attention_prefill_workspace_bytes(s_.head_dim),
+                                 "prefill attention workspace");
+    }
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     if (prof_ == nullptr && opt_.knobs.warmup) warm_up();
   }
@@ -409,6 +413,10 @@ class CudaModel final : public ModelRunner {
       a.max_new_tokens = sh.max_new_tokens;
       a.out = attn_.as<T>();
       a.kernel = prefill_kernel_;
+      a.max_kv_len = sh.max_context;  // every sequence's: a bound for the prefill ones
+      a.workspace = prefill_ws_.as<void>();
+      a.workspace_bytes = prefill_ws_.bytes();
+      a.mma_kv_splits = opt_.knobs.prefill_split ? 0 : 1;
       CUDA_CHECK(kernels::launch_attention_prefill(a, stream_));
     }
   }
@@ -534,7 +542,7 @@ class CudaModel final : public ModelRunner {
   KvCacheSpec kv_spec_;
   size_t layer_elems_ = 0;  // elements of one layer's K (or V) cache
   DeviceBuffer kv_;         // [layers][K, V][num_blocks, kv_local, block_size, head_dim]
-  DeviceBuffer decode_ws_, cublas_ws_;
+  DeviceBuffer decode_ws_, prefill_ws_, cublas_ws_;
   OneRowFusion one_row_;     // batch-1 GEMV fusions
   DeviceBuffer rope_table_;  // [max_seq_len, head_dim / 2] (cos, sin)
   // Activations, sized for max_step_tokens (T) and max_batch logit rows (R).
