@@ -398,40 +398,46 @@ static __global__ void __launch_bounds__(kThreadsOf<kM, kBQ>, 2)
   }
 }
 
-// Combines the key splits of grid (heads, query tiles, seqs) by log-sum-exp: row r's output is
-// sum_s 2^(lse_s - M) O_s / sum_s 2^(lse_s - M), M = max_s lse_s (split 0 holds key 0, which every
-// row sees, so M is finite). A thread takes 4 columns of a row at a time.
+// Combines the key splits by log-sum-exp: row r's output is sum_s 2^(lse_s - M) O_s / sum_s
+// 2^(lse_s - M), M = max_s lse_s (split 0 holds key 0, which every row sees, so M is finite).
+// Grid (heads, query tiles x kBQ / kMergeRows, seqs), a thread per 4 columns of a row: one pass of
+// independent loads per split, short enough that the merge does not undo the split's gain.
+constexpr int kMergeRows = 8;
+
 template <typename T, typename C, int D, int kBQ>
-static __global__ void __launch_bounds__(128) prefill_merge_kernel(const MmaParams<T, C> p) {
+static __global__ void __launch_bounds__(kMergeRows* D / 4)
+    prefill_merge_kernel(const MmaParams<T, C> p) {
   wait_for_previous_grid();
-  const int h = blockIdx.x, tile = blockIdx.y, seq = blockIdx.z;
+  constexpr int kGroups = kBQ / kMergeRows;  // row groups per query tile
+  const int h = blockIdx.x, tile = blockIdx.y / kGroups, seq = blockIdx.z;
+  const int r = (blockIdx.y % kGroups) * kMergeRows + threadIdx.x / (D / 4);
+  const int c = (threadIdx.x % (D / 4)) * 4;
   const int tok_begin = p.cu_tokens[seq];
   const int q0 = tile * kBQ;
-  const int rows = min(kBQ, p.cu_tokens[seq + 1] - tok_begin - q0);
-  if (rows <= 0) return;
-  const int64_t blocks = static_cast<int64_t>(p.heads) * gridDim.y * gridDim.z;
-  const int64_t row0 = ((static_cast<int64_t>(seq) * gridDim.y + tile) * p.heads + h) * kBQ;
-  for (int idx = threadIdx.x; idx < rows * (D / 4); idx += blockDim.x) {
-    const int r = idx / (D / 4), c = (idx % (D / 4)) * 4;
-    float m = -INFINITY;
-    for (int s = 0; s < p.kv_splits; ++s) m = fmaxf(m, p.part_lse[s * blocks * kBQ + row0 + r]);
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    float wsum = 0.f;
-    for (int s = 0; s < p.kv_splits; ++s) {
-      const int64_t row = s * blocks * kBQ + row0 + r;
-      const float w = exp2f(p.part_lse[row] - m);  // 0 for a split that saw no key
-      const float4 v = *reinterpret_cast<const float4*>(p.part_o + row * D + c);
-      acc.x += w * v.x;
-      acc.y += w * v.y;
-      acc.z += w * v.z;
-      acc.w += w * v.w;
-      wsum += w;
-    }
-    const float inv = 1.f / wsum;
-    *reinterpret_cast<uint2*>(p.out + (static_cast<int64_t>(tok_begin) + q0 + r) * p.heads * D +
-                              h * D + c) =
-        make_uint2(pack2<T>(acc.x * inv, acc.y * inv), pack2<T>(acc.z * inv, acc.w * inv));
+  if (q0 + r >= p.cu_tokens[seq + 1] - tok_begin) return;
+  const int64_t tiles = gridDim.y / kGroups;
+  const int64_t split_rows = static_cast<int64_t>(p.heads) * tiles * gridDim.z * kBQ;
+  const int64_t row0 = ((static_cast<int64_t>(seq) * tiles + tile) * p.heads + h) * kBQ + r;
+  float m = -INFINITY;
+#pragma unroll 4
+  for (int s = 0; s < p.kv_splits; ++s) m = fmaxf(m, p.part_lse[s * split_rows + row0]);
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  float wsum = 0.f;
+#pragma unroll 4
+  for (int s = 0; s < p.kv_splits; ++s) {
+    const int64_t row = s * split_rows + row0;
+    const float w = exp2f(p.part_lse[row] - m);  // 0 for a split that saw no key
+    const float4 v = *reinterpret_cast<const float4*>(p.part_o + row * D + c);
+    acc.x += w * v.x;
+    acc.y += w * v.y;
+    acc.z += w * v.z;
+    acc.w += w * v.w;
+    wsum += w;
   }
+  const float inv = 1.f / wsum;
+  *reinterpret_cast<uint2*>(p.out + (static_cast<int64_t>(tok_begin) + q0 + r) * p.heads * D +
+                            h * D + c) =
+      make_uint2(pack2<T>(acc.x * inv, acc.y * inv), pack2<T>(acc.z * inv, acc.w * inv));
 }
 
 template <typename T, typename C, int D, int kM, int kBQ, int kBK>
@@ -453,7 +459,8 @@ static cudaError_t run_prefill_mma(MmaParams<T, C> p, const PrefillAttentionArgs
   launch_kernel(prefill_mma_kernel<T, C, D, kM, kBQ, kBK>, grid, kThreadsOf<kM, kBQ>, bytes, stream,
                 p);
   if (splits > 1) {
-    launch_kernel(prefill_merge_kernel<T, C, D, kBQ>, dim3(a.heads, tiles, a.num_seqs), 128, 0,
+    launch_kernel(prefill_merge_kernel<T, C, D, kBQ>,
+                  dim3(a.heads, tiles * (kBQ / kMergeRows), a.num_seqs), kMergeRows * D / 4, 0,
                   stream, p);
   }
   return cudaGetLastError();

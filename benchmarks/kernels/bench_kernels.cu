@@ -452,9 +452,11 @@ void bench_decode(int heads, int kv_heads, const std::vector<int>& batches,
 // FLOPs = 4 * heads * head_dim * sum over the new tokens of the keys each attends to
 //       = 4 * heads * head_dim * (n_new * (ctx - n_new) + n_new * (n_new + 1) / 2)
 // (QK^T and PV, 2 FLOPs per multiply-add; masked keys are not counted).
+// splits: the mma kernel's key split (PrefillAttentionArgs::mma_kv_splits): 0 automatic with the
+// engine's workspace, 1 none, N forced.
 template <typename C = T>
-void bench_prefill(int heads, int kv_heads, int n_new, int ctx, bool check,
-                   k::PrefillKernel kernel) {
+void bench_prefill(int heads, int kv_heads, int n_new, int ctx, bool check, k::PrefillKernel kernel,
+                   int splits = 0) {
   constexpr bool kFp8 = sizeof(C) == 1;
   const int bs = 16;
   const Paged pg = make_paged({ctx}, {n_new}, bs);
@@ -484,10 +486,19 @@ void bench_prefill(int heads, int kv_heads, int n_new, int ctx, bool check,
   a.max_new_tokens = n_new;
   a.out = d_out.p;
   a.kernel = kernel;
+  a.max_kv_len = ctx;
+  a.mma_kv_splits = splits;
+  const int64_t blocks = int64_t{heads} * ((n_new + 63) / 64);  // 64-row tiles: what splits
+  const size_t ws_bytes =
+      splits == 0 ? k::attention_prefill_workspace_bytes(kDim)
+                  : k::attention_prefill_split_bytes(blocks * std::max(splits, 1), 128, kDim);
+  Dev<float> d_ws(ws_bytes / sizeof(float));
+  a.workspace = d_ws.p;
+  a.workspace_bytes = ws_bytes;
   const std::string name = std::string(kernel == k::PrefillKernel::kWmma  ? "prefill wmma"
                                        : kernel == k::PrefillKernel::kMma ? "prefill mma"
                                                                           : "prefill") +
-                           (kFp8 ? " fp8" : "");
+                           (kFp8 ? " fp8" : "") + (splits == 0 ? "" : fmt(" splits=%ld", splits));
   CK((k::launch_attention_prefill<T, C>(a, 0)));
   if (check) {
     verify(name + fmt(" heads=%ld new=%ld ctx=%ld", heads, n_new, ctx), f32(d_out.get()),
@@ -524,6 +535,21 @@ void bench_prefill_all() {
     bench_prefill<__nv_fp8_e4m3>(kHeads, kHeads, sh[0], sh[1], false, k::PrefillKernel::kMma);
   std::printf("  (70B shapes on 2 ranks: 32 query heads, 4 KV heads)\n");
   for (const k::PrefillKernel kernel : kernels) bench_prefill(32, 4, 2048, 2048, false, kernel);
+  // A few new tokens over a long cache (a prefix-cache hit, a chunked prompt's last piece): the
+  // key split, automatic (the engine's choice) against none and forced counts.
+  std::printf("  (key split: new tokens over a cached prefix; no suffix = automatic)\n");
+  const auto mma = k::PrefillKernel::kMma;
+  bench_prefill(4, 4, 40, 1500, true, mma);  // correctness of the automatic split
+  bench_prefill(4, 4, 40, 1500, true, mma, 5);
+  bench_prefill<__nv_fp8_e4m3>(4, 2, 17, 900, true, mma);
+  const int hits[][2] = {{32, 1056}, {32, 4128}, {128, 2176}, {8, 1032}};
+  for (const auto& sh : hits) {
+    for (const int splits : {1, 0, 2, 4, 8, 16}) {
+      bench_prefill(kHeads, kHeads, sh[0], sh[1], false, mma, splits);
+    }
+  }
+  bench_prefill<__nv_fp8_e4m3>(kHeads, kHeads, 32, 1056, false, mma, 1);
+  bench_prefill<__nv_fp8_e4m3>(kHeads, kHeads, 32, 1056, false, mma, 0);
 }
 
 void bench_sampling() {
