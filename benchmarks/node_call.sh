@@ -16,6 +16,9 @@
 #                          --decode-steps 64 --repeats 3 ARGS on NP ranks (default 1;
 #                          ENVS="-x VAR=V ..." for the ranks' environment), its decode / prefill
 #                          lines noted;
+#   - ref_check CHECKS     tests/reference/gpu_check.sh at np 1 (CHECKS=fp8kv | wquant | ...) into
+#                          $O/CHECKS, its RESULT / NOISE / STEP lines noted, fixtures and logs
+#                          removed;
 #   - sat NAME VAR VALUES  benchmarks/serve/saturation_ab.sh against build-gpu, one fresh server per
 #                          value of VAR (ENV=... in front sets SYNTHETIC, SERVE_ARGS, ...), tok/s
 #                          and the step-kind summary noted, the raw step logs removed.
@@ -62,6 +65,16 @@ e2e() {
     --prompt-len 128 --decode-steps 64 --repeats 3 "$@" >"$O/$name.log" 2>&1
   note "$name: rc=$? $(grep -E 'batch +[0-9]+:|prefill' "$O/$name.log" | sed 's/ median of 3//' | tr '\n' ' ')"
   return 0
+}
+
+ref_check() {
+  local checks=$1
+  CHECKS=$checks NPS=1 SKIP_BUILD=1 timeout 240 bash tests/reference/gpu_check.sh "$O/$checks" \
+    >"$O/$checks.log" 2>&1
+  note "reference check $checks rc=$?"
+  grep -E "^(RESULT|NOISE|STEP)" "$O/$checks/summary.txt" >>"$O/env.txt"
+  rm -rf "$O/$checks/fixtures"* "$O/$checks/logs"
+  pack
 }
 
 sat() {

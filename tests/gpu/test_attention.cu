@@ -18,6 +18,7 @@
 // e4m3 on the host, so the kernel's only extra work is the conversion, which is exact: the
 // fp16/bf16 tolerances apply unchanged.
 #include <algorithm>
+#include <memory>
 #include <random>
 #include <set>
 
@@ -326,6 +327,66 @@ struct PrefillCase {
   std::vector<std::pair<int, int>> seqs;  // (pos_begin, new tokens)
   int q_stride_extra;
 };
+
+// One prefill case's inputs, its CPU reference (own cache and e4m3-rounded cache) and the device
+// copies of its plan.
+struct PrefillInputs {
+  PrefillInputs(const PrefillCase& c, uint32_t seed)
+      : s(make_setup(c.g, c.seqs, seed)),
+        n(s.plan.total_tokens()),
+        S(static_cast<int>(c.seqs.size())),
+        q_stride(c.g.heads * c.g.head_dim + c.q_stride_extra),
+        q(exact_random(static_cast<size_t>(n) * q_stride, seed + 100, -2.f, 2.f)),
+        want(reference(s, c.g, q, q_stride)),
+        want8(reference(rounded_to_fp8(s), c.g, q, q_stride)),
+        what(describe("attention_prefill", c.g, c.seqs)) {
+    std::vector<int32_t> cu(S + 1, 0), pos_begin(S);
+    for (int i = 0; i < S; ++i) {
+      cu[i + 1] = cu[i] + c.seqs[i].second;
+      pos_begin[i] = c.seqs[i].first;
+      max_new = std::max(max_new, c.seqs[i].second);
+      max_kv = std::max(max_kv, c.seqs[i].first + c.seqs[i].second);
+    }
+    d_tables = std::make_unique<DeviceBuffer<int32_t>>(s.tables);
+    d_cu = std::make_unique<DeviceBuffer<int32_t>>(cu);
+    d_pos = std::make_unique<DeviceBuffer<int32_t>>(pos_begin);
+  }
+  Setup s;
+  int n, S, q_stride;
+  std::vector<float> q, want, want8;
+  std::string what;
+  int max_new = 0, max_kv = 0;
+  std::unique_ptr<DeviceBuffer<int32_t>> d_tables, d_cu, d_pos;
+};
+
+// Runs the prefill launcher on `in` in T over a cache of C, with `configure` setting the kernel
+// choice fields of the arguments, and compares with the CPU reference.
+template <typename T, typename C, typename F>
+void check_prefill(const PrefillInputs& in, const Geometry& g, const std::string& what,
+                   F&& configure) {
+  INFO(what);
+  DeviceBuffer<T> d_q(to_dtype<T>(in.q));
+  DeviceBuffer<C> d_kc(to_dtype<C>(in.s.kc)), d_vc(to_dtype<C>(in.s.vc));
+  DeviceBuffer<T> d_out(static_cast<size_t>(in.n) * g.heads * g.head_dim);
+  d_out.poison();
+  k::PrefillAttentionArgs<T, C> a;
+  a.q = d_q.get();
+  a.q_stride = in.q_stride;
+  a.cache = {d_kc.get(), d_vc.get(), in.s.num_blocks, g.kv_heads, g.block_size, g.head_dim};
+  a.block_tables = in.d_tables->get();
+  a.max_blocks = in.s.max_blocks;
+  a.cu_tokens = in.d_cu->get();
+  a.pos_begin = in.d_pos->get();
+  a.num_seqs = in.S;
+  a.heads = g.heads;
+  a.max_new_tokens = in.max_new;
+  a.out = d_out.get();
+  configure(a);
+  LLAMA2_CUDA_REQUIRE(k::launch_attention_prefill(a, 0));
+  LLAMA2_CUDA_REQUIRE(cudaDeviceSynchronize());
+  expect_close(what, to_f32(d_out.download()), sizeof(C) == 1 ? in.want8 : in.want,
+               attention_tol<T>(true));
+}
 }  // namespace
 
 TEST_CASE("attention_prefill: causal chunks over the paged cache against the CPU reference") {
@@ -344,25 +405,9 @@ TEST_CASE("attention_prefill: causal chunks over the paged cache against the CPU
       {{4, 4, 128, 32}, {{511, 300}, {64, 63}}, 0},
   };
   for (size_t ci = 0; ci < cases.size(); ++ci) {
-    const PrefillCase& c = cases[ci];
-    const Geometry& g = c.g;
-    const Setup s = make_setup(g, c.seqs, 300 + ci);
-    const int n = s.plan.total_tokens(), S = static_cast<int>(c.seqs.size());
-    const int q_stride = g.heads * g.head_dim + c.q_stride_extra;
-    const auto q = exact_random(static_cast<size_t>(n) * q_stride, 400 + ci, -2.f, 2.f);
-    const auto want = reference(s, g, q, q_stride);
-    const auto want8 = reference(rounded_to_fp8(s), g, q, q_stride);
-    std::vector<int32_t> cu(S + 1, 0), pos_begin(S);
-    int max_new = 0;
-    for (int i = 0; i < S; ++i) {
-      cu[i + 1] = cu[i] + c.seqs[i].second;
-      pos_begin[i] = c.seqs[i].first;
-      max_new = std::max(max_new, c.seqs[i].second);
-    }
-    const std::string what_base = describe("attention_prefill", g, c.seqs);
-    DeviceBuffer<int32_t> d_tables(s.tables), d_cu(cu), d_pos(pos_begin);
+    const PrefillInputs in(cases[ci], 300 + ci);
     // Both fp16/bf16 kernels, the mma one with each query tile (fp32 has one path: the FMA loops
-    // of the WMMA kernel).
+    // of the WMMA kernel); no key split (its own case below).
     struct Choice {
       k::PrefillKernel kernel;
       int tile;
@@ -371,37 +416,17 @@ TEST_CASE("attention_prefill: causal chunks over the paged cache against the CPU
     for (const Choice& choice : {Choice{k::PrefillKernel::kWmma, 0, "wmma"},
                                  Choice{k::PrefillKernel::kMma, 128, "mma/128"},
                                  Choice{k::PrefillKernel::kMma, 64, "mma/64"}}) {
-      const k::PrefillKernel kernel = choice.kernel;
-      const std::string kernel_name = choice.name;
       for_each_cache_type([&](auto tag, auto cache_tag) {
         using T = decltype(tag);
         using C = decltype(cache_tag);
-        constexpr bool fp8 = sizeof(C) == 1;
-        if (sizeof(T) == 4 && kernel != k::PrefillKernel::kWmma) return;
-        const std::string what =
-            what_base + " " + dtype_name<T>() + " cache " + dtype_name<C>() + " " + kernel_name;
-        INFO(what);
-        DeviceBuffer<T> d_q(to_dtype<T>(q));
-        DeviceBuffer<C> d_kc(to_dtype<C>(s.kc)), d_vc(to_dtype<C>(s.vc));
-        DeviceBuffer<T> d_out(static_cast<size_t>(n) * g.heads * g.head_dim);
-        d_out.poison();
-        k::PrefillAttentionArgs<T, C> a;
-        a.q = d_q.get();
-        a.q_stride = q_stride;
-        a.cache = {d_kc.get(), d_vc.get(), s.num_blocks, g.kv_heads, g.block_size, g.head_dim};
-        a.block_tables = d_tables.get();
-        a.max_blocks = s.max_blocks;
-        a.cu_tokens = d_cu.get();
-        a.pos_begin = d_pos.get();
-        a.num_seqs = S;
-        a.heads = g.heads;
-        a.max_new_tokens = max_new;
-        a.out = d_out.get();
-        a.kernel = kernel;
-        a.mma_query_tile = choice.tile;
-        LLAMA2_CUDA_REQUIRE(k::launch_attention_prefill(a, 0));
-        LLAMA2_CUDA_REQUIRE(cudaDeviceSynchronize());
-        expect_close(what, to_f32(d_out.download()), fp8 ? want8 : want, attention_tol<T>(true));
+        if (sizeof(T) == 4 && choice.kernel != k::PrefillKernel::kWmma) return;
+        check_prefill<T, C>(
+            in, cases[ci].g,
+            in.what + " " + dtype_name<T>() + " cache " + dtype_name<C>() + " " + choice.name,
+            [&](k::PrefillAttentionArgs<T, C>& a) {
+              a.kernel = choice.kernel;
+              a.mma_query_tile = choice.tile;
+            });
       });
     }
   }
@@ -419,25 +444,10 @@ TEST_CASE("attention_prefill: the mma kernel's key split against the CPU referen
       {{4, 4, 64, 32}, {{511, 130}, {64, 3}}, 0},
   };
   for (size_t ci = 0; ci < cases.size(); ++ci) {
-    const PrefillCase& c = cases[ci];
-    const Geometry& g = c.g;
-    const Setup s = make_setup(g, c.seqs, 500 + ci);
-    const int n = s.plan.total_tokens(), S = static_cast<int>(c.seqs.size());
-    const int q_stride = g.heads * g.head_dim + c.q_stride_extra;
-    const auto q = exact_random(static_cast<size_t>(n) * q_stride, 600 + ci, -2.f, 2.f);
-    const auto want = reference(s, g, q, q_stride);
-    const auto want8 = reference(rounded_to_fp8(s), g, q, q_stride);
-    std::vector<int32_t> cu(S + 1, 0), pos_begin(S);
-    int max_new = 0, max_kv = 0;
-    for (int i = 0; i < S; ++i) {
-      cu[i + 1] = cu[i] + c.seqs[i].second;
-      pos_begin[i] = c.seqs[i].first;
-      max_new = std::max(max_new, c.seqs[i].second);
-      max_kv = std::max(max_kv, c.seqs[i].first + c.seqs[i].second);
-    }
-    DeviceBuffer<int32_t> d_tables(s.tables), d_cu(cu), d_pos(pos_begin);
+    const Geometry& g = cases[ci].g;
+    const PrefillInputs in(cases[ci], 500 + ci);
     for (const int tile : {64, 128}) {
-      const int64_t blocks = int64_t{g.heads} * ((max_new + tile - 1) / tile) * S;
+      const int64_t blocks = int64_t{g.heads} * ((in.max_new + tile - 1) / tile) * in.S;
       for (const int splits : {0, 2, 3, 8, 16}) {  // 0: automatic, with the engine's workspace
         if (splits == 0 && tile == 128) continue;  // the automatic choice picks its own tile
         const size_t ws_bytes =
@@ -448,38 +458,19 @@ TEST_CASE("attention_prefill: the mma kernel's key split against the CPU referen
           using T = decltype(tag);
           using C = decltype(cache_tag);
           if constexpr (sizeof(T) == 2) {
-            constexpr bool fp8 = sizeof(C) == 1;
-            const std::string what = describe("attention_prefill", g, c.seqs) + " " +
-                                     dtype_name<T>() + " cache " + dtype_name<C>() + " mma/" +
-                                     std::to_string(tile) + " splits " + std::to_string(splits);
-            INFO(what);
-            DeviceBuffer<T> d_q(to_dtype<T>(q));
-            DeviceBuffer<C> d_kc(to_dtype<C>(s.kc)), d_vc(to_dtype<C>(s.vc));
-            DeviceBuffer<T> d_out(static_cast<size_t>(n) * g.heads * g.head_dim);
-            d_out.poison();
             d_ws.poison();
-            k::PrefillAttentionArgs<T, C> a;
-            a.q = d_q.get();
-            a.q_stride = q_stride;
-            a.cache = {d_kc.get(), d_vc.get(), s.num_blocks, g.kv_heads, g.block_size, g.head_dim};
-            a.block_tables = d_tables.get();
-            a.max_blocks = s.max_blocks;
-            a.cu_tokens = d_cu.get();
-            a.pos_begin = d_pos.get();
-            a.num_seqs = S;
-            a.heads = g.heads;
-            a.max_new_tokens = max_new;
-            a.out = d_out.get();
-            a.kernel = k::PrefillKernel::kMma;
-            a.mma_query_tile = splits == 0 ? 0 : tile;
-            a.max_kv_len = max_kv;
-            a.workspace = d_ws.get();
-            a.workspace_bytes = ws_bytes;
-            a.mma_kv_splits = splits;
-            LLAMA2_CUDA_REQUIRE(k::launch_attention_prefill(a, 0));
-            LLAMA2_CUDA_REQUIRE(cudaDeviceSynchronize());
-            expect_close(what, to_f32(d_out.download()), fp8 ? want8 : want,
-                         attention_tol<T>(true));
+            check_prefill<T, C>(in, g,
+                                in.what + " " + dtype_name<T>() + " cache " + dtype_name<C>() +
+                                    " mma/" + std::to_string(tile) + " splits " +
+                                    std::to_string(splits),
+                                [&](k::PrefillAttentionArgs<T, C>& a) {
+                                  a.kernel = k::PrefillKernel::kMma;
+                                  a.mma_query_tile = splits == 0 ? 0 : tile;
+                                  a.max_kv_len = in.max_kv;
+                                  a.workspace = d_ws.get();
+                                  a.workspace_bytes = ws_bytes;
+                                  a.mma_kv_splits = splits;
+                                });
           }
         });
       }
