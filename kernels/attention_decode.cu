@@ -492,6 +492,11 @@ cudaError_t launch_attention_decode(const DecodeAttentionArgs<T, C>& a, cudaStre
   LLAMA2_LAUNCH_REQUIRE(
       a.q_stride >= static_cast<int64_t>(a.heads) * d && a.q_stride % kVec16<T> == 0,
       "q_stride " + std::to_string(a.q_stride));
+  LLAMA2_LAUNCH_REQUIRE(
+      a.min_partition == 0 || (a.min_partition >= 32 && a.min_partition <= kDecodeMaxPartition &&
+                               (a.min_partition & (a.min_partition - 1)) == 0),
+      "min_partition " + std::to_string(a.min_partition) +
+          ", allowed 0 or a power of two from 32 to " + std::to_string(kDecodeMaxPartition));
   if (a.num_seqs == 0) return cudaSuccess;
   LLAMA2_LAUNCH_REQUIRE(d == 64 || d == 128,
                         "head_dim " + std::to_string(d) + " is not instantiated (64, 128)");
@@ -513,7 +518,7 @@ cudaError_t launch_attention_decode(const DecodeAttentionArgs<T, C>& a, cudaStre
   p.heads = a.heads;
   p.group = a.heads / c.kv_heads;
   const DecodePlan plan = plan_decode(a.num_seqs, p.group, c.kv_heads, a.max_context, a.kernel,
-                                      std::is_same_v<C, __nv_fp8_e4m3>);
+                                      std::is_same_v<C, __nv_fp8_e4m3>, a.min_partition);
   p.partition = plan.partition;
   p.num_parts = plan.num_parts;
   p.scale = 1.0f / std::sqrt(static_cast<float>(d));  // as llama2::cpu::paged_attention

@@ -30,6 +30,7 @@ struct DecodeAttentionArgs {
   void* workspace = nullptr;  // attention_decode_workspace_bytes(...) bytes, only when split
   size_t workspace_bytes = 0;
   DecodeKernel kernel = DecodeKernel::kAuto;
+  int min_partition = 0;  // plan_decode's min_partition (A/B runs): 0, or 32..512, a power of two
 };
 
 // Workspace for every launch with these sizes and a max_context up to this one (0 when none

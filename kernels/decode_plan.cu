@@ -96,8 +96,9 @@ Choice choose(int num_seqs, int group, int kv_heads, DecodeKernel kernel, bool f
 }  // namespace
 
 DecodePlan plan_decode(int num_seqs, int group, int kv_heads, int max_context, DecodeKernel kernel,
-                       bool fp8_cache) {
-  const Choice c = choose(num_seqs, group, kv_heads, kernel, fp8_cache);
+                       bool fp8_cache, int min_partition) {
+  Choice c = choose(num_seqs, group, kv_heads, kernel, fp8_cache);
+  c.rule.min_part = std::max(c.rule.min_part, min_partition);
   DecodePlan plan{};
   plan.warp = c.warp;
   plan.partition = choose_partition(c.rule, c.items, max_context);

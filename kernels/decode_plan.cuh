@@ -25,9 +25,11 @@ struct DecodePlan {
 
 // The plan for num_seqs sequences of query group `group` (heads per KV head) over kv_heads KV
 // heads with contexts up to max_context, on the current device (its multiprocessor count);
-// fp8_cache: the cache holds e4m3 (the automatic choice differs).
+// fp8_cache: the cache holds e4m3 (the automatic choice differs). min_partition (A/B runs): 0 the
+// rule's own floor, else a power of two 32..kDecodeMaxPartition below which no partition is halved
+// (fewer partitions than the rule's: the workspace for the rule's covers it).
 DecodePlan plan_decode(int num_seqs, int group, int kv_heads, int max_context, DecodeKernel kernel,
-                       bool fp8_cache);
+                       bool fp8_cache, int min_partition = 0);
 
 // The most partitions plan_decode gives any max_context' <= max_context with the other
 // arguments equal, for either cache type: a shorter bound can split into more (1025 positions

@@ -135,6 +135,11 @@ TuningKnobs parse_tuning_knobs(const EnvLookup& env) {
   }
   if (const char* v = get("LLAMA2_WARMUP")) k.warmup = on_off("LLAMA2_WARMUP", v);
   if (const char* v = get("LLAMA2_MIXED_DECODE")) k.mixed_decode = on_off("LLAMA2_MIXED_DECODE", v);
+  if (const char* v = get("LLAMA2_DECODE_MIN_PARTITION")) {
+    k.decode_min_partition =
+        choice<int>("LLAMA2_DECODE_MIN_PARTITION", v,
+                    {{"0", 0}, {"32", 32}, {"64", 64}, {"128", 128}, {"256", 256}, {"512", 512}});
+  }
   if (const char* v = get("LLAMA2_PREFILL_SPLIT")) {
     k.prefill_split = on_off("LLAMA2_PREFILL_SPLIT", v);
   }

@@ -93,7 +93,11 @@ struct TuningKnobs {
   // waiting on the previous kernel (kernels/gemv_common.cuh); 0: none (the default: 24 MB cost
   // 4-6% at batch 1 on an H200, 2 MB was within noise; benchmarks/RESULTS.md, 2026-12-02).
   int gemv_prefetch_kb = 0;
-  DecodeKernelChoice decode_kernel = DecodeKernelChoice::kAuto;     // LLAMA2_DECODE_KERNEL
+  DecodeKernelChoice decode_kernel = DecodeKernelChoice::kAuto;  // LLAMA2_DECODE_KERNEL
+  // LLAMA2_DECODE_MIN_PARTITION=0|32|64|128|256|512 (cuda, an A/B): decode attention splits a
+  // context into partitions of no fewer positions than this (kernels/decode_plan.cuh); 0: the
+  // plan's own floor (64 for the block kernel, 32 for the warp kernel).
+  int decode_min_partition = 0;
   PrefillKernelChoice prefill_kernel = PrefillKernelChoice::kAuto;  // LLAMA2_PREFILL_KERNEL
   QgemvChoice qgemv = QgemvChoice::kAuto;                           // LLAMA2_QGEMV
   bool warmup = true;        // LLAMA2_WARMUP=0|1: warm-up steps at start-up (cuda)

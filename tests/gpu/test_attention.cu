@@ -188,12 +188,18 @@ TEST_CASE("attention_decode: paged, grouped, split-K against the CPU reference")
     DeviceBuffer<int32_t> d_tables(s.tables),
         d_ctx(std::vector<int32_t>(c.ctx.begin(), c.ctx.end()));
     // Every case under both kernels and the automatic choice (kWarp on grouped heads is the block
-    // kernel).
-    for (const auto& choice :
-         {std::pair{k::DecodeKernel::kAuto, "auto"}, std::pair{k::DecodeKernel::kBlock, "block"},
-          std::pair{k::DecodeKernel::kWarp, "warp"}}) {
-      const k::DecodeKernel kernel = choice.first;  // named: lambdas cannot capture bindings
-      const std::string kernel_name = choice.second;
+    // kernel), and the automatic one with partitions of at least 256 positions (fewer of them).
+    struct Choice {
+      k::DecodeKernel kernel;
+      const char* name;
+      int min_partition;
+    };
+    for (const Choice& choice :
+         {Choice{k::DecodeKernel::kAuto, "auto", 0}, Choice{k::DecodeKernel::kBlock, "block", 0},
+          Choice{k::DecodeKernel::kWarp, "warp", 0},
+          Choice{k::DecodeKernel::kAuto, "auto/min256", 256}}) {
+      const k::DecodeKernel kernel = choice.kernel;
+      const std::string kernel_name = choice.name;
       const size_t ws_bytes = k::attention_decode_workspace_bytes(
           S, g.heads, g.kv_heads, g.head_dim, std::max(max_context, c.workspace_bound), kernel);
       DeviceBuffer<float> d_ws((ws_bytes + sizeof(float) - 1) / sizeof(float));
@@ -220,6 +226,7 @@ TEST_CASE("attention_decode: paged, grouped, split-K against the CPU reference")
         a.heads = g.heads;
         a.max_context = max_context;
         a.out = d_out.get();
+        a.min_partition = choice.min_partition;
         a.workspace = d_ws.get();
         a.workspace_bytes = ws_bytes;
         a.kernel = kernel;
@@ -267,6 +274,15 @@ TEST_CASE("attention_decode: the automatic kernel choice by batch and cache type
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
     (void)cudaGetLastError();
     sms = 132;
+  }
+  if (sms == 132) {  // batch 1 at 7B (32 KV heads), a 256-position graph bound: 4 x 64 by the
+                     // rule (4 blocks per multiprocessor); min_partition caps the split
+    const k::DecodePlan rule = k::plan_decode(1, 1, 32, 256, k::DecodeKernel::kBlock, false);
+    CHECK((rule.partition == 64 && rule.num_parts == 4));
+    const k::DecodePlan floor = k::plan_decode(1, 1, 32, 256, k::DecodeKernel::kBlock, false, 256);
+    CHECK((floor.partition == 256 && floor.num_parts == 1));
+    CHECK(k::plan_decode(1, 1, 32, 256, k::DecodeKernel::kBlock, false, 128).num_parts == 2);
+    CHECK(k::plan_decode(1, 1, 32, 4096, k::DecodeKernel::kBlock, false, 512).num_parts == 8);
   }
   for (const int kv_heads : {8, 32, 40}) {
     for (int S = 1; S <= 1024; ++S) {

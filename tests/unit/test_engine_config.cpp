@@ -302,6 +302,10 @@ TEST_SUITE("tuning_knobs") {
     CHECK(!knobs({{"LLAMA2_FP8_FUSE", "0"}}).fp8_fuse);
     CHECK(knobs({{"LLAMA2_DECODE_KERNEL", "block"}}).decode_kernel ==
           llama2::DecodeKernelChoice::kBlock);
+    CHECK(knobs({}).decode_min_partition == 0);
+    CHECK(knobs({{"LLAMA2_DECODE_MIN_PARTITION", "256"}}).decode_min_partition == 256);
+    CHECK(knob_error("LLAMA2_DECODE_MIN_PARTITION", "100") ==
+          "LLAMA2_DECODE_MIN_PARTITION=100: expected 0, 32, 64, 128, 256 or 512");
     CHECK(knobs({{"LLAMA2_CPU_SPLIT", "rows"}}).cpu_split == llama2::CpuSplit::kRows);
     // "0" is off: before, any value of LLAMA2_FULL_LOGITS (even 0) forced full rows.
     CHECK(!knobs({{"LLAMA2_FULL_LOGITS", "0"}}).full_logits);

@@ -396,6 +396,7 @@ class CudaModel final : public ModelRunner {
       a.workspace = decode_ws_.as<void>();
       a.workspace_bytes = decode_ws_.bytes();
       a.kernel = decode_kernel_;
+      a.min_partition = opt_.knobs.decode_min_partition;
       CUDA_CHECK(kernels::launch_attention_decode(a, stream_));
     }
     if (nd < sh.seqs) {
