@@ -19,6 +19,9 @@
 // Shared-memory rows are padded by 16 bytes, so the 8 row addresses of every ldmatrix phase hit 8
 // different 16-byte bank groups. The output is staged through the warp's own Q rows and written
 // with 16-byte stores. Query tiles are scheduled heaviest (last) first.
+// Key split (kernels/attention_prefill.cuh, for grids that fill at most half the GPU): grid.x
+// holds heads x splits, each block walks its split's share of the key tiles and writes its rows'
+// fp32 O / l and max + log2 l instead of the output; prefill_merge_kernel combines the splits.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
