@@ -14,7 +14,8 @@
 #
 #   bash benchmarks/prefix/prefix_ttft.sh OUT_DIR
 #
-# Environment (optional): SKIP_BUILD=1 (use build-gpu/ as it is), TRIALS=8, PREFILL_CHUNK=2048
+# Environment (optional): SKIP_BUILD=1 (use build-gpu/ as it is), NP=1 (ranks: the TP degree),
+# TRIALS=8, PREFILL_CHUNK=2048
 # (a miss is one prefill step), MAX_NEW=32, SERVE_ARGS (more `llama2 serve` flags, e.g.
 # "--kv-cache-dtype fp8"), SERVE_ENV (mpirun -x flags for the server, e.g.
 # "-x LLAMA2_OP_PROFILE=1"). Writes OUT_DIR/{on,off}.{json,log,server.log} and OUT_DIR/summary.txt;
@@ -30,7 +31,7 @@ if [[ "${SKIP_BUILD:-0}" != 1 ]]; then bash tests/gpu/node_build.sh llama2; fi
 for mode in on off; do
   sock=$(mktemp -u /tmp/llama2-prefix.XXXXXX.sock)
   # shellcheck disable=SC2086  # SERVE_ARGS and SERVE_ENV are word lists
-  timeout 600 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 1 \
+  timeout 600 mpirun --allow-run-as-root --oversubscribe --bind-to none -np "${NP:-1}" \
     -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS ${SERVE_ENV:-} \
     build-gpu/llama2 serve --model tests/models/small-d64 --synthetic 7b --socket "$sock" \
     --max-batch-size 8 --prefill-chunk "${PREFILL_CHUNK:-2048}" --prefix-caching "$mode" \
