@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prefix caching on a GPU node (issue 19): 7B synthetic fp16 on one GPU, a 1,024-token shared
+# Prefix caching on a GPU node (issue 19): 7B synthetic fp16 on NP GPUs (1), a 1,024-token shared
 # prefix + 32-token suffix. Two fresh servers, `--prefix-caching on` then `off`, each given the
 # same requests by prefix_ttft.py (per trial: a new prefix + suffix a = a miss, then the same
 # prefix + suffix b = a hit when caching is on). Checks:
