@@ -494,20 +494,15 @@ static cudaError_t run_prefill_mma(const MmaParams<T, C>& p, const PrefillAttent
   const bool small = a.mma_query_tile == 0 ? blocks128 < 2 * sms : a.mma_query_tile == 64;
   const int bq = small ? 64 : 128;
   const int64_t blocks = int64_t{a.heads} * ceil_div(a.max_new_tokens, bq) * a.num_seqs;
-  int splits = a.mma_kv_splits;
-  if (splits == 0) {
-    splits = small ? plan_prefill_kv_splits(blocks, a.max_kv_len, sms) : 1;
-    if (a.workspace == nullptr ||
-        a.workspace_bytes < attention_prefill_split_bytes(blocks * splits, bq, D)) {
-      splits = 1;
-    }
-  }
-  LLAMA2_LAUNCH_REQUIRE(
-      splits == 1 || (a.workspace != nullptr &&
-                      a.workspace_bytes >= attention_prefill_split_bytes(blocks * splits, bq, D)),
-      "mma_kv_splits " + std::to_string(splits) + " needs " +
-          std::to_string(attention_prefill_split_bytes(blocks * splits, bq, D)) +
-          " workspace bytes, given " + std::to_string(a.workspace_bytes));
+  const bool automatic = a.mma_kv_splits == 0;
+  int splits =
+      automatic ? (small ? plan_prefill_kv_splits(blocks, a.max_kv_len, sms) : 1) : a.mma_kv_splits;
+  const size_t need = attention_prefill_split_bytes(blocks * splits, bq, D);
+  const bool fits = a.workspace != nullptr && a.workspace_bytes >= need;
+  if (automatic && !fits) splits = 1;  // no (or a smaller) workspace: one block per query tile
+  LLAMA2_LAUNCH_REQUIRE(splits == 1 || fits, "mma_kv_splits " + std::to_string(splits) + " needs " +
+                                                 std::to_string(need) + " workspace bytes, given " +
+                                                 std::to_string(a.workspace_bytes));
   if (small) return run_prefill_mma<T, C, D, 1, 64, 64>(p, a, splits, stream);
   return run_prefill_mma<T, C, D, 2, 128, 64>(p, a, splits, stream);
 }
