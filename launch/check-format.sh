@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # Checks that every C++/CUDA file in src/, kernels/, tests/, benchmarks/ and java-bridge/native/
-# is formatted as clang-format 14 formats it with the project's .clang-format (CI runs this).
-# Changes nothing; --fix reformats the files in place instead.
+# is formatted as clang-format 14.0.6 formats it with the project's .clang-format (CI runs this).
+# The formatter is PyPI's clang-format 14.0.6 in the project's .venv/ (launch/install-deps.sh --test
+# makes it), so the check does not depend on one distribution's clang packages; CLANG_FORMAT=TOOL
+# names another. Changes nothing; --fix reformats the files in place instead.
 #   usage: launch/check-format.sh [--fix]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tool=${CLANG_FORMAT:-clang-format-14}
+tool=${CLANG_FORMAT:-.venv/bin/clang-format}
 if ! command -v "$tool" >/dev/null; then
-  echo "check-format: $tool not found (launch/install-deps.sh --test installs it)" >&2
+  echo "check-format: $tool not found (launch/install-deps.sh --test installs it into .venv/)" >&2
+  exit 2
+fi
+if ! "$tool" --version | grep -q 'version 14\.0\.6'; then
+  echo "check-format: $tool is $("$tool" --version), not clang-format 14.0.6; other releases format differently" >&2
   exit 2
 fi
 mapfile -d '' files < <(find src kernels tests benchmarks java-bridge/native -type f \

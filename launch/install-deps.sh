@@ -1,64 +1,176 @@
 #!/usr/bin/env bash
-# Installs the Debian/Ubuntu packages llama2 builds and tests with. Idempotent: packages already
-# present are not touched, and apt is not even consulted when nothing is missing.
+# Installs what llama2 builds and tests with, by capability: each need is a probe (a command on the
+# PATH, a file, a pkg-config module, a Python module) and the Debian/Ubuntu package that provides
+# it. A need already met, however it was installed (Node.js from NodeSource, a JDK from elsewhere,
+# clang from another package), is not touched, and apt is not consulted when nothing is missing.
+# Tried on Debian 12 and Debian 13; written for Ubuntu 24.04 too (the same package names).
 #   usage: launch/install-deps.sh [--java|--test]
 #     --java: also the JDK, JNA and JUnit 5;
-#     --test: --java and the test tools (clang 14 with libFuzzer for the fuzz test, clang-format 14,
-#             Python SentencePiece for the chat-format fixture check, Node.js + npm and the official
-#             OpenAI Node client, `npm ci` into tests/http/node_modules from the committed lock)
+#     --test: --java and the test tools (clang 19 with libFuzzer for the fuzz test and the clang
+#             -Werror build, Maven for the offline Maven build, curl) and the project's Python
+#             virtual environment .venv/ with launch/requirements-test.txt (the official openai
+#             client, pytest, SentencePiece, clang-format 14.0.6, all pinned, from PyPI).
+# A need that cannot be met stops the build when the build needs it. A test tool that cannot be
+# installed is reported with the tests that will skip without it; under CI=true it fails the run.
 set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
 
-packages=(
-  build-essential cmake ninja-build pkg-config
-  libopenmpi-dev openmpi-bin
-  libsentencepiece-dev nlohmann-json3-dev libcxxopts-dev doctest-dev
-  libcpp-httplib-dev  # serve --http (CMake builds without it, and --http is then refused)
-  python3  # test helpers (model-file corruption, JSON checks)
-  wamerican  # the English word list the demo's readability test checks against
-)
-case "${1:-}" in
-  "") ;;
-  --java) packages+=(default-jdk-headless libjna-java junit5) ;;
-  --test) packages+=(default-jdk-headless libjna-java junit5 clang-14 libclang-rt-14-dev clang-format-14
-            maven libmaven-compiler-plugin-java libmaven-jar-plugin-java libmaven-resources-plugin-java
-            libmaven-install-plugin-java libsurefire-java
-            python3-sentencepiece nodejs npm curl) ;;
+mode=${1:-}
+case "$mode" in
+  "" | --java | --test) ;;
   *)
-    echo "install-deps: unknown option '$1' (allowed: --java, --test)" >&2
+    echo "install-deps: unknown option '$mode' (allowed: --java, --test)" >&2
     exit 2
     ;;
 esac
 
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [[ ${#missing[@]} -eq 0 ]]; then
-  echo "install-deps: all ${#packages[@]} packages present"
-else
-  echo "install-deps: installing ${missing[*]}"
-  SUDO=""
-  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# need KIND PROBE PACKAGE [WHAT IT SKIPS]: KIND is build (the build fails without it) or test (the
+# named tests skip without it). PROBE: cmd:NAME, file:PATH, pc:MODULE (pkg-config), py:MODULE
+# (the system python3), fuzz:CXX (CXX links a libFuzzer target with ASan and UBSan).
+needs=()
+need() { needs+=("$1|$2|$3|${4:-}"); }
+need build cmd:cmake cmake
+need build cmd:ninja ninja-build
+need build cmd:pkg-config pkg-config
+need build cmd:g++ g++
+need build cmd:make make
+need build cmd:mpicxx libopenmpi-dev
+need build cmd:mpirun openmpi-bin
+need build pc:sentencepiece libsentencepiece-dev
+need build file:/usr/include/nlohmann/json.hpp nlohmann-json3-dev
+need build file:/usr/include/cxxopts.hpp libcxxopts-dev
+need build file:/usr/include/doctest/doctest.h doctest-dev
+need build cmd:python3 python3 # test helpers (model-file corruption, JSON checks)
+need test file:/usr/include/httplib.h libcpp-httplib-dev "serve --http and the http.* tests"
+need test file:/usr/share/dict/american-english wamerican "demo.words (the demo's readability check)"
+# benchmarks/http/fetch_httplib.sh unpacks and patches the cpp-httplib source package.
+need test cmd:xz xz-utils "the poll()-based single-header cpp-httplib (.httplib/)"
+need test cmd:patch patch "the poll()-based single-header cpp-httplib (.httplib/)"
+if [[ $mode == --java || $mode == --test ]]; then
+  need test cmd:javac default-jdk-headless "the Java bridge and the java.* tests"
+  need test file:/usr/share/java/jna.jar libjna-java "the Java bridge and the java.* tests"
+  need test file:/usr/share/java/junit-platform-console-standalone.jar junit5 "the java.* tests"
+fi
+if [[ $mode == --test ]]; then
+  need test cmd:clang++-19 clang-19 "fuzz.requests and the clang -Werror build (launch/clang-check.sh)"
+  need test fuzz:clang++-19 libclang-rt-19-dev "fuzz.requests"
+  need test cmd:mvn maven "java.maven_offline"
+  need test file:/usr/share/maven-repo/org/apache/maven/plugins/maven-compiler-plugin \
+    libmaven-compiler-plugin-java "java.maven_offline"
+  need test file:/usr/share/maven-repo/org/apache/maven/plugins/maven-jar-plugin \
+    libmaven-jar-plugin-java "java.maven_offline"
+  need test file:/usr/share/maven-repo/org/apache/maven/plugins/maven-resources-plugin \
+    libmaven-resources-plugin-java "java.maven_offline"
+  need test file:/usr/share/maven-repo/org/apache/maven/plugins/maven-install-plugin \
+    libmaven-install-plugin-java "java.maven_offline"
+  need test file:/usr/share/maven-repo/org/apache/maven/plugins/maven-surefire-plugin \
+    libsurefire-java "java.maven_offline"
+  need test cmd:curl curl "the http.* tests"
+  need test py:venv python3-venv "every test that uses .venv/ (http.openai_client, chat.*, the format check)"
+  need test py:ensurepip python3-venv "every test that uses .venv/ (http.openai_client, chat.*, the format check)"
 fi
 
-# cpp-httplib's single header from Debian's source package of the same version (into the
-# git-ignored .httplib/, which CMake prefers): compiled in, it waits with poll() and serves more than
-# ~1,000 connections; Debian's prebuilt .so uses select(). Without it the build uses the .so.
-root="$(cd "$(dirname "$0")/.." && pwd)"
-if [[ ! -f $root/.httplib/httplib.h ]]; then
-  bash "$root/benchmarks/http/fetch_httplib.sh" "$root/.httplib" 2>/dev/null ||
-    echo "install-deps: WARNING: could not fetch cpp-httplib's source; the HTTP front uses Debian's .so (select(): connections past ~1,000 descriptors fail)" >&2
-fi
+met() {
+  local probe=$1
+  case "$probe" in
+    cmd:*) command -v "${probe#cmd:}" >/dev/null ;;
+    file:*) [[ -e ${probe#file:} ]] ;;
+    pc:*) pkg-config --exists "${probe#pc:}" 2>/dev/null ;;
+    py:*) python3 -c "import ${probe#py:}" 2>/dev/null ;;
+    fuzz:*) fuzz_links "${probe#fuzz:}" ;;
+  esac
+}
 
-# The OpenAI Node client for tests/http/ (npm registry), exactly the committed lock's versions,
-# into the git-ignored tests/http/node_modules.
-if [[ ${1:-} == --test ]]; then
-  http_tests="$(cd "$(dirname "$0")/.." && pwd)/tests/http"
-  if [[ ! -f $http_tests/node_modules/openai/package.json ]]; then
-    echo "install-deps: npm ci in $http_tests"
-    (cd "$http_tests" && npm ci --no-audit --no-fund --loglevel=error)
+fuzz_links() {
+  command -v "$1" >/dev/null || return 1
+  local dir rc
+  dir=$(mktemp -d)
+  printf '%s\n' '#include <cstddef>' '#include <cstdint>' \
+    'extern "C" int LLVMFuzzerTestOneInput(const uint8_t*, size_t) { return 0; }' >"$dir/p.cpp"
+  "$1" -fsanitize=fuzzer,address,undefined "$dir/p.cpp" -o "$dir/p" >/dev/null 2>&1
+  rc=$?
+  rm -rf "$dir"
+  return "$rc"
+}
+
+# unmet [KIND]: the needs (of KIND, or all) not met now, one per line.
+unmet() {
+  local n kind probe
+  for n in "${needs[@]}"; do
+    IFS='|' read -r kind probe _ _ <<<"$n"
+    [[ -n ${1:-} && $kind != "$1" ]] && continue
+    met "$probe" || echo "$n"
+  done
+}
+
+install_packages() {
+  local pkgs=("$@")
+  if ! command -v apt-get >/dev/null; then
+    echo "install-deps: no apt-get here; install the packages named above (or what provides them) by hand" >&2
+    return 1
   fi
+  local sudo=()
+  [[ $(id -u) -ne 0 ]] && sudo=(sudo)
+  echo "install-deps: installing ${pkgs[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  local log rc=0
+  log=$(mktemp)
+  { "${sudo[@]}" apt-get update -qq &&
+      "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${pkgs[@]}"; } >"$log" 2>&1 || rc=$?
+  [[ $rc -ne 0 ]] && cat "$log" >&2
+  rm -f "$log"
+  return "$rc"
+}
+
+# report LINES: one line per unmet need, with what it costs.
+report() {
+  local kind probe pkg skips
+  while IFS='|' read -r kind probe pkg skips; do
+    [[ -z $kind ]] && continue
+    if [[ $kind == build ]]; then
+      echo "install-deps: MISSING ${probe#*:} (package $pkg): the build needs it" >&2
+    else
+      echo "install-deps: MISSING ${probe#*:} (package $pkg): skipped without it: $skips" >&2
+    fi
+  done <<<"$1"
+}
+
+missing=$(unmet)
+if [[ -z $missing ]]; then
+  echo "install-deps: all ${#needs[@]} needs met"
+else
+  mapfile -t pkgs < <(cut -d'|' -f3 <<<"$missing" | sort -u)
+  install_packages "${pkgs[@]}" || echo "install-deps: the package install failed" >&2
 fi
+
+# Debian 13's sentencepiece.pc requires protobuf-lite.pc (privately), which its -dev package does
+# not pull in: without it pkg-config, and so CMake, does not find SentencePiece.
+if ! met pc:sentencepiece &&
+  [[ $(pkg-config --print-errors --exists sentencepiece 2>&1) == *protobuf-lite* ]]; then
+  install_packages libprotobuf-dev || echo "install-deps: the package install failed" >&2
+fi
+
+status=0
+if [[ -n $(unmet build) ]]; then
+  report "$(unmet build)"
+  status=1
+fi
+if [[ -n $(unmet test) ]]; then
+  report "$(unmet test)"
+  [[ ${CI:-} == true ]] && status=1
+fi
+
+# cpp-httplib's single header from the distribution's own source package of the installed
+# libcpp-httplib-dev (into the git-ignored .httplib/, which CMake prefers): compiled in, it waits
+# with poll() and serves more than ~1,000 connections; the distribution's prebuilt .so uses
+# select(). Without it the build uses the .so.
+if [[ ! -f $root/.httplib/httplib.h ]] && met file:/usr/include/httplib.h; then
+  bash "$root/benchmarks/http/fetch_httplib.sh" "$root/.httplib" ||
+    echo "install-deps: WARNING: no cpp-httplib source package; the HTTP front uses the distribution's .so (select(): connections past ~1,000 descriptors fail)" >&2
+fi
+
+# The project's Python virtual environment for the tests, re-made when the pinned list changes.
+if [[ $mode == --test ]] && met py:venv && met py:ensurepip; then
+  bash "$root/launch/make-venv.sh" || { [[ ${CI:-} == true ]] && status=1; }
+fi
+exit "$status"

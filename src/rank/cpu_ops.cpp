@@ -45,21 +45,21 @@ inline float hsum(v8f a) {
 // order), in 7 vector adds instead of 8 x 7 scalar ones: for short rows (head_dim 8 in the tiny
 // models) the scalar sums would cost more than the multiply-adds.
 inline v8f hsum8(const v8f* a) {
-  const v8i even = {0, 8, 2, 10, 4, 12, 6, 14}, odd = {1, 9, 3, 11, 5, 13, 7, 15};
-  const v8i lo2 = {0, 1, 8, 9, 4, 5, 12, 13}, hi2 = {2, 3, 10, 11, 6, 7, 14, 15};
-  const v8i lo4 = {0, 1, 2, 3, 8, 9, 10, 11}, hi4 = {4, 5, 6, 7, 12, 13, 14, 15};
+  // __builtin_shufflevector (GCC >= 12 and clang) takes the lane indices as constants: index j < 8
+  // is lane j of the first operand, 8 + j lane j of the second.
   v8f p[4], q[2];
   // p[i] = [a0 pairs, a1 pairs interleaved]: (x0+x1), (y0+y1), (x2+x3), (y2+y3), ...
   for (int i = 0; i < 4; ++i) {
-    p[i] = __builtin_shuffle(a[2 * i], a[2 * i + 1], even) +
-           __builtin_shuffle(a[2 * i], a[2 * i + 1], odd);
+    p[i] = __builtin_shufflevector(a[2 * i], a[2 * i + 1], 0, 8, 2, 10, 4, 12, 6, 14) +
+           __builtin_shufflevector(a[2 * i], a[2 * i + 1], 1, 9, 3, 11, 5, 13, 7, 15);
   }
   // q[i]: ((x0+x1)+(x2+x3)) for four accumulators, then their ((x4+x5)+(x6+x7)).
   for (int i = 0; i < 2; ++i) {
-    q[i] = __builtin_shuffle(p[2 * i], p[2 * i + 1], lo2) +
-           __builtin_shuffle(p[2 * i], p[2 * i + 1], hi2);
+    q[i] = __builtin_shufflevector(p[2 * i], p[2 * i + 1], 0, 1, 8, 9, 4, 5, 12, 13) +
+           __builtin_shufflevector(p[2 * i], p[2 * i + 1], 2, 3, 10, 11, 6, 7, 14, 15);
   }
-  return __builtin_shuffle(q[0], q[1], lo4) + __builtin_shuffle(q[0], q[1], hi4);
+  return __builtin_shufflevector(q[0], q[1], 0, 1, 2, 3, 8, 9, 10, 11) +
+         __builtin_shufflevector(q[0], q[1], 4, 5, 6, 7, 12, 13, 14, 15);
 }
 
 // The scalar tail of a dot product (in % 8 trailing elements), in index order.
@@ -125,8 +125,8 @@ inline __attribute__((always_inline)) void linear_rows(const float* x, const Pac
 // in L1/L2 while every row block passes over them (a model larger than the caches streams its
 // weights from memory once per step, not once per 4 rows): blocks of 4 rows (12 chains, 3 weight
 // vectors per 4 broadcasts), then the 1-3 left over in shapes that still keep >= 8 chains.
-__attribute__((target_clones("arch=x86-64-v3", "default"))) void linear_range(
-    const float* x, int rows, const PackedLinear& w, int n0, int n1, float* out, int64_t os) {
+LLAMA2_CPU_CLONES void linear_range(const float* x, int rows, const PackedLinear& w, int n0, int n1,
+                                    float* out, int64_t os) {
   for (int c0 = n0; c0 < n1; c0 += 64) {
     const int c1 = std::min(n1, c0 + 64);
     int r = 0;
@@ -269,9 +269,7 @@ inline v8f exp8(v8f x) {
 // silu(g) * up with sigmoid(g) from e^-|g| (exp8 wants x <= 0): 1 / (1 + e) for g >= 0, e / (1 + e)
 // below. The last n % 8 go through a zero-padded vector, so every element gets the same arithmetic
 // wherever it sits.
-__attribute__((target_clones("arch=x86-64-v3", "default"))) void swiglu(const float* gate,
-                                                                        const float* up, int64_t n,
-                                                                        float* out) {
+LLAMA2_CPU_BODY void swiglu_body(const float* gate, const float* up, int64_t n, float* out) {
   auto eval = [](v8f g, v8f u) {
     const v8f e = exp8(g < 0 ? g : -g);
     const v8f one = v8f{} + 1.0f;
@@ -285,6 +283,9 @@ __attribute__((target_clones("arch=x86-64-v3", "default"))) void swiglu(const fl
     const v8f r = eval(g, u);
     for (int64_t j = i; j < n; ++j) out[j] = r[j - i];
   }
+}
+LLAMA2_CPU_CLONES void swiglu(const float* gate, const float* up, int64_t n, float* out) {
+  swiglu_body(gate, up, n, out);
 }
 
 void add_inplace(float* x, const float* y, int64_t n) {
@@ -339,9 +340,9 @@ inline float dot(const float* a, const float* b, int d) {
 // and V row is read once for the whole group (GQA), block by block through the sequence's table.
 // q_tok, out_tok: [n_heads, d] of this token; heads: [n_group] query heads of the group;
 // scores: [n_group, pos + 1] scratch.
-__attribute__((target_clones("arch=x86-64-v3", "default"))) void attend_group(
-    const KvLayerView& c, const int32_t* table, int pos, int kvh, const float* q_tok,
-    const int* heads, int n_group, float* scores, float* out_tok) {
+LLAMA2_CPU_BODY void attend_group_body(const KvLayerView& c, const int32_t* table, int pos, int kvh,
+                                       const float* q_tok, const int* heads, int n_group,
+                                       float* scores, float* out_tok) {
   const int d = c.head_dim, bs = c.block_size, len = pos + 1;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   // [block_size, d] rows of (block bi, kvh); the table was validated by the caller (nothing may
@@ -437,6 +438,11 @@ __attribute__((target_clones("arch=x86-64-v3", "default"))) void attend_group(
       }
     }
   }
+}
+LLAMA2_CPU_CLONES void attend_group(const KvLayerView& c, const int32_t* table, int pos, int kvh,
+                                    const float* q_tok, const int* heads, int n_group,
+                                    float* scores, float* out_tok) {
+  attend_group_body(c, table, pos, kvh, q_tok, heads, n_group, scores, out_tok);
 }
 }  // namespace
 

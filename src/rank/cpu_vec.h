@@ -7,6 +7,14 @@
 #include <cstdint>
 #include <cstring>
 
+// A hot function is a LLAMA2_CPU_CLONES wrapper around a LLAMA2_CPU_BODY: the body, compiled
+// without a target, is inlined into each clone and compiled there for its target. The helpers the
+// body calls with 8-lane vectors by value (load8, exp8, lambdas) are thereby called from a function
+// of the same target as theirs; called straight from a clone of another target, clang refuses the
+// call ("AVX vector argument ... changes the ABI"), where GCC inlines them.
+#define LLAMA2_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define LLAMA2_CPU_BODY __attribute__((always_inline)) inline
+
 namespace llama2::cpu {
 
 typedef float v8f __attribute__((vector_size(32)));

@@ -26,8 +26,7 @@ using cpu::v8i;
 // The index candidate_before ranks first in row [n] (-1 when n == 0): the largest value found 8
 // lanes at a time, then its first index; a NaN, ranked before everything, is looked for only when
 // the row has one.
-__attribute__((target_clones("arch=x86-64-v3", "default"))) int32_t first_best(const float* row,
-                                                                               int32_t n) {
+LLAMA2_CPU_BODY int32_t first_best_body(const float* row, int32_t n) {
   v8f top8 = v8f{} - std::numeric_limits<float>::infinity();
   v8i nan8 = {};
   int32_t j = 0;
@@ -50,6 +49,9 @@ __attribute__((target_clones("arch=x86-64-v3", "default"))) int32_t first_best(c
     if (nan ? std::isnan(row[j]) : row[j] == top) return j;
   }
   return n > 0 ? 0 : -1;  // not reached for n > 0
+}
+LLAMA2_CPU_CLONES int32_t first_best(const float* row, int32_t n) {
+  return first_best_body(row, n);
 }
 }  // namespace
 

@@ -9,14 +9,14 @@
 # finding.
 #   usage: tests/fuzz/run_fuzz.sh
 #   env:   FUZZ_SECONDS (30: time bound)  FUZZ_RUNS (unset: no bound on executions)
-#          FUZZ_OUT (build/fuzz)  FUZZ_CXX (clang++-14, else clang++)
+#          FUZZ_OUT (build/fuzz)  FUZZ_CXX (clang++-19, else clang++)
 #          FUZZ_MAX_LEN (65536: long enough for multi-frame streams and deep nesting)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 out=${FUZZ_OUT:-$root/build/fuzz}
-cxx=${FUZZ_CXX:-$(command -v clang++-14 || command -v clang++ || true)}
+cxx=${FUZZ_CXX:-$(command -v clang++-19 || command -v clang++ || true)}
 if [[ -z "$cxx" ]]; then
-  echo "run_fuzz.sh: clang++ not found (Debian: apt-get install -y clang-14 libclang-rt-14-dev)" >&2
+  echo "run_fuzz.sh: clang++ not found (Debian: apt-get install -y clang-19 libclang-rt-19-dev)" >&2
   exit 2
 fi
 mkdir -p "$out/seeds" "$out/corpus"

@@ -69,7 +69,8 @@ TEST_CASE("logprobs from per-rank top-k and slice log-sum-exp equal the direct l
         const double lse = m + std::log(sum);
         std::vector<int> order(V);
         std::iota(order.begin(), order.end(), 0);
-        std::stable_sort(order.begin(), order.end(), [p](int a, int b) { return p[a] > p[b]; });
+        std::sort(order.begin(), order.end(),
+                  [p](int a, int b) { return p[a] != p[b] ? p[a] > p[b] : a < b; });
         float lp = 0;
         std::vector<llama2::TopLogprob> top;
         llama2::row_logprobs(got, row, order[0], top_n, &lp, &top);

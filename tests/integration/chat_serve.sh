@@ -4,9 +4,12 @@
 # SentencePiece under Meta's rule (tests/reference/make_chat_fixtures.py's encode_dialog), so the
 # server encodes exactly the reference's ids. Also: a dialog breaking the order rule gets
 # invalid_request naming the rule, and the server goes on.
-#   usage: chat_serve.sh LLAMA2 MODELS        (needs /usr/bin/python3 with python3-sentencepiece)
+#   usage: chat_serve.sh LLAMA2 MODELS        (needs the project's .venv/ with sentencepiece)
 # shellcheck source=tests/integration/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# shellcheck source=tests/test_python.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../test_python.sh"
+test_python chat.serve sentencepiece
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 M=$MODELS/tiny-gqa
 SOCK=$TMP/chat.sock
@@ -14,7 +17,7 @@ SOCK=$TMP/chat.sock
 server=$!
 for _ in $(seq 300); do [[ -S "$SOCK" ]] && break; sleep 0.1; done
 [[ -S "$SOCK" ]] || { fail "server did not start"; cat "$TMP/serve.log"; exit 1; }
-/usr/bin/python3 - "$SOCK" "$M" "$ROOT" >"$TMP/py.out" 2>&1 <<'PY'
+"$PY" - "$SOCK" "$M" "$ROOT" >"$TMP/py.out" 2>&1 <<'PY'
 import json, socket, struct, sys
 sys.path.insert(0, sys.argv[3] + "/tests/reference")
 import sentencepiece as spm
@@ -64,7 +67,7 @@ done < <(grep -E "^(ok|FAIL)" "$TMP/py.out")
 grep -q "^FAIL\|Traceback" "$TMP/py.out" && { fail "python side"; cat "$TMP/py.out"; }
 kill -INT "$server" 2>/dev/null; wait "$server" 2>/dev/null
 run_capture chatbatch 2 batch --model "$M" --input "$SOCK.in.jsonl" --output "$TMP/out.jsonl" --quiet
-/usr/bin/python3 - "$TMP/out.jsonl" <<'PY' && pass "batch: messages lines == their prompt_tokens lines" || fail "batch messages lines"
+"$PY" - "$TMP/out.jsonl" <<'PY' && pass "batch: messages lines == their prompt_tokens lines" || fail "batch messages lines"
 import json, sys
 r = {l["custom_id"]: l for l in map(json.loads, open(sys.argv[1]))}
 assert all(r[f"m{i}"]["token_ids"] == r[f"t{i}"]["token_ids"] for i in range(2)), r

@@ -2,7 +2,7 @@
 """Reference token ids for the Llama-2 chat format (src/coordinator/text/chat_format.h).
 
 Encodes a set of dialogs the way Meta's reference implementation (llama/generation.py,
-chat_completion) does, with Python SentencePiece (Debian's python3-sentencepiece), for each
+chat_completion) does, with Python SentencePiece (PyPI's, in the project's .venv/), for each
 tokenizer given, and writes them as JSON. The C++ test (tests/unit/test_chat_format.cpp) checks
 that encode_llama2_chat gives the same ids; ctest's chat.fixtures entry re-runs this script and
 checks the committed file is what it produces.

@@ -32,7 +32,9 @@ json load_fixtures() {
   return json::parse(in);
 }
 
-const Tokenizer& tokenizer(const std::string& dir) {
+// DIR by pointer, not const std::string&: a reference returned from a function that took a
+// temporary by reference is what g++ 13's -Wdangling-reference flags (the cache keeps it alive).
+const Tokenizer& tokenizer(const char* dir) {
   static std::map<std::string, std::unique_ptr<Tokenizer>> cache;
   auto& t = cache[dir];
   if (!t)
@@ -65,7 +67,8 @@ TEST_SUITE("chat_format") {
       with_system += dialog.front().role == ChatRole::kSystem;
       multi_turn += dialog.size() >= 3;
       const std::vector<int> want = c.at("ids").get<std::vector<int>>();
-      CHECK(encode_llama2_chat(tokenizer(c.at("tokenizer").get<std::string>()), dialog) == want);
+      const std::string dir = c.at("tokenizer").get<std::string>();
+      CHECK(encode_llama2_chat(tokenizer(dir.c_str()), dialog) == want);
     }
     CHECK(with_system >= 4);  // the fixture covers both forms
     CHECK(multi_turn >= 4);

@@ -153,7 +153,8 @@ const llama2::Tokenizer& tokenizer() {
 std::vector<int> top_ids(const std::vector<double>& lp, int n) {
   std::vector<int> order(lp.size());
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return lp[a] > lp[b]; });
+  std::sort(order.begin(), order.end(),
+            [&](int a, int b) { return lp[a] != lp[b] ? lp[a] > lp[b] : a < b; });
   order.resize(static_cast<size_t>(n));
   return order;
 }
@@ -320,7 +321,8 @@ TEST_SUITE("logprobs") {
           CHECK(ev.top_logprobs[j].logprob == doctest::Approx(want[best[j]]).epsilon(1e-6));
         }
       }
-      for (const auto& [id, f] : events.done) {
+      for (const auto& [id_, f] : events.done) {
+        const auto id = id_;  // CAPTURE's lambda takes a variable, not a structured binding (C++17)
         CAPTURE(id);
         const size_t n = params.at(id).logprobs ? f.tokens.size() : 0;
         CHECK(f.logprobs.size() == n);

@@ -99,7 +99,8 @@ TEST_SUITE("openai_api") {
         {{{"frobnicate", 1}}, "frobnicate"},
     };
     for (const auto& [extra, param] : cases) {
-      CAPTURE(extra.dump());
+      const std::string body = extra.dump();  // CAPTURE cannot capture a structured binding (C++17)
+      CAPTURE(body);
       const ApiParse p = parse(with(kChat, extra));
       REQUIRE(p.error);
       CHECK(p.error->status == 400);

@@ -158,7 +158,8 @@ TEST_SUITE("step_metadata") {
     const std::vector<std::pair<int, int>> want = {{1, 1},   {2, 2},   {3, 4},    {5, 8},
                                                    {8, 8},   {9, 16},  {17, 24},  {63, 64},
                                                    {64, 64}, {65, 96}, {97, 128}, {500, 512}};
-    for (const auto& [S, b] : want) {
+    for (const auto& [S_, b] : want) {
+      const int S = S_;  // CAPTURE's lambda takes a variable, not a structured binding (C++17)
       CAPTURE(S);
       CHECK(graph_batch_bucket(S, 512) == b);
       CHECK(b - S <= std::max(S / 2, 7));  // the padding stays bounded

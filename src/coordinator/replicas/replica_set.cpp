@@ -86,8 +86,11 @@ int ReplicaSet::try_admit(SubmitRequest& req) {
   // Most free blocks first, the lowest index among equals.
   std::vector<int> order(static_cast<size_t>(size()));
   for (int r = 0; r < size(); ++r) order[static_cast<size_t>(r)] = r;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int a, int b) { return free_blocks(a) > free_blocks(b); });
+  // (std::sort with the index as tie-break: libstdc++ 12's stable_sort uses the deprecated
+  // get_temporary_buffer, which clang reports.)
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    return free_blocks(a) != free_blocks(b) ? free_blocks(a) > free_blocks(b) : a < b;
+  });
   for (int r : order) {
     if (!fits(r, blocks)) continue;
     if (r < first_remote_) {
