@@ -95,7 +95,7 @@ void agree_on_errors(MPI_Comm comm, const std::string& local_error);
 // MPI), which kept an idle worker at ~45% of a core. A worker here polls MPI_Iprobe: flat out for
 // kSpin of its own CPU time after its previous step (decode steps follow each other within that,
 // so a busy server sees the same busy-poll as before), then with sleeps growing from kFirstNap to
-// kMaxNap, so an idle worker costs a few percent of a core at most (measured: see the README) and
+// kMaxNap, so an idle worker costs a few percent of a core at most (measured: docs/serving.md) and
 // the first step after a pause starts at most about kMaxNap late.
 class PlanChannel {
  public:

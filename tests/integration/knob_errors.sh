@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The LLAMA2_* tuning knobs (README "Environment knobs") are read once at start-up: a value
+# The LLAMA2_* tuning knobs (docs/performance.md, "Environment knobs") are read once at start-up: a value
 # outside the documented ones stops the job on every rank with one message naming the variable
 # and its allowed values, on any backend (before issue 15 most were read only by the CUDA backend,
 # and "yes", "off" or "16" were silently taken as on, on or 8).

@@ -59,7 +59,7 @@ SMALL="small-d64 small-d128-f16 small-d64-bf16"
 mkdir -p "$LOGS"
 : > "$SUMMARY"
 
-# NVLink multicast stays off (see README.md at the root); -x forwards these to every rank.
+# NVLink multicast stays off (launch/env.sh, docs/install.md); -x forwards these to every rank.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 {

@@ -5,7 +5,7 @@ transformers (LlamaForCausalLM, eager attention) and sentencepiece.
     python3 tests/reference/perplexity_reference.py --model models/docs-8m \
         --text-file tests/reference/perplexity/heldout-excerpt.txt --context 128 --stride 64
 
-Definition (README, `llama2 perplexity`): the file is tokenized once with one BOS first (n tokens).
+Definition (docs/cli.md, `llama2 perplexity`): the file is tokenized once with one BOS first (n tokens).
 Window k is tokens [kS, min(kS + N, n)), run as its own sequence (positions from 0); it scores the
 tokens at positions p >= max(kS + 1, (k - 1)S + N) (k = 0: p >= 1), each as -log softmax(logits at
 p - 1)[token p]; windows stop after the first that reaches the end. Mean NLL = sum / count, and

@@ -1,7 +1,7 @@
 // `llama2 perplexity`: teacher-forced log-likelihood of a text file with sliding windows, every
 // log-probability computed from per-rank vocabulary slices (RankEngine::score, kScore steps).
 //
-// Definition (README "llama2 perplexity"; tests/reference/perplexity_reference.py computes the
+// Definition (docs/cli.md "llama2 perplexity"; tests/reference/perplexity_reference.py computes the
 // same with transformers): the file is tokenized once, one BOS first, into n tokens. Window k is
 // the tokens [kS, min(kS + N, n)), a sequence of its own (positions from 0). It scores, each
 // predicted from the tokens before it inside the window, the tokens at positions
@@ -62,7 +62,7 @@ std::string read_text(const std::string& path) {
 cxxopts::Options perplexity_options() {
   cxxopts::Options opts("llama2 perplexity",
                         "Teacher-forced log-likelihood of a text file: mean negative "
-                        "log-likelihood and perplexity over sliding windows (see README). Run "
+                        "log-likelihood and perplexity over sliding windows (see docs/cli.md). Run "
                         "under mpirun: one rank per GPU (or per tensor-parallel CPU shard).");
   opts.add_options()("text-file", "UTF-8 text, tokenized once with one BOS first",
                      cxxopts::value<std::string>())(

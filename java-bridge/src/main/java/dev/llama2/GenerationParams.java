@@ -8,7 +8,7 @@ import java.util.Objects;
 /**
  * Sampling parameters and limits of one generation. Immutable; build with {@link #builder()}.
  *
- * <p>Defaults and ranges are those of {@code llama2 generate} (README): temperature 1.0 (>= 0,
+ * <p>Defaults and ranges are those of {@code llama2 generate} (docs/cli.md): temperature 1.0 (>= 0,
  * 0 = greedy), top_p 1.0 (in (0, 1]), top_k 0 (>= 0, 0 = off), repetition_penalty 1.0 (> 0),
  * presence_penalty and frequency_penalty 0.0 (in [-2, 2], OpenAI's: a generated token's logit is
  * lowered by presence + frequency x its count so far),
