@@ -14,8 +14,8 @@
 #include "rank/fp8_checkpoint.h"
 #include "rank/logits_gather.h"
 #include "rank/model_runner.h"
-#include "rank/safetensors.h"
 #include "rank/weight_layout.h"
+#include "rank/weight_store.h"
 
 namespace llama2 {
 namespace {

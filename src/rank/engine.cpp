@@ -12,8 +12,8 @@
 #include "rank/cpu_threads.h"
 #include "rank/fp8_checkpoint.h"
 #include "rank/local_rank.h"
-#include "rank/safetensors.h"
 #include "rank/weight_layout.h"
+#include "rank/weight_store.h"
 
 namespace llama2 {
 namespace {
@@ -31,6 +31,21 @@ std::string validate_checkpoint(const WeightStore& w, const ModelConfig& c) {
             " input_scale tensors not used: activations are quantized per token at run time";
   }
   return note;
+}
+
+// "files", or for a checkpoint in several files what this rank read from each of them:
+// "2 of 4 files [consolidated.00.pth 81920 B, consolidated.01.pth 16384 B]".
+std::string files_read(const WeightStore& w) {
+  const std::vector<std::string> names = w.files();
+  if (names.size() <= 1) return "files";
+  const std::vector<uint64_t> bytes = w.bytes_copied_per_file();
+  std::string list;
+  int n = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (bytes[i] == 0) continue;
+    list += (n++ ? ", " : "") + names[i] + " " + std::to_string(bytes[i]) + " B";
+  }
+  return std::to_string(n) + " of " + std::to_string(names.size()) + " files [" + list + "]";
 }
 
 std::string gather_lines(MPI_Comm comm, const std::string& line) {
@@ -261,7 +276,8 @@ RankEngine::RankEngine(const EngineConfig& cfg, const ModelConfig& config, MPI_C
        << shard_.head_begin + shard_.num_heads << "), kv heads [" << shard_.kv_head_begin << ","
        << shard_.kv_head_begin + shard_.num_kv_heads << "), vocab [" << shard_.vocab_begin << ","
        << shard_.vocab_begin + shard_.vocab_size << "), shard " << runner_->weight_bytes() << " B ("
-       << (weights ? "copied " + std::to_string(weights->bytes_copied()) + " B from files"
+       << (weights ? "copied " + std::to_string(weights->bytes_copied()) + " B from " +
+                         files_read(*weights)
                    : std::string("synthetic ") + cfg.synthetic)
        << "), KV " << kv_.num_blocks << " blocks x " << kv_.block_size
        << " tokens = " << runner_->kv_cache_bytes() << " B " << kv_dtype_name();

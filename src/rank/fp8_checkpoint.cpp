@@ -5,7 +5,7 @@
 
 #include "common/check.h"
 #include "common/shard_plan.h"
-#include "rank/safetensors.h"
+#include "rank/weight_store.h"
 
 namespace llama2 {
 namespace {

@@ -16,8 +16,8 @@
 #include "coordinator/cli/cli_common.h"
 #include "coordinator/cli/commands.h"
 #include "rank/fp8_checkpoint.h"
-#include "rank/safetensors.h"
 #include "rank/weight_layout.h"
+#include "rank/weight_store.h"
 #include "tools/safetensors_writer.h"
 
 namespace llama2 {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "rank/safetensors.h"
+#include "rank/tensor_file.h"
 
 namespace llama2 {
 

@@ -9,7 +9,7 @@
 
 #include "gpu_test_util.h"
 #include "kernels/quant.cuh"
-#include "rank/safetensors.h"
+#include "rank/tensor_file.h"
 #include "tools/safetensors_writer.h"
 
 namespace k = llama2::kernels;

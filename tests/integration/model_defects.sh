@@ -19,7 +19,7 @@ fresh bad_config tiny-mha; echo '{"hidden_size": 64,' >"$TMP/bad_config/config.j
 try bad_config "bad_config/config.json: not valid JSON"
 
 fresh no_weights tiny-mha; rm "$TMP/no_weights/model.safetensors"
-try no_weights "neither model.safetensors nor model.safetensors.index.json"
+try no_weights "neither model.safetensors, model.safetensors.index.json, pytorch_model.bin nor"
 
 fresh no_tokenizer tiny-mha; rm "$TMP/no_tokenizer/tokenizer.model"
 try no_tokenizer "no_tokenizer/tokenizer.model"

@@ -17,7 +17,7 @@
 #include "common/shard_plan.h"
 #include "rank/comm.h"
 #include "rank/model_runner.h"
-#include "rank/safetensors.h"
+#include "rank/weight_store.h"
 #include "test_util.h"
 
 using llama2::CpuSplit;

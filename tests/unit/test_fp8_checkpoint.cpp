@@ -19,8 +19,8 @@
 #include "common/shard_plan.h"
 #include "rank/engine.h"
 #include "rank/fp8_checkpoint.h"
-#include "rank/safetensors.h"
 #include "rank/weight_layout.h"
+#include "rank/weight_store.h"
 #include "test_util.h"
 #include "tools/safetensors_writer.h"
 

@@ -16,6 +16,7 @@
 
 #include "common/check.h"
 #include "rank/safetensors.h"
+#include "rank/weight_store.h"
 #include "test_util.h"
 #include "tools/safetensors_writer.h"
 
@@ -327,7 +328,9 @@ TEST_SUITE("safetensors") {
     CHECK(contains(msg, dir.file("nope")));
     msg = error_of([&] { WeightStore::open(dir.path); });
     CHECK(contains(msg, dir.path));
-    CHECK(contains(msg, "neither model.safetensors nor model.safetensors.index.json found"));
+    CHECK(contains(msg,
+                   "neither model.safetensors, model.safetensors.index.json, pytorch_model.bin nor "
+                   "pytorch_model.bin.index.json found"));
     msg = error_of([&] { llama2::SafetensorsFile f(dir.file("absent.safetensors")); });
     CHECK(contains(msg, "absent.safetensors"));
     CHECK(contains(msg, "No such file"));

@@ -7,8 +7,8 @@
 #include "kernels/quant.cuh"
 #include "rank/cuda/cuda_weights.h"
 #include "rank/fp8_checkpoint.h"
-#include "rank/safetensors.h"
 #include "rank/weight_layout.h"
+#include "rank/weight_store.h"
 
 namespace llama2 {
 namespace {
