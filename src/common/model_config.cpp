@@ -1,10 +1,13 @@
 #include "common/model_config.h"
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "common/check.h"
+#include "common/meta_params.h"
+#include "common/sentencepiece_model.h"
 
 namespace llama2 {
 namespace {
@@ -140,15 +143,33 @@ ModelConfig parse_model_config(const json& j, const std::string& src) {
   return c;
 }
 
-ModelConfig load_model_config(const std::string& model_dir) {
-  const std::string path = model_dir + "/config.json";
+namespace {
+
+json read_config_json(const std::string& path, const char* hint) {
   std::ifstream in(path);
-  if (!in) throw Error(path + ": cannot open (is --model a Hugging Face Llama directory?)");
+  if (!in) throw Error(path + ": cannot open (" + hint + ")");
   std::stringstream ss;
   ss << in.rdbuf();
   json j = json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw Error(path + ": not valid JSON");
-  return parse_model_config(j, path);
+  return j;
+}
+
+}  // namespace
+
+ModelConfig load_model_config(const std::string& model_dir) {
+  const std::string path = model_dir + "/config.json";
+  const std::string meta = model_dir + "/params.json";
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec) && std::filesystem::exists(meta, ec)) {
+    const json params = read_config_json(meta, "Meta's params.json");
+    return parse_meta_params(params, meta, read_sentencepiece_info(model_dir + "/tokenizer.model"));
+  }
+  return parse_model_config(
+      read_config_json(path,
+                       "is --model a Hugging Face Llama directory, or Meta's folder with "
+                       "params.json?"),
+      path);
 }
 
 nlohmann::json model_config_to_json(const ModelConfig& c) {

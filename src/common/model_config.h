@@ -9,6 +9,13 @@
 
 namespace llama2 {
 
+// How the checkpoint names and lays out its tensors (rank/weight_store.h reads both).
+enum class CheckpointLayout {
+  kHuggingFace,  // config.json; model*.safetensors or pytorch_model*.bin with HF tensor names
+  kMeta,         // params.json; consolidated.NN.pth, Meta's model-parallel shards
+                 // (common/meta_params.h, rank/meta_checkpoint.h)
+};
+
 struct ModelConfig {
   int hidden_size = 0;        // H
   int intermediate_size = 0;  // I (SwiGLU inner width)
@@ -24,13 +31,15 @@ struct ModelConfig {
   int eos_token_id = 2;
   std::string torch_dtype = "float32";  // informational; tensors carry their own dtype
   CheckpointQuant quant;  // "quantization_config": fp8 projections (checkpoint_quant.h) or none
+  CheckpointLayout layout = CheckpointLayout::kHuggingFace;
 
   int head_dim() const { return hidden_size / num_heads; }
 };
 
 // Parses and validates a config.json object; `source` names the file in error messages.
 ModelConfig parse_model_config(const nlohmann::json& j, const std::string& source);
-// Reads DIR/config.json; Error naming the file on any defect.
+// Reads DIR/config.json, or for Meta's folder (no config.json) DIR/params.json with
+// DIR/tokenizer.model (common/meta_params.h); Error naming the file on any defect.
 ModelConfig load_model_config(const std::string& model_dir);
 nlohmann::json model_config_to_json(const ModelConfig& c);
 

@@ -12,6 +12,7 @@
 #include "rank/cpu_threads.h"
 #include "rank/fp8_checkpoint.h"
 #include "rank/local_rank.h"
+#include "rank/meta_checkpoint.h"
 #include "rank/weight_layout.h"
 #include "rank/weight_store.h"
 
@@ -229,7 +230,7 @@ RankEngine::RankEngine(const EngineConfig& cfg, const ModelConfig& config, MPI_C
       throw Error("--synthetic weights are generated on the GPU: it needs the cuda backend");
     }
     if (cfg.synthetic.empty()) {
-      weights = std::make_unique<WeightStore>(WeightStore::open(cfg.model_dir));
+      weights = std::make_unique<WeightStore>(open_checkpoint(cfg.model_dir, config_, shard_));
       checkpoint_note_ = validate_checkpoint(*weights, config_);
     }
   } catch (const std::exception& e) {
