@@ -23,6 +23,12 @@ RopeFreqs make_rope_freqs(int head_dim, double theta) {
   return f;
 }
 
+RopeFreqs make_rope_freqs(int head_dim, const float* inv_freq) {
+  RopeFreqs f = make_rope_freqs(head_dim, 10000.0);  // the checks; the values are replaced
+  for (int i = 0; i < f.head_dim / 2; ++i) f.inv_freq[i] = inv_freq[i];
+  return f;
+}
+
 void make_rope_table(const RopeFreqs& freqs, int positions, float2* out) {
   const int half = freqs.head_dim / 2;
   for (int pos = 0; pos < positions; ++pos) {

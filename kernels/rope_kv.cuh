@@ -29,6 +29,9 @@ struct RopeFreqs {
 };
 // Throws nothing; head_dim outside (0, 128] or odd gives head_dim = 0, which every launch rejects.
 RopeFreqs make_rope_freqs(int head_dim, double theta);
+// The same with the inverse frequencies given ([head_dim / 2], e.g. rope_scaling's from
+// common/rope_frequencies.h).
+RopeFreqs make_rope_freqs(int head_dim, const float* inv_freq);
 
 // (cos, sin) of pos * inv_freq[i] for pos < positions, i < head_dim / 2, row-major, computed on
 // the host exactly as the kernel's fallback and llama2::cpu::rope do (fp32 angle, double cos/sin,

@@ -179,7 +179,8 @@ CapacityPlan plan_capacity(const ModelConfig& c, const CapacityRequest& req) {
 }
 
 ModelConfig preset_config(const std::string& name) {
-  // Shapes from the official meta-llama/Llama-2-{7b,13b,70b}-hf config.json files.
+  // Shapes from the official meta-llama/Llama-2-{7b,13b,70b}-hf and
+  // codellama/CodeLlama-{7b,13b,34b}-hf config.json files.
   ModelConfig c;
   c.vocab_size = 32000;
   c.max_position_embeddings = 4096;
@@ -189,17 +190,31 @@ ModelConfig preset_config(const std::string& name) {
   c.bos_token_id = 1;
   c.eos_token_id = 2;
   c.torch_dtype = "float16";
-  if (name == "7b") {
+  const bool code = name.rfind("codellama-", 0) == 0;
+  const std::string size = code ? name.substr(10) : name;
+  if (code) {
+    // CodeLlama: rope_theta 1e6 and a 16384-token context; 7B and 13B add 16 infilling tokens
+    // to the vocabulary (32016), 34B does not.
+    c.rope_theta = 1000000.0;
+    c.max_position_embeddings = 16384;
+    c.vocab_size = size == "34b" ? 32000 : 32016;
+    c.torch_dtype = "bfloat16";
+  }
+  if (size == "7b") {
     c.hidden_size = 4096, c.intermediate_size = 11008, c.num_layers = 32;
     c.num_heads = 32, c.num_kv_heads = 32;
-  } else if (name == "13b") {
+  } else if (size == "13b") {
     c.hidden_size = 5120, c.intermediate_size = 13824, c.num_layers = 40;
     c.num_heads = 40, c.num_kv_heads = 40;
-  } else if (name == "70b") {
+  } else if (size == "70b" && !code) {
     c.hidden_size = 8192, c.intermediate_size = 28672, c.num_layers = 80;
     c.num_heads = 64, c.num_kv_heads = 8;
+  } else if (size == "34b" && code) {
+    c.hidden_size = 8192, c.intermediate_size = 22016, c.num_layers = 48;
+    c.num_heads = 64, c.num_kv_heads = 8;  // grouped-query attention, 8 KV heads
   } else {
-    throw Error("unknown preset '" + name + "' (allowed: 7b, 13b, 70b)");
+    throw Error("unknown preset '" + name +
+                "' (allowed: 7b, 13b, 70b, codellama-7b, codellama-13b, codellama-34b)");
   }
   return c;
 }

@@ -55,21 +55,50 @@ int get_token_id(const json& j, const char* key, const std::string& src, int fal
   return static_cast<int>(id);
 }
 
-// Llama-2 uses plain RoPE: any scaled variant, in either spelling, would give wrong logits.
-void reject_rope_scaling(const json& j, const char* key, const std::string& src) {
+// The scaling of one rope_scaling / rope_parameters object (absent or null: none).
+RopeScaling parse_rope_scaling(const json& j, const char* key, const std::string& src) {
   auto rs = j.find(key);
-  if (rs == j.end() || rs->is_null()) return;
-  std::string type;
-  if (rs->is_object()) {
-    // No type named: plain RoPE only if nothing but the base is given (a bare "factor" scales).
-    bool only_theta = true;
-    for (const auto& item : rs->items()) only_theta = only_theta && item.key() == "rope_theta";
-    type = rs->value("rope_type", rs->value("type", std::string(only_theta ? "default" : "?")));
+  if (rs == j.end() || rs->is_null()) return {};
+  const std::string where = src + ": " + key;
+  if (!rs->is_object()) throw Error(where + " must be an object or null (got " + rs->dump() + ")");
+  // No type named: plain RoPE only if nothing but the base is given (a bare "factor" scales).
+  bool only_theta = true;
+  for (const auto& item : rs->items()) only_theta = only_theta && item.key() == "rope_theta";
+  const json type_json =
+      rs->value("rope_type", rs->value("type", json(only_theta ? "default" : "?")));
+  const std::string type = type_json.is_string() ? type_json.get<std::string>() : type_json.dump();
+  RopeScaling r;
+  if (type == "default") return r;
+  if (type == "linear" || type == "dynamic") {
+    r.type = type == "linear" ? RopeScalingType::kLinear : RopeScalingType::kDynamic;
+    auto f = rs->find("factor");
+    if (f == rs->end() || !f->is_number() || !(f->get<double>() >= 1.0) ||
+        f->get<double>() > 1024.0) {
+      throw Error(where + " " + rs->dump() + ": \"factor\" must be a number in [1, 1024] for " +
+                  type + " scaling");
+    }
+    r.factor = f->get<double>();
+    return r;
   }
-  if (type != "default") {
-    throw Error(src + ": " + key + " " + rs->dump() +
-                " is not supported (Llama-2 uses plain RoPE; allowed: rope_type \"default\")");
+  const std::string name = type == "yarn"                       ? " (YaRN)"
+                           : type == "llama3"                   ? " (Llama 3.1's scaling)"
+                           : type == "longrope" || type == "su" ? " (LongRoPE)"
+                                                                : "";
+  throw Error(where + " " + rs->dump() + ": rope type \"" + type + "\"" + name +
+              " is not supported (allowed: \"linear\", \"dynamic\", \"default\")");
+}
+
+// rope_scaling and rope_parameters (transformers >= 5 writes the type there); both may be given
+// only if they agree.
+RopeScaling parse_rope(const json& j, const std::string& src) {
+  const RopeScaling a = parse_rope_scaling(j, "rope_scaling", src);
+  const RopeScaling b = parse_rope_scaling(j, "rope_parameters", src);
+  if (a.type != RopeScalingType::kNone && b.type != RopeScalingType::kNone &&
+      (a.type != b.type || a.factor != b.factor)) {
+    throw Error(src + ": rope_scaling " + j.at("rope_scaling").dump() + " and rope_parameters " +
+                j.at("rope_parameters").dump() + " disagree");
   }
+  return a.type != RopeScalingType::kNone ? a : b;
 }
 
 }  // namespace
@@ -90,8 +119,7 @@ ModelConfig parse_model_config(const json& j, const std::string& src) {
   if (auto rp = j.find("rope_parameters"); rp != j.end() && rp->is_object()) {
     c.rope_theta = get_float(*rp, "rope_theta", src + " rope_parameters", c.rope_theta);
   }
-  reject_rope_scaling(j, "rope_scaling", src);
-  reject_rope_scaling(j, "rope_parameters", src);
+  c.rope_scaling = parse_rope(j, src);
   if (auto it = j.find("tie_word_embeddings"); it != j.end() && !it->is_null()) {
     if (!it->is_boolean()) throw Error(src + ": \"tie_word_embeddings\" must be true or false");
     c.tie_word_embeddings = it->get<bool>();
@@ -130,6 +158,16 @@ ModelConfig parse_model_config(const json& j, const std::string& src) {
     throw Error(src + ": num_attention_heads (" + std::to_string(c.num_heads) +
                 ") must be a multiple of num_key_value_heads (" + std::to_string(c.num_kv_heads) +
                 ")");
+  }
+  if (c.rope_scaling.type == RopeScalingType::kDynamic) {
+    // The context the engine admits: NTK scaling's target length (positions are int32).
+    c.rope_scaling.original_max_position_embeddings = c.max_position_embeddings;
+    const double longest = c.max_position_embeddings * c.rope_scaling.factor;
+    if (longest > (1 << 28)) {
+      throw Error(src + ": max_position_embeddings x rope_scaling factor (" +
+                  std::to_string(longest) + ") is above 2^28 tokens");
+    }
+    c.max_position_embeddings = static_cast<int>(longest);
   }
   if (!(c.rms_norm_eps > 0.0)) throw Error(src + ": \"rms_norm_eps\" must be > 0");
   if (!(c.rope_theta > 0.0)) throw Error(src + ": \"rope_theta\" must be > 0");
@@ -172,6 +210,18 @@ ModelConfig load_model_config(const std::string& model_dir) {
       path);
 }
 
+nlohmann::json rope_scaling_to_json(const RopeScaling& r) {
+  switch (r.type) {
+    case RopeScalingType::kNone:
+      return nullptr;
+    case RopeScalingType::kLinear:
+      return json{{"rope_type", "linear"}, {"type", "linear"}, {"factor", r.factor}};
+    case RopeScalingType::kDynamic:
+      return json{{"rope_type", "dynamic"}, {"type", "dynamic"}, {"factor", r.factor}};
+  }
+  return nullptr;
+}
+
 nlohmann::json model_config_to_json(const ModelConfig& c) {
   return json{{"architectures", {"LlamaForCausalLM"}},
               {"model_type", "llama"},
@@ -183,8 +233,10 @@ nlohmann::json model_config_to_json(const ModelConfig& c) {
               {"vocab_size", c.vocab_size},
               {"rms_norm_eps", c.rms_norm_eps},
               {"rope_theta", c.rope_theta},
-              {"rope_scaling", nullptr},
-              {"max_position_embeddings", c.max_position_embeddings},
+              {"rope_scaling", rope_scaling_to_json(c.rope_scaling)},
+              {"max_position_embeddings", c.rope_scaling.type == RopeScalingType::kDynamic
+                                              ? c.rope_scaling.original_max_position_embeddings
+                                              : c.max_position_embeddings},
               {"tie_word_embeddings", c.tie_word_embeddings},
               {"bos_token_id", c.bos_token_id},
               {"eos_token_id", c.eos_token_id},

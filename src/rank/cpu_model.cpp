@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/check.h"
+#include "common/rope_frequencies.h"
 #include "rank/comm.h"
 #include "rank/cpu_ops.h"
 #include "rank/fp8_checkpoint.h"
@@ -50,7 +51,7 @@ class CpuModel final : public ModelRunner {
  public:
   CpuModel(const ModelConfig& c, const ShardPlan& s, const WeightStore& w, Comm& comm, int threads,
            CpuSplit split)
-      : c_(c), s_(s), comm_(comm), split_(split), pool_(threads) {
+      : c_(c), s_(s), comm_(comm), inv_freq_(rope_inv_freq(c)), split_(split), pool_(threads) {
     for (int r = 0; r < s.tp; ++r) all_shards_.push_back(make_shard_plan(c, s.tp, r));
     const int H = c.hidden_size, d = s.head_dim, nq = s.num_heads * d, nkv = s.num_kv_heads * d;
     const int F = s.ffn_size;
@@ -251,7 +252,27 @@ class CpuModel final : public ModelRunner {
     g->r0 = r0;
     g->r1 = r0 + static_cast<int>(g->head_rows.size());
     const std::vector<int32_t> positions = cpu::plan_positions(*p);
-    g->rope = cpu::rope_table(positions.data(), g->t1 - g->t0, s_.head_dim, c_.rope_theta);
+    g->rope = rope_table_for(*p, positions);
+  }
+
+  // RoPE's (cos, sin) for the tokens of `p`: the model's frequencies, or under dynamic NTK those
+  // of each sequence's length after this step for a sequence past the original length
+  // (common/rope_frequencies.h).
+  cpu::RopeTable rope_table_for(const StepPlan& p, const std::vector<int32_t>& positions) const {
+    const int n = static_cast<int>(positions.size());
+    bool rescaled = false;
+    for (const SeqStep& sq : p.seqs)
+      rescaled = rescaled || rope_rescaled(c_, sq.pos_begin + sq.n_tokens);
+    if (!rescaled) return cpu::rope_table(positions.data(), n, s_.head_dim, inv_freq_.data(), 0);
+    const size_t half = inv_freq_.size();
+    std::vector<float> per_token;  // [n, half]
+    per_token.reserve(static_cast<size_t>(n) * half);
+    for (const SeqStep& sq : p.seqs) {
+      const std::vector<float> f = rope_inv_freq(c_, sq.pos_begin + sq.n_tokens);
+      for (int t = 0; t < sq.n_tokens; ++t) per_token.insert(per_token.end(), f.begin(), f.end());
+    }
+    return cpu::rope_table(positions.data(), n, s_.head_dim, per_token.data(),
+                           static_cast<int64_t>(half));
   }
 
   // Sequence groups for this step: one per thread when splitting by sequence pays (see
@@ -438,6 +459,7 @@ class CpuModel final : public ModelRunner {
   uint64_t params_ = 0;            // parameters of the shard, as the planner counts them
   std::vector<CpuLayer> layers_;
   std::vector<int> kv_head_of_;  // [heads_local] local KV head of each local query head
+  std::vector<float> inv_freq_;  // [head_dim / 2] RoPE's frequencies (all but rescaled sequences)
   CpuSplit split_;
   bool weights_fit_l2_ = false;  // the projections and head fit in one core's L2 cache
   ThreadPool pool_;

@@ -192,19 +192,27 @@ void linear(const float* x, const float* w, int rows, int in, int out_features, 
 }
 
 RopeTable rope_table(const int32_t* positions, int n_tokens, int head_dim, double theta) {
-  RopeTable t;
-  t.half = head_dim / 2;
   // HF builds inv_freq and the angles in fp32; doing the same keeps long positions bit-close.
-  std::vector<float> inv_freq(t.half);
-  for (int i = 0; i < t.half; ++i) {
+  std::vector<float> inv_freq(static_cast<size_t>(head_dim / 2));
+  for (int i = 0; i < head_dim / 2; ++i) {
     inv_freq[i] = 1.0f / std::pow(static_cast<float>(theta),
                                   static_cast<float>(2 * i) / static_cast<float>(head_dim));
   }
+  return rope_table(positions, n_tokens, head_dim, inv_freq.data(), 0);
+}
+
+RopeTable rope_table(const int32_t* positions, int n_tokens, int head_dim, const float* inv_freq,
+                     int64_t inv_freq_stride) {
+  RopeTable t;
+  t.half = head_dim / 2;
   t.cos.resize(static_cast<size_t>(n_tokens) * t.half);
   t.sin.resize(t.cos.size());
   for (int tok = 0; tok < n_tokens; ++tok) {
+    const float* f = inv_freq + tok * inv_freq_stride;
     for (int i = 0; i < t.half; ++i) {
-      const float angle = static_cast<float>(positions[tok]) * inv_freq[i];
+      // An fp32 angle, as HF forms it; cos and sin in double, rounded once (kernels/rope_kv.cu's
+      // table does the same, so the GPU rotates by the same numbers).
+      const float angle = static_cast<float>(positions[tok]) * f[i];
       t.cos[static_cast<size_t>(tok) * t.half + i] =
           static_cast<float>(std::cos(static_cast<double>(angle)));
       t.sin[static_cast<size_t>(tok) * t.half + i] =

@@ -55,6 +55,10 @@ struct RopeTable {
   std::vector<float> cos, sin;  // [n_tokens, head_dim / 2]
 };
 RopeTable rope_table(const int32_t* positions, int n_tokens, int head_dim, double theta);
+// The same with the inverse frequencies given (common/rope_frequencies.h): token t rotates by
+// positions[t] * inv_freq[t * inv_freq_stride + i]; stride 0 shares one set [head_dim / 2].
+RopeTable rope_table(const int32_t* positions, int n_tokens, int head_dim, const float* inv_freq,
+                     int64_t inv_freq_stride);
 
 // Rotary embedding, HF rotate-half convention: for i < d/2, (x_i, x_{i+d/2}) is rotated by the
 // table's angle. x: [n_tokens, n_heads, head_dim] in place.

@@ -18,6 +18,13 @@
 //   token): it is reported, forgiven, and the rest of that continuation is not compared (the two
 //   sequences no longer share a prefix).
 //
+// A fixture with "config_overrides" (tests/reference/make_rope_fixtures.py: rope_scaling) runs the
+// model with those config.json keys changed. Under dynamic NTK scaling a position's logits depend
+// on how its sequence was run, so the fixture holds transformers' prefills of each prefix
+// ("logits": the full-prefill path and the logprobs requests), its token-by-token decode
+// ("decode_logits") and its chunks of 5 ("chunk5_logits"); the mixed and prefix-hit paths, whose
+// rows come from other lengths, are not run, and the greedy run with prefix caching has none.
+//
 // The last line is machine-readable (tests/reference/gpu_check.sh collects it):
 //   RESULT model=.. backend=.. dtype=.. np=.. max_abs_diff=.. tolerance=.. compared=..
 //   (dtype is e.g. "fp16", or "fp16+kv-fp8_e4m3" when the KV cache has its own element type)
@@ -121,12 +128,15 @@ struct ExpectedLogits {
   std::map<int, size_t> row_of;  // position -> row index
 };
 
-ExpectedLogits expected_logits(const json& prompt, int n_ids) {
+// The rows under `key` with their positions under `positions_key` (absent: every position).
+ExpectedLogits expected_logits(const json& prompt, int n_ids, const char* key = "logits",
+                               const char* positions_key = "logit_positions") {
   ExpectedLogits e;
-  e.rows = &prompt.at("logits");
-  const std::string where = "fixture prompt " + prompt.value("name", std::string("?"));
-  if (prompt.contains("logit_positions")) {
-    const auto positions = prompt["logit_positions"].get<std::vector<int>>();
+  e.rows = &prompt.at(key);
+  const std::string where =
+      "fixture prompt " + prompt.value("name", std::string("?")) + " \"" + key + "\"";
+  if (prompt.contains(positions_key)) {
+    const auto positions = prompt[positions_key].get<std::vector<int>>();
     if (positions.size() != e.rows->size()) {
       throw llama2::Error(where + ": " + std::to_string(positions.size()) +
                           " logit_positions but " + std::to_string(e.rows->size()) + " logit rows");
@@ -249,6 +259,16 @@ std::vector<std::pair<int, std::vector<float>>> run_prefix_hit(llama2::RankEngin
   return out;
 }
 
+// The model's config.json with the fixture's "config_overrides" merged in (the rope_scaling
+// fixtures of make_rope_fixtures.py, made from the same merge), through the engine's parser.
+llama2::ModelConfig fixture_config(const std::string& model_dir, const json& fixture) {
+  if (!fixture.contains("config_overrides")) return llama2::load_model_config(model_dir);
+  std::ifstream in(model_dir + "/config.json");
+  json j = json::parse(in);
+  for (const auto& [key, value] : fixture["config_overrides"].items()) j[key] = value;
+  return llama2::parse_model_config(j, model_dir + "/config.json + the fixture's overrides");
+}
+
 // Compares the rows the fixture has; positions it does not store are skipped.
 void compare(const ExpectedLogits& expected,
              const std::vector<std::pair<int, std::vector<float>>>& got, Stats* stats) {
@@ -316,7 +336,10 @@ int run(int argc, char** argv, int rank, int size) {
   std::ifstream in(opt.fixture_path);
   if (!in) throw llama2::Error("cannot open fixture " + opt.fixture_path);
   const json fixture = json::parse(in);
-  const llama2::ModelConfig config = llama2::load_model_config(opt.model_dir);
+  const llama2::ModelConfig config = fixture_config(opt.model_dir, fixture);
+  // Dynamic NTK RoPE: a position's logits depend on how its sequence was run (the fixture holds
+  // transformers' runs that the engine's paths repeat; make_rope_fixtures.py).
+  const bool dynamic = config.rope_scaling.type == llama2::RopeScalingType::kDynamic;
   const std::string model = fixture["model"].get<std::string>();
 
   int max_len = 0;
@@ -354,15 +377,25 @@ int run(int argc, char** argv, int rank, int size) {
       std::printf("%s/%s: tokenizer ids %s the reference\n", model.c_str(), name.c_str(),
                   same ? "match" : "DIFFER from");
     }
-    const ExpectedLogits expected = expected_logits(p, static_cast<int>(ids.size()));
+    const int n = static_cast<int>(ids.size());
+    const ExpectedLogits expected = expected_logits(p, n);
     Stats one;
-    compare(expected, run_chunks(engine, blocks, ids, 1), &one);
-    compare(expected, run_chunks(engine, blocks, ids, static_cast<int>(ids.size())), &one);
-    compare(expected, run_chunks(engine, blocks, ids, 5), &one);
-    compare(expected, run_mixed(engine, blocks, ids, true), &one);
-    compare(expected, run_mixed(engine, blocks, ids, false), &one);
+    if (dynamic) {
+      // "logits" are prefills of each prefix; token by token and chunks of 5 have rows of their
+      // own. No mixed steps or prefix hit: their rows were computed at other lengths.
+      compare(expected_logits(p, n, "decode_logits", ""), run_chunks(engine, blocks, ids, 1), &one);
+      compare(expected, run_chunks(engine, blocks, ids, n), &one);
+      compare(expected_logits(p, n, "chunk5_logits", "chunk5_positions"),
+              run_chunks(engine, blocks, ids, 5), &one);
+    } else {
+      compare(expected, run_chunks(engine, blocks, ids, 1), &one);
+      compare(expected, run_chunks(engine, blocks, ids, n), &one);
+      compare(expected, run_chunks(engine, blocks, ids, 5), &one);
+      compare(expected, run_mixed(engine, blocks, ids, true), &one);
+      compare(expected, run_mixed(engine, blocks, ids, false), &one);
+    }
     Stats hit;  // the prefix-hit path alone, also reported on its own
-    compare(expected, run_prefix_hit(engine, blocks, ids), &hit);
+    if (!dynamic) compare(expected, run_prefix_hit(engine, blocks, ids), &hit);
     one.max_diff = std::max(one.max_diff, hit.max_diff);
     one.compared += hit.compared;
     hit_stats.max_diff = std::max(hit_stats.max_diff, hit.max_diff);

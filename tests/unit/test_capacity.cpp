@@ -15,6 +15,7 @@
 #include "common/model_config.h"
 #include "common/shard_plan.h"
 #include "rank/weight_layout.h"
+#include "test_util.h"
 
 using llama2::CapacityPlan;
 using llama2::CapacityRequest;
@@ -61,6 +62,25 @@ TEST_SUITE("capacity") {
     CHECK(c70.head_dim() == 128);
     CHECK(c70.max_position_embeddings == 4096);
     CHECK_FALSE(c70.tie_word_embeddings);
+  }
+
+  TEST_CASE("CodeLlama presets: the published parameter counts, 34B's GQA shape") {
+    // Published totals of codellama/CodeLlama-{7b,34b}-hf (model.safetensors.index.json
+    // total_size / 2): 7B's 16 infilling tokens add 2 x 16 x 4096 to Llama-2-7B's count.
+    CHECK(plan("codellama-7b", 1, 80 * kGiB).model_weight_bytes == 6738546688ull * kFp16);
+    CHECK(plan("codellama-34b", 1, 80 * kGiB).model_weight_bytes == 33743970304ull * kFp16);
+    const ModelConfig c34 = llama2::preset_config("codellama-34b");
+    CHECK(c34.num_heads == 64);
+    CHECK(c34.num_kv_heads == 8);
+    CHECK(c34.vocab_size == 32000);
+    CHECK(c34.rope_theta == 1000000.0);
+    CHECK(c34.max_position_embeddings == 16384);
+    CHECK(llama2::preset_config("codellama-13b").vocab_size == 32016);
+    // 8 KV heads: TP 16 replicates them; 64 heads allow 1, 2, 4, 8, 16, 32, 64.
+    CHECK(llama2::valid_tp_degrees(c34, 64) == std::vector<int>{1, 2, 4, 8, 16, 32, 64});
+    CHECK(plan("codellama-34b", 8, 80 * kGiB).kv_heads_per_gpu == 1);
+    const std::string msg = llama2::test::error_of([] { llama2::preset_config("codellama-70b"); });
+    CHECK(llama2::test::contains(msg, "codellama-34b"));
   }
 
   // Weight expressions read: fp16 bytes * (embedding + LM head + layers * per-layer + final norm).

@@ -11,6 +11,7 @@
 
 #include "common/check.h"
 #include "common/model_config.h"
+#include "common/rope_frequencies.h"
 #include "test_util.h"
 
 using llama2::ModelConfig;
@@ -287,29 +288,116 @@ TEST_SUITE("model_config") {
 
   TEST_CASE("unsupported rope_scaling and hidden_act") {
     check_error_names(
-        with(minimal_json(), "rope_scaling", json{{"type", "linear"}, {"factor", 2.0}}),
-        {"rope_scaling", "linear", "not supported"});
-    check_error_names(
         with(minimal_json(), "rope_scaling",
              json{{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}}),
-        {"rope_scaling", "llama3"});
+        {"rope_scaling", "llama3", "Llama 3.1", "not supported"});
+    check_error_names(
+        with(minimal_json(), "rope_scaling",
+             json{{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 4096}}),
+        {"rope_scaling", "\"yarn\" (YaRN)", "not supported"});
+    check_error_names(with(minimal_json(), "rope_scaling", json{{"type", "longrope"}}),
+                      {"rope_scaling", "longrope"});
     check_error_names(with(minimal_json(), "rope_scaling", json{{"factor", 2.0}}),
                       {"rope_scaling"});
     check_error_names(with(minimal_json(), "rope_scaling", "dynamic"), {"rope_scaling"});
+    for (const json& factor : {json(0.5), json("2"), json(nullptr), json(2000.0)}) {
+      check_error_names(
+          with(minimal_json(), "rope_scaling", json{{"type", "linear"}, {"factor", factor}}),
+          {"rope_scaling", "factor"});
+    }
     check_error_names(with(minimal_json(), "hidden_act", "gelu"), {"hidden_act", "gelu", "silu"});
     check_error_names(with(minimal_json(), "hidden_act", "relu"), {"hidden_act"});
   }
 
   // transformers >= 5 writes the scaling type into rope_parameters ({"rope_type": "llama3", ...});
   // accepting it would run a scaled-RoPE model with plain RoPE (silently wrong logits).
-  TEST_CASE("scaled RoPE given in rope_parameters is rejected") {
+  TEST_CASE("scaled RoPE given in rope_parameters") {
     check_error_names(
         with(minimal_json(), "rope_parameters",
              json{{"rope_type", "llama3"}, {"rope_theta", 500000.0}, {"factor", 8.0}}),
         {"rope_parameters", "llama3"});
-    check_error_names(with(minimal_json(), "rope_parameters",
-                           json{{"rope_type", "linear"}, {"rope_theta", 10000.0}, {"factor", 2.0}}),
-                      {"rope_parameters", "linear"});
+    const ModelConfig c = llama2::parse_model_config(
+        with(minimal_json(), "rope_parameters",
+             json{{"rope_type", "linear"}, {"rope_theta", 10000.0}, {"factor", 2.0}}),
+        kSrc);
+    CHECK(c.rope_scaling.type == llama2::RopeScalingType::kLinear);
+    CHECK(c.rope_scaling.factor == 2.0);
+    json both = with(minimal_json(), "rope_parameters",
+                     json{{"rope_type", "linear"}, {"rope_theta", 10000.0}, {"factor", 2.0}});
+    both["rope_scaling"] = json{{"type", "dynamic"}, {"factor", 2.0}};
+    check_error_names(both, {"rope_scaling", "rope_parameters", "disagree"});
+  }
+
+  TEST_CASE("rope_scaling linear and dynamic") {
+    const ModelConfig lin = llama2::parse_model_config(
+        with(llama2_7b_json(), "rope_scaling", json{{"type", "linear"}, {"factor", 4.0}}), kSrc);
+    CHECK(lin.rope_scaling.type == llama2::RopeScalingType::kLinear);
+    CHECK(lin.rope_scaling.factor == 4.0);
+    CHECK(lin.max_position_embeddings == 4096);  // linear configs state the stretched context
+    const ModelConfig dyn = llama2::parse_model_config(
+        with(llama2_7b_json(), "rope_scaling", json{{"rope_type", "dynamic"}, {"factor", 2.5}}),
+        kSrc);
+    CHECK(dyn.rope_scaling.type == llama2::RopeScalingType::kDynamic);
+    CHECK(dyn.rope_scaling.original_max_position_embeddings == 4096);
+    CHECK(dyn.max_position_embeddings == 10240);  // the context NTK scaling reaches: 4096 x 2.5
+    // Back to config.json: the original length and both spellings of the type.
+    const json j = llama2::model_config_to_json(dyn);
+    CHECK(j.at("max_position_embeddings") == 4096);
+    CHECK(j.at("rope_scaling").at("type") == "dynamic");
+    CHECK(j.at("rope_scaling").at("rope_type") == "dynamic");
+    CHECK(j.at("rope_scaling").at("factor") == 2.5);
+    const ModelConfig back = llama2::parse_model_config(json::parse(j.dump()), "roundtrip");
+    CHECK(back.max_position_embeddings == 10240);
+  }
+
+  // transformers' own values (modeling_rope_utils, torch 2.15 / transformers 5.25, fp32):
+  // ROPE_INIT_FUNCTIONS[type](LlamaConfig(hidden_size=64, num_attention_heads=8 or 4, ...), "cpu",
+  // seq_len=torch.tensor(L)).
+  TEST_CASE("RoPE frequencies equal transformers'") {
+    json j = with(minimal_json(), "hidden_size", 64);
+    j["num_attention_heads"] = 8;
+    j["rope_theta"] = 500000.0;
+    j["max_position_embeddings"] = 42;
+    j["rope_scaling"] = json{{"type", "dynamic"}, {"factor", 2.0}};
+    const ModelConfig dyn = llama2::parse_model_config(j, kSrc);
+    const std::vector<std::pair<int, std::vector<float>>> hf = {
+        {43, {1.0f, 0.03702738136053085f, 0.0013710270868614316f, 5.076554953120649e-05f}},
+        {60, {1.0f, 0.030594434589147568f, 0.0009360193507745862f, 2.8636979550356045e-05f}},
+        {84, {1.0f, 0.026074564084410667f, 0.0006798829417675734f, 1.7727652448229492e-05f}}};
+    for (const auto& [len, want] : hf) {
+      CAPTURE(len);
+      CHECK(llama2::rope_rescaled(dyn, len));
+      const std::vector<float> got = llama2::rope_inv_freq(dyn, len);
+      REQUIRE(got.size() == want.size());
+      for (size_t i = 0; i < want.size(); ++i)
+        CHECK(got[i] == doctest::Approx(want[i]).epsilon(3e-7));
+    }
+    // Up to the original length (and with seq_len 0) the frequencies are plain RoPE's.
+    CHECK_FALSE(llama2::rope_rescaled(dyn, 42));
+    CHECK(llama2::rope_inv_freq(dyn, 42) == llama2::rope_inv_freq(dyn));
+    j.erase("rope_scaling");
+    CHECK(llama2::rope_inv_freq(dyn, 42) ==
+          llama2::rope_inv_freq(llama2::parse_model_config(j, kSrc)));
+    CHECK_FALSE(llama2::rope_allows_prefix_caching(dyn));
+
+    j = with(minimal_json(), "hidden_size", 64);
+    j["num_attention_heads"] = 4;
+    j["rope_scaling"] = json{{"type", "linear"}, {"factor", 4.0}};
+    const ModelConfig lin = llama2::parse_model_config(j, kSrc);
+    const std::vector<float> want = {0.25f,
+                                     0.07905694097280502f,
+                                     0.02500000037252903f,
+                                     0.007905694656074047f,
+                                     0.0024999999441206455f,
+                                     0.0007905694656074047f,
+                                     0.0002500000118743628f,
+                                     7.905694656074047e-05f};
+    const std::vector<float> got = llama2::rope_inv_freq(lin, 100000);
+    REQUIRE(got.size() == want.size());
+    for (size_t i = 0; i < want.size(); ++i)
+      CHECK(got[i] == doctest::Approx(want[i]).epsilon(3e-7));
+    CHECK_FALSE(llama2::rope_rescaled(lin, 100000));
+    CHECK(llama2::rope_allows_prefix_caching(lin));
   }
 
   TEST_CASE("bos/eos outside the vocabulary name the key") {

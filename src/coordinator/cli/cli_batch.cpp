@@ -242,7 +242,7 @@ int run_batch(int argc, char** argv, int rank) {
   RankEngine& engine = *session.engine;
   if (!session.layout.leader()) return engine.worker_loop();
   if (rank != 0) return run_as_replica_leader(session);
-  if (!cl.args.count("quiet")) std::cerr << engine.startup_report() << std::flush;
+  if (!cl.args.count("quiet")) std::cerr << engine.startup_report() << session.notes << std::flush;
 
   const std::unique_ptr<ReplicaLink> link = open_front_link(session);
   int code = 0;

@@ -177,7 +177,7 @@ int run_generate(int argc, char** argv, int rank) {
   RankEngine& engine = *session.engine;
   if (rank != 0) return engine.worker_loop();
   const bool quiet = cl.args.count("quiet") > 0, json_out = cl.args.count("json") > 0;
-  if (!quiet) std::cerr << engine.startup_report() << std::flush;
+  if (!quiet) std::cerr << engine.startup_report() << session.notes << std::flush;
 
   const auto t_gen = Clock::now();
   const Generated result = generate_one(session, prompt, params, json_out);

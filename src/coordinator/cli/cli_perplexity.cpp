@@ -217,7 +217,7 @@ int run_perplexity(int argc, char** argv, int rank) {
   RankEngine& engine = *session.engine;
   if (rank != 0) return engine.worker_loop();
   if (!cl.args.count("quiet") && !cl.args.count("json")) {
-    std::cerr << engine.startup_report() << std::flush;
+    std::cerr << engine.startup_report() << session.notes << std::flush;
   }
   if (session.num_blocks < in.kv_blocks()) {
     engine.shutdown(1);  // the workers leave their loop; this rank reports

@@ -29,7 +29,8 @@ cxxopts::Options plan_options() {
   // clang-format off
   opts.add_options()
       ("m,model", "Model directory (its config.json is read)", cxxopts::value<std::string>())
-      ("preset", "Official Llama-2 shapes instead of --model: 7b | 13b | 70b",
+      ("preset", "Official shapes instead of --model: 7b | 13b | 70b (Llama-2) | codellama-7b | "
+       "codellama-13b | codellama-34b",
        cxxopts::value<std::string>())
       ("tp", "Tensor-parallel degree (GPUs per replica)", cxxopts::value<int>()->default_value("1"))
       ("dp", "Data-parallel replicas (the job runs tp x dp GPUs, `mpirun -np tp*dp ... --tp tp`): "

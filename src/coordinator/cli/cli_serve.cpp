@@ -188,7 +188,9 @@ int serve_on_rank0(Session& session, ServeSettings s, std::unique_ptr<HttpFront>
   const EngineConfig& settings = session.settings;
   // Null on a dedicated front (--dedicated-front): every replica is then remote.
   RankEngine* engine = session.engine.get();
-  if (!s.quiet && engine != nullptr) std::cerr << engine->startup_report() << std::flush;
+  if (!s.quiet && engine != nullptr) {
+    std::cerr << engine->startup_report() << session.notes << std::flush;
+  }
   s.server.max_piece_bytes =
       max_piece_bytes_for_bound(settings.model_dir + "/tokenizer.model", *session.tokenizer);
   ServeMetrics metrics;

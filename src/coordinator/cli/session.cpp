@@ -7,6 +7,7 @@
 
 #include "common/capacity.h"
 #include "common/check.h"
+#include "common/rope_frequencies.h"
 #include "rank/local_rank.h"
 
 namespace llama2 {
@@ -36,6 +37,12 @@ void SessionStart::plan_replicas(int tp, bool dedicated_front) {
 void SessionStart::load_model() {
   step([&] {
     model = cfg.synthetic.empty() ? load_model_config(cfg.model_dir) : preset_config(cfg.synthetic);
+    if (cfg.prefix_caching && !rope_allows_prefix_caching(model)) {
+      cfg.prefix_caching = false;
+      notes +=
+          "prefix caching off: dynamic RoPE scaling rotates each sequence's keys for its own "
+          "length, so cached blocks cannot serve another sequence\n";
+    }
     if (rank_ != 0 && !layout.leader()) return;
     tokenizer = std::make_unique<Tokenizer>(cfg.model_dir + "/tokenizer.model");
     if (tokenizer->vocab_size() > model.vocab_size) {
@@ -54,6 +61,7 @@ Session open_engine(SessionStart&& start, int kv_blocks) {
   s.config = std::move(start.model);
   s.tokenizer = std::move(start.tokenizer);
   s.layout = start.layout;
+  s.notes = std::move(start.notes);
   const ReplicaLayout& l = s.layout;
   const bool engine = !l.front_only();
   MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, engine ? l.replica : MPI_UNDEFINED, l.replica_rank,

@@ -38,6 +38,9 @@ struct Session {
   int block_size = 16;
   int num_blocks = 0;   // what the engine allocated
   double load_s = 0.0;  // from the start of the session to a loaded engine
+  // Lines for the start-up report after the engine's (rank 0): what the session decided from
+  // the model's files, e.g. prefix caching turned off under dynamic RoPE scaling.
+  std::string notes;
 };
 
 // The steps before the engine opens, with the first failure held (not thrown) until open_engine.
@@ -66,7 +69,8 @@ class SessionStart {
   // With `dedicated_front`, world rank 0 runs no engine (serve --dedicated-front).
   void plan_replicas(int tp, bool dedicated_front = false);
   // Every rank: config.json (or cfg's --synthetic preset); world rank 0 and the replica leaders
-  // also load tokenizer.model and check it against the model's vocabulary.
+  // also load tokenizer.model and check it against the model's vocabulary. Turns prefix caching
+  // off (with a note) where the model's RoPE does not allow it.
   void load_model();
 
   int rank() const { return rank_; }
@@ -77,6 +81,7 @@ class SessionStart {
   ModelConfig model;
   ReplicaLayout layout;                  // one replica unless plan_replicas said otherwise
   std::unique_ptr<Tokenizer> tokenizer;  // rank 0 and replica leaders, after load_model
+  std::string notes;                     // Session::notes, collected by the steps
 
  private:
   int rank_;

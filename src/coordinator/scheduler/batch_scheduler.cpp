@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "common/check.h"
+#include "common/rope_frequencies.h"
 #include "coordinator/scheduler/logprobs.h"
 #include "coordinator/scheduler/sampler.h"
 #include "coordinator/text/stop_matcher.h"
@@ -48,6 +49,9 @@ BatchScheduler::BatchScheduler(StepExecutor& exec, const Tokenizer& tok, const M
                                BlockAllocator& blocks, SchedulerOptions opts)
     : exec_(exec), tok_(tok), config_(config), blocks_(blocks), opts_(opts) {
   LLAMA2_CHECK(opts_.max_batch_size > 0 && opts_.prefill_chunk > 0);
+  // Dynamic NTK RoPE: no block serves another sequence (common/rope_frequencies.h); the commands
+  // turn the option off and say so at start-up (start_session).
+  opts_.prefix_caching = opts_.prefix_caching && rope_allows_prefix_caching(config);
   running_.reserve(static_cast<size_t>(opts_.max_batch_size));
 }
 

@@ -35,6 +35,7 @@
 #include "rank/cuda/nccl_comm.h"
 #include "rank/cuda/one_row_fusion.h"
 #include "rank/cuda/op_profiler.h"
+#include "rank/cuda/rope_tables.h"
 #include "rank/cuda/score_head.cuh"
 #include "rank/logits_gather.h"
 #include "rank/model_runner.h"
@@ -78,15 +79,8 @@ class CudaModel final : public ModelRunner {
     cublas_ws_ = DeviceBuffer(kCublasWorkspace, "cuBLAS workspace");
     CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_ws_.as<void>(), kCublasWorkspace));
     allocate_activations();
-    freqs_ = kernels::make_rope_freqs(s.head_dim, c.rope_theta);
-    // (cos, sin) for every position a sequence can reach, computed once on the host.
-    std::vector<float2> table(static_cast<size_t>(o.max_seq_len) * s.head_dim / 2);
-    kernels::make_rope_table(freqs_, o.max_seq_len, table.data());
-    rope_table_ = DeviceBuffer(table.size() * sizeof(float2), "RoPE table");
-    CUDA_CHECK(cudaMemcpy(rope_table_.as<void>(), table.data(), rope_table_.bytes(),
-                          cudaMemcpyHostToDevice));
-    freqs_.table = rope_table_.as<float2>();
-    freqs_.table_positions = o.max_seq_len;
+    rope_ = std::make_unique<RopeTables>(c_, s.head_dim, o.max_seq_len, o.max_step_tokens);
+    rope_step_ = rope_->position_table();
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, p.device));
     device_name_ = prop.name;
@@ -105,7 +99,7 @@ class CudaModel final : public ModelRunner {
     }
     one_row_ = one_row_fusion<T>(o.knobs, s.tp, *linear_, weights_.layers[0], x_.as<T>(),
                                  h_.as<T>(), attn_.as<T>(), act_.as<T>(), c.hidden_size,
-                                 s.num_heads * d, s.ffn_size, freqs_.table != nullptr);
+                                 s.num_heads * d, s.ffn_size, rope_->freqs().table != nullptr);
     // The tuning knobs (common/tuning_knobs.h), parsed once at start-up.
     kernels::set_programmatic_launch(o.knobs.pdl);
     kernels::set_gemv_prefetch_budget(int64_t{o.knobs.gemv_prefetch_kb} << 10);
@@ -227,6 +221,7 @@ class CudaModel final : public ModelRunner {
     CUDA_CHECK(cudaMemcpyAsync(meta_dev_.as<void>(), meta_host_.as<void>(),
                                shape.words_used * sizeof(int32_t), cudaMemcpyHostToDevice,
                                stream_));
+    rope_step_ = rope_->rescaled(plan) ? rope_->upload(plan, stream_) : rope_->position_table();
     body(shape);
     const DeviceBuffer& head = c_.tie_word_embeddings ? weights_.embed : weights_.lm_head;
     score_head_->run(h_.as<T>(), head.as<T>(), TypeInfo<T>::kCuda, plan.total_tokens(),
@@ -239,7 +234,9 @@ class CudaModel final : public ModelRunner {
     const int S = static_cast<int>(plan.seqs.size());
     const int rows = plan.logit_rows();
     if (S == 0) return;
-    const int bucket = is_decode_step(plan) && prof_ == nullptr ? graph_bucket(S) : 0;
+    // A step with a dynamically rescaled sequence reads another RoPE table: no graph.
+    const bool rescaled = rope_->rescaled(plan);
+    const int bucket = !rescaled && is_decode_step(plan) && prof_ == nullptr ? graph_bucket(S) : 0;
     const StepShape shape = fill_step_metadata(plan, layout_, bucket, meta_host_.as<int32_t>(),
                                                bucket > 0 ? context_bucket(plan) : 0);
     // The previous step's copy has completed (forward ends with a stream wait), so the pinned
@@ -247,6 +244,7 @@ class CudaModel final : public ModelRunner {
     CUDA_CHECK(cudaMemcpyAsync(meta_dev_.as<void>(), meta_host_.as<void>(),
                                shape.words_used * sizeof(int32_t), cudaMemcpyHostToDevice,
                                stream_));
+    rope_step_ = rescaled ? rope_->upload(plan, stream_) : rope_->position_table();
     if (bucket > 0) {
       graphs_.launch({shape.seqs, shape.max_context}, stream_, [&] { body(shape); });
     } else {
@@ -455,10 +453,11 @@ class CudaModel final : public ModelRunner {
       mark("qkv_gemm");
       kernels::ScaledSums qkv_sums;  // fp8 W8A8: the sums, scaled by the RoPE kernel
       T* q = qkv_.as<T>();           // rotated in place, or written from the sums
-      const kernels::RopeKvTokens tok{m.pos, m.slot, T_};
+      const kernels::RopeKvTokens tok{rope_step_.rows ? rope_step_.rows : m.pos, m.slot, T_};
+      const kernels::RopeFreqs& freqs = *rope_step_.freqs;
       if (fused || rope_in_gemv) {  // the norm and / or RoPE + the KV write in the GEMV
         const Fusion f{fused ? L.attn_norm.as<T>() : nullptr, eps, false,
-                       rope_in_gemv ? kernels::gemv_rope_kv<T>(cache(l), tok, s_.num_heads, freqs_)
+                       rope_in_gemv ? kernels::gemv_rope_kv<T>(cache(l), tok, s_.num_heads, freqs)
                                     : kernels::GemvRopeKv{}};
         linear_->matmul(fused ? x_.as<T>() : h_.as<T>(), L.qkv, q, 1, qkv_ld, H, f);
       } else if (q8.on()) {
@@ -470,10 +469,10 @@ class CudaModel final : public ModelRunner {
         mark("rope_kv");
         if (qkv_sums.on()) {
           CUDA_CHECK(kernels::launch_rope_kv_scaled(qkv_sums, qkv_ld, q, qkv_ld, s_.num_heads, tok,
-                                                    freqs_, cache(l), stream_));
+                                                    freqs, cache(l), stream_));
         } else {
           CUDA_CHECK(kernels::launch_rope_kv(q, qkv_ld, q + nq, qkv_ld, q + nq + nkv, qkv_ld,
-                                             s_.num_heads, tok, freqs_, cache(l), stream_));
+                                             s_.num_heads, tok, freqs, cache(l), stream_));
         }
       }
       mark("attention");
@@ -539,13 +538,13 @@ class CudaModel final : public ModelRunner {
   PinnedBuffer meta_host_;  // [layout_.words()] int32, filled per step
   DeviceBuffer meta_dev_;   // the same on the device
   DeviceMeta dm_{};
-  kernels::RopeFreqs freqs_;
+  std::unique_ptr<RopeTables> rope_;
+  RopeTables::Step rope_step_;  // what this step's RoPE launches read (set before body())
   KvCacheSpec kv_spec_;
   size_t layer_elems_ = 0;  // elements of one layer's K (or V) cache
   DeviceBuffer kv_;         // [layers][K, V][num_blocks, kv_local, block_size, head_dim]
   DeviceBuffer decode_ws_, prefill_ws_, cublas_ws_;
-  OneRowFusion one_row_;     // batch-1 GEMV fusions
-  DeviceBuffer rope_table_;  // [max_seq_len, head_dim / 2] (cos, sin)
+  OneRowFusion one_row_;  // batch-1 GEMV fusions
   // Activations, sized for max_step_tokens (T) and max_batch logit rows (R).
   DeviceBuffer x_, h_, partial_;                // [T, H]
   DeviceBuffer qkv_;                            // [T, q_local + 2 kv_local]
