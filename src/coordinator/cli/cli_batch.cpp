@@ -75,6 +75,7 @@ cxxopts::Options batch_options() {
   add_prefix_caching_options(opts);
   add_replica_options(opts);
   add_sampling_options(opts);
+  add_generation_config_option(opts);
   return opts;
 }
 
@@ -233,6 +234,7 @@ int run_batch(int argc, char** argv, int rank) {
   int kv_blocks = 0;  // rank 0: max-batch-size of the longest request
   start.on_rank0([&] {
     if (!(interval > 0)) throw Error("--progress-interval must be > 0 seconds");
+    apply_generation_config(cl.args, &start, &defaults);
     check_sampling_defaults(defaults, start.model);
     input = read_batch_input(cl.args, defaults, job_seed, start.model, *start.tokenizer,
                              start.cfg.block_size);

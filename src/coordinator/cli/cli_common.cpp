@@ -5,6 +5,7 @@
 #include <random>
 
 #include "common/check.h"
+#include "common/generation_config.h"
 
 namespace llama2 {
 namespace {
@@ -106,6 +107,48 @@ void add_prefix_caching_options(cxxopts::Options& opts) {
       "on | off: share the KV blocks of prompt prefixes already computed (kept until the cache "
       "needs the room, least recently used first); default on",
       cxxopts::value<std::string>())("no-prefix-caching", "Same as --prefix-caching off");
+}
+
+void add_generation_config_option(cxxopts::Options& opts) {
+  opts.add_options("Sampling")(
+      "generation-config",
+      "auto: the model's generation_config.json supplies the sampling defaults (temperature, "
+      "top_p, top_k, repetition_penalty, max_new_tokens) that the flags and requests do not set, "
+      "as vLLM does; ignore: the built-in defaults",
+      cxxopts::value<std::string>()->default_value("auto"));
+}
+
+void apply_generation_config(const cxxopts::ParseResult& r, SessionStart* start,
+                             SamplingParams* defaults) {
+  const std::string dir = start->cfg.model_dir;
+  if (parse_generation_config_mode(r["generation-config"].as<std::string>()) ==
+      GenerationConfigMode::kIgnore) {
+    start->notes += "sampling defaults: the built-in ones (--generation-config ignore)\n";
+    return;
+  }
+  GenerationDefaults g = load_generation_config(dir);
+  // A flag given on the command line wins over the file.
+  std::string overridden;
+  auto flag_wins = [&](auto& field, const char* flag) {
+    if (r.count(flag) == 0 || !field) return;
+    field.reset();
+    overridden += std::string(overridden.empty() ? "" : ", ") + "--" + flag;
+  };
+  flag_wins(g.temperature, "temperature");
+  flag_wins(g.top_p, "top-p");
+  flag_wins(g.top_k, "top-k");
+  flag_wins(g.repetition_penalty, "repetition-penalty");
+  flag_wins(g.max_new_tokens, "max-new-tokens");
+  g.apply_to(defaults);
+  std::string note = g.empty() ? "sampling defaults: the built-in ones (" +
+                                     std::string(g.source.empty() ? "no generation_config.json"
+                                                                  : "generation_config.json "
+                                                                    "sets none") +
+                                     ")"
+                               : "sampling defaults from generation_config.json: " + g.describe();
+  if (!overridden.empty()) note += " (" + overridden + " given on the command line)";
+  if (g.min_p) note += "; its min_p is not applied (no min-p sampling)";
+  start->notes += note + "\n";
 }
 
 void check_engine_flags(const CommandLine& cl) {

@@ -105,5 +105,13 @@ SamplingParams sampling_from_options(const cxxopts::ParseResult& r);
 // Error with validate_sampling's message when the command-line sampling defaults are invalid on
 // their own (a 1-token prompt stands in for any prompt).
 void check_sampling_defaults(const SamplingParams& defaults, const ModelConfig& model);
+// --generation-config auto|ignore (generate, batch, serve).
+void add_generation_config_option(cxxopts::Options& opts);
+// Rank 0, after load_model: `defaults` (sampling_from_options) with the model's
+// generation_config.json values (common/generation_config.h) for every sampling flag not given on
+// the command line, unless --generation-config ignore; adds the start-up note saying which
+// defaults apply. Error naming the file and key for a bad value.
+void apply_generation_config(const cxxopts::ParseResult& r, SessionStart* start,
+                             SamplingParams* defaults);
 
 }  // namespace llama2

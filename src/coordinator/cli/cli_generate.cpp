@@ -68,6 +68,7 @@ cxxopts::Options generate_options() {
       "json", "Print one JSON object (ids, text, finish reason, timings) instead of streaming");
   add_engine_options(opts);
   add_sampling_options(opts);
+  add_generation_config_option(opts);
   return opts;
 }
 
@@ -165,6 +166,7 @@ int run_generate(int argc, char** argv, int rank) {
   std::vector<int> prompt;  // rank 0
   int kv_blocks = 0;        // rank 0: what the prompt and its new tokens need
   start.on_rank0([&] {
+    apply_generation_config(cl.args, &start, &params);
     prompt = read_prompt(cl.args, start.model, *start.tokenizer);
     const std::string bad = validate_sampling(params, static_cast<int>(prompt.size()),
                                               start.model.max_position_embeddings);

@@ -88,6 +88,7 @@ cxxopts::Options serve_options() {
   add_prefix_caching_options(opts);
   add_replica_options(opts);
   add_sampling_options(opts);
+  add_generation_config_option(opts);
   add_http_options(opts);
   return opts;
 }
@@ -319,6 +320,7 @@ int run_serve(int argc, char** argv, int rank) {
   start.on_rank0([&] {
     validate_serve_settings(serve);
     validate_http_settings(serve.http);
+    apply_generation_config(cl.args, &start, &serve.defaults);
     check_sampling_defaults(serve.defaults, start.model);
     serve.max_seq_len = serve_max_seq_len(cl.args, start.model);
     kv_blocks =
