@@ -24,6 +24,7 @@ const char* kUsage =
     "  perplexity        teacher-forced log-likelihood of a text file (sliding windows)\n"
     "  make-test-model   write a small random model directory with its own tokenizer\n"
     "  convert-fp8       write a model's projections as an FP8 checkpoint (F8_E4M3 + scales)\n"
+    "  quantize          write a model's projections as a 4-bit AWQ or GPTQ checkpoint (RTN)\n"
     "  train-tokenizer   train a SentencePiece tokenizer (Llama conventions) on a corpus\n"
     "  plan              capacity planner: memory per GPU for a TP degree (no MPI needed)\n"
     "  client            send one request to a running `llama2 serve` (no MPI needed)\n";
@@ -68,6 +69,7 @@ int main(int argc, char** argv) {
     return run_local_command(llama2::run_make_test_model, sub_argc, sub_argv);
   }
   if (cmd == "convert-fp8") return run_local_command(llama2::run_convert_fp8, sub_argc, sub_argv);
+  if (cmd == "quantize") return run_local_command(llama2::run_quantize, sub_argc, sub_argv);
   if (cmd == "perplexity") return run_mpi_command(llama2::run_perplexity, sub_argc, sub_argv);
   if (cmd == "train-tokenizer") {
     return run_local_command(llama2::run_train_tokenizer, sub_argc, sub_argv);

@@ -68,6 +68,21 @@ uint64_t shard_weight_bytes(const ModelConfig& c, const ShardPlan& s, int dtype_
                                + H * q        // o_proj columns [H, q]
                                + 2 * ffn * H  // gate_proj, up_proj rows [ffn, H]
                                + H * ffn;     // down_proj columns [H, ffn]
+  if (linear_bytes == kInt4LinearBytes) {
+    // [n out, k in] packed: n k / 2 bytes, groups x n (fp16 scale + 4-bit zero), g_idx.
+    const bool gptq = c.quant.int4 == Int4Format::kGptq;
+    auto packed = [&](uint64_t n, uint64_t k) {
+      const uint64_t groups =
+          c.quant.group_size > 0 ? (k + c.quant.group_size - 1) / c.quant.group_size : 1;
+      return n * k / 2 + groups * n * 2 + groups * n / 2 + (gptq ? 4 * k : 0);
+    };
+    const uint64_t layer = packed(q, H) + 2 * packed(kv, H) + packed(H, q) + 2 * packed(ffn, H) +
+                           packed(H, ffn) + 2 * H * static_cast<uint64_t>(dtype_bytes);
+    const uint64_t vocab4 =
+        static_cast<uint64_t>(s.vocab_size) * H * (c.tie_word_embeddings ? 1 : 2);
+    return static_cast<uint64_t>(c.num_layers) * layer +
+           (vocab4 + H) * static_cast<uint64_t>(dtype_bytes);
+  }
   // Quantized projections: one fp32 scale per output row (q + 2 kv, H, 2 ffn, H rows).
   const uint64_t scales = q + 2 * kv + H + 2 * ffn + H;
   const uint64_t per_layer_bytes =
@@ -123,7 +138,11 @@ CapacityPlan plan_capacity(const ModelConfig& c, const CapacityRequest& req) {
         std::to_string(kv_bytes) + "-byte KV elements with " + std::to_string(req.dtype_bytes) +
         "-byte weights)");
   }
-  if (req.linear_bytes != 0 && (req.linear_bytes != 1 || req.dtype_bytes != 2)) {
+  if (req.linear_bytes == kInt4LinearBytes && c.quant.int4 == Int4Format::kNone) {
+    throw Error("4-bit projections are planned only for a 4-bit AWQ/GPTQ checkpoint");
+  }
+  if (req.linear_bytes != 0 && req.linear_bytes != kInt4LinearBytes &&
+      (req.linear_bytes != 1 || req.dtype_bytes != 2)) {
     throw Error(
         "--weight-dtype must be auto (same as --dtype) or fp8 / int8 (1 byte, fp16/bf16 "
         "models only) (got " +

@@ -27,12 +27,18 @@ constexpr int kMaxKvBlockSize = 1024;
 // Degrees up to which plan lists the valid TP degrees (the largest 8-GPU node times 8).
 constexpr int kPlanMaxTp = 64;
 
+// linear_bytes of a 4-bit AWQ/GPTQ checkpoint's projections as stored: half a byte per weight,
+// and per group of input rows and output column an fp16 scale and a 4-bit zero point (GPTQ adds
+// its int32 g_idx per input row).
+constexpr int kInt4LinearBytes = -4;
+
 // What to plan for. Defaults are the CLI's defaults.
 struct CapacityRequest {
   int tp = 1;                             // tensor-parallel degree = GPUs
   int dtype_bytes = 2;                    // weights: 2 fp16/bf16, 4 fp32
   int kv_dtype_bytes = 0;                 // KV cache: 0 same as dtype_bytes; 1 fp8 (e4m3)
-  int linear_bytes = 0;                   // projections: 0 same as dtype_bytes; 1 fp8/int8
+  int linear_bytes = 0;                   // projections: 0 same as dtype_bytes; 1 fp8/int8;
+                                          // kInt4LinearBytes: the checkpoint's 4-bit packing
   int block_size = 16;                    // tokens per KV block
   uint64_t gpu_mem_bytes = 80 * kGiB;     // memory of ONE GPU
   std::optional<uint64_t> reserve_bytes;  // held back per GPU; unset: default_reserve_bytes()

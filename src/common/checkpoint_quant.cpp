@@ -118,11 +118,93 @@ CheckpointQuant parse_compressed_tensors(const json& q, const std::string& sourc
   return out;
 }
 
+int int_field(const json& q, const char* key, const std::string& source, int fallback) {
+  const json* v = field(q, key);
+  if (v == nullptr) return fallback;
+  if (!v->is_number_integer()) refuse(source, key, *v, "an integer");
+  return v->get<int>();
+}
+
+bool bool_field(const json& q, const char* key, const std::string& source, bool fallback) {
+  const json* v = field(q, key);
+  if (v == nullptr) return fallback;
+  if (!v->is_boolean()) refuse(source, key, *v, "true, false");
+  return v->get<bool>();
+}
+
+// What AWQ and GPTQ share: 4 bits, a group size, no unquantized projections.
+void parse_int4_common(const json& q, const std::string& source, CheckpointQuant* out) {
+  if (const int bits = int_field(q, "bits", source, 4); bits != 4) {
+    refuse(source, "bits", bits, "4 (other widths are not read)");
+  }
+  if (const json* w = field(q, "w_bit"); w != nullptr && *w != 4) refuse(source, "w_bit", *w, "4");
+  out->group_size = int_field(q, "group_size", source, int_field(q, "q_group_size", source, 128));
+  if (out->group_size == 0 || out->group_size < -1 ||
+      (out->group_size > 0 && out->group_size % 8 != 0)) {
+    refuse(source, "group_size", out->group_size, "a positive multiple of 8, or -1");
+  }
+  if (const json* m = field(q, "modules_to_not_convert")) {
+    for (const json& name : *m) {
+      if (name != "lm_head") {
+        refuse(source, "modules_to_not_convert", *m,
+               "null, [] or [\"lm_head\"]: every projection must be 4-bit");
+      }
+    }
+  }
+}
+
+CheckpointQuant parse_awq(const json& q, const std::string& source) {
+  CheckpointQuant out;
+  out.method = "awq";
+  out.int4 = Int4Format::kAwq;
+  parse_int4_common(q, source, &out);
+  if (out.group_size < 0) refuse(source, "group_size", -1, "a positive multiple of 8 for AWQ");
+  if (const json* v = field(q, "version"); v != nullptr && *v != "gemm" && *v != "GEMM") {
+    refuse(source, "version", *v, "\"gemm\" (GEMV, Marlin and ExLlama layouts are not read)");
+  }
+  if (!bool_field(q, "zero_point", source, true)) {
+    refuse(source, "zero_point", false, "true");
+  }
+  return out;
+}
+
+CheckpointQuant parse_gptq(const json& q, const std::string& source) {
+  CheckpointQuant out;
+  out.method = "gptq";
+  out.int4 = Int4Format::kGptq;
+  parse_int4_common(q, source, &out);
+  out.sym = bool_field(q, "sym", source, true);
+  out.desc_act = bool_field(q, "desc_act", source, false);
+  const json* f = field(q, "checkpoint_format");
+  if (f != nullptr && *f != "gptq" && *f != "gptq_v2") {
+    refuse(source, "checkpoint_format", *f, "\"gptq\", \"gptq_v2\"");
+  }
+  out.gptq_v2 = f != nullptr && *f == "gptq_v2";
+  return out;
+}
+
 }  // namespace
 
 std::string CheckpointQuant::describe() const {
+  if (int4 != Int4Format::kNone) {
+    std::string s = std::string("4-bit ") + (int4 == Int4Format::kAwq ? "AWQ" : "GPTQ") +
+                    " (group " + (group_size < 0 ? std::string("-1") : std::to_string(group_size));
+    if (int4 == Int4Format::kGptq) {
+      s += std::string(sym ? ", sym" : ", asym") + (desc_act ? ", desc_act" : "") +
+           (gptq_v2 ? ", gptq_v2" : "");
+    }
+    return s + ")";
+  }
   if (!fp8) return "";
   return "fp8 e4m3 (" + method + (static_activations ? ", static activation scales" : "") + ")";
+}
+
+CheckpointQuant parse_quantize_config(const json& q, const std::string& source) {
+  if (!q.is_object()) refuse(source, "", q, "an object");
+  const json* method = field(q, "quant_method");
+  if (method == nullptr || *method == "gptq") return parse_gptq(q, source);
+  if (*method == "awq") return parse_awq(q, source);
+  refuse(source, "quant_method", *method, "\"gptq\", \"awq\"");
 }
 
 CheckpointQuant parse_checkpoint_quant(const json& config, const std::string& source) {
@@ -134,6 +216,8 @@ CheckpointQuant parse_checkpoint_quant(const json& config, const std::string& so
   if (method != nullptr && *method == "compressed-tensors") {
     return parse_compressed_tensors(*q, source);
   }
+  if (method != nullptr && *method == "awq") return parse_awq(*q, source);
+  if (method != nullptr && *method == "gptq") return parse_gptq(*q, source);
   if (method != nullptr && *method == "fbgemm_fp8") {
     // fbgemm's layout: per-row weight_scale [out, 1], activations per token at run time
     // (activation_scale_ub, fbgemm's clamp of a token's max, is not applied: per-token scales
@@ -145,8 +229,8 @@ CheckpointQuant parse_checkpoint_quant(const json& config, const std::string& so
   }
   refuse(
       source, "quant_method", method ? *method : json(),
-      "\"fp8\", \"compressed-tensors\" with fp8 weights, \"fbgemm_fp8\"; other checkpoints must be "
-      "fp32/fp16/bf16");
+      "\"fp8\", \"compressed-tensors\" with fp8 weights, \"fbgemm_fp8\", \"awq\", \"gptq\"; other "
+      "checkpoints must be fp32/fp16/bf16");
 }
 
 }  // namespace llama2

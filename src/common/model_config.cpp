@@ -203,11 +203,18 @@ ModelConfig load_model_config(const std::string& model_dir) {
     const json params = read_config_json(meta, "Meta's params.json");
     return parse_meta_params(params, meta, read_sentencepiece_info(model_dir + "/tokenizer.model"));
   }
-  return parse_model_config(
+  ModelConfig c = parse_model_config(
       read_config_json(path,
                        "is --model a Hugging Face Llama directory, or Meta's folder with "
                        "params.json?"),
       path);
+  // AutoGPTQ writes its settings to quantize_config.json, beside or instead of config.json's
+  // quantization_config (which wins when both exist).
+  const std::string gptq = model_dir + "/quantize_config.json";
+  if (c.quant.method.empty() && std::filesystem::exists(gptq, ec)) {
+    c.quant = parse_quantize_config(read_config_json(gptq, "AutoGPTQ's settings"), gptq);
+  }
+  return c;
 }
 
 nlohmann::json rope_scaling_to_json(const RopeScaling& r) {

@@ -12,6 +12,15 @@ int ShardPlan::kv_head_for(int local_head) const {
   return global_kv - kv_head_begin;
 }
 
+int int4_split_unit(const ModelConfig& c) {
+  const CheckpointQuant& q = c.quant;
+  if (q.int4 == Int4Format::kNone) return 1;
+  // Whole groups where a row's group is row / group_size (group_size is a multiple of 8, which
+  // also keeps AWQ's and the zero points' 8 packed output columns and GPTQ's 8 packed input rows
+  // whole); 8 rows otherwise (act-order groups, or one group over all rows).
+  return q.int4_contiguous_groups() && q.group_size > 0 ? q.group_size : 8;
+}
+
 std::string tp_invalid_reason(const ModelConfig& c, int tp) {
   if (tp < 1) return "tensor-parallel degree must be >= 1";
   if (c.num_heads % tp != 0) {
@@ -23,6 +32,25 @@ std::string tp_invalid_reason(const ModelConfig& c, int tp) {
            ") neither divides nor is divisible by " + std::to_string(tp);
   }
   if (c.intermediate_size < tp) return "intermediate_size is smaller than " + std::to_string(tp);
+  if (const int unit = int4_split_unit(c); unit > 1) {
+    const std::string what = c.quant.int4_contiguous_groups()
+                                 ? "4-bit groups of " + std::to_string(unit) + " input rows"
+                                 : "4-bit packing (8 rows per int32)";
+    if (c.intermediate_size % unit != 0) {
+      return "intermediate_size (" + std::to_string(c.intermediate_size) +
+             ") is not a multiple of the " + what;
+    }
+    const int o_cols = c.num_heads / tp * c.head_dim();
+    if (o_cols % unit != 0) {
+      return "each rank's " + std::to_string(o_cols) + " input columns of o_proj would cut its " +
+             what;
+    }
+    if (c.intermediate_size / unit < tp) {
+      return "down_proj's " + std::to_string(c.intermediate_size) + " input columns hold " +
+             std::to_string(c.intermediate_size / unit) + " units of " + what + ", fewer than " +
+             std::to_string(tp) + " ranks";
+    }
+  }
   if (c.vocab_size < tp) return "vocab_size is smaller than " + std::to_string(tp);
   return "";
 }
@@ -64,7 +92,12 @@ ShardPlan make_shard_plan(const ModelConfig& c, int tp, int rank) {
     s.kv_head_begin = rank / (tp / c.num_kv_heads);
   }
   s.total_kv_heads = c.num_kv_heads;
-  split_range(c.intermediate_size, tp, rank, &s.ffn_begin, &s.ffn_size);
+  // 4-bit checkpoints: the FFN columns go out in whole groups (unevenly when the group count
+  // does not divide: 7B's 86 groups of 128 at TP 4 are 22, 22, 21, 21).
+  const int unit = int4_split_unit(c);
+  split_range(c.intermediate_size / unit, tp, rank, &s.ffn_begin, &s.ffn_size);
+  s.ffn_begin *= unit;
+  s.ffn_size *= unit;
   split_range(c.vocab_size, tp, rank, &s.vocab_begin, &s.vocab_size);
   return s;
 }

@@ -29,7 +29,13 @@ struct ShardPlan {
   int kv_head_for(int local_head) const;
 };
 
-// "" when tp is a valid degree for the config, otherwise the reason (names heads/kv heads).
+// The FFN split unit (common/checkpoint_quant.h): 1 for 16-bit and fp8 checkpoints; for 4-bit
+// ones whole groups (contiguous groups) or 8 rows (GPTQ act order, group_size -1), so that no rank
+// cuts a group or a packed int32. o_proj's per-rank input columns must be multiples of it too.
+int int4_split_unit(const ModelConfig& c);
+
+// "" when tp is a valid degree for the config, otherwise the reason (names heads/kv heads, or
+// the 4-bit groups a degree would cut).
 std::string tp_invalid_reason(const ModelConfig& c, int tp);
 // Valid degrees in [1, max_tp], ascending.
 std::vector<int> valid_tp_degrees(const ModelConfig& c, int max_tp = 64);

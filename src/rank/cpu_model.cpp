@@ -13,6 +13,7 @@
 #include "rank/comm.h"
 #include "rank/cpu_ops.h"
 #include "rank/fp8_checkpoint.h"
+#include "rank/int4_checkpoint.h"
 #include "rank/logits_gather.h"
 #include "rank/model_runner.h"
 #include "rank/weight_layout.h"
@@ -27,10 +28,15 @@ uint64_t l2_cache_bytes() {
   return v > 0 ? static_cast<uint64_t>(v) : uint64_t{1} << 20;
 }
 
-// fp32 copies of the slice; the projections of an FP8 checkpoint dequantized (fp8_checkpoint.h).
-std::vector<float> load(const WeightStore& w, const TensorSlice& s) {
+// fp32 copies of the slice; the projections of an FP8 (fp8_checkpoint.h) or 4-bit
+// (int4_checkpoint.h) checkpoint dequantized.
+std::vector<float> load(const WeightStore& w, const ModelConfig& c, const TensorSlice& s) {
   std::vector<float> out(static_cast<size_t>(s.numel()));
-  read_slice_f32(w, s, out.data());
+  if (is_int4_slice(c, s)) {
+    read_int4_slice_f32(w, c, s, out.data());
+  } else {
+    read_slice_f32(w, s, out.data());
+  }
   return out;
 }
 
@@ -55,18 +61,18 @@ class CpuModel final : public ModelRunner {
     for (int r = 0; r < s.tp; ++r) all_shards_.push_back(make_shard_plan(c, s.tp, r));
     const int H = c.hidden_size, d = s.head_dim, nq = s.num_heads * d, nkv = s.num_kv_heads * d;
     const int F = s.ffn_size;
-    embed_ = load(w, embedding_slice(c, s));
-    final_norm_ = load(w, final_norm_slice(c));
+    embed_ = load(w, c, embedding_slice(c, s));
+    final_norm_ = load(w, c, final_norm_slice(c));
     // A tied head is packed from the embedding table, which stays row-major for the lookup.
     lm_head_ = cpu::pack_linear(
-        c.tie_word_embeddings ? embed_.data() : load(w, lm_head_slice(c, s)).data(), s.vocab_size,
-        H);
+        c.tie_word_embeddings ? embed_.data() : load(w, c, lm_head_slice(c, s)).data(),
+        s.vocab_size, H);
     params_ = embed_.size() + final_norm_.size() +
               (c.tie_word_embeddings ? 0 : static_cast<uint64_t>(s.vocab_size) * H);
     layers_.resize(c.num_layers);
     for (int l = 0; l < c.num_layers; ++l) {
       CpuLayer& L = layers_[l];
-      auto get = [&](LayerTensor t) { return load(w, layer_slice(c, s, l, t)); };
+      auto get = [&](LayerTensor t) { return load(w, c, layer_slice(c, s, l, t)); };
       L.attn_norm = get(LayerTensor::kAttnNorm);
       L.mlp_norm = get(LayerTensor::kMlpNorm);
       const auto wq = get(LayerTensor::kWq), wk = get(LayerTensor::kWk), wv = get(LayerTensor::kWv);

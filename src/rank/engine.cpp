@@ -11,6 +11,7 @@
 #include "common/check.h"
 #include "rank/cpu_threads.h"
 #include "rank/fp8_checkpoint.h"
+#include "rank/int4_checkpoint.h"
 #include "rank/local_rank.h"
 #include "rank/meta_checkpoint.h"
 #include "rank/weight_layout.h"
@@ -23,7 +24,13 @@ namespace {
 // defect is reported identically by every rank rather than by whichever reaches it first. Returns
 // a note for the start-up report about an FP8 checkpoint ("" otherwise).
 std::string validate_checkpoint(const WeightStore& w, const ModelConfig& c) {
-  for (const TensorSlice& t : all_full_tensors(c)) w.expect_shape(t.name, t.full_shape);
+  for (const TensorSlice& t : all_full_tensors(c)) {
+    if (!is_int4_slice(c, t)) w.expect_shape(t.name, t.full_shape);
+  }
+  if (c.quant.int4 != Int4Format::kNone) {
+    validate_int4_checkpoint(w, c);
+    return "checkpoint " + c.quant.describe() + ", dequantized to fp32 at load";
+  }
   const int input_scales = validate_fp8_checkpoint(w, c);
   if (!c.quant.fp8) return "";
   std::string note = "checkpoint " + c.quant.describe();
@@ -75,15 +82,21 @@ void stall_for_test(const StallHook& hook, int rank) {
 
 }  // namespace
 
-Backend choose_backend(Backend requested, int visible_devices, int head_dim, std::string* note) {
+Backend choose_backend(Backend requested, int visible_devices, int head_dim, std::string* note,
+                       bool int4) {
   const std::string head_reason =
-      "the CUDA kernels support head_dim 64 and 128, this model has " + std::to_string(head_dim);
+      int4 ? std::string(
+                 "4-bit AWQ/GPTQ checkpoints are dequantized on the cpu backend (the CUDA "
+                 "4-bit kernels are not written yet)")
+           : "the CUDA kernels support head_dim 64 and 128, this model has " +
+                 std::to_string(head_dim);
+  const bool cuda_can = cuda_supports_head_dim(head_dim) && !int4;
   switch (requested) {
     case Backend::kCpu:
       return Backend::kCpu;
     case Backend::kAuto:
       if (visible_devices == 0 || !cuda_backend_built()) return Backend::kCpu;
-      if (!cuda_supports_head_dim(head_dim)) {
+      if (!cuda_can) {
         if (note != nullptr) *note = "auto chose cpu: " + head_reason;
         return Backend::kCpu;
       }
@@ -99,7 +112,7 @@ Backend choose_backend(Backend requested, int visible_devices, int head_dim, std
             "--backend cuda: no CUDA device is visible (check nvidia-smi and "
             "CUDA_VISIBLE_DEVICES); use --backend cpu or auto");
       }
-      if (!cuda_supports_head_dim(head_dim)) {
+      if (!cuda_can) {
         throw Error("--backend cuda: " + head_reason + "; use --backend cpu or auto");
       }
       return Backend::kCuda;
@@ -170,7 +183,8 @@ WeightDType choose_weight_dtype(const EngineConfig& cfg, Backend backend, Comput
 ResolvedConfig resolve_config(const EngineConfig& cfg, const ModelConfig& model,
                               int visible_devices, std::string* note) {
   ResolvedConfig r;
-  r.backend = choose_backend(cfg.backend, visible_devices, model.head_dim(), note);
+  r.backend = choose_backend(cfg.backend, visible_devices, model.head_dim(), note,
+                             model.quant.int4 != Int4Format::kNone);
   r.dtype = choose_dtype(cfg.dtype, r.backend, model.torch_dtype);
   r.kv_cache_dtype = choose_kv_dtype(cfg.kv_cache_dtype, r.backend, r.dtype);
   r.weight_dtype = choose_weight_dtype(cfg, r.backend, r.dtype, model.quant);

@@ -29,8 +29,9 @@ ResolvedConfig resolve_config(const EngineConfig& cfg, const ModelConfig& model,
 // kCpu or kCuda for a requested backend given the visible devices and the model's head size;
 // Error for a cuda request this build, machine or model cannot honour. When kAuto falls back to
 // cpu although a GPU is visible, *note says why.
+// `int4`: a 4-bit AWQ/GPTQ checkpoint, which only the cpu backend runs (auto picks it).
 Backend choose_backend(Backend requested, int visible_devices, int head_dim,
-                       std::string* note = nullptr);
+                       std::string* note = nullptr, bool int4 = false);
 // fp16 | bf16 | fp32 for a requested dtype on a resolved backend (kAuto: the config's
 // torch_dtype on cuda, fp32 on cpu); Error naming the allowed values otherwise.
 ComputeDType choose_dtype(ComputeDType requested, Backend backend, const std::string& torch_dtype);

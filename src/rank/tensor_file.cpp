@@ -29,6 +29,8 @@ size_t dtype_size(DType dtype) {
       return 2;
     case DType::F8_E4M3:
       return 1;
+    case DType::I32:
+      return 4;
     case DType::Other:
       return 0;
   }
@@ -45,6 +47,8 @@ const char* dtype_name(DType dtype) {
       return "BF16";
     case DType::F8_E4M3:
       return "F8_E4M3";
+    case DType::I32:
+      return "I32";
     case DType::Other:
       return "other";
   }
@@ -56,6 +60,7 @@ DType dtype_from_name(const std::string& name) {
   if (name == "F16") return DType::F16;
   if (name == "BF16") return DType::BF16;
   if (name == "F8_E4M3") return DType::F8_E4M3;
+  if (name == "I32") return DType::I32;
   return DType::Other;
 }
 
@@ -122,6 +127,7 @@ void convert_to_f32(DType dtype, const uint8_t* src, size_t n, float* out) {
     case DType::F8_E4M3:
       for (size_t i = 0; i < n; ++i) out[i] = e4m3_to_f32(src[i]);
       return;
+    case DType::I32:  // packed integers: only read raw (rank/int4_checkpoint.h)
     case DType::Other:
       break;
   }

@@ -18,7 +18,9 @@ namespace llama2 {
 // (torch.float8_e4m3fn) is read only as the projections of an FP8 checkpoint, whose values mean
 // nothing without their weight_scale (rank/fp8_checkpoint.h applies it); read_block_f32 gives the
 // unscaled values.
-enum class DType { F32, F16, BF16, F8_E4M3, Other };
+// I32 holds the packed 4-bit weights and zero points of AWQ / GPTQ checkpoints
+// (rank/int4_checkpoint.h), read raw, never converted to fp32.
+enum class DType { F32, F16, BF16, F8_E4M3, I32, Other };
 
 // Bytes per element; 0 for Other (its size is not needed because it is never read).
 size_t dtype_size(DType dtype);
@@ -33,7 +35,7 @@ float f16_to_f32(uint16_t h);
 float bf16_to_f32(uint16_t b);
 // e4m3 "fn" (no infinities; 0x7f/0xff are NaN; largest finite 448): every value is exact in fp32.
 float e4m3_to_f32(uint8_t b);
-// Converts `n` stored elements at `src` (any alignment) to fp32; dtype must not be Other.
+// Converts `n` stored elements at `src` (any alignment) to fp32; dtype must not be I32 or Other.
 void convert_to_f32(DType dtype, const uint8_t* src, size_t n, float* out);
 
 class TensorFile;

@@ -15,6 +15,7 @@ DType storage_dtype(const std::string& type) {
   if (type == "HalfStorage") return DType::F16;
   if (type == "BFloat16Storage") return DType::BF16;
   if (type == "FloatStorage") return DType::F32;
+  if (type == "IntStorage") return DType::I32;
   return DType::Other;
 }
 size_t storage_element_size(const std::string& type) {

@@ -242,8 +242,9 @@ void WeightStore::copy_block(const Entry& e, int64_t r0, int64_t r1, int64_t c0,
                              void* out, bool to_f32) const {
   const TensorInfo& t = e.info();
   const std::string what = "tensor '" + t.name + "' in " + t.file->path();
-  if (t.dtype == DType::Other) {
-    throw Error(what + " has dtype " + t.dtype_name + "; supported: F32, F16, BF16, F8_E4M3");
+  if (t.dtype == DType::Other || (to_f32 && t.dtype == DType::I32)) {
+    throw Error(what + " has dtype " + t.dtype_name + "; supported: F32, F16, BF16, F8_E4M3" +
+                (to_f32 ? "" : ", I32"));
   }
   if (t.shape.size() > 2) {
     throw Error(what + " has shape " + shape_to_string(t.shape) +
@@ -309,7 +310,7 @@ void WeightStore::read_vector_f32(const std::string& name, float* out) const {
     return;
   }
   // A tensor of 3 or more dimensions is only ever read whole, from one piece.
-  if (t.dtype == DType::Other) {
+  if (t.dtype == DType::Other || t.dtype == DType::I32) {
     throw Error("tensor '" + t.name + "' in " + t.file->path() + " has dtype " + t.dtype_name +
                 "; supported: F32, F16, BF16, F8_E4M3");
   }

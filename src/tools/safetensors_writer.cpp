@@ -157,8 +157,9 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
     if (t.name.empty() || t.name == "__metadata__") throw Error(where + ": invalid tensor name");
     if (!seen.insert(t.name).second) throw Error(where + ": duplicate tensor name");
     if (t.dtype == DType::Other) {
-      throw Error(where + ": can only write F32, F16, BF16 or F8_E4M3");
+      throw Error(where + ": can only write F32, F16, BF16, F8_E4M3 or I32");
     }
+    const size_t given = t.dtype == DType::I32 ? t.ints.size() : t.values.size();
     uint64_t numel = 1;
     for (int64_t d : t.shape) {
       if (d < 0) throw Error(where + ": negative dimension in shape " + shape_to_string(t.shape));
@@ -167,8 +168,8 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
       }
       numel *= static_cast<uint64_t>(d);
     }
-    if (numel != t.values.size()) {
-      throw Error(where + ": has " + std::to_string(t.values.size()) + " values but shape " +
+    if (numel != given) {
+      throw Error(where + ": has " + std::to_string(given) + " values but shape " +
                   shape_to_string(t.shape) + " needs " + std::to_string(numel));
     }
     const uint64_t bytes = numel * dtype_size(t.dtype);
@@ -201,6 +202,10 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   constexpr size_t kChunk = 1 << 16;
   std::vector<uint8_t> buf;
   for (const TensorToWrite& t : tensors) {
+    if (t.dtype == DType::I32) {  // little-endian host: the ints are the file's bytes
+      out.write(t.ints.data(), t.ints.size() * sizeof(int32_t), "tensor '" + t.name + "'");
+      continue;
+    }
     for (size_t i = 0; i < t.values.size(); i += kChunk) {
       const size_t m = std::min(kChunk, t.values.size() - i);
       encode(t.dtype, t.values.data() + i, m, &buf);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "rank/tensor_file.h"
@@ -21,10 +22,20 @@ uint16_t f32_to_bf16(float f);
 uint8_t f32_to_e4m3(float f);
 
 struct TensorToWrite {
+  TensorToWrite() = default;
+  TensorToWrite(std::string n, DType d, std::vector<int64_t> s, std::vector<float> v,
+                std::vector<int32_t> i = {})
+      : name(std::move(n)),
+        dtype(d),
+        shape(std::move(s)),
+        values(std::move(v)),
+        ints(std::move(i)) {}
+
   std::string name;
-  DType dtype = DType::F32;    // F32, F16, BF16 or F8_E4M3
+  DType dtype = DType::F32;    // F32, F16, BF16, F8_E4M3 or I32
   std::vector<int64_t> shape;  // row-major
-  std::vector<float> values;   // numel(shape) values, converted to dtype on write
+  std::vector<float> values;   // numel(shape) values, converted to dtype on write (not I32)
+  std::vector<int32_t> ints;   // I32: the numel(shape) values, written as they are
 };
 
 // Writes `tensors` in the given order to `path`. The header's "__metadata__" gets `metadata`, plus

@@ -90,9 +90,9 @@ try bad_scale_shape "up_proj.weight_scale' has shape \[1, 1\]; allowed: \[\] or 
 fresh block_wise tensor
 set_config block_wise 'q["weight_block_size"] = [128, 128]'
 try block_wise 'quantization_config.weight_block_size \[128,128\] is not supported'
-fresh gptq channel
-set_config gptq 'q["quant_method"] = "gptq"'
-try gptq 'quantization_config.quant_method "gptq" is not supported'
+fresh bnb channel
+set_config bnb 'q["quant_method"] = "bitsandbytes"'
+try bnb 'quantization_config.quant_method "bitsandbytes" is not supported'
 fresh no_qconfig channel
 set_config no_qconfig 'del c["quantization_config"]'
 try no_qconfig "is F8_E4M3 but config.json has no quantization_config"

@@ -137,9 +137,10 @@ TEST_SUITE("fp8_checkpoint") {
     CHECK(contains(
         e, "M/config.json: quantization_config.weight_block_size [128,128] is not supported"));
     CHECK(contains(e, "per-tensor or per-channel"));
-    CHECK(contains(error({{"quant_method", "gptq"}, {"bits", 4}}),
-                   "quantization_config.quant_method \"gptq\" is not supported (allowed: \"fp8\", "
-                   "\"compressed-tensors\" with fp8 weights, \"fbgemm_fp8\""));
+    CHECK(contains(error({{"quant_method", "bitsandbytes"}, {"bits", 4}}),
+                   "quantization_config.quant_method \"bitsandbytes\" is not supported (allowed: "
+                   "\"fp8\", \"compressed-tensors\" with fp8 weights, \"fbgemm_fp8\", \"awq\", "
+                   "\"gptq\""));
     CHECK(contains(error({{"quant_method", "fp8"}, {"activation_scheme", "smooth"}}),
                    "activation_scheme \"smooth\""));
     CHECK(contains(error({{"quant_method", "fp8"}, {"fmt", "e5m2"}}), "fmt \"e5m2\""));

@@ -65,7 +65,9 @@ TEST_SUITE("generation_config") {
         {json{{"max_new_tokens", 0}}, "\"max_new_tokens\" must be an integer >= 1 (got 0)"},
         {json{{"min_p", 2}}, "\"min_p\" must be a number in [0, 1]"},
     };
-    for (const auto& [j, want] : cases) {
+    for (const auto& c : cases) {
+      const json& j = c.first;
+      const char* want = c.second;
       CAPTURE(j.dump());
       const std::string msg = error_of([&] { llama2::parse_generation_config(j, "/m/g.json"); });
       CHECK(contains(msg, "/m/g.json: "));

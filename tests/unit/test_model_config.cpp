@@ -364,7 +364,9 @@ TEST_SUITE("model_config") {
         {43, {1.0f, 0.03702738136053085f, 0.0013710270868614316f, 5.076554953120649e-05f}},
         {60, {1.0f, 0.030594434589147568f, 0.0009360193507745862f, 2.8636979550356045e-05f}},
         {84, {1.0f, 0.026074564084410667f, 0.0006798829417675734f, 1.7727652448229492e-05f}}};
-    for (const auto& [len, want] : hf) {
+    for (const auto& point : hf) {
+      const int len = point.first;
+      const std::vector<float>& want = point.second;
       CAPTURE(len);
       CHECK(llama2::rope_rescaled(dyn, len));
       const std::vector<float> got = llama2::rope_inv_freq(dyn, len);

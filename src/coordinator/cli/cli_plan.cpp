@@ -193,7 +193,8 @@ int run_plan(int argc, char** argv) {
   const CommandLine cl = parse_command(opts, argc, argv, {}, kPlanEpilog);
   if (cl.help_requested) return 0;
   const cxxopts::ParseResult& args = cl.args;
-  require_one_of(cl, {"model", "preset"}, "give exactly one of --model DIR, --preset 7b|13b|70b");
+  require_one_of(cl, {"model", "preset"},
+                 "give exactly one of --model DIR, --preset 7b|13b|70b|codellama-34b|...");
 
   // Values (not syntax) are checked here and in plan_capacity; their errors name the flag.
   std::string source;
@@ -205,7 +206,9 @@ int run_plan(int argc, char** argv) {
     } catch (const Error& e) {
       throw Error(std::string("--preset: ") + e.what());
     }
-    source = "Llama-2-" + name + " (preset)";
+    source =
+        (name.rfind("codellama-", 0) == 0 ? "CodeLlama-" + name.substr(10) : "Llama-2-" + name) +
+        " (preset)";
   } else {
     source = args["model"].as<std::string>();
     config = load_model_config(source);
@@ -240,6 +243,9 @@ int run_plan(int argc, char** argv) {
                           weight_named == ComputeDType::kAuto && parsed != ComputeDType::kFp32;
   if (stored_fp8) weights = WeightDType::kFp8;
   req.linear_bytes = weights == WeightDType::kAuto ? 0 : 1;
+  // A 4-bit checkpoint is counted as stored (the size its GPU kernels will hold).
+  const bool stored_int4 = config.quant.int4 != Int4Format::kNone && weights == WeightDType::kAuto;
+  if (stored_int4) req.linear_bytes = kInt4LinearBytes;
   req.block_size = args["block-size"].as<int>();
   req.gpu_mem_bytes = bytes_flag(args, "gpu-mem");
   if (args.count("reserve")) req.reserve_bytes = bytes_flag(args, "reserve");
@@ -247,17 +253,18 @@ int run_plan(int argc, char** argv) {
   const CapacityPlan plan = plan_capacity(config, req);
   // Output shows the resolved name, so "auto" never reaches a script that reads the JSON.
   const std::string kv_dtype = plan.kv_dtype_bytes == 1 ? "fp8_e4m3" : dtype;
-  const std::string weight_dtype = weight_dtype_name(weights, parsed);
+  const std::string weight_dtype = stored_int4 ? std::string("int4 (") + config.quant.method + ")"
+                                               : std::string(weight_dtype_name(weights, parsed));
 
   if (args.count("json")) {
     nlohmann::json j = plan_json(plan, source, dtype, kv_dtype, dp);
     j["weight_dtype"] = weight_dtype;
-    if (config.quant.fp8) j["checkpoint_quantization"] = config.quant.describe();
+    if (!config.quant.method.empty()) j["checkpoint_quantization"] = config.quant.describe();
     std::cout << j.dump() << std::endl;
   } else {
     std::string label =
         weight_dtype == dtype ? dtype : dtype + " (projections " + weight_dtype + ")";
-    if (config.quant.fp8) label += "; checkpoint " + config.quant.describe();
+    if (!config.quant.method.empty()) label += "; checkpoint " + config.quant.describe();
     print_table(plan, config, source, label, kv_dtype, dp);
     std::fflush(stdout);
   }

@@ -10,6 +10,9 @@ int run_serve(int argc, char** argv, int rank);
 int run_make_test_model(int argc, char** argv);
 // No MPI: a model's projections written as an FP8 checkpoint (tools/convert_fp8.cpp).
 int run_convert_fp8(int argc, char** argv);
+// No MPI: a model's projections written as a 4-bit AWQ or GPTQ checkpoint
+// (tools/quantize_int4.cpp).
+int run_quantize(int argc, char** argv);
 // No MPI: a SentencePiece tokenizer trained on a corpus (tools/train_tokenizer.h).
 int run_train_tokenizer(int argc, char** argv);
 // Teacher-forced log-likelihood of a text file (sliding windows), under mpirun.
