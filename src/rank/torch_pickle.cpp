@@ -179,6 +179,7 @@ class Machine {
   }
 
   void step(uint8_t op);
+  void push_literal(uint8_t op);
   void global();
   void reduce();
   void persistent_id();
@@ -231,6 +232,42 @@ void Machine::step(uint8_t op) {
         fail("BUILD on something not a dict");
       return;
     }
+    case ')':  // EMPTY_TUPLE
+      return push(tuple_of({}));
+    case 't':  // TUPLE
+      return push(tuple_of(pop_to_mark()));
+    case 0x85:    // TUPLE1
+    case 0x86:    // TUPLE2
+    case 0x87: {  // TUPLE3
+      std::vector<Ref> items(op - 0x84);
+      for (size_t i = items.size(); i-- > 0;) items[i] = pop();
+      return push(tuple_of(std::move(items)));
+    }
+    case '}':  // EMPTY_DICT
+      return push(make(Kind::kDict));
+    case 's': {  // SETITEM
+      Ref v = pop();
+      Ref k = pop();
+      return set_items({k, v});
+    }
+    case 'u':  // SETITEMS
+      return set_items(pop_to_mark());
+    case 'q':  // BINPUT
+      return memo_put(take(1));
+    case 'r':  // LONG_BINPUT
+      return memo_put(take(4));
+    case 'h':  // BINGET
+      return memo_get(take(1));
+    case 'j':  // LONG_BINGET
+      return memo_get(take(4));
+    default:
+      return push_literal(op);
+  }
+}
+
+// The opcodes that push a value read from the stream: None, booleans, integers, strings.
+void Machine::push_literal(uint8_t op) {
+  switch (op) {
     case 'N':
       return push(make(Kind::kNone));
     case 0x88:    // NEWTRUE
@@ -260,34 +297,6 @@ void Machine::step(uint8_t op) {
       at_ += len;
       return push(v);
     }
-    case ')':  // EMPTY_TUPLE
-      return push(tuple_of({}));
-    case 't':  // TUPLE
-      return push(tuple_of(pop_to_mark()));
-    case 0x85:    // TUPLE1
-    case 0x86:    // TUPLE2
-    case 0x87: {  // TUPLE3
-      std::vector<Ref> items(op - 0x84);
-      for (size_t i = items.size(); i-- > 0;) items[i] = pop();
-      return push(tuple_of(std::move(items)));
-    }
-    case '}':  // EMPTY_DICT
-      return push(make(Kind::kDict));
-    case 's': {  // SETITEM
-      Ref v = pop();
-      Ref k = pop();
-      return set_items({k, v});
-    }
-    case 'u':  // SETITEMS
-      return set_items(pop_to_mark());
-    case 'q':  // BINPUT
-      return memo_put(take(1));
-    case 'r':  // LONG_BINPUT
-      return memo_put(take(4));
-    case 'h':  // BINGET
-      return memo_get(take(1));
-    case 'j':  // LONG_BINGET
-      return memo_get(take(4));
     default:
       fail("pickle opcode " + opcode_name(op) +
            " is outside the subset torch.save of a state dict produces");

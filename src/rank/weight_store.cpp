@@ -78,6 +78,56 @@ json read_json(const std::string& path) {
   }
 }
 
+// What WeightStore::open gathers before from_pieces.
+struct OpenedFiles {
+  std::vector<std::string> names;
+  std::vector<std::unique_ptr<TensorFile>> files;
+  std::map<std::string, StoredTensor> tensors;
+};
+
+// The shards an index (model.safetensors.index.json or pytorch_model.bin.index.json) lists, each
+// opened once, and its weight_map's tensors.
+void open_indexed(const fs::path& dir, const char* index_name, const FileOpener& opener,
+                  OpenedFiles* o) {
+  const std::string index_path = (dir / index_name).string();
+  const json index = read_json(index_path);
+  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
+    throw Error(index_path + ": expected a JSON object with a \"weight_map\" object");
+  }
+  // Sorted file names keep files() deterministic.
+  std::map<std::string, TensorFile*> by_name;
+  const json& wm = index["weight_map"];
+  for (auto it = wm.begin(); it != wm.end(); ++it) {
+    if (!it.value().is_string()) {
+      throw Error(index_path + ": weight_map entry for tensor '" + it.key() +
+                  "' is not a file name string");
+    }
+    by_name[it.value().get<std::string>()] = nullptr;
+  }
+  std::error_code ec;
+  for (auto& kv : by_name) {
+    const std::string shard_path = (dir / kv.first).string();
+    if (!fs::is_regular_file(shard_path, ec)) {
+      throw Error(index_path + ": references shard '" + kv.first + "', but " + shard_path +
+                  " does not exist");
+    }
+    o->files.push_back(opener(shard_path));
+    o->names.push_back(kv.first);
+    kv.second = o->files.back().get();
+  }
+  // The index is authoritative: tensors a shard holds but the index omits are not exposed, as in
+  // transformers.
+  for (auto it = wm.begin(); it != wm.end(); ++it) {
+    const std::string& file = it.value().get_ref<const std::string&>();
+    const TensorInfo* t = by_name.at(file)->find(it.key());
+    if (!t) {
+      throw Error(index_path + " says tensor '" + it.key() + "' is in " + file + ", but " +
+                  by_name.at(file)->path() + " has no such tensor");
+    }
+    o->tensors[it.key()].pieces = {t};
+  }
+}
+
 }  // namespace
 
 WeightStore::WeightStore(WeightStore&& other) noexcept = default;
@@ -101,57 +151,19 @@ WeightStore WeightStore::open(const std::string& model_dir) {
     const FileOpener& opener;
   } formats[] = {{"model.safetensors.index.json", "model.safetensors", safetensors},
                  {"pytorch_model.bin.index.json", "pytorch_model.bin", torch}};
-  std::vector<std::string> names;
-  std::vector<std::unique_ptr<TensorFile>> files;
-  std::map<std::string, StoredTensor> tensors;
+  OpenedFiles o;
   for (const auto& f : formats) {
-    const std::string index_path = (dir / f.index).string();
-    if (fs::exists(index_path, ec)) {
-      const json index = read_json(index_path);
-      if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
-        throw Error(index_path + ": expected a JSON object with a \"weight_map\" object");
-      }
-      // Open each shard once; sorted file names keep files() deterministic.
-      std::map<std::string, TensorFile*> by_name;
-      const json& wm = index["weight_map"];
-      for (auto it = wm.begin(); it != wm.end(); ++it) {
-        if (!it.value().is_string()) {
-          throw Error(index_path + ": weight_map entry for tensor '" + it.key() +
-                      "' is not a file name string");
-        }
-        by_name[it.value().get<std::string>()] = nullptr;
-      }
-      for (auto& kv : by_name) {
-        const std::string shard_path = (dir / kv.first).string();
-        if (!fs::is_regular_file(shard_path, ec)) {
-          throw Error(index_path + ": references shard '" + kv.first + "', but " + shard_path +
-                      " does not exist");
-        }
-        files.push_back(f.opener(shard_path));
-        names.push_back(kv.first);
-        kv.second = files.back().get();
-      }
-      // The index is authoritative: tensors a shard holds but the index omits are not exposed,
-      // as in transformers.
-      for (auto it = wm.begin(); it != wm.end(); ++it) {
-        const std::string& file = it.value().get_ref<const std::string&>();
-        const TensorInfo* t = by_name.at(file)->find(it.key());
-        if (!t) {
-          throw Error(index_path + " says tensor '" + it.key() + "' is in " + file + ", but " +
-                      by_name.at(file)->path() + " has no such tensor");
-        }
-        tensors[it.key()].pieces = {t};
-      }
-      return from_pieces(model_dir, std::move(names), std::move(files), std::move(tensors));
+    if (fs::exists(dir / f.index, ec)) {
+      open_indexed(dir, f.index, f.opener, &o);
+    } else if (fs::exists(dir / f.single, ec)) {
+      o.files.push_back(f.opener((dir / f.single).string()));
+      o.names.push_back(f.single);
+      const TensorFile& file = *o.files.back();
+      for (const std::string& name : file.names()) o.tensors[name].pieces = {file.find(name)};
+    } else {
+      continue;
     }
-    const std::string single_path = (dir / f.single).string();
-    if (fs::exists(single_path, ec)) {
-      files.push_back(f.opener(single_path));
-      names.push_back(f.single);
-      const TensorFile& file = *files.back();
-      for (const std::string& name : file.names()) tensors[name].pieces = {file.find(name)};
-      return from_pieces(model_dir, std::move(names), std::move(files), std::move(tensors));
-    }
+    return from_pieces(model_dir, std::move(o.names), std::move(o.files), std::move(o.tensors));
   }
   throw Error(model_dir +
               ": neither model.safetensors, model.safetensors.index.json, pytorch_model.bin nor "
