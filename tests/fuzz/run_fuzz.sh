@@ -27,7 +27,7 @@ sources=(tests/fuzz/fuzz_requests.cpp src/coordinator/serving/protocol.cpp src/c
   src/coordinator/serving/token_bound.cpp src/coordinator/text/tokenizer.cpp
   src/coordinator/text/chat_format.cpp src/coordinator/http/openai_api.cpp src/common/frame.cpp
   src/common/check.cpp src/common/sampling_params.cpp src/common/model_config.cpp
-  src/common/checkpoint_quant.cpp)
+  src/common/checkpoint_quant.cpp src/common/meta_params.cpp src/common/sentencepiece_model.cpp)
 flags=(-std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
   -pthread -I"$root/src" -DFUZZ_MODEL_DIR="\"$root/tests/models/tiny-gqa\"")
 launcher=$(command -v ccache || true)
