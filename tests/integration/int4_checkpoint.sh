@@ -7,7 +7,7 @@
 # from the same files, at 1, 2 and 4 ranks; the engine matches transformers on those weights
 # (fixtures/int4/, make_int4_fixtures.py) at 1, 2 and 4 ranks; plan counts the 4-bit bytes and
 # names the TP degrees that would cut a group; defective files stop every rank with one message.
-# About 70 s.
+# About 35 s.
 #   usage: int4_checkpoint.sh LLAMA2 MODELS LLAMA2_LOGITS_DIFF LLAMA2_REFERENCE_TEST
 #   (needs the project's .venv/ with numpy and safetensors)
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"

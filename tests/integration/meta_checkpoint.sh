@@ -4,7 +4,7 @@
 # and sharded) (tests/reference/make_meta_fixtures.py). Generation from each folder equals
 # generation from the Hugging Face safetensors folder token for token at 1, 2 and 4 ranks
 # (greedy, and seeded sampling at 2), the logits are equal exactly, the start-up report says
-# which files each rank read, and bad files stop every rank with one message. About 30 s.
+# which files each rank read, and bad files stop every rank with one message. About 25 s.
 #   usage: meta_checkpoint.sh LLAMA2 MODELS LLAMA2_LOGITS_DIFF
 source "$(dirname "$0")/lib.sh" "$@"
 DIFF=$3
