@@ -7,10 +7,13 @@
 #   3. 7B synthetic prefill of 2048 tokens and batch-1 decode, LLAMA2_PREFILL_KERNEL=wmma vs mma;
 #   4. 7B serve saturation, BASELINE vs this tree (benchmarks/serve/before_after.sh, ROUNDS rounds);
 #   5. tests/reference/gpu_check.sh at np 1 (CUDA vs the CPU and HF fixtures), last: the longest.
-#   bash tests/gpu/node_restructure_check.sh BASELINE_DIR OUTDIR [ROUNDS]
+#   bash benchmarks/gpu/restructure_check.sh BASELINE_DIR OUTDIR [ROUNDS]
+# (Before: tests/gpu/node_restructure_check.sh, run once for issue 15 on 2026-12-01. The baseline is
+# a copy of an older tree, e.g. `git archive BASE | tar -x -C bench-baseline`; one older than the
+# move builds with its tests/gpu/node_build.sh.)
 set -uo pipefail
-BASE=${1:?usage: node_restructure_check.sh BASELINE_DIR OUTDIR [ROUNDS]}
-OUT=${2:?usage: node_restructure_check.sh BASELINE_DIR OUTDIR [ROUNDS]}
+BASE=${1:?usage: restructure_check.sh BASELINE_DIR OUTDIR [ROUNDS]}
+OUT=${2:?usage: restructure_check.sh BASELINE_DIR OUTDIR [ROUNDS]}
 ROUNDS=${3:-1}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -24,8 +27,10 @@ step() {  # NAME COMMAND...
   local rc=$?
   echo "STEP $name rc=$rc seconds=$((SECONDS - t0))" | tee -a "$OUT/summary.txt"
 }
-step build bash tests/gpu/node_build.sh llama2 llama2_reference_test llama2_gpu_tests llama2_bench_e2e
-step build_baseline bash -c "cd '$BASE' && bash tests/gpu/node_build.sh llama2"
+step build bash benchmarks/gpu/build.sh llama2 llama2_reference_test llama2_gpu_tests llama2_bench_e2e
+base_build=benchmarks/gpu/build.sh
+[[ -f $BASE/$base_build ]] || base_build=tests/gpu/node_build.sh
+step build_baseline bash -c "cd '$BASE' && bash $base_build llama2"
 step gpu_tests build-gpu/tests/llama2_gpu_tests
 for k in wmma mma; do
   step "e2e_prefill_$k" env LLAMA2_PREFILL_KERNEL=$k build-gpu/llama2_bench_e2e --synthetic 7b \
