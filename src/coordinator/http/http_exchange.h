@@ -76,7 +76,7 @@ class HttpExchange {
 // step. On the engine thread each wake-up of a waiting thread is a system call: measured on an
 // H200 at saturation (1,024 streams, 7B), rank 0's host time between steps was 3.2-3.5 ms with
 // the wake-ups there against 1.2 ms for the same load on the Unix socket, about 6% of the step
-// (benchmarks/logs/2026-12-01-h200-http-notify/).
+// (benchmarks/logs/2026-12-01-h200-http-notify/ in the git history).
 class ExchangeNotifier {
  public:
   ExchangeNotifier();
