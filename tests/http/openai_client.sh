@@ -12,23 +12,10 @@
 # shellcheck source=tests/integration/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../integration/lib.sh"
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-PYTHON=${LLAMA2_PYTHON:-$(cd "$HERE/../.." && pwd)/.venv/bin/python}
-missing=""
-if [[ ! -x $PYTHON ]]; then
-  missing="the interpreter $PYTHON"
-else
-  modules=()
-  for module in openai pytest; do "$PYTHON" -c "import $module" 2>/dev/null || modules+=("$module"); done
-  [[ ${#modules[@]} -eq 0 ]] || missing="the Python package(s) ${modules[*]} in $PYTHON"
-fi
-if [[ -n $missing ]]; then
-  if [[ ${CI:-} == true ]]; then
-    fail "missing: $missing; install it with: bash launch/install-deps.sh --test"
-    finish; exit
-  fi
-  echo "missing: $missing (bash launch/install-deps.sh --test installs it): the http.openai_client test is skipped"
-  exit 77
-fi
+# shellcheck source=tests/test_python.sh
+source "$HERE/../test_python.sh"
+test_python http.openai_client openai pytest
+PYTHON=$PY
 # Refused flags: one message naming the rule, before the engine opens.
 run_capture open 2 serve --model "$MODELS/tiny-gqa" --socket "$TMP/x.sock" --http 0.0.0.0:0
 expect_failure open "is not a loopback address and no API key is set"
