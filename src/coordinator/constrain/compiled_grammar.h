@@ -1,0 +1,47 @@
+// A constraint ready to match: the Program, the vocabulary it masks, and the per-position token
+// tables, filled on first use and shared by every sequence that uses the grammar (immutable from
+// the outside; the lazy tables are published with atomics, so one CompiledGrammar serves many
+// threads).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "coordinator/constrain/program.h"
+#include "coordinator/constrain/token_walk.h"
+#include "coordinator/constrain/vocabulary.h"
+
+namespace llama2::constrain {
+
+class CompiledGrammar {
+ public:
+  // Throws ConstraintError when the grammar fails check().
+  CompiledGrammar(const Grammar& grammar, std::shared_ptr<const TokenVocabulary> vocab);
+  CompiledGrammar(const CompiledGrammar&) = delete;
+  CompiledGrammar& operator=(const CompiledGrammar&) = delete;
+  ~CompiledGrammar();
+
+  const Program& program() const { return program_; }
+  const TokenVocabulary& vocabulary() const { return *vocab_; }
+  const ConstraintLimits& limits() const { return limits_; }
+  // The token table of kBytes element `pos`, computed on first use.
+  const PositionTable& table(uint32_t pos) const;
+  // The mask of the first output token (the grammar's initial state, with the dummy-prefix
+  // rule of vocabulary.h), computed on first use.
+  const std::vector<uint32_t>& first_mask() const;
+  // Memory held by the tables computed so far.
+  size_t table_bytes() const { return table_bytes_.load(); }
+
+ private:
+  Program program_;
+  std::shared_ptr<const TokenVocabulary> vocab_;
+  ConstraintLimits limits_;
+  std::unique_ptr<std::atomic<const PositionTable*>[]> tables_;  // [elems]
+  mutable std::atomic<size_t> table_bytes_{0};
+  mutable std::once_flag first_once_;
+  mutable std::vector<uint32_t> first_mask_;
+};
+
+}  // namespace llama2::constrain
