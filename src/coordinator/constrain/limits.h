@@ -35,6 +35,9 @@ struct ConstraintLimits {
   size_t max_states_per_step = 4'096;
   // Stack frames visited while following one byte (closure work).
   size_t max_closure_steps = 200'000;
+  // Memory of one grammar's cached token tables; past it, tables are computed per use and not
+  // kept (masks get slower, memory stays bounded).
+  size_t max_table_bytes = 512u << 20;
 };
 
 }  // namespace llama2::constrain

@@ -24,19 +24,26 @@ void GrammarMatcher::fill_mask(uint32_t* words) {
   std::memset(words, 0, n * 4);
   if (state_.accepting && vocab.eos_id() >= 0) set_bit(words, vocab.eos_id());
   const size_t mark = pool_.mark();
-  for (size_t t = 0; t < state_.tops.size(); ++t) {
-    const Frame top = pool_[state_.tops[t]];
-    const PositionTable& table = grammar_->table(top.pos);
-    // Tops are sorted by frame id, not position: a repeated position is rare and costs one
-    // more OR of the same words.
-    if (!table.accepted_words.empty()) {
-      const uint32_t* src = table.accepted_words.data();
+  TableKey key;
+  for (const int32_t top : state_.tops) {
+    // The key: this stack's top positions (the frames the table's walk sees); `below` is the
+    // real frame under them, where tokens that leave the key continue.
+    key.chain.clear();
+    int32_t below = top;
+    while (key.chain.size() <= TableKey::kTableContext && below >= 0) {
+      key.chain.push_back(pool_[below].pos);
+      below = pool_[below].parent;
+    }
+    key.rooted = below == kRootParent;
+    const std::shared_ptr<const PositionTable> table = grammar_->table(key);
+    if (!table->accepted_words.empty()) {
+      const uint32_t* src = table->accepted_words.data();
       for (size_t w = 0; w < n; ++w) words[w] |= src[w];
     }
-    for (int32_t id : table.accepted_ids) set_bit(words, id);
-    if (table.uncertain.nodes() <= 1 || top.parent == kRootParent) continue;
-    parser_.resume(pool_, top.parent, tmp_);
-    walk_alive(parser_, pool_, table.uncertain, tmp_, words, scratch_);
+    for (int32_t id : table->accepted_ids) set_bit(words, id);
+    if (table->uncertain.nodes() <= 1 || key.rooted) continue;
+    parser_.resume(pool_, below, tmp_);
+    walk_alive(parser_, pool_, table->uncertain, tmp_, words, scratch_);
   }
   pool_.truncate(mark);
 }
