@@ -41,6 +41,11 @@ TEST_CASE("constrain json schema: integer bounds, inclusive, exclusive, fraction
   CHECK(full_match(g, "123456789012345678901234567890"));
   CHECK_FALSE(full_match(g, "01"));
   CHECK_FALSE(full_match(g, "1.0"));
+  CHECK(full_match(g, "-0"));  // zero's other JSON spelling, where negatives are allowed
+  CHECK(full_match(schema(R"({"type":"integer","minimum":-3,"maximum":0})"), "-0"));
+  CHECK_FALSE(full_match(schema(R"({"type":"integer","minimum":0})"), "-0"));
+  CHECK_FALSE(full_match(schema(R"({"type":"integer","maximum":-1})"), "-0"));
+  CHECK_FALSE(full_match(g, "-01"));
   CHECK(contains(schema_error(R"({"type":"integer","minimum":5,"maximum":4})"),
                  "no number satisfies"));
 }
@@ -230,6 +235,22 @@ TEST_CASE("constrain json schema: keywords that change validity are refused by n
   CHECK(full_match(schema(R"({"$schema":"https://json-schema.org/draft/2020-12/schema","title":"t",
       "description":"d","default":1,"examples":[1],"format":"int32","x-vendor":true,"type":"integer"})"),
                    "7"));
+}
+
+}  // namespace llama2::test
+
+namespace llama2::test {
+
+TEST_CASE("constrain json schema: invalid UTF-8 and JSON pointers with escapes") {
+  CHECK(contains(schema_error("{\"type\":\"s\xD3\xD3tring\"}"), "not valid UTF-8"));
+  cst::ConstraintSpec c;
+  c.kind = cst::ConstraintKind::kChoice;
+  c.choices = {"ok", "\xFF"};
+  CHECK(contains(error_of([&] { compile(c); }), "not valid UTF-8"));
+  CHECK(full_match(
+      schema(R"({"$ref":"#/$defs/a~1b/items/0","$defs":{"a/b":{"items":[{"const":3}]}}})"), "3"));
+  CHECK(contains(schema_error(R"({"$ref":"#/$defs/a/items/7","$defs":{"a":{"items":[1]}}})"),
+                 "points to nothing"));
 }
 
 }  // namespace llama2::test

@@ -3,6 +3,7 @@
 #include "coordinator/constrain/gbnf.h"
 #include "coordinator/constrain/literal_trie.h"
 #include "coordinator/constrain/regex.h"
+#include "coordinator/text/tokenizer.h"
 
 namespace llama2::constrain {
 namespace {
@@ -42,8 +43,12 @@ Grammar build_grammar(const ConstraintSpec& spec, const ConstraintLimits& limits
       g.set_root(g.intern("root", {{compile_regex(g, spec.text, RegexMode::kFullMatch)}}));
       break;
     case ConstraintKind::kChoice:
-      if (spec.choices.empty())
+      if (spec.choices.empty()) {
         throw ConstraintError("a choice constraint needs at least one choice");
+      }
+      for (const std::string& c : spec.choices) {
+        if (!is_valid_utf8(c)) throw ConstraintError("a choice is not valid UTF-8");
+      }
       g.set_root(g.intern("root", {{literal_trie(g, spec.choices, "choice")}}));
       break;
     case ConstraintKind::kGbnf:

@@ -1,5 +1,6 @@
 #include "coordinator/constrain/json_schema.h"
 
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -10,6 +11,7 @@
 #include "coordinator/constrain/literal_trie.h"
 #include "coordinator/constrain/number_range.h"
 #include "coordinator/constrain/regex.h"
+#include "coordinator/text/tokenizer.h"
 
 namespace llama2::constrain {
 namespace {
@@ -72,15 +74,36 @@ class SchemaCompiler {
     throw ConstraintError("json schema at " + at + ": " + what);
   }
 
+  // The JSON pointer of a local $ref ("#/$defs/A~1B" -> $defs, then "A/B"), walked by hand.
   const Json& resolve(const std::string& ref) {
     if (ref.empty() || ref[0] != '#') {
       fail(ref, "only local references ('#', '#/$defs/Name', ...) are supported in $ref");
     }
-    try {
-      return root_.at(Json::json_pointer(ref.substr(1)));
-    } catch (const nlohmann::json::exception&) {
-      fail(ref, "$ref points to nothing in the document");
+    const Json* node = &root_;
+    size_t i = 1;
+    while (i < ref.size()) {
+      if (ref[i] != '/') fail(ref, "$ref is not a JSON pointer ('#/...')");
+      const size_t end = std::min(ref.find('/', i + 1), ref.size());
+      std::string token;
+      for (size_t k = i + 1; k < end; ++k) {
+        if (ref[k] == '~' && k + 1 < end && (ref[k + 1] == '0' || ref[k + 1] == '1')) {
+          token += ref[++k] == '0' ? '~' : '/';
+        } else {
+          token += ref[k];
+        }
+      }
+      if (node->is_object() && node->contains(token)) {
+        node = &(*node)[token];
+      } else if (node->is_array() && !token.empty() &&
+                 token.find_first_not_of("0123456789") == std::string::npos && token.size() < 9 &&
+                 std::stoul(token) < node->size()) {
+        node = &(*node)[std::stoul(token)];
+      } else {
+        fail(ref, "$ref points to nothing in the document");
+      }
+      i = end;
     }
+    return *node;
   }
 
   Symbol reference(const std::string& ref) {
@@ -399,6 +422,7 @@ void compile_json_schema(Grammar& grammar, const std::string& text,
                           std::to_string(grammar.limits().max_nesting) +
                           " levels (limit max_nesting)");
   }
+  if (!is_valid_utf8(text)) throw ConstraintError("json schema is not valid UTF-8");
   Json root;
   try {
     root = Json::parse(text);

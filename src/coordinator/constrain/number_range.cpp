@@ -316,6 +316,9 @@ Symbol integer_in_range(Grammar& g, const std::optional<Bound>& lower,
     std::optional<std::string> x_hi;
     if (hi) x_hi = hi->int_digits;
     alts.push_back({digits_between(g, x_lo, x_hi)});
+    // "-0", JSON's other spelling of zero, where negative integers are allowed too (as in the
+    // unbounded syntax); a range starting at 0 keeps the plain "0".
+    if (!lo || lo->negative) alts.push_back(g.literal("-0"));
   }
   return g.choice(std::move(alts));
 }
