@@ -145,6 +145,37 @@ std::string generate(const std::shared_ptr<const cst::CompiledGrammar>& g, std::
   return "";
 }
 
+// One schema's row of the table: compile, then `sequences` generations; the first one's masks
+// are "cold", the others' "warm" (added to `all_warm`). False when an output is not JSON.
+bool run_schema(const std::string& name, const std::string& text,
+                const std::shared_ptr<const cst::TokenVocabulary>& vocab, int sequences,
+                int max_tokens, Times& all_warm) {
+  cst::ConstraintSpec spec;
+  spec.kind = text.empty() ? cst::ConstraintKind::kJsonObject : cst::ConstraintKind::kJsonSchema;
+  spec.text = text;
+  const auto t0 = Clock::now();
+  const auto g = cst::compile_constraint(spec, vocab);
+  const double compile_ms = us_since(t0) / 1000;
+  std::mt19937 rng(36);
+  Times cold, warm;
+  for (int s = 0; s < sequences; ++s) {
+    const std::string out = generate(g, rng, max_tokens, s == 0 ? cold : warm);
+    if (!out.empty() && !is_json(out)) {
+      std::fprintf(stderr, "%s: output is not JSON: %s\n", name.c_str(), out.c_str());
+      return false;
+    }
+  }
+  const Percentiles c = percentiles(cold.cpu), w = percentiles(warm.cpu);
+  const Percentiles ww = percentiles(warm.wall);
+  all_warm.cpu.insert(all_warm.cpu.end(), warm.cpu.begin(), warm.cpu.end());
+  all_warm.wall.insert(all_warm.wall.end(), warm.wall.begin(), warm.wall.end());
+  std::printf(
+      "| %s | %.2f | %.1f / %.1f / %.0f | %.2f / %.1f / %.0f | %zu | %.2f / %.1f | %.1f |\n",
+      name.c_str(), compile_ms, c.p50, c.p99, c.max, w.p50, w.p99, w.max, w.n, ww.p50, ww.p99,
+      static_cast<double>(g->table_bytes()) / 1e6);
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -162,7 +193,7 @@ int main(int argc, char** argv) {
   const llama2::Tokenizer tok(tokenizer_path);
   auto t0 = Clock::now();
   const auto vocab = cst::TokenVocabulary::from_tokenizer(tok);
-  std::printf("vocabulary: %d pieces, tables built in %.1f ms\n\n", vocab->size(),
+  std::printf("vocabulary: %d pieces (token bytes and tries) built in %.1f ms\n\n", vocab->size(),
               us_since(t0) / 1000);
   std::printf("Mask times in us of thread CPU time (wall clock in the last columns).\n");
   std::printf(
@@ -170,29 +201,7 @@ int main(int argc, char** argv) {
       "warm wall p50 / p99 | tables MB |\n|---|---|---|---|---|---|---|\n");
   Times all_warm;
   for (const auto& [name, text] : schemas()) {
-    cst::ConstraintSpec spec;
-    spec.kind = text.empty() ? cst::ConstraintKind::kJsonObject : cst::ConstraintKind::kJsonSchema;
-    spec.text = text;
-    t0 = Clock::now();
-    const auto g = cst::compile_constraint(spec, vocab);
-    const double compile_ms = us_since(t0) / 1000;
-    std::mt19937 rng(36);
-    Times cold, warm;
-    for (int s = 0; s < sequences; ++s) {
-      const std::string out = generate(g, rng, max_tokens, s == 0 ? cold : warm);
-      if (!out.empty() && !is_json(out)) {
-        std::fprintf(stderr, "%s: output is not JSON: %s\n", name.c_str(), out.c_str());
-        return 1;
-      }
-    }
-    const Percentiles c = percentiles(cold.cpu), w = percentiles(warm.cpu);
-    const Percentiles ww = percentiles(warm.wall);
-    all_warm.cpu.insert(all_warm.cpu.end(), warm.cpu.begin(), warm.cpu.end());
-    all_warm.wall.insert(all_warm.wall.end(), warm.wall.begin(), warm.wall.end());
-    std::printf(
-        "| %s | %.2f | %.1f / %.1f / %.0f | %.2f / %.1f / %.0f | %zu | %.2f / %.1f | %.1f |\n",
-        name.c_str(), compile_ms, c.p50, c.p99, c.max, w.p50, w.p99, w.max, w.n, ww.p50, ww.p99,
-        static_cast<double>(g->table_bytes()) / 1e6);
+    if (!run_schema(name, text, vocab, sequences, max_tokens, all_warm)) return 1;
   }
   const Percentiles w = percentiles(all_warm.cpu), ww = percentiles(all_warm.wall);
   std::printf("\nall warm masks, thread CPU: p50 %.2f us, p99 %.1f us, max %.0f us (n %zu)\n",

@@ -28,6 +28,57 @@ CodepointSet space() {
   return s;
 }
 
+// The JSON spelling of a code point that must be escaped in a string ('"', '\\', < U+0020).
+std::string json_escape(uint32_t cp) {
+  switch (cp) {
+    case '"':
+      return "\\\"";
+    case '\\':
+      return "\\\\";
+    case '\n':
+      return "\\n";
+    case '\r':
+      return "\\r";
+    case '\t':
+      return "\\t";
+    case '\b':
+      return "\\b";
+    case '\f':
+      return "\\f";
+    default: {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", cp);
+      return buf;
+    }
+  }
+}
+
+// The set a class escape letter stands for (\d \D \w \W \s \S); false for other letters.
+bool class_escape(char c, CodepointSet& out) {
+  switch (c) {
+    case 'd':
+      out = digits();
+      return true;
+    case 'D':
+      out = digits().negated();
+      return true;
+    case 'w':
+      out = word();
+      return true;
+    case 'W':
+      out = word().negated();
+      return true;
+    case 's':
+      out = space();
+      return true;
+    case 'S':
+      out = space().negated();
+      return true;
+    default:
+      return false;
+  }
+}
+
 class RegexParser {
  public:
   RegexParser(Grammar& g, std::string_view p, RegexMode mode) : g_(g), p_(p), mode_(mode) {}
@@ -180,19 +231,9 @@ class RegexParser {
   CodepointSet escape(bool in_class) {
     if (eof()) fail("pattern ends with '\\'");
     const char c = p_[i_++];
+    CodepointSet cls;
+    if (class_escape(c, cls)) return cls;
     switch (c) {
-      case 'd':
-        return digits();
-      case 'D':
-        return digits().negated();
-      case 'w':
-        return word();
-      case 'W':
-        return word().negated();
-      case 's':
-        return space();
-      case 'S':
-        return space().negated();
       case 'n':
         return range('\n', '\n');
       case 'r':
@@ -369,60 +410,20 @@ class RegexParser {
 }  // namespace
 
 Symbol json_string_char(Grammar& g, const CodepointSet& set) {
-  CodepointSet special;
-  special.add(0, 0x1F);
-  special.add('"', '"');
-  special.add('\\', '\\');
-  CodepointSet raw;
+  // '"', '\' and the controls appear only escaped; everything else raw.
   std::vector<Sequence> alts;
+  CodepointSet raw;
   for (const auto& [lo, hi] : set.ranges()) {
+    uint32_t run = lo;  // start of the current run of raw code points
     for (uint32_t cp = lo; cp <= hi && cp < 0x80; ++cp) {
-      if (!special.contains(cp)) continue;
-      std::string esc;
-      switch (cp) {
-        case '"':
-          esc = "\\\"";
-          break;
-        case '\\':
-          esc = "\\\\";
-          break;
-        case '\n':
-          esc = "\\n";
-          break;
-        case '\r':
-          esc = "\\r";
-          break;
-        case '\t':
-          esc = "\\t";
-          break;
-        case '\b':
-          esc = "\\b";
-          break;
-        case '\f':
-          esc = "\\f";
-          break;
-        default: {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", cp);
-          esc = buf;
-        }
-      }
-      alts.push_back(g.literal(esc));
+      if (cp >= 0x20 && cp != '"' && cp != '\\') continue;
+      alts.push_back(g.literal(json_escape(cp)));
+      if (cp > run) raw.add(run, cp - 1);
+      run = cp + 1;
     }
+    if (run <= hi) raw.add(run, hi);
   }
-  raw = set;
-  CodepointSet filtered;
-  for (const auto& [lo, hi] : raw.ranges()) {
-    uint32_t a = lo;
-    for (uint32_t cp = lo; cp <= hi && cp < 0x80; ++cp) {
-      if (special.contains(cp)) {
-        if (cp > a) filtered.add(a, cp - 1);
-        a = cp + 1;
-      }
-    }
-    if (a <= hi) filtered.add(a, hi);
-  }
-  if (!filtered.empty()) alts.insert(alts.begin(), Sequence{g.codepoints(filtered)});
+  if (!raw.empty()) alts.insert(alts.begin(), Sequence{g.codepoints(raw)});
   if (alts.empty()) return g.nothing();
   return g.choice(std::move(alts));
 }
