@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <random>
+#include <thread>
 
 #include "constrain_test_util.h"
 #include "test_util.h"
@@ -268,6 +269,42 @@ TEST_CASE("constrain grammar cache: hits by text, bounded, failures not cached")
   CHECK(cache.get(schema("{}")) != cache.get(other_ws));
   CHECK_THROWS_AS(cache.get(regex("(a")), cst::ConstraintError);
   CHECK(cache.size() == 2);
+}
+
+}  // namespace llama2::test
+
+namespace llama2::test {
+
+TEST_CASE("constrain one compiled grammar serves several threads: same masks as alone") {
+  const auto vocab = docs_vocab();
+  const auto spec_ = schema(kPersonSchema);
+  // Reference: one thread, a fresh grammar, fixed token choices (the lowest allowed id that is
+  // not EOS), the masks recorded.
+  auto walk = [&](const std::shared_ptr<const cst::CompiledGrammar>& g, int offset) {
+    cst::GrammarMatcher m(g);
+    std::vector<std::vector<uint32_t>> masks;
+    std::vector<uint32_t> mask(static_cast<size_t>(vocab->mask_words()));
+    for (int step = 0; step < 30; ++step) {
+      m.fill_mask(mask.data());
+      masks.push_back(mask);
+      std::vector<int> allowed;
+      for (int id = 0; id < vocab->size(); ++id)
+        if (bit(mask, id) && id != vocab->eos_id()) allowed.push_back(id);
+      if (allowed.empty()) break;
+      REQUIRE(m.accept_token(allowed[static_cast<size_t>(offset + step) % allowed.size()]));
+    }
+    return masks;
+  };
+  std::vector<std::vector<std::vector<uint32_t>>> expected;
+  for (int t = 0; t < 4; ++t) expected.push_back(walk(cst::compile_constraint(spec_, vocab), t));
+  const auto shared = cst::compile_constraint(spec_, vocab);
+  std::vector<std::vector<std::vector<uint32_t>>> got(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] { got[static_cast<size_t>(t)] = walk(shared, t); });
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 4; ++t)
+    CHECK(got[static_cast<size_t>(t)] == expected[static_cast<size_t>(t)]);
 }
 
 }  // namespace llama2::test
