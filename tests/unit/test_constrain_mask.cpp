@@ -94,6 +94,10 @@ const std::vector<cst::ConstraintSpec>& mask_specs() {
                    "b":{"anyOf":[{"type":"integer","minimum":10,"maximum":99},{"const":"x"}]}},
                    "required":["a","b"],"additionalProperties":false})"),
     };
+    // Repetitions longer than the longest token: their token tables are shared (RepeatChain).
+    v.push_back(schema(R"({"type":"array","items":{"type":"string","minLength":2,"maxLength":40},
+                           "maxItems":30})"));
+    v.push_back(regex("[a-z ]{0,50}x{3,45}"));
     cst::ConstraintSpec choice;
     choice.kind = ConstraintKind::kChoice;
     choice.choices = {"yes", "no", "maybe later", "ok\n", "é"};

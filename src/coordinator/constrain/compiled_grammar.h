@@ -33,13 +33,19 @@ class CompiledGrammar {
   // The mask of the first output token (the grammar's initial state, with the dummy-prefix
   // rule of vocabulary.h), computed on first use.
   const std::vector<uint32_t>& first_mask() const;
+  // The position a table key uses for `pos`: itself, or the equivalent position of a shorter
+  // bounded repetition (see RepeatChain) whose tables are the same.
+  uint32_t key_position(uint32_t pos) const { return key_alias_[pos]; }
   // Memory held by the tables computed so far.
   size_t table_bytes() const { return table_bytes_.load(); }
 
  private:
+  void alias_repeats(const Grammar& grammar);
+
   Program program_;
   std::shared_ptr<const TokenVocabulary> vocab_;
   ConstraintLimits limits_;
+  std::vector<uint32_t> key_alias_;  // [elems]
   mutable std::shared_mutex tables_mu_;
   mutable std::unordered_map<std::string, std::shared_ptr<const PositionTable>> tables_;
   mutable std::atomic<size_t> table_bytes_{0};

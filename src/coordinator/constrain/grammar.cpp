@@ -226,7 +226,12 @@ Symbol Grammar::repeat(Symbol item, int min, int max) {
   } else {
     // up_to(k) ::= item up_to(k-1) | "" : at most k more, without growing the parser stack.
     tail = group({});
-    for (int k = 1; k <= max - min; ++k) tail = choice({{item, tail}, {}});
+    RepeatChain chain{item, {}};
+    for (int k = 1; k <= max - min; ++k) {
+      tail = choice({{item, tail}, {}});
+      chain.rules.push_back(tail.index);
+    }
+    chains_.push_back(std::move(chain));
   }
   Sequence seq(static_cast<size_t>(min), item);
   seq.push_back(tail);

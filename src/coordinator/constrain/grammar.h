@@ -60,6 +60,14 @@ struct Symbol {
 
 using Sequence = std::vector<Symbol>;
 
+// The rules of a bounded repetition's tail, up_to(k) ::= item up_to(k-1) | "" for k = 1..n
+// (rules[k-1]). Past the longest token, up_to(k) and up_to(k+1) look the same to every token,
+// which lets CompiledGrammar share their token tables.
+struct RepeatChain {
+  Symbol item;
+  std::vector<uint32_t> rules;
+};
+
 struct Rule {
   std::string name;  // for messages: a GBNF rule name or a schema location
   std::vector<Sequence> alts;
@@ -101,6 +109,7 @@ class Grammar {
   const std::vector<Rule>& rules() const { return rules_; }
   const std::vector<ByteSet>& byte_sets() const { return sets_; }
   size_t symbol_count() const { return symbols_; }
+  const std::vector<RepeatChain>& repeat_chains() const { return chains_; }
   const ConstraintLimits& limits() const { return limits_; }
 
  private:
@@ -112,6 +121,7 @@ class Grammar {
   std::map<ByteSet, uint32_t> set_ids_;
   std::map<std::vector<Sequence>, uint32_t> interned_;
   std::map<std::pair<int, std::vector<int64_t>>, Symbol> helpers_;
+  std::vector<RepeatChain> chains_;
   size_t symbols_ = 0;
   uint32_t root_ = 0;
 };
@@ -121,6 +131,9 @@ class Grammar {
 // without consuming a byte and with something left to match after it, which would grow the
 // parser stack forever). Rules not reachable from the root are ignored here (GBNF reports them).
 void check(const Grammar& grammar);
+
+// Rules that match the empty text, as a flag per rule.
+std::vector<bool> nullable_rules(const Grammar& grammar);
 
 // Rules reachable from the root, as a flag per rule.
 std::vector<bool> reachable_rules(const Grammar& grammar);

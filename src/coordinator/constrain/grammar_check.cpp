@@ -129,6 +129,10 @@ std::vector<int> components(const std::vector<std::vector<Edge>>& edges) {
 
 }  // namespace
 
+std::vector<bool> nullable_rules(const Grammar& g) {
+  return fixpoint(g, false);
+}
+
 std::vector<bool> reachable_rules(const Grammar& g) {
   std::vector<bool> seen(g.rules().size(), false);
   if (g.rules().empty()) return seen;

@@ -31,7 +31,7 @@ void GrammarMatcher::fill_mask(uint32_t* words) {
     key.chain.clear();
     int32_t below = top;
     while (key.chain.size() <= TableKey::kTableContext && below >= 0) {
-      key.chain.push_back(pool_[below].pos);
+      key.chain.push_back(grammar_->key_position(pool_[below].pos));
       below = pool_[below].parent;
     }
     key.rooted = below == kRootParent;

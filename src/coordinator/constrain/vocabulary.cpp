@@ -88,6 +88,7 @@ TokenVocabulary::TokenVocabulary(const std::vector<Piece>& pieces, int eos_id) :
       continue;  // control and unknown pieces: no text, never allowed
     }
     usable_[id] = 1;
+    max_token_bytes_ = std::max(max_token_bytes_, bytes_[id].size());
     entries.push_back({bytes_[id], static_cast<int32_t>(id), 0});
     first_entries.push_back({first_bytes_[id], static_cast<int32_t>(id), 0});
   }

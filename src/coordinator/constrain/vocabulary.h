@@ -65,12 +65,15 @@ class TokenVocabulary {
   bool usable(int id) const { return usable_[static_cast<size_t>(id)] != 0; }
   const FlatTrie& trie() const { return trie_; }
   const FlatTrie& first_trie() const { return first_trie_; }
+  // Bytes of the longest token.
+  size_t max_token_bytes() const { return max_token_bytes_; }
 
  private:
   std::vector<std::string> bytes_, first_bytes_;
   std::vector<uint8_t> usable_;
   FlatTrie trie_, first_trie_;
   int eos_id_ = -1;
+  size_t max_token_bytes_ = 0;
 };
 
 }  // namespace llama2::constrain
