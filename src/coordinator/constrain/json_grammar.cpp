@@ -14,32 +14,26 @@ Symbol JsonGrammar::ws() {
 
 Symbol JsonGrammar::string_char() {
   if (have_char_) return char_;
-  CodepointSet raw;
-  raw.add(0x20, CodepointSet::kMax);
-  CodepointSet special;
-  special.add('"', '"');
-  special.add('\\', '\\');
-  CodepointSet plain;  // raw minus '"' and '\'
+  CodepointSet plain;  // U+0020 and up, minus '"' and '\'
   plain.add(0x20, '"' - 1);
   plain.add('"' + 1, '\\' - 1);
   plain.add('\\' + 1, CodepointSet::kMax);
-  ByteSet simple, hex, hex_no_d, low_oct;
+  ByteSet simple, hex_no_d, d, low;
   for (char c : std::string("\"\\/bfnrt")) simple.add(static_cast<uint8_t>(c));
-  hex.add_range('0', '9');
-  hex.add_range('a', 'f');
-  hex.add_range('A', 'F');
-  hex_no_d = hex;
-  hex_no_d.bits = hex.bits;
-  for (char c : std::string("dD"))
-    hex_no_d.bits[static_cast<uint8_t>(c) >> 6] &= ~(uint64_t{1} << (static_cast<uint8_t>(c) & 63));
-  low_oct.add_range('0', '7');
-  ByteSet d;
+  hex_no_d.add_range('0', '9');
+  hex_no_d.add_range('a', 'c');
+  hex_no_d.add_range('e', 'f');
+  hex_no_d.add_range('A', 'C');
+  hex_no_d.add_range('E', 'F');
+  ByteSet hex = hex_no_d;
   d.add('d');
   d.add('D');
+  hex.add('d');
+  hex.add('D');
+  low.add_range('0', '7');
   const Symbol h = g_.bytes(hex);
   // \uXXXX: any 4 hex digits except D800-DFFF (a lone surrogate is not a character).
-  const Symbol u4 =
-      g_.choice({{g_.bytes(hex_no_d), h, h, h}, {g_.bytes(d), g_.bytes(low_oct), h, h}});
+  const Symbol u4 = g_.choice({{g_.bytes(hex_no_d), h, h, h}, {g_.bytes(d), g_.bytes(low), h, h}});
   const Symbol escape =
       g_.group({g_.byte('\\'), g_.choice({{g_.bytes(simple)}, {g_.byte('u'), u4}})});
   char_ = g_.choice({{g_.codepoints(plain)}, {escape}});
