@@ -77,7 +77,7 @@ struct Owner : llama2::RequestEvents {
   }
   void on_admitted(int64_t id) override { admitted.push_back(id); }
   void on_finished(const Finished& f, const llama2::Timings& t) override {
-    done.emplace_back(f.id, f.finish_reason);
+    done.emplace_back(f.id, llama2::to_string(f.finish_reason));
     results[f.id] = f;
     timings[f.id] = t;
   }
@@ -146,7 +146,7 @@ TEST_SUITE("request owner") {
     CHECK(o.admission->gauges().waiting == 0);
     CHECK(o.owner->queued() == 0);
     o.run_until_idle();
-    CHECK(o.results.at(1).finish_reason == "length");
+    CHECK(o.results.at(1).finish_reason == llama2::FinishReason::kLength);
     CHECK(o.sample("llama2_requests_total{finish_reason=\"timeout\"}") == 1);
   }
 
@@ -168,14 +168,14 @@ TEST_SUITE("request owner") {
     CHECK_FALSE(o.submit(1, 3, 8));
     CHECK_FALSE(o.submit(2, 3, 8));
     o.owner->step();
-    CHECK_FALSE(o.owner->cancel(99, "cancelled"));
-    CHECK(o.owner->cancel(2, "cancelled"));  // queued
+    CHECK_FALSE(o.owner->cancel(99, llama2::FinishReason::kCancelled));
+    CHECK(o.owner->cancel(2, llama2::FinishReason::kCancelled));  // queued
     CHECK(o.admission->gauges().waiting == 0);
-    CHECK(o.owner->cancel(1, "cancelled"));  // running
+    CHECK(o.owner->cancel(1, llama2::FinishReason::kCancelled));  // running
     CHECK(o.done == Done{{2, "cancelled"}, {1, "cancelled"}});
     CHECK(o.results.at(1).tokens == std::vector<int>{kToken});
     CHECK(o.results.at(2).tokens.empty());
-    CHECK_FALSE(o.owner->cancel(1, "cancelled"));
+    CHECK_FALSE(o.owner->cancel(1, llama2::FinishReason::kCancelled));
     CHECK(o.blocks.used_blocks() == 0);
     CHECK(o.owner->idle());
     CHECK(o.owner->active() == 0);
@@ -191,7 +191,7 @@ TEST_SUITE("request owner") {
     CHECK(o.done == Done{{1, "cancelled"}, {3, "cancelled"}});
     CHECK(o.owner->disconnect(7) == 0);
     o.run_until_idle();
-    CHECK(o.results.at(2).finish_reason == "length");
+    CHECK(o.results.at(2).finish_reason == llama2::FinishReason::kLength);
     CHECK(o.blocks.used_blocks() == 0);
   }
 
@@ -217,12 +217,12 @@ TEST_SUITE("request owner") {
     Owner o(1);
     const auto refusal = o.submit(1, 40, 9);
     REQUIRE(refusal.has_value());
-    CHECK(refusal->code == "prompt_too_long");
+    CHECK(refusal->code == llama2::ErrorCode::kPromptTooLong);
     CHECK(refusal->message ==
           "prompt (40 tokens) + max_new_tokens (9) = 49 exceeds max_position_embeddings (48)");
     const auto empty = o.submit(2, 0, 1);
     REQUIRE(empty.has_value());
-    CHECK(empty->code == "invalid_request");
+    CHECK(empty->code == llama2::ErrorCode::kInvalidRequest);
     CHECK(empty->message == "prompt must have >= 1 token (got 0)");
     CHECK(o.owner->idle());
     CHECK(o.admission->gauges().waiting == 0);
@@ -237,17 +237,17 @@ TEST_SUITE("request owner") {
     Owner o(1, a);
     auto busy = o.admission->reserve(3);
     REQUIRE(busy.has_value());
-    CHECK(busy->code == "too_many_in_flight");
+    CHECK(busy->code == llama2::ErrorCode::kTooManyInFlight);
     CHECK_FALSE(o.admission->reserve(0));
     CHECK_FALSE(o.admission->reserve(2));
     auto full = o.admission->reserve(0);
     REQUIRE(full.has_value());
-    CHECK(full->code == "queue_full");
+    CHECK(full->code == llama2::ErrorCode::kQueueFull);
     CHECK(full->message == "queue is full (2 waiting, --max-queue); retry later");
     // The queue depth `health` reports is the one `stats` renders.
     CHECK(o.admission->gauges().waiting == 2);
     CHECK(o.sample("llama2_requests_waiting") == 2);
-    o.admission->count_refusal("shutting_down");
+    o.admission->count_refusal(llama2::ErrorCode::kShuttingDown);
     CHECK(o.sample("llama2_requests_rejected_total{code=\"too_many_in_flight\"}") == 1);
     CHECK(o.sample("llama2_requests_rejected_total{code=\"queue_full\"}") == 1);
     CHECK(o.sample("llama2_requests_rejected_total{code=\"shutting_down\"}") == 1);

@@ -173,7 +173,7 @@ struct Harness : llama2::RequestEvents {
   }
   void on_admitted(int64_t id) override { admitted.push_back(id); }
   void on_finished(const Finished& r, const llama2::Timings&) override {
-    done.emplace_back(r.id, r.finish_reason);
+    done.emplace_back(r.id, llama2::to_string(r.finish_reason));
     CHECK(results.count(r.id) == 0);  // one done per request
     results[r.id] = r;
     engine.finished(r.id);
@@ -412,13 +412,13 @@ TEST_SUITE("scheduler") {
     h.add(1, 10, 5);         // 15 positions: 4 blocks
     h.add(2, 3, 2);
     h.add(3, 3, 2);
-    CHECK_FALSE(h.gen->cancel(99, "cancelled"));
+    CHECK_FALSE(h.gen->cancel(99, llama2::FinishReason::kCancelled));
     int64_t cancelled = 0;
 
     SUBCASE("queued") {
       h.gen->step();
       cancelled = 2;
-      CHECK(h.gen->cancel(2, "cancelled"));
+      CHECK(h.gen->cancel(2, llama2::FinishReason::kCancelled));
       CHECK(h.gen->queued() == 1);
       CHECK(h.blocks.used_blocks() == 4);  // only 1's
       CHECK(h.results.at(2).tokens.empty());
@@ -427,7 +427,7 @@ TEST_SUITE("scheduler") {
       h.gen->step();  // 4 of 1's 10 prompt tokens
       CHECK(h.last_plan() == Plan{{1, 0, 4}});
       cancelled = 1;
-      CHECK(h.gen->cancel(1, "cancelled"));
+      CHECK(h.gen->cancel(1, llama2::FinishReason::kCancelled));
       CHECK(h.gen->running() == 0);
       CHECK(h.blocks.used_blocks() == 0);
       CHECK(h.results.at(1).tokens.empty());
@@ -438,12 +438,12 @@ TEST_SUITE("scheduler") {
       for (int i = 0; i < 4; ++i) h.gen->step();  // 3 prefill chunks, then one decode step
       CHECK(h.results.count(1) == 0);
       cancelled = 1;
-      CHECK(h.gen->cancel(1, "cancelled"));
+      CHECK(h.gen->cancel(1, llama2::FinishReason::kCancelled));
       CHECK(h.blocks.used_blocks() == 0);
       CHECK(h.results.at(1).tokens == std::vector<int>{token_at(1, 10), token_at(1, 11)});
     }
-    CHECK(h.results.at(cancelled).finish_reason == "cancelled");
-    CHECK_FALSE(h.gen->cancel(cancelled, "cancelled"));  // an id ends once
+    CHECK(h.results.at(cancelled).finish_reason == llama2::FinishReason::kCancelled);
+    CHECK_FALSE(h.gen->cancel(cancelled, llama2::FinishReason::kCancelled));  // an id ends once
     h.run_until_idle();
     CHECK(h.blocks.used_blocks() == 0);
     CHECK(h.results.size() == 3);
@@ -479,13 +479,13 @@ TEST_SUITE("scheduler") {
       h.add(4, 3, 2, std::nullopt, Clock::now() - std::chrono::seconds(1));
       h.gen->step();
       CHECK(h.done == std::vector<std::pair<int64_t, std::string>>{{4, "timeout"}});
-      CHECK(h.gen->cancel(1, "cancelled"));
-      CHECK(h.gen->cancel(2, "cancelled"));
+      CHECK(h.gen->cancel(1, llama2::FinishReason::kCancelled));
+      CHECK(h.gen->cancel(2, llama2::FinishReason::kCancelled));
     }
     CHECK(h.blocks.used_blocks() == 0);
-    CHECK(h.results.at(1).finish_reason != "length");
+    CHECK(h.results.at(1).finish_reason != llama2::FinishReason::kLength);
     h.run_until_idle();
-    CHECK(h.results.at(3).finish_reason == "length");
+    CHECK(h.results.at(3).finish_reason == llama2::FinishReason::kLength);
     CHECK(h.blocks.used_blocks() == 0);
   }
 
@@ -548,7 +548,7 @@ TEST_SUITE("scheduler") {
           const int64_t id = active.empty() || pick(0, 4) == 0
                                  ? pick(1, static_cast<int>(next_id))  // maybe finished or unknown
                                  : active[pick(0, static_cast<int>(active.size()) - 1)];
-          CHECK(h.gen->cancel(id, "cancelled") == ref.cancel(id, "cancelled"));
+          CHECK(h.gen->cancel(id, llama2::FinishReason::kCancelled) == ref.cancel(id, "cancelled"));
         } else {
           now_h += pick(0, 5);
           CHECK(h.gen->expire(base + std::chrono::hours(now_h)) == ref.expire(now_h));
@@ -563,7 +563,7 @@ TEST_SUITE("scheduler") {
         h.run_until_idle();
         while (ref.queued() + ref.running() > 0) ref.step(-1);
       } else {
-        h.gen->cancel_all("shutting_down");
+        h.gen->cancel_all(llama2::FinishReason::kShuttingDown);
         for (int64_t id : ref.active()) ref.cancel(id, "shutting_down");
       }
       CHECK(h.done == ref.done);

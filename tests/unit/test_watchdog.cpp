@@ -306,7 +306,7 @@ TEST_SUITE("socket deadlines") {
     b->generate_async(json{{"id", "y"}, {"prompt", "two"}, {"max_new_tokens", 4}}, ev);
     REQUIRE(f.take(2).size() == 2);  // both reached the engine side, which never answers
     CHECK(a->health(5000).value("status", "") == "ready");
-    f.server->fail_all("internal", "step 3 stalled");
+    f.server->fail_all(llama2::ErrorCode::kInternal, "step 3 stalled");
     {
       std::unique_lock<std::mutex> lock(mu);
       REQUIRE(cv.wait_for(lock, std::chrono::seconds(20), [&] { return finals.size() == 2; }));

@@ -44,10 +44,10 @@ uint64_t mix_seed(uint64_t job_seed, const std::string& id) {
   return z ^ (z >> 31);
 }
 
-json error_line(const BatchLine& b, const std::string& code, const std::string& msg) {
+json error_line(const BatchLine& b, ErrorCode code, const std::string& msg) {
   return json{{"custom_id", b.custom_id},
               {"line", b.line_no},
-              {"error", {{"code", code}, {"message", msg}}}};
+              {"error", {{"code", to_string(code)}, {"message", msg}}}};
 }
 
 cxxopts::Options batch_options() {
@@ -119,14 +119,14 @@ BatchInput read_batch_input(const cxxopts::ParseResult& args, const SamplingPara
       continue;  // resumed: already in the output
     }
     if (j.is_discarded()) {
-      b.req.error_code = "invalid_json";
+      b.req.error_code = ErrorCode::kInvalidJson;
       b.req.error_message = "line " + std::to_string(line_no) + " is not valid JSON";
     } else if (!has_id) {
-      b.req.error_code = "invalid_request";
+      b.req.error_code = ErrorCode::kInvalidRequest;
       b.req.error_message = "\"custom_id\" (a string) is required";
     } else if (!first_with_id) {
       b.custom_id = id;
-      b.req.error_code = "duplicate_custom_id";
+      b.req.error_code = ErrorCode::kDuplicateCustomId;
       b.req.error_message = "custom_id \"" + id + "\" appears more than once in the input";
     } else {
       b.custom_id = id;
@@ -167,7 +167,7 @@ int run_job(Session& session, const BatchInput& input, const std::string& out_pa
           {"custom_id", b.custom_id},
           {"text", r.text},
           {"token_ids", r.tokens},
-          {"finish_reason", r.finish_reason},
+          {"finish_reason", to_string(r.finish_reason)},
           {"seed", *b.req.params.seed},
           {"usage", {{"prompt_tokens", r.prompt_tokens}, {"completion_tokens", r.tokens.size()}}}};
       if (b.req.params.logprobs) add_logprobs_json(r, &line);
@@ -187,7 +187,7 @@ int run_job(Session& session, const BatchInput& input, const std::string& out_pa
       if (!refusal) continue;
       out.write(error_line(b, refusal->code, refusal->message));
     } else {
-      out.write(error_line(b, b.req.error_code, b.req.error_message));
+      out.write(error_line(b, *b.req.error_code, b.req.error_message));
     }
     ++finished;
     ++failed;

@@ -129,7 +129,7 @@ void report(const Generated& g, const std::vector<int>& prompt, const RankEngine
     nlohmann::json j{{"prompt_token_ids", prompt},
                      {"token_ids", result.tokens},
                      {"text", result.text},
-                     {"finish_reason", result.finish_reason},
+                     {"finish_reason", to_string(result.finish_reason)},
                      {"seed", *params.seed},
                      {"backend", engine.backend_name()},
                      {"ranks", engine.shard().tp},
@@ -147,7 +147,7 @@ void report(const Generated& g, const std::vector<int>& prompt, const RankEngine
   std::fprintf(stderr,
                "[%s] %zu prompt + %zu generated tokens, finish_reason=%s, seed=%llu, "
                "TTFT %.1f ms, decode %.1f tok/s\n",
-               engine.backend_name(), prompt.size(), n_out, result.finish_reason.c_str(),
+               engine.backend_name(), prompt.size(), n_out, to_string(result.finish_reason),
                static_cast<unsigned long long>(*params.seed), g.timings.ttft_s * 1e3, decode_tps);
 }
 

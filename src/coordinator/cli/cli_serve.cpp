@@ -207,7 +207,7 @@ int serve_on_rank0(Session& session, ServeSettings s, std::unique_ptr<HttpFront>
       session.layout.world,
       session.backend,
       session.dtype,
-      session.kv_dtype,
+      session.kv_cache_dtype,
       settings.synthetic.empty() ? settings.model_dir : "synthetic-" + settings.synthetic,
       settings.max_batch,
       s.max_queue,

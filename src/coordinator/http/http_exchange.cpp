@@ -20,7 +20,7 @@ void HttpExchange::finish(const Finished& done, const Timings& timings) {
   end_ = std::move(e);
 }
 
-void HttpExchange::fail(const std::string& code, const std::string& message) {
+void HttpExchange::fail(ErrorCode code, const std::string& message) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     End e;

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "coordinator/requests/codes.h"
 #include "coordinator/requests/request_messages.h"
 
 namespace llama2 {
@@ -33,7 +34,7 @@ class HttpExchange {
   };
   // How the generation ended: a finished result, or an error code of docs/PROTOCOL.md.
   struct End {
-    std::string error_code;  // "" when finished
+    std::optional<ErrorCode> error_code;  // unset when finished
     std::string error_message;
     Finished finished;
     Timings timings;
@@ -51,7 +52,7 @@ class HttpExchange {
   // Engine thread: queue without waking the reader (notify() once per step).
   void push_token(const TokenEvent& ev);
   void finish(const Finished& done, const Timings& timings);
-  void fail(const std::string& code, const std::string& message);
+  void fail(ErrorCode code, const std::string& message);
   void notify() { cv_.notify_all(); }
 
   // HTTP thread: what arrived, waiting up to `wait` when nothing has.

@@ -41,16 +41,6 @@ void send_error(httplib::Response& res, const ApiError& e) {
   res.set_content(dump(api_error_body(e)), "application/json");
 }
 
-ApiError error_of(int status, const std::string& type, const std::string& code,
-                  const std::string& message) {
-  ApiError e;
-  e.status = status;
-  e.type = type;
-  e.code = code;
-  e.message = message;
-  return e;
-}
-
 // cpp-httplib 0.11 does not tell a handler its socket; the connection's 4-tuple finds it, so that
 // a thread waiting for a non-streamed answer notices a client that hung up. -1 if not found.
 int connection_fd(const httplib::Request& req) {
@@ -149,12 +139,12 @@ struct HttpFront::Impl {
   // The error an unfinished generation gets from the server's state, if any.
   std::optional<ApiError> server_trouble() const {
     if (deps->inbox.stalled()) {
-      return error_of(503, "server_error", "stalled",
-                      "the engine stalled; the server is ending (see its log)");
+      return api_error(ErrorCode::kStalled,
+                       "the engine stalled; the server is ending (see its log)");
     }
     if (closing) {
-      return api_error_from_code("shutting_down",
-                                 "the server shut down before this generation finished");
+      return api_error(ErrorCode::kShuttingDown,
+                       "the server shut down before this generation finished");
     }
     return std::nullopt;
   }
@@ -180,9 +170,9 @@ httplib::Server::HandlerResponse HttpFront::Impl::before_routing(const httplib::
                                                                  httplib::Response& res) {
   if (ConnectionPool::refusing()) {  // no thread free and the waiting list full
     res.set_header("Connection", "close");
-    send_error(res, error_of(503, "server_error", "server_busy",
-                             "every connection thread is busy (--http-threads " +
-                                 std::to_string(opts.threads) + "); retry later"));
+    send_error(res, api_error(ErrorCode::kServerBusy,
+                              "every connection thread is busy (--http-threads " +
+                                  std::to_string(opts.threads) + "); retry later"));
     return httplib::Server::HandlerResponse::Handled;
   }
   if (!ready.load(std::memory_order_acquire)) {  // the model is still loading
@@ -190,9 +180,9 @@ httplib::Server::HandlerResponse HttpFront::Impl::before_routing(const httplib::
       res.status = 503;
       res.set_content(dump(json{{"status", "starting"}}), "application/json");
     } else {
-      send_error(res, error_of(503, "server_error", "starting",
-                               "the server is starting (the model is loading); retry when GET "
-                               "/health answers 200"));
+      send_error(res, api_error(ErrorCode::kStarting,
+                                "the server is starting (the model is loading); retry when GET "
+                                "/health answers 200"));
     }
     return httplib::Server::HandlerResponse::Handled;
   }
@@ -203,10 +193,9 @@ httplib::Server::HandlerResponse HttpFront::Impl::before_routing(const httplib::
     const bool ok =
         auth.rfind(prefix, 0) == 0 && same_secret(auth.substr(prefix.size()), opts.api_key);
     if (!ok) {
-      ApiError e = error_of(
-          401, "invalid_request_error", "invalid_api_key",
-          auth.empty() ? "missing \"Authorization: Bearer <key>\" header" : "invalid API key");
-      send_error(res, e);
+      send_error(res, api_error(ErrorCode::kInvalidApiKey,
+                                auth.empty() ? "missing \"Authorization: Bearer <key>\" header"
+                                             : "invalid API key"));
       return httplib::Server::HandlerResponse::Handled;
     }
   }
@@ -238,45 +227,46 @@ void HttpFront::Impl::routes() {
   });
   // Every other error (unknown path 404, wrong method, body over the limit 413, unreadable
   // request 400) in OpenAI's shape; the handlers' own errors already have a body.
-  svr.set_error_handler(httplib::Server::HandlerWithResponse(
-      [this](const httplib::Request& req, httplib::Response& res) {
-        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-        ApiError e = error_of(res.status, "invalid_request_error", "", "");
-        if (res.status == 404) {
-          e.code = "not_found";
-          e.message = "no route " + req.method + " " + quote(req.path) +
-                      " (routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, "
-                      "GET /health, GET /metrics)";
-        } else if (res.status == 413) {
-          e.code = "body_too_large";
-          e.message = "the request body exceeds --http-max-body-bytes (" +
-                      std::to_string(opts.max_body_bytes) + ")";
-        } else {
-          e.code = "invalid_request";
-          e.message = "the request could not be read (HTTP " + std::to_string(res.status) + ")";
-        }
-        res.set_content(dump(api_error_body(e)), "application/json");
-        return httplib::Server::HandlerResponse::Handled;
-      }));
+  svr.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
+                                                                    httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    ApiError e;
+    if (res.status == 404) {
+      e = api_error(ErrorCode::kNotFound, "");
+      e.message = "no route " + req.method + " " + quote(req.path) +
+                  " (routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, "
+                  "GET /health, GET /metrics)";
+    } else if (res.status == 413) {
+      e = api_error(ErrorCode::kBodyTooLarge, "the request body exceeds --http-max-body-bytes (" +
+                                                  std::to_string(opts.max_body_bytes) + ")");
+    } else {
+      // The library's own status (400, 405, ...) stays: the code is the generic one.
+      e = api_error(ErrorCode::kInvalidRequest,
+                    "the request could not be read (HTTP " + std::to_string(res.status) + ")");
+      e.status = res.status;
+    }
+    res.set_content(dump(api_error_body(e)), "application/json");
+    return httplib::Server::HandlerResponse::Handled;
+  }));
 }
 
 void HttpFront::Impl::generate(const httplib::Request& req, httplib::Response& res, ApiKind kind) {
   Admission& admission = deps->admission;
   const auto refuse = [&](const ApiError& e) {
-    admission.count_refusal(e.code.empty() ? "invalid_request" : e.code);
+    admission.count_refusal(e.code);
     send_error(res, e);
   };
   if (auto trouble = server_trouble()) return refuse(*trouble);
   if (deps->inbox.draining()) {
-    return refuse(api_error_from_code(
-        "shutting_down", "the server is shutting down and accepts no new generations"));
+    return refuse(api_error(ErrorCode::kShuttingDown,
+                            "the server is shutting down and accepts no new generations"));
   }
   ApiParse parsed = parse_api_request(req.body, kind, deps->api);
   if (parsed.error) return refuse(*parsed.error);
   // The request owner's admission, as the socket endpoint applies it: a place in the queue
   // (an HTTP/1.1 connection has one request in flight, so no per-connection limit applies).
   if (auto refusal = admission.reserve(0)) {
-    return send_error(res, api_error_from_code(refusal->code, refusal->message));  // counted
+    return send_error(res, api_error(refusal->code, refusal->message));  // counted
   }
   ApiResponseHead head;
   head.kind = kind;
@@ -284,27 +274,22 @@ void HttpFront::Impl::generate(const httplib::Request& req, httplib::Response& r
   head.created = static_cast<int64_t>(std::time(nullptr));
   head.model = deps->api.served_model;
   // Tokenized here, on this connection's own thread, then the one prompt-length check.
-  FrameRequest fr;
-  fr.op = FrameRequest::Op::kGenerate;
-  fr.id = head.id;
-  fr.request = std::move(parsed.request.request);
-  const json refusal = tokenize_frame_request(fr, deps->tokenizer, deps->api.config, deps->limits);
-  if (!refusal.is_null() || deps->inbox.draining()) {
+  ParsedRequest& request = parsed.request.request;
+  std::optional<Refusal> refusal =
+      prepare_prompt(request, deps->tokenizer, deps->api.config, deps->limits.prompt);
+  if (refusal || deps->inbox.draining()) {
     admission.unreserve();
-    ApiError e = refusal.is_null()
-                     ? api_error_from_code("shutting_down", "the server began shutting down")
-                     : api_error_from_code(refusal.value("code", "invalid_request"),
-                                           refusal.value("message", ""));
-    return refuse(e);
+    if (!refusal) refusal = Refusal{ErrorCode::kShuttingDown, "the server began shutting down"};
+    return refuse(api_error(refusal->code, refusal->message));
   }
   const auto ex = std::make_shared<HttpExchange>(kHttpClientBit | next_client.fetch_add(1),
-                                                 fr.request.params.logprobs);
+                                                 request.params.logprobs);
   const Clock::time_point now = Clock::now();
   ServeCommand cmd;
   cmd.kind = ServeCommand::Kind::kGenerate;
   cmd.conn = cmd.serial = ex->client();
   cmd.id = head.id;
-  cmd.request = std::move(fr.request);
+  cmd.request = std::move(request);
   cmd.stream = parsed.request.stream;
   cmd.arrival = now;
   cmd.deadline = now + std::chrono::milliseconds(deps->limits.request_timeout_ms);
@@ -331,8 +316,7 @@ void HttpFront::Impl::answer_whole(const httplib::Request& req, httplib::Respons
     HttpExchange::News news = ex->take(kPollInterval);
     if (news.end) {
       const HttpExchange::End& end = *news.end;
-      if (!end.error_code.empty())
-        return send_error(res, api_error_from_code(end.error_code, end.error_message));
+      if (end.error_code) return send_error(res, api_error(*end.error_code, end.error_message));
       const Finished& f = end.finished;
       ApiResult r{f.finish_reason, f.prompt_tokens, static_cast<int>(f.tokens.size()), f.text};
       if (ex->logprobs()) {
@@ -348,8 +332,9 @@ void HttpFront::Impl::answer_whole(const httplib::Request& req, httplib::Respons
     if (auto trouble = server_trouble()) return send_error(res, *trouble);
     if (Clock::now() >= give_up) {
       command(ServeCommand::Kind::kExpired, ex);
-      return res.set_content(dump(api_response(head, ApiResult{"timeout", 0, 0, ""})),
-                             "application/json");
+      return res.set_content(
+          dump(api_response(head, ApiResult{FinishReason::kTimeout, 0, 0, "", nullptr})),
+          "application/json");
     }
     if (!client_alive(fd)) return command(ServeCommand::Kind::kDisconnect, ex);
   }
@@ -400,7 +385,7 @@ void HttpFront::Impl::answer_stream(httplib::Response& res, const std::shared_pt
     if (!news.end && Clock::now() >= st->give_up) {
       command(ServeCommand::Kind::kExpired, st->ex);
       HttpExchange::End timeout;
-      timeout.finished.finish_reason = "timeout";
+      timeout.finished.finish_reason = FinishReason::kTimeout;
       news.end = timeout;
     }
     if (!news.end) {
@@ -413,10 +398,9 @@ void HttpFront::Impl::answer_stream(httplib::Response& res, const std::shared_pt
     }
     if (news.end) {
       const HttpExchange::End& end = *news.end;
-      if (!end.error_code.empty()) {
+      if (end.error_code) {
         // Headers (200) are out: the error travels as an event, as OpenAI's streams do.
-        ApiError e = api_error_from_code(end.error_code, end.error_message);
-        out += sse(api_error_body(e));
+        out += sse(api_error_body(api_error(*end.error_code, end.error_message)));
       } else {
         const Finished& f = end.finished;
         out += sse(api_chunk(st->head, "", false, &f.finish_reason, usage_null));

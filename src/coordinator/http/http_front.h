@@ -1,7 +1,7 @@
 // `llama2 serve --http HOST:PORT`: the OpenAI-compatible HTTP front on rank 0 (docs/PROTOCOL.md,
 // "HTTP"), a second endpoint beside the Unix socket on the same request owner. It applies the
-// same admission (Admission::reserve, prompt_length_error through tokenize_frame_request) on its
-// own connection threads and posts its generations into the socket server's inbox, so the one
+// same admission (Admission::reserve, prepare_prompt: tokenizing and the prompt-length check) on
+// its own connection threads and posts its generations into the socket server's inbox, so the one
 // engine loop (serve_loop) serves both; SocketBridge routes each request's events to its
 // HttpExchange. No HTTP library type appears here: the front is built only where cpp-httplib was
 // found at configure time (http_front_available()), and `--http` is refused clearly otherwise.

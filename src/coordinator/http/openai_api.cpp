@@ -47,18 +47,36 @@ const char* const kSameKeys[] = {"temperature",
                                  "ignore_eos"};
 
 ApiError invalid(const std::string& message, const std::string& param,
-                 const std::string& code = "invalid_request") {
-  ApiError e;
-  e.status = 400;
-  e.code = code;
-  e.message = message;
-  e.param = param;
-  return e;
+                 ErrorCode code = ErrorCode::kInvalidRequest) {
+  return api_error(code, message, param);
 }
 
 ApiError unsupported(const std::string& param, const std::string& what) {
-  return invalid(what + " is not supported by this server", param, "unsupported_parameter");
+  return invalid(what + " is not supported by this server", param,
+                 ErrorCode::kUnsupportedParameter);
 }
+
+// Indexed by ErrorCode (the static_assert keeps it as long as the enum).
+constexpr HttpErrorClass kHttpErrors[] = {
+    {400, "invalid_request_error"},  // invalid_request
+    {400, "invalid_request_error"},  // prompt_too_long
+    {429, "rate_limit_error"},       // queue_full
+    {429, "rate_limit_error"},       // too_many_in_flight
+    {503, "server_error"},           // too_many_connections
+    {503, "server_error"},           // shutting_down
+    {500, "server_error"},           // internal
+    {400, "invalid_request_error"},  // unsupported_parameter
+    {404, "invalid_request_error"},  // model_not_found
+    {404, "invalid_request_error"},  // not_found
+    {413, "invalid_request_error"},  // body_too_large
+    {401, "invalid_request_error"},  // invalid_api_key
+    {503, "server_error"},           // starting
+    {503, "server_error"},           // stalled
+    {503, "server_error"},           // server_busy
+    {400, "invalid_request_error"},  // invalid_json
+    {400, "invalid_request_error"},  // duplicate_custom_id
+};
+static_assert(sizeof(kHttpErrors) / sizeof(kHttpErrors[0]) == kErrorCodeCount);
 
 bool given(const json& j, const char* key) {
   const auto it = j.find(key);
@@ -138,31 +156,25 @@ std::string in_client_terms(std::string message, const char* max_key) {
 
 }  // namespace
 
+HttpErrorClass http_error_class(ErrorCode code) {
+  return kHttpErrors[static_cast<size_t>(code)];
+}
+
+ApiError api_error(ErrorCode code, std::string message, std::string param) {
+  ApiError e;
+  e.code = code;
+  e.message = std::move(message);
+  e.param = std::move(param);
+  e.status = http_error_class(code).status;
+  return e;
+}
+
 json api_error_body(const ApiError& e) {
   return json{{"error",
                {{"message", e.message},
-                {"type", e.type},
+                {"type", http_error_class(e.code).type},
                 {"param", e.param.empty() ? json(nullptr) : json(e.param)},
-                {"code", e.code.empty() ? json(nullptr) : json(e.code)}}}};
-}
-
-ApiError api_error_from_code(const std::string& code, const std::string& message) {
-  ApiError e;
-  e.code = code;
-  e.message = message;
-  if (code == "invalid_request" || code == "prompt_too_long") {
-    e.status = 400;
-  } else if (code == "queue_full" || code == "too_many_in_flight") {
-    e.status = 429;
-    e.type = "rate_limit_error";
-  } else if (code == "shutting_down") {
-    e.status = 503;
-    e.type = "server_error";
-  } else {
-    e.status = 500;
-    e.type = "server_error";
-  }
-  return e;
+                {"code", to_string(e.code)}}}};
 }
 
 ApiParse parse_api_request(const std::string& body, ApiKind kind, const ApiContext& ctx) {
@@ -194,8 +206,7 @@ ApiParse parse_api_request(const std::string& body, ApiKind kind, const ApiConte
   if (out.request.model != ctx.served_model) {
     ApiError e = invalid("the model " + quote(out.request.model) +
                              " does not exist (this server serves \"" + ctx.served_model + "\")",
-                         "model", "model_not_found");
-    e.status = 404;
+                         "model", ErrorCode::kModelNotFound);
     return fail(e);
   }
   if (auto e = refuse_unsupported(j, kind)) return fail(*e);
@@ -246,13 +257,13 @@ ApiParse parse_api_request(const std::string& body, ApiKind kind, const ApiConte
   out.request.request = parse_request_fields(mine, ctx.defaults, ctx.config, {});
   if (!out.request.request.ok()) {
     const ParsedRequest& r = out.request.request;
-    return fail(invalid(in_client_terms(r.error_message, max_key), "", r.error_code));
+    return fail(invalid(in_client_terms(r.error_message, max_key), "", *r.error_code));
   }
   return out;
 }
 
-std::string api_finish_reason(const std::string& finish_reason) {
-  return finish_reason;  // stop | length | timeout | cancelled: the project's names are OpenAI's
+const char* api_finish_reason(FinishReason finish_reason) {
+  return to_string(finish_reason);  // stop | length | timeout | cancelled: OpenAI's names
 }
 
 json api_usage(int prompt_tokens, int completion_tokens) {
@@ -336,7 +347,7 @@ json api_response(const ApiResponseHead& h, const ApiResult& r) {
 }
 
 json api_chunk(const ApiResponseHead& h, const std::string& text, bool first,
-               const std::string* finish_reason, bool with_usage_null, const json& logprobs) {
+               const FinishReason* finish_reason, bool with_usage_null, const json& logprobs) {
   json out = head_object(h, true);
   json choice{
       {"index", 0},

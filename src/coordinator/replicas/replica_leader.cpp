@@ -79,7 +79,7 @@ class Leader final : public WireVisitor {
     void on_finished(Finished&& done) override { writer.finished(done); }
     WireWriter writer;
   };
-  static Finished ended(int64_t id, size_t prompt, const std::string& reason) {
+  static Finished ended(int64_t id, size_t prompt, FinishReason reason) {
     Finished f;
     f.id = id;
     f.finish_reason = reason;

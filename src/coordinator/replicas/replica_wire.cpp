@@ -70,6 +70,16 @@ class Reader {
   }
   size_t offset() const { return static_cast<size_t>(p_ - begin_); }
 
+  // A finish reason travels as its enum's byte; an unknown byte is a corrupt message.
+  FinishReason reason() {
+    const uint8_t b = get<uint8_t>();
+    if (b >= kFinishReasonCount) {
+      throw Error("replica message: unknown finish reason " + std::to_string(b) + " at byte " +
+                  std::to_string(offset() - 1));
+    }
+    return static_cast<FinishReason>(b);
+  }
+
  private:
   const char* take(size_t n) {
     if (static_cast<size_t>(end_ - p_) < n) {
@@ -102,7 +112,7 @@ void WireWriter::submit(const SubmitRequest& req) {
 void WireWriter::cancel(const CancelRequest& c) {
   put(buf_, static_cast<uint8_t>(Tag::kCancel));
   put(buf_, c.id);
-  put(buf_, c.reason);
+  put(buf_, static_cast<uint8_t>(c.reason));
 }
 
 void WireWriter::shutdown(int exit_code) {
@@ -132,7 +142,7 @@ void WireWriter::token(const TokenEvent& ev) {
 void WireWriter::finished(const Finished& done) {
   put(buf_, static_cast<uint8_t>(Tag::kFinished));
   put(buf_, done.id);
-  put(buf_, done.finish_reason);
+  put(buf_, static_cast<uint8_t>(done.finish_reason));
   put(buf_, static_cast<int32_t>(done.prompt_tokens));
   put(buf_, done.tokens);
   put(buf_, done.text);
@@ -182,7 +192,7 @@ void read_wire(const char* data, size_t size, WireVisitor& v) {
       case Tag::kCancel: {
         CancelRequest c;
         c.id = r.get<int64_t>();
-        c.reason = r.str();
+        c.reason = r.reason();
         v.on_cancel(c);
         break;
       }
@@ -213,7 +223,7 @@ void read_wire(const char* data, size_t size, WireVisitor& v) {
       case Tag::kFinished: {
         Finished d;
         d.id = r.get<int64_t>();
-        d.finish_reason = r.str();
+        d.finish_reason = r.reason();
         d.prompt_tokens = r.get<int32_t>();
         d.tokens = r.ints();
         d.text = r.str();

@@ -10,8 +10,8 @@ std::optional<Refusal> Admission::reserve(int client_inflight) {
   // others wait behind it (admission itself stays FIFO across clients).
   if (client_inflight >= opts_.max_inflight_per_client) {
     const std::string n = std::to_string(opts_.max_inflight_per_client);
-    count_refusal("too_many_in_flight");
-    return Refusal{"too_many_in_flight",
+    count_refusal(ErrorCode::kTooManyInFlight);
+    return Refusal{ErrorCode::kTooManyInFlight,
                    "this connection already has " + n +
                        " generations in flight (--max-inflight-per-connection " + n +
                        "); wait for one to finish or use another connection"};
@@ -19,27 +19,27 @@ std::optional<Refusal> Admission::reserve(int client_inflight) {
   int now = waiting_.load(std::memory_order_relaxed);
   do {
     if (now >= opts_.max_queue) {
-      count_refusal("queue_full");
-      return Refusal{"queue_full", "queue is full (" + std::to_string(opts_.max_queue) +
-                                       " waiting, --max-queue); retry later"};
+      count_refusal(ErrorCode::kQueueFull);
+      return Refusal{ErrorCode::kQueueFull, "queue is full (" + std::to_string(opts_.max_queue) +
+                                                " waiting, --max-queue); retry later"};
     }
   } while (!waiting_.compare_exchange_weak(now, now + 1, std::memory_order_relaxed));
   return std::nullopt;
 }
 
-void Admission::count_refusal(const std::string& code) {
+void Admission::count_refusal(ErrorCode code) {
   if (metrics_ != nullptr) metrics_->request_rejected(code);
 }
 
 std::optional<Refusal> Admission::check_prompt(int64_t prompt_tokens,
                                                int64_t max_new_tokens) const {
   if (prompt_tokens < 1) {
-    return Refusal{"invalid_request",
+    return Refusal{ErrorCode::kInvalidRequest,
                    "prompt must have >= 1 token (got " + std::to_string(prompt_tokens) + ")"};
   }
   std::string too_long = prompt_length_error(opts_.limits, prompt_tokens, false, max_new_tokens);
   if (too_long.empty()) return std::nullopt;
-  return Refusal{"prompt_too_long", std::move(too_long)};
+  return Refusal{ErrorCode::kPromptTooLong, std::move(too_long)};
 }
 
 Gauges Admission::gauges() const {

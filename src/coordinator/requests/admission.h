@@ -15,6 +15,7 @@
 #include <string>
 
 #include "common/sampling_params.h"
+#include "coordinator/requests/codes.h"
 #include "coordinator/serving/metrics.h"
 
 namespace llama2 {
@@ -23,12 +24,6 @@ struct AdmissionOptions {
   PromptLimits limits;                    // the one prompt-length check (prompt_length_error)
   int max_queue = INT_MAX;                // requests reserved and not yet admitted
   int max_inflight_per_client = INT_MAX;  // unfinished requests one client (connection) may have
-};
-
-// Why a request was not taken: an error code of docs/PROTOCOL.md and one message naming the limit.
-struct Refusal {
-  std::string code;
-  std::string message;
 };
 
 class Admission {
@@ -44,7 +39,7 @@ class Admission {
   // A reserved request that will never be submitted (refused after tokenizing, client gone).
   void unreserve() { waiting_.fetch_sub(1, std::memory_order_relaxed); }
   // Counts a refusal the endpoint answered itself (malformed frame, draining, ...).
-  void count_refusal(const std::string& code);
+  void count_refusal(ErrorCode code);
   // The prompt-length check: nullopt when `prompt_tokens` + `max_new_tokens` fit, else
   // prompt_too_long (invalid_request for an empty prompt) with prompt_length_error's message.
   std::optional<Refusal> check_prompt(int64_t prompt_tokens, int64_t max_new_tokens) const;

@@ -77,7 +77,7 @@ void RequestOwner::refresh_gauges() {
   }
 }
 
-void RequestOwner::finish_queued(SubmitRequest&& req, const std::string& reason) {
+void RequestOwner::finish_queued(SubmitRequest&& req, FinishReason reason) {
   Finished done;
   done.id = req.id;
   done.finish_reason = reason;
@@ -85,7 +85,7 @@ void RequestOwner::finish_queued(SubmitRequest&& req, const std::string& reason)
   on_finished(std::move(done));
 }
 
-bool RequestOwner::cancel(int64_t id, const std::string& reason) {
+bool RequestOwner::cancel(int64_t id, FinishReason reason) {
   const auto rec = records_.find(id);
   if (rec == records_.end()) return false;
   if (rec->second.admitted) return replicas_.cancel(CancelRequest{id, reason}, *this);
@@ -103,11 +103,11 @@ int RequestOwner::disconnect(uint64_t client) {
   for (const auto& [id, r] : records_)
     if (r.client == client) ids.push_back(id);
   std::sort(ids.begin(), ids.end());  // a stable order of done events (the client is gone)
-  for (int64_t id : ids) cancel(id, "cancelled");
+  for (int64_t id : ids) cancel(id, FinishReason::kCancelled);
   return static_cast<int>(ids.size());
 }
 
-void RequestOwner::cancel_all(const std::string& reason) {
+void RequestOwner::cancel_all(FinishReason reason) {
   std::vector<int64_t> ids;
   for (const auto& q : queue_) ids.push_back(q.id);
   ids.insert(ids.end(), running_order_.begin(), running_order_.end());
@@ -121,7 +121,7 @@ int RequestOwner::expire(Clock::time_point now) {
     if (records_.at(q.id).deadline <= now) ids.push_back(q.id);
   for (int64_t id : running_order_)
     if (records_.at(id).deadline <= now) ids.push_back(id);
-  for (int64_t id : ids) cancel(id, "timeout");
+  for (int64_t id : ids) cancel(id, FinishReason::kTimeout);
   earliest_deadline_ = Clock::time_point::max();
   for (const auto& [id, r] : records_)
     earliest_deadline_ = std::min(earliest_deadline_, r.deadline);

@@ -46,12 +46,12 @@ class RequestOwner final : private SchedulerEvents {
                                 uint64_t client = 0);
   // Ends request `id` (queued or running) at once with `reason`, freeing its KV blocks; false if
   // no such request is active.
-  bool cancel(int64_t id, const std::string& reason);
+  bool cancel(int64_t id, FinishReason reason);
   // Cancels every active request of `client` (its connection went away); returns how many.
   int disconnect(uint64_t client);
   // Ends every active request with `reason` (server shutdown).
-  void cancel_all(const std::string& reason);
-  // Ends requests whose deadline is at or before `now` with "timeout", queued ones first (in queue
+  void cancel_all(FinishReason reason);
+  // Ends requests whose deadline is at or before `now` with kTimeout, queued ones first (in queue
   // order), then running ones (in admission order); returns how many.
   int expire(Clock::time_point now);
   // One round: expire against the clock, admit the queue's head while a replica takes it
@@ -75,7 +75,7 @@ class RequestOwner final : private SchedulerEvents {
   void dispatch();
   void refresh_gauges();
   // A request that ended before reaching the scheduler.
-  void finish_queued(SubmitRequest&& req, const std::string& reason);
+  void finish_queued(SubmitRequest&& req, FinishReason reason);
   void on_token(const TokenEvent& ev) override;
   void on_finished(Finished&& done) override;
 

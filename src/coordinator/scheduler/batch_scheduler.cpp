@@ -71,7 +71,7 @@ bool BatchScheduler::try_admit(SubmitRequest& req) {
   return true;
 }
 
-void BatchScheduler::finish(Sequence& s, const std::string& reason, SchedulerEvents& events) {
+void BatchScheduler::finish(Sequence& s, FinishReason reason, SchedulerEvents& events) {
   s.result.finish_reason = reason;
   s.done = true;
   blocks_.release(&s.table);
@@ -200,9 +200,9 @@ int BatchScheduler::step(SchedulerEvents& events) {
     token_event.text = std::move(m.emit);
     events.on_token(token_event);
     if (eos || m.stopped) {
-      finish(s, "stop", events);
+      finish(s, FinishReason::kStop, events);
     } else if (last) {
-      finish(s, "length", events);
+      finish(s, FinishReason::kLength, events);
     }
   }
   running_.erase(std::remove_if(running_.begin(), running_.end(),

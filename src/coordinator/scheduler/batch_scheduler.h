@@ -63,7 +63,7 @@ class BatchScheduler {
 
  private:
   struct Sequence;
-  void finish(Sequence& s, const std::string& reason, SchedulerEvents& events);
+  void finish(Sequence& s, FinishReason reason, SchedulerEvents& events);
 
   StepExecutor& exec_;
   const Tokenizer& tok_;

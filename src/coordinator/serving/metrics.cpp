@@ -46,17 +46,15 @@ ServeMetrics::ServeMetrics()
       itl_(kLatencyBuckets),
       e2e_(kLatencyBuckets),
       queue_(kLatencyBuckets) {
-  for (const char* r : {"stop", "length", "cancelled", "timeout", "shutting_down"})
-    finished_[r] = 0;
-  for (const char* c :
-       {"invalid_request", "prompt_too_long", "queue_full", "too_many_in_flight", "shutting_down"})
-    rejected_[c] = 0;
+  for (ErrorCode c : {ErrorCode::kInvalidRequest, ErrorCode::kPromptTooLong, ErrorCode::kQueueFull,
+                      ErrorCode::kTooManyInFlight, ErrorCode::kShuttingDown})
+    rejected_shown_[static_cast<size_t>(c)] = true;
 }
 
-void ServeMetrics::request_finished(const std::string& reason, double queue_s, double ttft_s,
+void ServeMetrics::request_finished(FinishReason reason, double queue_s, double ttft_s,
                                     double e2e_s, int prompt_tokens, int completion_tokens) {
   std::lock_guard<std::mutex> lock(mu_);
-  ++finished_[reason];
+  ++finished_[static_cast<size_t>(reason)];
   queue_.observe(queue_s);
   if (completion_tokens > 0) ttft_.observe(ttft_s);
   e2e_.observe(e2e_s);
@@ -64,9 +62,10 @@ void ServeMetrics::request_finished(const std::string& reason, double queue_s, d
   generation_tokens_ += static_cast<uint64_t>(completion_tokens);
 }
 
-void ServeMetrics::request_rejected(const std::string& code) {
+void ServeMetrics::request_rejected(ErrorCode code) {
   std::lock_guard<std::mutex> lock(mu_);
-  ++rejected_[code];
+  ++rejected_[static_cast<size_t>(code)];
+  rejected_shown_[static_cast<size_t>(code)] = true;
 }
 
 void ServeMetrics::inter_token(double seconds) {
@@ -80,14 +79,17 @@ std::string ServeMetrics::render(const Gauges& g) const {
   out +=
       "# HELP llama2_requests_total Finished generations by finish reason.\n"
       "# TYPE llama2_requests_total counter\n";
-  for (const auto& [reason, n] : finished_) {
-    out += "llama2_requests_total{finish_reason=\"" + reason + "\"} " + std::to_string(n) + "\n";
+  for (int r = 0; r < kFinishReasonCount; ++r) {
+    out += std::string("llama2_requests_total{finish_reason=\"") +
+           to_string(static_cast<FinishReason>(r)) + "\"} " + std::to_string(finished_[r]) + "\n";
   }
   out +=
       "# HELP llama2_requests_rejected_total Requests refused before running, by error code.\n"
       "# TYPE llama2_requests_rejected_total counter\n";
-  for (const auto& [code, n] : rejected_) {
-    out += "llama2_requests_rejected_total{code=\"" + code + "\"} " + std::to_string(n) + "\n";
+  for (int c = 0; c < kErrorCodeCount; ++c) {
+    if (!rejected_shown_[c]) continue;
+    out += std::string("llama2_requests_rejected_total{code=\"") +
+           to_string(static_cast<ErrorCode>(c)) + "\"} " + std::to_string(rejected_[c]) + "\n";
   }
   out +=
       "# HELP llama2_prompt_tokens_total Prompt tokens of finished generations.\n"
@@ -171,9 +173,9 @@ std::string ServeMetrics::render_vllm(const Gauges& g, const std::string& model)
   out +=
       "# HELP vllm:request_success_total Finished requests by finish reason.\n"
       "# TYPE vllm:request_success_total counter\n";
-  for (const auto& [reason, n] : finished_) {
-    out += "vllm:request_success_total{" + label + ",finished_reason=\"" + reason + "\"} " +
-           std::to_string(n) + "\n";
+  for (int r = 0; r < kFinishReasonCount; ++r) {
+    out += "vllm:request_success_total{" + label + ",finished_reason=\"" +
+           to_string(static_cast<FinishReason>(r)) + "\"} " + std::to_string(finished_[r]) + "\n";
   }
   ttft_.render("vllm:time_to_first_token_seconds", "Time to first token.", &out, label);
   itl_.render("vllm:time_per_output_token_seconds", "Time per output token.", &out, label);

@@ -5,11 +5,13 @@
 // Admission::gauges() snapshot that `health` reports.
 #pragma once
 
+#include <array>
 #include <cstdint>
-#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include "coordinator/requests/codes.h"
 
 namespace llama2 {
 
@@ -50,9 +52,9 @@ struct Gauges {
 class ServeMetrics {
  public:
   ServeMetrics();
-  void request_finished(const std::string& finish_reason, double queue_s, double ttft_s,
-                        double e2e_s, int prompt_tokens, int completion_tokens);
-  void request_rejected(const std::string& code);  // queue_full, invalid_request, ...
+  void request_finished(FinishReason finish_reason, double queue_s, double ttft_s, double e2e_s,
+                        int prompt_tokens, int completion_tokens);
+  void request_rejected(ErrorCode code);
   void inter_token(double seconds);
   std::string render(const Gauges& g) const;
   // The same numbers under the vLLM names operators' dashboards already chart (the HTTP front's
@@ -66,8 +68,10 @@ class ServeMetrics {
 
  private:
   mutable std::mutex mu_;
-  std::map<std::string, uint64_t> finished_;  // by finish_reason
-  std::map<std::string, uint64_t> rejected_;  // by error code
+  std::array<uint64_t, kFinishReasonCount> finished_{};  // by finish reason, all rendered
+  std::array<uint64_t, kErrorCodeCount> rejected_{};     // by error code
+  // The codes `stats` lists even at 0 (docs/PROTOCOL.md), and every code counted since.
+  std::array<bool, kErrorCodeCount> rejected_shown_{};
   uint64_t prompt_tokens_ = 0, generation_tokens_ = 0;
   Histogram ttft_, itl_, e2e_, queue_;
 };

@@ -31,7 +31,8 @@ void SocketBridge::handle(ServeCommand& cmd, RequestOwner& owner) {
         if (expired ? r.serial == cmd.serial : r.conn == cmd.conn && r.id == cmd.id)
           hit.push_back(id);
       }
-      for (int64_t id : hit) owner.cancel(id, expired ? "timeout" : "cancelled");
+      for (int64_t id : hit)
+        owner.cancel(id, expired ? FinishReason::kTimeout : FinishReason::kCancelled);
       return;
     }
   }
@@ -82,8 +83,9 @@ void SocketBridge::on_finished(const Finished& res, const Timings& t) {
   LLAMA2_CHECK(it != routes_.end());
   const Route& r = it->second;
   if (r.http) {
-    if (res.finish_reason == "shutting_down") {
-      r.http->fail("shutting_down", "the server shut down before this generation finished");
+    if (res.finish_reason == FinishReason::kShuttingDown) {
+      r.http->fail(ErrorCode::kShuttingDown,
+                   "the server shut down before this generation finished");
     } else {
       r.http->finish(res, t);
       r.http->notify();
@@ -92,16 +94,14 @@ void SocketBridge::on_finished(const Finished& res, const Timings& t) {
     return;
   }
   json ev;
-  if (res.finish_reason == "shutting_down") {
-    ev = json{{"event", "error"},
-              {"id", r.id},
-              {"code", "shutting_down"},
-              {"message", "the server shut down before this generation finished"}};
+  if (res.finish_reason == FinishReason::kShuttingDown) {
+    ev = error_event(r.id, ErrorCode::kShuttingDown,
+                     "the server shut down before this generation finished");
   } else {
     ev = json{
         {"event", "done"},
         {"id", r.id},
-        {"finish_reason", res.finish_reason},
+        {"finish_reason", to_string(res.finish_reason)},
         {"seed", r.seed},
         {"usage", {{"prompt_tokens", res.prompt_tokens}, {"completion_tokens", res.tokens.size()}}},
         {"timings",
@@ -130,9 +130,9 @@ json health_event(const SocketServer* server, const Admission& admission, const 
                          : server->draining() ? "draining"
                                               : "ready"},
               {"ranks", info.ranks},
-              {"backend", info.backend},
-              {"dtype", info.dtype},
-              {"kv_cache_dtype", info.kv_cache_dtype},
+              {"backend", to_string(info.backend)},
+              {"dtype", to_string(info.dtype)},
+              {"kv_cache_dtype", kv_dtype_name(info.kv_cache_dtype, info.dtype)},
               {"model", info.model},
               {"kv_blocks_total", g.kv_blocks_total},
               {"kv_blocks_used", g.kv_blocks_used},
@@ -164,7 +164,8 @@ void serve_loop(SocketServer& server, SocketBridge& bridge, RequestOwner& owner,
       std::cerr << "llama2 serve: draining (" << bridge.in_flight() << " in flight, up to "
                 << shutdown_timeout.count() << " ms)" << std::endl;
     }
-    if (server.draining() && Clock::now() >= drain_deadline) owner.cancel_all("shutting_down");
+    if (server.draining() && Clock::now() >= drain_deadline)
+      owner.cancel_all(FinishReason::kShuttingDown);
     if (!owner.idle()) {
       owner.step();
       server.wake();  // the step's token events went out quietly

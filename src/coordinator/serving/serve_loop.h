@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/engine_config.h"
 #include "coordinator/http/http_exchange.h"
 #include "coordinator/requests/admission.h"
 #include "coordinator/requests/request_messages.h"
@@ -62,7 +63,10 @@ class SocketBridge final : public RequestEvents {
 // What `health` says besides the status and the counters (fixed for the server's life).
 struct HealthInfo {
   int ranks = 1;
-  std::string backend, dtype, kv_cache_dtype, model;
+  Backend backend = Backend::kCpu;
+  ComputeDType dtype = ComputeDType::kFp32;
+  KvCacheDType kv_cache_dtype = KvCacheDType::kAuto;
+  std::string model;
   int max_batch_size = 0, max_queue = 0, max_seq_len = 0;
 };
 

@@ -223,7 +223,7 @@ std::string SocketServer::token_event(const std::string& id_json, int index, int
   return out;
 }
 
-void SocketServer::fail_all(const std::string& code, const std::string& message) {
+void SocketServer::fail_all(ErrorCode code, const std::string& message) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stalled_ = true;
@@ -270,7 +270,7 @@ void SocketServer::expire_overdue(Clock::time_point now) {
       json done{
           {"event", "done"},
           {"id", it->first},
-          {"finish_reason", "timeout"},
+          {"finish_reason", to_string(FinishReason::kTimeout)},
           {"usage", {{"prompt_tokens", f.prompt_tokens}, {"completion_tokens", f.tokens_sent}}},
           {"timings", {{"total_s", std::chrono::duration<double>(now - f.arrival).count()}}}};
       if (f.seed) done["seed"] = *f.seed;
@@ -303,7 +303,7 @@ void SocketServer::reply(Conn& c, const json& event) {
   c.outbox += event_frame(event);
 }
 
-void SocketServer::error(Conn& c, const json& id, const std::string& code, const std::string& msg) {
+void SocketServer::error(Conn& c, const json& id, ErrorCode code, const std::string& msg) {
   reply(c, error_event(id, code, msg));
 }
 
@@ -325,7 +325,7 @@ bool SocketServer::refuse_one_connection(int accept_errno) {
     const int accept_error = errno;
     if (fd >= 0) {
       const std::string frame =
-          event_frame(error_event(nullptr, "too_many_connections",
+          event_frame(error_event(nullptr, ErrorCode::kTooManyConnections,
                                   std::string("the server cannot take another connection now (") +
                                       std::strerror(accept_errno) + "); retry later"));
       [[maybe_unused]] ssize_t n =
@@ -380,7 +380,7 @@ void SocketServer::handle_frame(Conn& c, const std::string& payload) {
     FrameRequest r = decode_request(payload, defaults_, config_, limits());
     switch (r.op) {
       case FrameRequest::Op::kError:
-        admission_.count_refusal(r.error.value("code", "invalid_request"));
+        admission_.count_refusal(r.error_code);
         return reply(c, r.error);
       case FrameRequest::Op::kGenerate:
         return handle_generate(c, std::move(r));
@@ -394,14 +394,15 @@ void SocketServer::handle_frame(Conn& c, const std::string& payload) {
   } catch (const std::exception& e) {
     // Unexpected (out of memory, say): this connection ends, the server and its other clients
     // go on.
-    error(c, nullptr, "internal", std::string("the request could not be handled: ") + e.what());
+    error(c, nullptr, ErrorCode::kInternal,
+          std::string("the request could not be handled: ") + e.what());
     c.close_after_flush = true;
   }
 }
 
 void SocketServer::handle_cancel(Conn& c, const std::string& id) {
   if (!c.inflight.count(id)) {
-    return error(c, id, "invalid_request",
+    return error(c, id, ErrorCode::kInvalidRequest,
                  "cancel: no generation in flight with this \"id\" on this connection");
   }
   if (auto t = c.tokenizing.find(id); t != c.tokenizing.end()) {
@@ -418,13 +419,13 @@ void SocketServer::handle_cancel(Conn& c, const std::string& id) {
 
 void SocketServer::handle_generate(Conn& c, FrameRequest r) {
   if (c.inflight.count(r.id)) {
-    admission_.count_refusal("invalid_request");
-    return error(c, r.id, "invalid_request",
+    admission_.count_refusal(ErrorCode::kInvalidRequest);
+    return error(c, r.id, ErrorCode::kInvalidRequest,
                  "\"id\" " + quote(r.id) + " is already in flight on this connection");
   }
   if (draining_) {
-    admission_.count_refusal("shutting_down");
-    return error(c, r.id, "shutting_down",
+    admission_.count_refusal(ErrorCode::kShuttingDown);
+    return error(c, r.id, ErrorCode::kShuttingDown,
                  "the server is shutting down and accepts no new generations");
   }
   // The request owner's admission, here on the I/O thread so that a full queue is answered at
@@ -434,16 +435,19 @@ void SocketServer::handle_generate(Conn& c, FrameRequest r) {
   const Clock::time_point arrival = Clock::now();
   const uint64_t serial = track(c, r, arrival);
   TokenizeJob job{c.id, std::move(r), arrival, serial};
-  if (!job.request.request.text_pending) return enqueue_generate(c, std::move(job), json());
   if (job.request.request.pending_bytes() <= kInlineTokenizeBytes) {
-    const json refusal = tokenize_frame_request(job.request, tok_, config_, limits());
-    return enqueue_generate(c, std::move(job), refusal);
+    std::optional<Refusal> refusal = prepare(job);
+    return enqueue_generate(c, std::move(job), std::move(refusal));
   }
   c.tokenizing[job.request.id] = false;
   tokenizers_.post([this, job = std::move(job)]() mutable { tokenize(job); });
 }
 
-void SocketServer::enqueue_generate(Conn& c, TokenizeJob job, const json& refusal) {
+std::optional<Refusal> SocketServer::prepare(TokenizeJob& job) const {
+  return prepare_prompt(job.request.request, tok_, config_, admission_.options().limits);
+}
+
+void SocketServer::enqueue_generate(Conn& c, TokenizeJob job, std::optional<Refusal> refusal) {
   const std::string id = job.request.id;
   // Answered meanwhile by this thread (deadline, fail_all): the engine never hears of it, and the
   // id may already belong to a newer generation, which the serial tells apart.
@@ -457,14 +461,15 @@ void SocketServer::enqueue_generate(Conn& c, TokenizeJob job, const json& refusa
     cancelled = t->second;
     c.tokenizing.erase(t);
   }
-  if (!refusal.is_null() || draining_) {
+  if (refusal || draining_) {
     admission_.unreserve();
     c.inflight.erase(f);
-    const std::string code = refusal.is_null() ? "shutting_down" : refusal.value("code", "");
-    admission_.count_refusal(code);
-    if (!refusal.is_null()) return reply(c, refusal);
-    return error(c, id, "shutting_down",
-                 "the server began shutting down while this prompt was being tokenized");
+    if (!refusal) {
+      refusal = Refusal{ErrorCode::kShuttingDown,
+                        "the server began shutting down while this prompt was being tokenized"};
+    }
+    admission_.count_refusal(refusal->code);
+    return error(c, id, refusal->code, refusal->message);
   }
   f->second.prompt_tokens = job.request.request.prompt.size();
   ServeCommand cmd;
@@ -488,14 +493,14 @@ void SocketServer::enqueue_generate(Conn& c, TokenizeJob job, const json& refusa
 }
 
 void SocketServer::tokenize(TokenizeJob& job) {
-  const json refusal = tokenize_frame_request(job.request, tok_, config_, limits());
+  std::optional<Refusal> refusal = prepare(job);
   std::lock_guard<std::mutex> lock(mu_);
   auto it = conns_.find(job.conn);
   if (it == conns_.end()) {
     admission_.unreserve();  // the client left meanwhile; nothing to answer
     return;
   }
-  enqueue_generate(*it->second, std::move(job), refusal);
+  enqueue_generate(*it->second, std::move(job), std::move(refusal));
   wake();  // a refusal may wait in the outbox
 }
 
@@ -546,7 +551,7 @@ void SocketServer::io_loop() {
             if (st == FrameDecoder::Status::kNeedMore) break;
             if (st == FrameDecoder::Status::kError) {
               // The stream cannot be resynchronised: say why, then hang up.
-              error(c, nullptr, "invalid_request", why + "; closing the connection");
+              error(c, nullptr, ErrorCode::kInvalidRequest, why + "; closing the connection");
               c.close_after_flush = true;
               break;
             }

@@ -103,7 +103,7 @@ class SocketServer {
   // Any thread (the step watchdog): ends every generation in flight with an error event (`code`,
   // `message`) and marks the server stalled: `health` can report it (connections are still
   // accepted for that), new generations get shutting_down.
-  void fail_all(const std::string& code, const std::string& message);
+  void fail_all(ErrorCode code, const std::string& message);
   bool stalled() const { return stalled_; }
   // Removes the socket file now (the watchdog ends the process without stop()).
   void remove_socket_file();
@@ -129,11 +129,13 @@ class SocketServer {
   void handle_generate(Conn& c, FrameRequest r);
   void handle_cancel(Conn& c, const std::string& id);
   // mu_ held: a tokenized generation (or its refusal) goes on to the engine.
-  void enqueue_generate(Conn& c, TokenizeJob job, const nlohmann::json& refusal);
+  void enqueue_generate(Conn& c, TokenizeJob job, std::optional<Refusal> refusal);
+  // Any thread: the prompt tokenized and checked (prepare_prompt, the HTTP front's too).
+  std::optional<Refusal> prepare(TokenizeJob& job) const;
   // A tokenizer worker: tokenizes `job`'s prompt, then hands it on under mu_.
   void tokenize(TokenizeJob& job);
   void reply(Conn& c, const nlohmann::json& event);  // from the I/O thread, mu_ held
-  void error(Conn& c, const nlohmann::json& id, const std::string& code, const std::string& msg);
+  void error(Conn& c, const nlohmann::json& id, ErrorCode code, const std::string& msg);
   void close_conn(uint64_t id);
   ServeLimits limits() const;
   // mu_ held. Records a generation admitted at `arrival`; returns its serial.
