@@ -17,6 +17,7 @@
 #include "coordinator/requests/admission.h"
 #include "coordinator/requests/request_owner.h"
 #include "coordinator/scheduler/batch_scheduler.h"
+#include "coordinator/scheduler/step_runner.h"
 #include "coordinator/serving/metrics.h"
 #include "coordinator/text/tokenizer.h"
 
@@ -57,6 +58,7 @@ struct Owner : llama2::RequestEvents {
   llama2::ServeMetrics metrics;
   std::unique_ptr<llama2::Admission> admission;
   std::unique_ptr<llama2::BatchScheduler> scheduler;
+  std::unique_ptr<llama2::StepRunner> runner;
   std::unique_ptr<llama2::RequestOwner> owner;
   std::vector<int64_t> admitted;
   std::vector<std::pair<int64_t, std::string>> done;
@@ -71,9 +73,10 @@ struct Owner : llama2::RequestEvents {
     a.limits.max_position_embeddings = config.max_position_embeddings;
     a.limits.kv_capacity_tokens = 64;
     admission = std::make_unique<llama2::Admission>(a, &metrics);
-    scheduler = std::make_unique<llama2::BatchScheduler>(engine, tokenizer(), config, blocks,
+    scheduler = std::make_unique<llama2::BatchScheduler>(tokenizer(), config, blocks,
                                                          llama2::SchedulerOptions{max_batch, 64});
-    owner = std::make_unique<llama2::RequestOwner>(*admission, *scheduler, *this, &metrics);
+    runner = std::make_unique<llama2::StepRunner>(*scheduler, engine);
+    owner = std::make_unique<llama2::RequestOwner>(*admission, *runner, *this, &metrics);
   }
   void on_admitted(int64_t id) override { admitted.push_back(id); }
   void on_finished(const Finished& f, const llama2::Timings& t) override {

@@ -28,6 +28,7 @@
 #include "coordinator/requests/request_owner.h"
 #include "coordinator/scheduler/batch_scheduler.h"
 #include "coordinator/scheduler/block_allocator.h"
+#include "coordinator/scheduler/step_runner.h"
 #include "coordinator/text/tokenizer.h"
 
 namespace {
@@ -156,6 +157,7 @@ struct Harness : llama2::RequestEvents {
   std::map<int64_t, Finished> results;
   std::unique_ptr<llama2::Admission> admission;
   std::unique_ptr<llama2::BatchScheduler> scheduler;
+  std::unique_ptr<llama2::StepRunner> runner;
   std::unique_ptr<llama2::RequestOwner> gen;
 
   Harness(int num_blocks, int block_size, int max_batch, int prefill_chunk)
@@ -168,8 +170,9 @@ struct Harness : llama2::RequestEvents {
     ao.limits.kv_capacity_tokens = int64_t{num_blocks} * block_size;
     admission = std::make_unique<llama2::Admission>(ao);
     scheduler = std::make_unique<llama2::BatchScheduler>(
-        engine, tokenizer(), config, blocks, llama2::SchedulerOptions{max_batch, prefill_chunk});
-    gen = std::make_unique<llama2::RequestOwner>(*admission, *scheduler, *this);
+        tokenizer(), config, blocks, llama2::SchedulerOptions{max_batch, prefill_chunk});
+    runner = std::make_unique<llama2::StepRunner>(*scheduler, engine);
+    gen = std::make_unique<llama2::RequestOwner>(*admission, *runner, *this);
   }
   void on_admitted(int64_t id) override { admitted.push_back(id); }
   void on_finished(const Finished& r, const llama2::Timings&) override {

@@ -106,10 +106,10 @@ Generated generate_one(Session& session, const std::vector<int>& prompt,
     }
   } output;
   output.stream = !json_out;
-  const StepLog step_log = open_step_log(session.settings.knobs.step_log);
+  const std::unique_ptr<StepLog> step_log = StepLog::open(session.settings.knobs.step_log);
   LocalServing serving(*session.engine, *session.tokenizer, session.config, session.num_blocks,
-                       session.block_size, scheduler_options(session.settings, step_log.get()),
-                       output);
+                       session.block_size, scheduler_options(session.settings), output, nullptr, {},
+                       step_log.get());
   if (std::optional<Refusal> refusal =
           serving.submit(SubmitRequest{0, prompt, params, *params.seed})) {
     session.engine->shutdown(1);  // the workers wait for a plan: release them before reporting

@@ -130,6 +130,14 @@ struct HttpFront::Impl {
                     Clock::time_point deadline);
   void answer_stream(httplib::Response& res, const std::shared_ptr<HttpExchange>& ex,
                      const ApiResponseHead& head, bool include_usage, Clock::time_point deadline);
+  // A stream's content provider, in named parts: one call writes what arrived (SSE chunks), or
+  // its end ([DONE]); false ends the stream early.
+  struct StreamState;
+  bool stream_once(StreamState& st, httplib::DataSink& sink);
+  std::string token_chunks(StreamState& st, const std::vector<HttpExchange::Token>& tokens) const;
+  // The end a stream gets without the engine's: its deadline passed, or the server's trouble.
+  std::optional<HttpExchange::End> interruption(const StreamState& st);
+  std::string closing_chunks(const StreamState& st, const HttpExchange::End& end) const;
   void command(ServeCommand::Kind kind, const std::shared_ptr<HttpExchange>& ex) {
     ServeCommand cmd;
     cmd.kind = kind;
@@ -340,9 +348,8 @@ void HttpFront::Impl::answer_whole(const httplib::Request& req, httplib::Respons
   }
 }
 
-namespace {
 // One stream's progress, shared by the content provider's calls and its releaser.
-struct StreamState {
+struct HttpFront::Impl::StreamState {
   std::shared_ptr<HttpExchange> ex;
   ApiResponseHead head;
   bool include_usage = false;
@@ -351,7 +358,73 @@ struct StreamState {
   int text_bytes = 0;    // text sent so far (completions' logprobs text_offset)
   Clock::time_point give_up;
 };
-}  // namespace
+
+std::string HttpFront::Impl::token_chunks(StreamState& st,
+                                          const std::vector<HttpExchange::Token>& tokens) const {
+  std::string out;
+  const bool usage_null = st.include_usage;
+  for (const HttpExchange::Token& t : tokens) {
+    if (st.ex->logprobs()) {  // every token, even one whose text is not complete yet
+      const json lp =
+          api_logprobs(st.head.kind, {{t.token, t.logprob, t.top}}, deps->tokenizer, st.text_bytes);
+      out += sse(api_chunk(st.head, t.text, false, nullptr, usage_null, lp));
+    } else if (!t.text.empty()) {
+      out += sse(api_chunk(st.head, t.text, false, nullptr, usage_null));
+    }
+    st.text_bytes += static_cast<int>(t.text.size());
+  }
+  return out;
+}
+
+std::optional<HttpExchange::End> HttpFront::Impl::interruption(const StreamState& st) {
+  HttpExchange::End end;
+  if (Clock::now() >= st.give_up) {
+    command(ServeCommand::Kind::kExpired, st.ex);
+    end.finished.finish_reason = FinishReason::kTimeout;
+    return end;
+  }
+  const std::optional<ApiError> trouble = server_trouble();
+  if (!trouble) return std::nullopt;
+  end.error_code = trouble->code;
+  end.error_message = trouble->message;
+  return end;
+}
+
+std::string HttpFront::Impl::closing_chunks(const StreamState& st,
+                                            const HttpExchange::End& end) const {
+  std::string out;
+  if (end.error_code) {
+    // Headers (200) are out: the error travels as an event, as OpenAI's streams do.
+    out += sse(api_error_body(api_error(*end.error_code, end.error_message)));
+  } else {
+    const Finished& f = end.finished;
+    out += sse(api_chunk(st.head, "", false, &f.finish_reason, st.include_usage));
+    if (st.include_usage) {
+      out += sse(api_usage_chunk(st.head, f.prompt_tokens, static_cast<int>(f.tokens.size())));
+    }
+  }
+  return out + "data: [DONE]\n\n";
+}
+
+bool HttpFront::Impl::stream_once(StreamState& st, httplib::DataSink& sink) {
+  std::string out;
+  if (!st.started && st.head.kind == ApiKind::kChat)
+    out += sse(api_chunk(st.head, "", true, nullptr, st.include_usage));
+  st.started = true;
+  HttpExchange::News news = st.ex->take(out.empty() ? kPollInterval : std::chrono::milliseconds(0));
+  out += token_chunks(st, news.tokens);
+  if (news.overflowed) return false;  // the releaser cancels the generation
+  if (!news.end) news.end = interruption(st);
+  if (news.end) {
+    out += closing_chunks(st, *news.end);
+    st.ended = true;
+    if (!sink.write(out.data(), out.size())) return false;
+    sink.done();
+    return true;
+  }
+  if (!out.empty()) return sink.write(out.data(), out.size());
+  return sink.is_writable();  // idle: a client that hung up ends the stream
+}
 
 void HttpFront::Impl::answer_stream(httplib::Response& res, const std::shared_ptr<HttpExchange>& ex,
                                     const ApiResponseHead& head, bool include_usage,
@@ -363,65 +436,14 @@ void HttpFront::Impl::answer_stream(httplib::Response& res, const std::shared_pt
   st->give_up = give_up;
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
-  const auto provider = [this, st](size_t, httplib::DataSink& sink) -> bool {
-    std::string out;
-    const bool usage_null = st->include_usage;
-    if (!st->started && st->head.kind == ApiKind::kChat)
-      out += sse(api_chunk(st->head, "", true, nullptr, usage_null));
-    st->started = true;
-    HttpExchange::News news =
-        st->ex->take(out.empty() ? kPollInterval : std::chrono::milliseconds(0));
-    for (const HttpExchange::Token& t : news.tokens) {
-      if (st->ex->logprobs()) {  // every token, even one whose text is not complete yet
-        const json lp = api_logprobs(st->head.kind, {{t.token, t.logprob, t.top}}, deps->tokenizer,
-                                     st->text_bytes);
-        out += sse(api_chunk(st->head, t.text, false, nullptr, usage_null, lp));
-      } else if (!t.text.empty()) {
-        out += sse(api_chunk(st->head, t.text, false, nullptr, usage_null));
-      }
-      st->text_bytes += static_cast<int>(t.text.size());
-    }
-    if (news.overflowed) return false;  // the releaser cancels the generation
-    if (!news.end && Clock::now() >= st->give_up) {
-      command(ServeCommand::Kind::kExpired, st->ex);
-      HttpExchange::End timeout;
-      timeout.finished.finish_reason = FinishReason::kTimeout;
-      news.end = timeout;
-    }
-    if (!news.end) {
-      if (const std::optional<ApiError> trouble = server_trouble()) {
-        HttpExchange::End failed;
-        failed.error_code = trouble->code;
-        failed.error_message = trouble->message;
-        news.end = failed;
-      }
-    }
-    if (news.end) {
-      const HttpExchange::End& end = *news.end;
-      if (end.error_code) {
-        // Headers (200) are out: the error travels as an event, as OpenAI's streams do.
-        out += sse(api_error_body(api_error(*end.error_code, end.error_message)));
-      } else {
-        const Finished& f = end.finished;
-        out += sse(api_chunk(st->head, "", false, &f.finish_reason, usage_null));
-        if (st->include_usage) {
-          out += sse(api_usage_chunk(st->head, f.prompt_tokens, static_cast<int>(f.tokens.size())));
-        }
-      }
-      out += "data: [DONE]\n\n";
-      st->ended = true;
-      if (!sink.write(out.data(), out.size())) return false;
-      sink.done();
-      return true;
-    }
-    if (!out.empty()) return sink.write(out.data(), out.size());
-    return sink.is_writable();  // idle: a client that hung up ends the stream
-  };
   ++open_streams;
-  res.set_chunked_content_provider("text/event-stream", provider, [this, st](bool) {
-    if (!st->ended) command(ServeCommand::Kind::kDisconnect, st->ex);
-    --open_streams;
-  });
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, st](size_t, httplib::DataSink& sink) { return stream_once(*st, sink); },
+      [this, st](bool) {
+        if (!st->ended) command(ServeCommand::Kind::kDisconnect, st->ex);
+        --open_streams;
+      });
 }
 
 void HttpFront::start() {

@@ -177,87 +177,98 @@ json api_error_body(const ApiError& e) {
                 {"code", to_string(e.code)}}}};
 }
 
-ApiParse parse_api_request(const std::string& body, ApiKind kind, const ApiContext& ctx) {
-  ApiParse out;
-  const auto fail = [&](ApiError e) {
-    out.error = std::move(e);
-    return out;
-  };
-  if (!is_valid_utf8(body)) return fail(invalid("the body is not valid UTF-8", ""));
+namespace {
+
+// The body as a JSON object with only known keys and the served model; else the error.
+std::optional<ApiError> parse_envelope(const std::string& body, ApiKind kind, const ApiContext& ctx,
+                                       json* j) {
+  if (!is_valid_utf8(body)) return invalid("the body is not valid UTF-8", "");
   if (json_nesting_exceeds(body, kMaxJsonDepth)) {
-    return fail(invalid(
-        "the body nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels", ""));
+    return invalid("the body nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels",
+                   "");
   }
-  const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return fail(invalid("the body is not valid JSON", ""));
-  if (!j.is_object()) return fail(invalid("the body must be a JSON object", ""));
+  *j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j->is_discarded()) return invalid("the body is not valid JSON", "");
+  if (!j->is_object()) return invalid("the body must be a JSON object", "");
   const std::set<std::string>& own = kind == ApiKind::kChat ? kChatKeys : kCompletionKeys;
-  for (const auto& item : j.items()) {
+  for (const auto& item : j->items()) {
     if (!kCommonKeys.count(item.key()) && !own.count(item.key())) {
-      return fail(invalid(
+      return invalid(
           "unknown parameter " + quote(item.key()) + " (allowed: " + list(kCommonKeys, own) + ")",
-          item.key()));
+          item.key());
     }
   }
   // The model before any value: a client talking to the wrong server learns that first.
-  if (!given(j, "model") || !j["model"].is_string())
-    return fail(invalid("\"model\" is required (a string: \"" + ctx.served_model + "\")", "model"));
-  out.request.model = j["model"].get<std::string>();
-  if (out.request.model != ctx.served_model) {
-    ApiError e = invalid("the model " + quote(out.request.model) +
-                             " does not exist (this server serves \"" + ctx.served_model + "\")",
-                         "model", ErrorCode::kModelNotFound);
-    return fail(e);
+  if (!given(*j, "model") || !(*j)["model"].is_string())
+    return invalid("\"model\" is required (a string: \"" + ctx.served_model + "\")", "model");
+  const std::string& model = (*j)["model"].get_ref<const std::string&>();
+  if (model != ctx.served_model) {
+    return invalid("the model " + quote(model) + " does not exist (this server serves \"" +
+                       ctx.served_model + "\")",
+                   "model", ErrorCode::kModelNotFound);
   }
-  if (auto e = refuse_unsupported(j, kind)) return fail(*e);
+  return refuse_unsupported(*j, kind);
+}
 
-  out.request.kind = kind;
+// "stream" and "stream_options" into `out`.
+std::optional<ApiError> parse_streaming(const json& j, ApiRequest* out) {
   if (given(j, "stream")) {
-    if (!j["stream"].is_boolean())
-      return fail(invalid("\"stream\" must be true or false", "stream"));
-    out.request.stream = j["stream"].get<bool>();
+    if (!j["stream"].is_boolean()) return invalid("\"stream\" must be true or false", "stream");
+    out->stream = j["stream"].get<bool>();
   }
-  if (given(j, "stream_options")) {
-    const json& so = j["stream_options"];
-    if (!out.request.stream)
-      return fail(
-          invalid("\"stream_options\" is only allowed with \"stream\": true", "stream_options"));
-    if (!so.is_object() || (so.contains("include_usage") && !so["include_usage"].is_boolean()))
-      return fail(
-          invalid("\"stream_options\" must be {\"include_usage\": true|false}", "stream_options"));
-    out.request.include_usage = so.value("include_usage", false);
-  }
+  if (!given(j, "stream_options")) return std::nullopt;
+  const json& so = j["stream_options"];
+  if (!out->stream)
+    return invalid("\"stream_options\" is only allowed with \"stream\": true", "stream_options");
+  if (!so.is_object() || (so.contains("include_usage") && !so["include_usage"].is_boolean()))
+    return invalid("\"stream_options\" must be {\"include_usage\": true|false}", "stream_options");
+  out->include_usage = so.value("include_usage", false);
+  return std::nullopt;
+}
 
-  // The project's request object: the same validation as the socket protocol and `batch`.
-  json mine = json::object();
+// The project's request object (request.h's keys) for an OpenAI body, validated there like the
+// socket protocol's and batch's: max_tokens -> max_new_tokens, a token-id prompt ->
+// prompt_tokens, logprobs in the project's two keys.
+std::optional<ApiError> translate_fields(const json& j, ApiKind kind, json* mine) {
   for (const char* k : kSameKeys)
-    if (given(j, k)) mine[k] = j[k];
-  const char* max_key = max_tokens_key(j, kind);
-  if (max_key != nullptr) mine["max_new_tokens"] = j[max_key];
+    if (given(j, k)) (*mine)[k] = j[k];
+  if (const char* max_key = max_tokens_key(j, kind)) (*mine)["max_new_tokens"] = j[max_key];
   // Logprobs: chat's logprobs (bool) + top_logprobs are the project's keys; completions' logprobs
   // is the number of alternatives (0 = the chosen token's only). Validated with the others.
   if (kind == ApiKind::kChat) {
     for (const char* k : {"logprobs", "top_logprobs"})
-      if (given(j, k)) mine[k] = j[k];
+      if (given(j, k)) (*mine)[k] = j[k];
   } else if (given(j, "logprobs")) {
     if (!j["logprobs"].is_number_integer())
-      return fail(invalid("\"logprobs\" must be an integer: the number of alternatives, 0.." +
-                              std::to_string(kMaxTopLogprobs) + " (got " +
-                              quote_json(j["logprobs"]) + ")",
-                          "logprobs"));
-    mine["logprobs"] = true;
-    mine["top_logprobs"] = j["logprobs"];
+      return invalid("\"logprobs\" must be an integer: the number of alternatives, 0.." +
+                         std::to_string(kMaxTopLogprobs) + " (got " + quote_json(j["logprobs"]) +
+                         ")",
+                     "logprobs");
+    (*mine)["logprobs"] = true;
+    (*mine)["top_logprobs"] = j["logprobs"];
   }
-  if (kind == ApiKind::kChat) {
-    if (!given(j, "messages")) return fail(invalid("\"messages\" is required", "messages"));
-    mine["messages"] = j["messages"];
-  } else if (auto e = translate_prompt(j, &mine)) {
-    return fail(*e);
-  }
+  if (kind == ApiKind::kCompletion) return translate_prompt(j, mine);
+  if (!given(j, "messages")) return invalid("\"messages\" is required", "messages");
+  (*mine)["messages"] = j["messages"];
+  return std::nullopt;
+}
+
+}  // namespace
+
+ApiParse parse_api_request(const std::string& body, ApiKind kind, const ApiContext& ctx) {
+  ApiParse out;
+  json j, mine = json::object();
+  out.error = parse_envelope(body, kind, ctx, &j);
+  if (!out.error) out.error = parse_streaming(j, &out.request);
+  if (!out.error) out.error = translate_fields(j, kind, &mine);
+  if (out.error) return out;
+  out.request.kind = kind;
+  out.request.model = j["model"].get<std::string>();
   out.request.request = parse_request_fields(mine, ctx.defaults, ctx.config, {});
   if (!out.request.request.ok()) {
     const ParsedRequest& r = out.request.request;
-    return fail(invalid(in_client_terms(r.error_message, max_key), "", *r.error_code));
+    out.error =
+        invalid(in_client_terms(r.error_message, max_tokens_key(j, kind)), "", *r.error_code);
   }
   return out;
 }

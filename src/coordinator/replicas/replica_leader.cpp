@@ -7,6 +7,7 @@
 #include "coordinator/replicas/nap.h"
 #include "coordinator/replicas/replica_set.h"
 #include "coordinator/replicas/replica_wire.h"
+#include "coordinator/scheduler/step_runner.h"
 
 namespace llama2 {
 namespace {
@@ -17,7 +18,11 @@ class Leader final : public WireVisitor {
  public:
   Leader(StepExecutor& exec, const Tokenizer& tok, const ModelConfig& config,
          BlockAllocator& blocks, SchedulerOptions opts, ReplicaLink& link)
-      : blocks_(blocks), scheduler_(exec, tok, config, blocks, opts), link_(link), out_(*this) {}
+      : blocks_(blocks),
+        scheduler_(tok, config, blocks, opts),
+        runner_(scheduler_, exec),
+        link_(link),
+        out_(*this) {}
 
   int run() {
     Nap nap(std::chrono::microseconds(1000));
@@ -34,7 +39,7 @@ class Leader final : public WireVisitor {
       // The front sends only what fits (replica_set.h), so this admits at once.
       while (!pending_.empty() && scheduler_.try_admit(pending_.front())) pending_.pop_front();
       if (!scheduler_.idle()) {
-        scheduler_.step(out_);
+        runner_.step(out_);
         ++steps_;
       }
       if (!out_.writer.empty() || Clock::now() - last_sent >= kReplicaHeartbeat) {
@@ -102,6 +107,7 @@ class Leader final : public WireVisitor {
 
   BlockAllocator& blocks_;
   BatchScheduler scheduler_;
+  StepRunner runner_;
   ReplicaLink& link_;
   Out out_;
   std::deque<SubmitRequest> pending_;

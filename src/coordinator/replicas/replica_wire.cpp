@@ -175,20 +175,60 @@ void WireVisitor::on_finished(Finished&&) {
   unexpected("finished");
 }
 
+namespace {
+
+SubmitRequest read_submit(Reader& r) {
+  SubmitRequest req;
+  req.id = r.get<int64_t>();
+  req.prompt = r.ints();
+  req.params = sampling_from_json(nlohmann::json::parse(r.str()), SamplingParams{});
+  req.seed = r.get<uint64_t>();
+  return req;
+}
+
+ReplicaGauges read_gauges(Reader& r) {
+  ReplicaGauges g;
+  g.running = r.get<int32_t>();
+  g.pending = r.get<int32_t>();
+  g.kv_used = r.get<int32_t>();
+  g.kv_total = r.get<int32_t>();
+  g.steps = r.get<int64_t>();
+  return g;
+}
+
+TokenEvent read_token(Reader& r) {
+  TokenEvent ev;
+  ev.id = r.get<int64_t>();
+  ev.index = r.get<int32_t>();
+  ev.token = r.get<int32_t>();
+  ev.text = r.str();
+  ev.logprob = r.get<float>();
+  ev.top_logprobs = r.top();
+  return ev;
+}
+
+Finished read_finished(Reader& r) {
+  Finished d;
+  d.id = r.get<int64_t>();
+  d.finish_reason = r.reason();
+  d.prompt_tokens = r.get<int32_t>();
+  d.tokens = r.ints();
+  d.text = r.str();
+  for (uint32_t i = 0, n = r.get<uint32_t>(); i < n; ++i) d.logprobs.push_back(r.get<float>());
+  for (uint32_t i = 0, n = r.get<uint32_t>(); i < n; ++i) d.top_logprobs.push_back(r.top());
+  return d;
+}
+
+}  // namespace
+
 void read_wire(const char* data, size_t size, WireVisitor& v) {
   Reader r(data, size);
   while (!r.done()) {
     const size_t at = r.offset();
     switch (static_cast<Tag>(r.get<uint8_t>())) {
-      case Tag::kSubmit: {
-        SubmitRequest req;
-        req.id = r.get<int64_t>();
-        req.prompt = r.ints();
-        req.params = sampling_from_json(nlohmann::json::parse(r.str()), SamplingParams{});
-        req.seed = r.get<uint64_t>();
-        v.on_submit(std::move(req));
+      case Tag::kSubmit:
+        v.on_submit(read_submit(r));
         break;
-      }
       case Tag::kCancel: {
         CancelRequest c;
         c.id = r.get<int64_t>();
@@ -199,40 +239,15 @@ void read_wire(const char* data, size_t size, WireVisitor& v) {
       case Tag::kShutdown:
         v.on_shutdown(r.get<int32_t>());
         break;
-      case Tag::kGauges: {
-        ReplicaGauges g;
-        g.running = r.get<int32_t>();
-        g.pending = r.get<int32_t>();
-        g.kv_used = r.get<int32_t>();
-        g.kv_total = r.get<int32_t>();
-        g.steps = r.get<int64_t>();
-        v.on_gauges(g);
+      case Tag::kGauges:
+        v.on_gauges(read_gauges(r));
         break;
-      }
-      case Tag::kToken: {
-        TokenEvent ev;
-        ev.id = r.get<int64_t>();
-        ev.index = r.get<int32_t>();
-        ev.token = r.get<int32_t>();
-        ev.text = r.str();
-        ev.logprob = r.get<float>();
-        ev.top_logprobs = r.top();
-        v.on_token(ev);
+      case Tag::kToken:
+        v.on_token(read_token(r));
         break;
-      }
-      case Tag::kFinished: {
-        Finished d;
-        d.id = r.get<int64_t>();
-        d.finish_reason = r.reason();
-        d.prompt_tokens = r.get<int32_t>();
-        d.tokens = r.ints();
-        d.text = r.str();
-        for (uint32_t i = 0, n = r.get<uint32_t>(); i < n; ++i)
-          d.logprobs.push_back(r.get<float>());
-        for (uint32_t i = 0, n = r.get<uint32_t>(); i < n; ++i) d.top_logprobs.push_back(r.top());
-        v.on_finished(std::move(d));
+      case Tag::kFinished:
+        v.on_finished(read_finished(r));
         break;
-      }
       default:
         throw Error("replica message: unknown record tag at byte " + std::to_string(at));
     }

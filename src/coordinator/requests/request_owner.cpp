@@ -14,10 +14,10 @@ double seconds_between(std::chrono::steady_clock::time_point a,
 }
 }  // namespace
 
-RequestOwner::RequestOwner(Admission& admission, BatchScheduler& scheduler, RequestEvents& events,
+RequestOwner::RequestOwner(Admission& admission, StepRunner& local, RequestEvents& events,
                            ServeMetrics* metrics)
     : admission_(admission),
-      own_replicas_(std::make_unique<ReplicaSet>(scheduler)),
+      own_replicas_(std::make_unique<ReplicaSet>(local)),
       replicas_(*own_replicas_),
       events_(events),
       metrics_(metrics) {
@@ -189,11 +189,12 @@ int min_blocks(const std::vector<RemoteReplica>& remotes) {
 LocalServing::LocalServing(StepExecutor& exec, const Tokenizer& tok, const ModelConfig& config,
                            int num_blocks, int block_size, SchedulerOptions opts,
                            RequestEvents& events, ReplicaLink* link,
-                           std::vector<RemoteReplica> remotes)
+                           std::vector<RemoteReplica> remotes, StepObserver* observer)
     : blocks(num_blocks, block_size),
       admission(local_admission(config, std::min(num_blocks, min_blocks(remotes)), block_size)),
-      scheduler(exec, tok, config, blocks, opts),
-      replicas(&scheduler, link, std::move(remotes), opts.max_batch_size, block_size),
+      scheduler(tok, config, blocks, opts),
+      runner(scheduler, exec, observer),
+      replicas(&runner, link, std::move(remotes), opts.max_batch_size, block_size),
       owner(admission, replicas, events) {}
 
 std::optional<Refusal> LocalServing::submit(SubmitRequest req) {

@@ -24,6 +24,7 @@
 #include "coordinator/requests/admission.h"
 #include "coordinator/requests/request_messages.h"
 #include "coordinator/scheduler/batch_scheduler.h"
+#include "coordinator/scheduler/step_runner.h"
 
 namespace llama2 {
 
@@ -32,7 +33,7 @@ class RequestOwner final : private SchedulerEvents {
   using Clock = std::chrono::steady_clock;
 
   // `metrics` (may be null) receives the finished-request counters and latency histograms.
-  RequestOwner(Admission& admission, BatchScheduler& scheduler, RequestEvents& events,
+  RequestOwner(Admission& admission, StepRunner& local, RequestEvents& events,
                ServeMetrics* metrics = nullptr);
   // The same over several replicas (data parallelism, replica_set.h): the queue's head goes to
   // the replica ReplicaSet picks and stays there.
@@ -94,16 +95,19 @@ class RequestOwner final : private SchedulerEvents {
 // The whole path as `batch` and `generate` use it: this process's engine as replica 0 (KV
 // blocks, its scheduler), the remote replicas' leaders reached over `link` when there are any
 // (data parallelism, replica_set.h), admission without queue or per-client limits, and the owner.
+// `observer` (may be null) watches this process's engine steps (the step log).
 struct LocalServing {
   LocalServing(StepExecutor& exec, const Tokenizer& tok, const ModelConfig& config, int num_blocks,
                int block_size, SchedulerOptions opts, RequestEvents& events,
-               ReplicaLink* link = nullptr, std::vector<RemoteReplica> remotes = {});
+               ReplicaLink* link = nullptr, std::vector<RemoteReplica> remotes = {},
+               StepObserver* observer = nullptr);
   // Reserves a place and submits; the refusal of the prompt-length check, if any.
   std::optional<Refusal> submit(SubmitRequest req);
 
   BlockAllocator blocks;
   Admission admission;
   BatchScheduler scheduler;
+  StepRunner runner;
   ReplicaSet replicas;
   RequestOwner owner;
 };

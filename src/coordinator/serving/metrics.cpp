@@ -73,10 +73,18 @@ void ServeMetrics::inter_token(double seconds) {
   itl_.observe(seconds);
 }
 
+namespace {
+// One unlabelled sample with its HELP and TYPE lines.
+void sample(std::string* out, const char* name, const char* type, const char* help,
+            const std::string& value) {
+  *out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" +
+          name + " " + value + "\n";
+}
+}  // namespace
+
 std::string ServeMetrics::render(const Gauges& g) const {
   std::lock_guard<std::mutex> lock(mu_);
-  std::string out;
-  out +=
+  std::string out =
       "# HELP llama2_requests_total Finished generations by finish reason.\n"
       "# TYPE llama2_requests_total counter\n";
   for (int r = 0; r < kFinishReasonCount; ++r) {
@@ -91,51 +99,30 @@ std::string ServeMetrics::render(const Gauges& g) const {
     out += std::string("llama2_requests_rejected_total{code=\"") +
            to_string(static_cast<ErrorCode>(c)) + "\"} " + std::to_string(rejected_[c]) + "\n";
   }
-  out +=
-      "# HELP llama2_prompt_tokens_total Prompt tokens of finished generations.\n"
-      "# TYPE llama2_prompt_tokens_total counter\nllama2_prompt_tokens_total " +
-      std::to_string(prompt_tokens_) + "\n";
-  out +=
-      "# HELP llama2_generation_tokens_total Generated tokens of finished generations.\n"
-      "# TYPE llama2_generation_tokens_total counter\nllama2_generation_tokens_total " +
-      std::to_string(generation_tokens_) + "\n";
-  out +=
-      "# HELP llama2_requests_running Generations in the running batch.\n"
-      "# TYPE llama2_requests_running gauge\nllama2_requests_running " +
-      std::to_string(g.running) + "\n";
-  out +=
-      "# HELP llama2_requests_waiting Generations queued for admission.\n"
-      "# TYPE llama2_requests_waiting gauge\nllama2_requests_waiting " +
-      std::to_string(g.waiting) + "\n";
-  const double usage =
-      g.kv_blocks_total > 0 ? static_cast<double>(g.kv_blocks_used) / g.kv_blocks_total : 0.0;
-  out +=
-      "# HELP llama2_kv_cache_usage_ratio Fraction of KV-cache blocks in use.\n"
-      "# TYPE llama2_kv_cache_usage_ratio gauge\nllama2_kv_cache_usage_ratio " +
-      fmt(usage) + "\n";
+  sample(&out, "llama2_prompt_tokens_total", "counter", "Prompt tokens of finished generations.",
+         std::to_string(prompt_tokens_));
+  sample(&out, "llama2_generation_tokens_total", "counter",
+         "Generated tokens of finished generations.", std::to_string(generation_tokens_));
+  sample(&out, "llama2_requests_running", "gauge", "Generations in the running batch.",
+         std::to_string(g.running));
+  sample(&out, "llama2_requests_waiting", "gauge", "Generations queued for admission.",
+         std::to_string(g.waiting));
+  sample(
+      &out, "llama2_kv_cache_usage_ratio", "gauge", "Fraction of KV-cache blocks in use.",
+      fmt(g.kv_blocks_total > 0 ? static_cast<double>(g.kv_blocks_used) / g.kv_blocks_total : 0.0));
   // vLLM's names, counted the same way (tokens): prefix_cache_queries / prefix_cache_hits.
-  out +=
-      "# HELP llama2_prefix_cache_queries_total Prompt tokens looked up in the prefix cache.\n"
-      "# TYPE llama2_prefix_cache_queries_total counter\nllama2_prefix_cache_queries_total " +
-      std::to_string(g.prefix_queried_tokens) + "\n";
-  out +=
-      "# HELP llama2_prefix_cache_hits_total Prompt tokens whose KV was found in the prefix "
-      "cache.\n"
-      "# TYPE llama2_prefix_cache_hits_total counter\nllama2_prefix_cache_hits_total " +
-      std::to_string(g.prefix_hit_tokens) + "\n";
-  out +=
-      "# HELP llama2_prefix_cache_hit_rate Prefix cache hits over queries since start (tokens).\n"
-      "# TYPE llama2_prefix_cache_hit_rate gauge\nllama2_prefix_cache_hit_rate " +
-      fmt(g.prefix_hit_rate()) + "\n";
-  out +=
-      "# HELP llama2_prefix_cache_evictions_total Cached KV blocks taken back for other use.\n"
-      "# TYPE llama2_prefix_cache_evictions_total counter\nllama2_prefix_cache_evictions_total " +
-      std::to_string(g.prefix_evicted_blocks) + "\n";
-  out +=
-      "# HELP llama2_kv_cache_cached_blocks KV blocks holding a cached prefix, in use or "
-      "evictable.\n"
-      "# TYPE llama2_kv_cache_cached_blocks gauge\nllama2_kv_cache_cached_blocks " +
-      std::to_string(g.kv_blocks_cached) + "\n";
+  sample(&out, "llama2_prefix_cache_queries_total", "counter",
+         "Prompt tokens looked up in the prefix cache.", std::to_string(g.prefix_queried_tokens));
+  sample(&out, "llama2_prefix_cache_hits_total", "counter",
+         "Prompt tokens whose KV was found in the prefix cache.",
+         std::to_string(g.prefix_hit_tokens));
+  sample(&out, "llama2_prefix_cache_hit_rate", "gauge",
+         "Prefix cache hits over queries since start (tokens).", fmt(g.prefix_hit_rate()));
+  sample(&out, "llama2_prefix_cache_evictions_total", "counter",
+         "Cached KV blocks taken back for other use.", std::to_string(g.prefix_evicted_blocks));
+  sample(&out, "llama2_kv_cache_cached_blocks", "gauge",
+         "KV blocks holding a cached prefix, in use or evictable.",
+         std::to_string(g.kv_blocks_cached));
   ttft_.render("llama2_time_to_first_token_seconds", "Time from arrival to the first token.", &out);
   itl_.render("llama2_inter_token_latency_seconds",
               "Time between consecutive tokens of a generation.", &out);

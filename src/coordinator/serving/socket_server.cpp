@@ -504,27 +504,58 @@ void SocketServer::tokenize(TokenizeJob& job) {
   wake();  // a refusal may wait in the outbox
 }
 
+bool SocketServer::serve_connection(Conn& c, short revents, char* buf, size_t buf_size) {
+  bool closed = (revents & (POLLERR | POLLNVAL)) != 0;
+  if (!closed && (revents & (POLLIN | POLLHUP))) {
+    const ssize_t n = ::read(c.fd, buf, buf_size);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+      closed = true;
+    } else if (n > 0 && !c.close_after_flush) {
+      c.decoder.feed(buf, static_cast<size_t>(n));
+      std::string payload, why;
+      for (;;) {
+        const auto st = c.decoder.next(&payload, &why);
+        if (st == FrameDecoder::Status::kNeedMore) break;
+        if (st == FrameDecoder::Status::kError) {
+          // The stream cannot be resynchronised: say why, then hang up.
+          error(c, nullptr, ErrorCode::kInvalidRequest, why + "; closing the connection");
+          c.close_after_flush = true;
+          break;
+        }
+        handle_frame(c, payload);
+      }
+    }
+  }
+  if (!closed && !c.outbox.empty()) {
+    const ssize_t n = ::send(c.fd, c.outbox.data(), c.outbox.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) c.outbox.erase(0, static_cast<size_t>(n));
+    if (n < 0 && errno != EAGAIN && errno != EINTR) closed = true;
+  }
+  return !closed && !(c.close_after_flush && c.outbox.empty());
+}
+
+int SocketServer::poll_set(std::vector<pollfd>* fds, std::vector<uint64_t>* ids, bool accepting) {
+  fds->clear();
+  ids->clear();
+  fds->push_back({wake_fd_, POLLIN, 0});
+  fds->push_back({listen_fd_, static_cast<short>(accepting ? POLLIN : 0), 0});
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [id, c] : conns_) {
+    short ev = POLLIN;
+    if (!c->outbox.empty()) ev |= POLLOUT;
+    fds->push_back({c->fd, ev, 0});
+    ids->push_back(id);
+  }
+  return std::min(accepting ? 1000 : 100, poll_timeout_ms(Clock::now()));
+}
+
 void SocketServer::io_loop() {
   std::vector<pollfd> fds;
   std::vector<uint64_t> ids;
   char buf[65536];
   while (!stop_) {
-    fds.clear();
-    ids.clear();
-    fds.push_back({wake_fd_, POLLIN, 0});
     const bool accepting = accepts_connections() && Clock::now() >= accept_paused_until_;
-    fds.push_back({listen_fd_, static_cast<short>(accepting ? POLLIN : 0), 0});
-    int timeout_ms = accepting ? 1000 : 100;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      timeout_ms = std::min(timeout_ms, poll_timeout_ms(Clock::now()));
-      for (auto& [id, c] : conns_) {
-        short ev = POLLIN;
-        if (!c->outbox.empty()) ev |= POLLOUT;
-        fds.push_back({c->fd, ev, 0});
-        ids.push_back(id);
-      }
-    }
+    const int timeout_ms = poll_set(&fds, &ids, accepting);
     if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) break;
     if (fds[0].revents & POLLIN) {
       uint64_t drained;
@@ -537,35 +568,7 @@ void SocketServer::io_loop() {
     for (size_t i = 0; i < ids.size(); ++i) {
       auto it = conns_.find(ids[i]);
       if (it == conns_.end()) continue;
-      Conn& c = *it->second;
-      bool closed = (fds[i + 2].revents & (POLLERR | POLLNVAL)) != 0;
-      if (!closed && (fds[i + 2].revents & (POLLIN | POLLHUP))) {
-        const ssize_t n = ::read(c.fd, buf, sizeof(buf));
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-          closed = true;
-        } else if (n > 0 && !c.close_after_flush) {
-          c.decoder.feed(buf, static_cast<size_t>(n));
-          std::string payload, why;
-          for (;;) {
-            const auto st = c.decoder.next(&payload, &why);
-            if (st == FrameDecoder::Status::kNeedMore) break;
-            if (st == FrameDecoder::Status::kError) {
-              // The stream cannot be resynchronised: say why, then hang up.
-              error(c, nullptr, ErrorCode::kInvalidRequest, why + "; closing the connection");
-              c.close_after_flush = true;
-              break;
-            }
-            handle_frame(c, payload);
-          }
-        }
-      }
-      if (!closed && !c.outbox.empty()) {
-        const ssize_t n =
-            ::send(c.fd, c.outbox.data(), c.outbox.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n > 0) c.outbox.erase(0, static_cast<size_t>(n));
-        if (n < 0 && errno != EAGAIN && errno != EINTR) closed = true;
-      }
-      if (closed || (c.close_after_flush && c.outbox.empty())) close_conn(ids[i]);
+      if (!serve_connection(*it->second, fds[i + 2].revents, buf, sizeof(buf))) close_conn(ids[i]);
     }
   }
 }

@@ -7,6 +7,8 @@
 // a step is stuck. Text prompts longer than kInlineTokenizeBytes go to a TokenizerPool.
 #pragma once
 
+#include <poll.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -19,6 +21,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/model_config.h"
 #include "coordinator/requests/admission.h"
@@ -121,6 +124,12 @@ class SocketServer {
     uint64_t serial = 0;  // the generation's entry in Conn::inflight
   };
   void io_loop();
+  // The poll set: the wake-up fd, the listening socket (polled when `accepting`) and every
+  // connection, whose ids go to `ids` in the same order. Returns the poll timeout.
+  int poll_set(std::vector<pollfd>* fds, std::vector<uint64_t>* ids, bool accepting);
+  // mu_ held. Reads and handles what `c` sent, writes what its outbox holds; false when the
+  // connection is to be closed.
+  bool serve_connection(Conn& c, short revents, char* buf, size_t buf_size);
   void accept_all();
   // At the fd limit: accepts one pending connection on the spare descriptor, answers it with an
   // error and closes it; false when there is nothing more to accept now (or accepting paused).
