@@ -85,7 +85,7 @@ inline void check_logprobs(llama2::RankEngine& engine, const llama2::Tokenizer& 
       if ((way == 2) != full_rows) continue;
       const int64_t id = static_cast<int64_t>(i);
       const std::vector<int> prompt(ids.begin(), ids.begin() + positions[i] + 1);
-      LLAMA2_CHECK(!admission.reserve(0) && !owner.submit({id, prompt, params_for(way), 0}));
+      LLAMA2_CHECK(!owner.submit({id, prompt, params_for(way), 0}, admission.reserve(0)));
       position_of[id] = positions[i];
     }
     while (!owner.idle()) owner.step();

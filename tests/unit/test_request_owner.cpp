@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/check.h"
@@ -87,13 +88,14 @@ struct Owner : llama2::RequestEvents {
   std::optional<llama2::Refusal> submit(int64_t id, int prompt_len, int max_new,
                                         uint64_t client = 0,
                                         Clock::time_point deadline = Clock::time_point::max()) {
-    if (auto full = admission->reserve(0)) return full;
+    llama2::Reservation place = admission->reserve(0);
+    if (!place) return place.refusal();
     llama2::SubmitRequest r;
     r.id = id;
     r.prompt.assign(static_cast<size_t>(prompt_len), 5);
     r.params.temperature = 0.f;
     r.params.max_new_tokens = max_new;
-    return owner->submit(std::move(r), deadline, client);
+    return owner->submit(std::move(r), std::move(place), deadline, client);
   }
   void run_until_idle() {
     for (int i = 0; i < 1000 && !owner->idle(); ++i) owner->step();
@@ -238,15 +240,19 @@ TEST_SUITE("request owner") {
     a.max_queue = 2;
     a.max_inflight_per_client = 3;
     Owner o(1, a);
-    auto busy = o.admission->reserve(3);
-    REQUIRE(busy.has_value());
-    CHECK(busy->code == llama2::ErrorCode::kTooManyInFlight);
-    CHECK_FALSE(o.admission->reserve(0));
-    CHECK_FALSE(o.admission->reserve(2));
-    auto full = o.admission->reserve(0);
-    REQUIRE(full.has_value());
-    CHECK(full->code == llama2::ErrorCode::kQueueFull);
-    CHECK(full->message == "queue is full (2 waiting, --max-queue); retry later");
+    const llama2::Reservation busy = o.admission->reserve(3);
+    REQUIRE_FALSE(busy);
+    REQUIRE(busy.refusal());
+    CHECK(busy.refusal()->code == llama2::ErrorCode::kTooManyInFlight);
+    llama2::Reservation first = o.admission->reserve(0);
+    llama2::Reservation second = o.admission->reserve(2);
+    CHECK(first);
+    CHECK(second);
+    CHECK_FALSE(first.refusal());
+    const llama2::Reservation full = o.admission->reserve(0);
+    REQUIRE_FALSE(full);
+    CHECK(full.refusal()->code == llama2::ErrorCode::kQueueFull);
+    CHECK(full.refusal()->message == "queue is full (2 waiting, --max-queue); retry later");
     // The queue depth `health` reports is the one `stats` renders.
     CHECK(o.admission->gauges().waiting == 2);
     CHECK(o.sample("llama2_requests_waiting") == 2);
@@ -254,8 +260,40 @@ TEST_SUITE("request owner") {
     CHECK(o.sample("llama2_requests_rejected_total{code=\"too_many_in_flight\"}") == 1);
     CHECK(o.sample("llama2_requests_rejected_total{code=\"queue_full\"}") == 1);
     CHECK(o.sample("llama2_requests_rejected_total{code=\"shutting_down\"}") == 1);
-    o.admission->unreserve();
-    o.admission->unreserve();
+    // Dropping a place gives it back; a moved-from one gives back nothing.
+    llama2::Reservation moved = std::move(first);
+    CHECK(moved);
+    CHECK_FALSE(first);  // NOLINT(bugprone-use-after-move): checked on purpose
+    { const llama2::Reservation gone = std::move(first); }
+    CHECK(o.sample("llama2_requests_waiting") == 2);
+    { const llama2::Reservation gone = std::move(moved); }
+    CHECK(o.sample("llama2_requests_waiting") == 1);
+    second = llama2::Reservation();  // assignment releases what it replaces
     CHECK(o.sample("llama2_requests_waiting") == 0);
+  }
+
+  TEST_CASE("a reservation: submitting consumes it, a refusal or a drop on any thread frees it") {
+    Owner o(1);
+    // Consumed: the place stays counted while the request waits, then leaves with admission.
+    CHECK_FALSE(o.submit(1, 3, 2));
+    CHECK(o.admission->gauges().waiting == 1);
+    o.run_until_idle();
+    CHECK(o.admission->gauges().waiting == 0);
+    // Refused by the prompt-length check: the place comes back.
+    CHECK(o.submit(2, 40, 9));
+    CHECK(o.admission->gauges().waiting == 0);
+    // Dropped on another thread (a tokenizer worker whose client went away).
+    llama2::Reservation place = o.admission->reserve(0);
+    CHECK(o.admission->gauges().waiting == 1);
+    std::thread([p = std::move(place)]() mutable { p = llama2::Reservation(); }).join();
+    CHECK(o.admission->gauges().waiting == 0);
+    // A place of another Admission cannot be consumed here.
+    llama2::Admission other(llama2::AdmissionOptions{});
+    llama2::Reservation foreign = other.reserve(0);
+    llama2::SubmitRequest r;
+    r.id = 9;
+    r.prompt = {5, 5};
+    r.params.max_new_tokens = 1;
+    CHECK_THROWS_AS(o.owner->submit(std::move(r), std::move(foreign)), llama2::Error);
   }
 }

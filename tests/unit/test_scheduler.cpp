@@ -193,8 +193,10 @@ struct Harness : llama2::RequestEvents {
     std::optional<int> eos_pos;
     if (eos_index) eos_pos = prompt_len + *eos_index;
     engine.expect(id, r.prompt, eos_pos);
-    REQUIRE_FALSE(admission->reserve(0).has_value());
-    if (auto refusal = gen->submit(std::move(r), deadline)) throw llama2::Error(refusal->message);
+    llama2::Reservation place = admission->reserve(0);
+    REQUIRE(place);
+    if (auto refusal = gen->submit(std::move(r), std::move(place), deadline))
+      throw llama2::Error(refusal->message);
   }
   // (seq_id, pos_begin, n_tokens) of the last plan.
   std::vector<std::array<int, 3>> last_plan() const {

@@ -273,8 +273,9 @@ void HttpFront::Impl::generate(const httplib::Request& req, httplib::Response& r
   if (parsed.error) return refuse(*parsed.error);
   // The request owner's admission, as the socket endpoint applies it: a place in the queue
   // (an HTTP/1.1 connection has one request in flight, so no per-connection limit applies).
-  if (auto refusal = admission.reserve(0)) {
-    return send_error(res, api_error(refusal->code, refusal->message));  // counted
+  Reservation place = admission.reserve(0);
+  if (!place) {
+    return send_error(res, api_error(place.refusal()->code, place.refusal()->message));  // counted
   }
   ApiResponseHead head;
   head.kind = kind;
@@ -285,8 +286,7 @@ void HttpFront::Impl::generate(const httplib::Request& req, httplib::Response& r
   ParsedRequest& request = parsed.request.request;
   std::optional<Refusal> refusal =
       prepare_prompt(request, deps->tokenizer, deps->api.config, deps->limits.prompt);
-  if (refusal || deps->inbox.draining()) {
-    admission.unreserve();
+  if (refusal || deps->inbox.draining()) {  // `place` goes back as it is dropped
     if (!refusal) refusal = Refusal{ErrorCode::kShuttingDown, "the server began shutting down"};
     return refuse(api_error(refusal->code, refusal->message));
   }
@@ -298,6 +298,7 @@ void HttpFront::Impl::generate(const httplib::Request& req, httplib::Response& r
   cmd.conn = cmd.serial = ex->client();
   cmd.id = head.id;
   cmd.request = std::move(request);
+  cmd.place = std::move(place);
   cmd.stream = parsed.request.stream;
   cmd.arrival = now;
   cmd.deadline = now + std::chrono::milliseconds(deps->limits.request_timeout_ms);

@@ -1,30 +1,52 @@
 #include "coordinator/requests/admission.h"
 
+#include "common/check.h"
+
 namespace llama2 {
 
 Admission::Admission(AdmissionOptions opts, ServeMetrics* metrics)
     : opts_(opts), metrics_(metrics) {}
 
-std::optional<Refusal> Admission::reserve(int client_inflight) {
+Reservation& Reservation::operator=(Reservation&& o) noexcept {
+  if (this != &o) {
+    release();
+    admission_ = std::exchange(o.admission_, nullptr);
+    refusal_ = std::move(o.refusal_);
+  }
+  return *this;
+}
+
+void Reservation::release() {
+  if (admission_ != nullptr) admission_->waiting_.fetch_sub(1, std::memory_order_relaxed);
+  admission_ = nullptr;
+}
+
+void Admission::consume(Reservation&& place) {
+  LLAMA2_CHECK(place.admission_ == this);
+  place.admission_ = nullptr;  // the queue count now belongs to the queued request
+}
+
+Reservation Admission::reserve(int client_inflight) {
   // Checked before the queue: one client must not take every batch slot and queue place while
   // others wait behind it (admission itself stays FIFO across clients).
   if (client_inflight >= opts_.max_inflight_per_client) {
     const std::string n = std::to_string(opts_.max_inflight_per_client);
     count_refusal(ErrorCode::kTooManyInFlight);
-    return Refusal{ErrorCode::kTooManyInFlight,
-                   "this connection already has " + n +
-                       " generations in flight (--max-inflight-per-connection " + n +
-                       "); wait for one to finish or use another connection"};
+    return Reservation(Refusal{ErrorCode::kTooManyInFlight,
+                               "this connection already has " + n +
+                                   " generations in flight (--max-inflight-per-connection " + n +
+                                   "); wait for one to finish or use another connection"});
   }
   int now = waiting_.load(std::memory_order_relaxed);
   do {
     if (now >= opts_.max_queue) {
       count_refusal(ErrorCode::kQueueFull);
-      return Refusal{ErrorCode::kQueueFull, "queue is full (" + std::to_string(opts_.max_queue) +
-                                                " waiting, --max-queue); retry later"};
+      return Reservation(Refusal{ErrorCode::kQueueFull, "queue is full (" +
+                                                            std::to_string(opts_.max_queue) +
+                                                            " waiting, --max-queue); retry later"});
     }
   } while (!waiting_.compare_exchange_weak(now, now + 1, std::memory_order_relaxed));
-  return std::nullopt;
+  return Reservation(this);
 }
 
 void Admission::count_refusal(ErrorCode code) {

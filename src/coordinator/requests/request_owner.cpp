@@ -30,15 +30,15 @@ RequestOwner::RequestOwner(Admission& admission, ReplicaSet& replicas, RequestEv
   refresh_gauges();
 }
 
-std::optional<Refusal> RequestOwner::submit(SubmitRequest req, Clock::time_point deadline,
-                                            uint64_t client) {
+std::optional<Refusal> RequestOwner::submit(SubmitRequest req, Reservation place,
+                                            Clock::time_point deadline, uint64_t client) {
   std::optional<Refusal> refusal =
       admission_.check_prompt(static_cast<int64_t>(req.prompt.size()), req.params.max_new_tokens);
   if (refusal) {
-    admission_.unreserve();
     admission_.count_refusal(refusal->code);
-    return refusal;
+    return refusal;  // `place` goes back as it is dropped
   }
+  admission_.consume(std::move(place));
   LLAMA2_CHECK(records_.count(req.id) == 0);
   Record& r = records_[req.id];
   r.client = client;
@@ -198,8 +198,9 @@ LocalServing::LocalServing(StepExecutor& exec, const Tokenizer& tok, const Model
       owner(admission, replicas, events) {}
 
 std::optional<Refusal> LocalServing::submit(SubmitRequest req) {
-  if (std::optional<Refusal> full = admission.reserve(0)) return full;
-  return owner.submit(std::move(req));
+  Reservation place = admission.reserve(0);
+  if (!place) return place.refusal();
+  return owner.submit(std::move(req), std::move(place));
 }
 
 }  // namespace llama2

@@ -40,9 +40,10 @@ class RequestOwner final : private SchedulerEvents {
   RequestOwner(Admission& admission, ReplicaSet& replicas, RequestEvents& events,
                ServeMetrics* metrics = nullptr);
 
-  // Queues a request whose place was taken with Admission::reserve(). When the prompt-length
-  // check refuses it, returns why (counted; the place is given back) and keeps nothing.
-  std::optional<Refusal> submit(SubmitRequest req,
+  // Queues a request in the place `place` (Admission::reserve(), consumed here). When the
+  // prompt-length check refuses it, returns why (counted; the place is given back) and keeps
+  // nothing.
+  std::optional<Refusal> submit(SubmitRequest req, Reservation place,
                                 Clock::time_point deadline = Clock::time_point::max(),
                                 uint64_t client = 0);
   // Ends request `id` (queued or running) at once with `reason`, freeing its KV blocks; false if

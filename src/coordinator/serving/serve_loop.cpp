@@ -52,7 +52,7 @@ void SocketBridge::submit(ServeCommand& cmd, RequestOwner& owner) {
   r.http = std::move(cmd.http);
   std::optional<Refusal> refusal =
       owner.submit(SubmitRequest{id, std::move(cmd.request.prompt), cmd.request.params, seed},
-                   cmd.deadline, cmd.conn);
+                   std::move(cmd.place), cmd.deadline, cmd.conn);
   if (refusal && r.http) {  // the HTTP thread checked the same limits
     r.http->fail(refusal->code, refusal->message);
     routes_.erase(id);

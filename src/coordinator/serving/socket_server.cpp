@@ -430,17 +430,20 @@ void SocketServer::handle_generate(Conn& c, FrameRequest r) {
   }
   // The request owner's admission, here on the I/O thread so that a full queue is answered at
   // once: the per-connection limit, then a place in the queue.
-  if (auto refusal = admission_.reserve(static_cast<int>(c.inflight.size())))
-    return error(c, r.id, refusal->code, refusal->message);
+  Reservation place = admission_.reserve(static_cast<int>(c.inflight.size()));
+  if (!place) return error(c, r.id, place.refusal()->code, place.refusal()->message);
   const Clock::time_point arrival = Clock::now();
   const uint64_t serial = track(c, r, arrival);
-  TokenizeJob job{c.id, std::move(r), arrival, serial};
+  TokenizeJob job{c.id, std::move(r), arrival, serial, std::move(place)};
   if (job.request.request.pending_bytes() <= kInlineTokenizeBytes) {
     std::optional<Refusal> refusal = prepare(job);
     return enqueue_generate(c, std::move(job), std::move(refusal));
   }
   c.tokenizing[job.request.id] = false;
-  tokenizers_.post([this, job = std::move(job)]() mutable { tokenize(job); });
+  // Shared, because a task is a std::function (copyable): the job and its place are dropped with
+  // the task, also when the pool stops before running it.
+  auto shared = std::make_shared<TokenizeJob>(std::move(job));
+  tokenizers_.post([this, shared] { tokenize(std::move(*shared)); });
 }
 
 std::optional<Refusal> SocketServer::prepare(TokenizeJob& job) const {
@@ -449,20 +452,17 @@ std::optional<Refusal> SocketServer::prepare(TokenizeJob& job) const {
 
 void SocketServer::enqueue_generate(Conn& c, TokenizeJob job, std::optional<Refusal> refusal) {
   const std::string id = job.request.id;
-  // Answered meanwhile by this thread (deadline, fail_all): the engine never hears of it, and the
-  // id may already belong to a newer generation, which the serial tells apart.
+  // Answered meanwhile by this thread (deadline, fail_all): the engine never hears of it (its
+  // place goes back with `job`), and the id may already belong to a newer generation, which the
+  // serial tells apart.
   const auto f = c.inflight.find(id);
-  if (f == c.inflight.end() || f->second.serial != job.serial) {
-    admission_.unreserve();
-    return;
-  }
+  if (f == c.inflight.end() || f->second.serial != job.serial) return;
   bool cancelled = false;
   if (auto t = c.tokenizing.find(id); t != c.tokenizing.end()) {
     cancelled = t->second;
     c.tokenizing.erase(t);
   }
   if (refusal || draining_) {
-    admission_.unreserve();
     c.inflight.erase(f);
     if (!refusal) {
       refusal = Refusal{ErrorCode::kShuttingDown,
@@ -478,6 +478,7 @@ void SocketServer::enqueue_generate(Conn& c, TokenizeJob job, std::optional<Refu
   cmd.serial = job.serial;
   cmd.id = id;
   cmd.request = std::move(job.request.request);
+  cmd.place = std::move(job.place);
   cmd.stream = job.request.stream;
   cmd.arrival = job.arrival;
   cmd.deadline = f->second.deadline;
@@ -492,14 +493,11 @@ void SocketServer::enqueue_generate(Conn& c, TokenizeJob job, std::optional<Refu
   inbox_cv_.notify_one();
 }
 
-void SocketServer::tokenize(TokenizeJob& job) {
+void SocketServer::tokenize(TokenizeJob job) {
   std::optional<Refusal> refusal = prepare(job);
   std::lock_guard<std::mutex> lock(mu_);
   auto it = conns_.find(job.conn);
-  if (it == conns_.end()) {
-    admission_.unreserve();  // the client left meanwhile; nothing to answer
-    return;
-  }
+  if (it == conns_.end()) return;  // the client left meanwhile: nothing to answer
   enqueue_generate(*it->second, std::move(job), std::move(refusal));
   wake();  // a refusal may wait in the outbox
 }

@@ -55,6 +55,7 @@ struct ServeCommand {
   uint64_t serial = 0;    // kGenerate, kExpired: the server's own number for the generation
   std::string id;         // the client's request id
   ParsedRequest request;  // kGenerate
+  Reservation place;      // kGenerate: its place in the queue (Admission::reserve)
   bool stream = true;
   std::chrono::steady_clock::time_point arrival, deadline;
   // A generation of the HTTP front (coordinator/http/): its events go to this mailbox instead of a
@@ -122,6 +123,7 @@ class SocketServer {
     FrameRequest request;
     std::chrono::steady_clock::time_point arrival;
     uint64_t serial = 0;  // the generation's entry in Conn::inflight
+    Reservation place;    // its place in the queue, until the engine gets it
   };
   void io_loop();
   // The poll set: the wake-up fd, the listening socket (polled when `accepting`) and every
@@ -142,7 +144,7 @@ class SocketServer {
   // Any thread: the prompt tokenized and checked (prepare_prompt, the HTTP front's too).
   std::optional<Refusal> prepare(TokenizeJob& job) const;
   // A tokenizer worker: tokenizes `job`'s prompt, then hands it on under mu_.
-  void tokenize(TokenizeJob& job);
+  void tokenize(TokenizeJob job);
   void reply(Conn& c, const nlohmann::json& event);  // from the I/O thread, mu_ held
   void error(Conn& c, const nlohmann::json& id, ErrorCode code, const std::string& msg);
   void close_conn(uint64_t id);
