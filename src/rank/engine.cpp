@@ -205,6 +205,7 @@ RankEngine::RankEngine(const EngineConfig& cfg, const ModelConfig& config, MPI_C
                   std::to_string(devices) + " rank(s) per node, or use --backend cpu");
     }
     shard_ = make_shard_plan(config_, size_, rank_);
+    for (int r = 0; r < size_; ++r) all_shards_.push_back(make_shard_plan(config_, size_, r));
     if (cfg.block_size <= 0 || cfg.kv_cache_blocks < 0) {
       throw Error("KV cache needs block_size > 0 and num_blocks >= 0 (got " +
                   std::to_string(cfg.block_size) + ", " + std::to_string(cfg.kv_cache_blocks) +
@@ -331,8 +332,19 @@ void RankEngine::execute(const StepPlan& plan, StepLogits* logits) {
   LLAMA2_CHECK(rank_ == 0);
   // The step's clock starts before the hand-over: a worker that never takes its plan stalls it.
   beat_->begin_step(steps_ + 1);
-  plans_->send(encode_step_plan(plan));
-  run_step(plan, logits);
+  if (plan.adjust.empty()) {
+    plans_->send(encode_step_plan(plan));
+    return run_step(plan, logits);
+  }
+  // Vocabulary adjustments: each rank gets only its slice's mask words and biases.
+  std::vector<std::vector<int32_t>> wires(static_cast<size_t>(size_));
+  for (int r = 1; r < size_; ++r) {
+    const ShardPlan& s = all_shards_[static_cast<size_t>(r)];
+    wires[static_cast<size_t>(r)] =
+        encode_step_plan(slice_adjustments(plan, s.vocab_begin, s.vocab_size));
+  }
+  plans_->send(wires);
+  run_step(slice_adjustments(plan, shard_.vocab_begin, shard_.vocab_size), logits);
 }
 
 void RankEngine::execute(const StepPlan& plan, std::vector<float>* logits) {

@@ -124,7 +124,7 @@ class SliceEngine final : public llama2::StepExecutor {
     plans.push_back(plan);
     std::vector<float> rows;
     for (const auto& s : plan.seqs) {
-      if (!s.want_logits) continue;
+      if (!s.n_logits) continue;
       for (int v = 0; v < kVocab; ++v) {
         rows.push_back(logit_of(s.seq_id, s.pos_begin + s.n_tokens - 1, v));
       }
@@ -298,7 +298,7 @@ TEST_SUITE("logprobs") {
       for (const StepPlan& plan : engine.plans) {
         for (size_t i = 0; i < plan.seqs.size(); ++i) {
           const auto& s = plan.seqs[i];
-          CHECK(s.want_logprobs == (s.want_logits && params[s.seq_id].logprobs ? 1 : 0));
+          CHECK(s.want_logprobs == (s.n_logits && params[s.seq_id].logprobs ? 1 : 0));
         }
         CHECK(plan.candidates == 0);  // request 4 forces full rows in every step it runs
       }

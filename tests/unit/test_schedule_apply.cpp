@@ -106,10 +106,10 @@ TEST_SUITE("schedule_apply") {
     REQUIRE(s.plan.seqs.size() == 2);
     CHECK(s.ids == std::vector<int64_t>{1, 2});
     CHECK(s.plan.seqs[0].n_tokens == 5);
-    CHECK(s.plan.seqs[0].want_logits == 1);  // the whole prompt: its last row samples
+    CHECK(s.plan.seqs[0].n_logits == 1);  // the whole prompt: its last row samples
     CHECK(s.plan.seqs[0].table_len == 2);
     CHECK(s.plan.seqs[1].n_tokens == 1);  // what is left of the budget
-    CHECK(s.plan.seqs[1].want_logits == 0);
+    CHECK(s.plan.seqs[1].n_logits == 0);
     CHECK(s.plan.seqs[1].table_len == 1);
     CHECK(s.prefill_seqs == 2);
     CHECK(s.prefill_tokens == 6);
@@ -133,7 +133,7 @@ TEST_SUITE("schedule_apply") {
     CHECK(s.plan.tokens[0] == 40);  // the token sampled last is fed back
     CHECK(s.plan.seqs[1].pos_begin == 1);
     CHECK(s.plan.seqs[1].n_tokens == 3);
-    CHECK(s.plan.seqs[1].want_logits == 1);
+    CHECK(s.plan.seqs[1].n_logits == 1);
     CHECK(s.decode_rows == 1);
   }
 

@@ -117,8 +117,8 @@ class FakeEngine final : public llama2::StepExecutor {
       }
       q.table.assign(table, table + s.table_len);
       q.fed = s.pos_begin + s.n_tokens;
-      REQUIRE(s.want_logits == (q.fed >= P ? 1 : 0));
-      if (!s.want_logits) continue;
+      REQUIRE(s.n_logits == (q.fed >= P ? 1 : 0));
+      if (!s.n_logits) continue;
       const int next = q.eos_pos && *q.eos_pos == q.fed ? kEos : token_at(s.seq_id, q.fed);
       q.sampled.push_back(next);
       ++out->rows;
@@ -390,8 +390,8 @@ TEST_SUITE("scheduler") {
     CHECK(h.last_plan() == Plan{{1, 5, 5}});
     h.gen->step();  // the rest of 1's prompt, then 2 gets what is left of the budget
     CHECK(h.last_plan() == Plan{{1, 10, 2}, {2, 0, 3}});
-    CHECK(h.engine.plans.back().seqs[0].want_logits == 1);
-    CHECK(h.engine.plans.back().seqs[1].want_logits == 0);
+    CHECK(h.engine.plans.back().seqs[0].n_logits == 1);
+    CHECK(h.engine.plans.back().seqs[1].n_logits == 0);
     h.gen->step();  // 1 decodes (one row, first), 2 finishes its prompt
     CHECK(h.last_plan() == Plan{{1, 12, 1}, {2, 3, 4}});
     h.gen->step();

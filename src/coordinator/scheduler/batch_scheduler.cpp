@@ -109,7 +109,7 @@ int BatchScheduler::logit_candidates(const ScheduledStep& step) const {
   if (opts_.full_logits) return 0;
   int most = 0;
   for (size_t i = 0; i < step.plan.seqs.size(); ++i) {
-    if (!step.plan.seqs[i].want_logits) continue;
+    if (step.plan.seqs[i].n_logits == 0) continue;
     const SamplingParams& params = running_[static_cast<size_t>(step.slots[i])]->req.params;
     const int need = Sampler::candidates_needed(params);
     if (need == 0) return 0;
@@ -188,7 +188,9 @@ int BatchScheduler::apply(const ScheduledStep& step, const StepLogits& logits,
     s.cached += step.plan.seqs[i].n_tokens;
     // Blocks this step filled are computed now: later prompts with the same prefix may share them.
     if (opts_.prefix_caching) blocks_.cache_full_blocks(s.context, s.cached, s.table, &s.chain);
-    if (!step.plan.seqs[i].want_logits) continue;
+    // One row per sequence: the next token. (Speculative verification will ask several.)
+    if (step.plan.seqs[i].n_logits == 0) continue;
+    LLAMA2_CHECK(step.plan.seqs[i].n_logits == 1);
     emit(s, sample_row(s, logits, row), logits, row, events);
     ++row;
     ++generated;
