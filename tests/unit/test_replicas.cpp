@@ -119,7 +119,7 @@ TEST_SUITE("replicas") {
     req.seed = 0xfeedfacecafebeefULL;
     w.submit(req);
     w.cancel({7, llama2::FinishReason::kTimeout});
-    w.gauges({3, 1, 17, 64, 99});
+    w.gauges({3, 1, 17, 64, 99, 5});
     w.token({7, 5, 300, "h\xc3\xa9llo", -0.25f, {{300, -0.25f}, {12, -2.5f}}});
     llama2::Finished done;
     done.id = 7;
@@ -150,6 +150,7 @@ TEST_SUITE("replicas") {
     CHECK(c.cancels[0].reason == llama2::FinishReason::kTimeout);
     CHECK(c.gauges[0].kv_used == 17);
     CHECK(c.gauges[0].steps == 99);
+    CHECK(c.gauges[0].preemptions == 5);
     CHECK(c.tokens[0].index == 5);
     CHECK(c.tokens[0].text == "h\xc3\xa9llo");
     CHECK(c.tokens[0].logprob == -0.25f);

@@ -101,6 +101,7 @@ class Leader final : public WireVisitor {
     g.kv_used = blocks_.used_blocks();
     g.kv_total = blocks_.num_blocks();
     g.steps = steps_;
+    g.preemptions = scheduler_.preemptions();
     msg.gauges(g);
     link_.send(0, msg.take() + out_.writer.take());
   }

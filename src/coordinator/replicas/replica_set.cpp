@@ -81,8 +81,7 @@ bool ReplicaSet::fits(int replica, int blocks) const {
 }
 
 int ReplicaSet::try_admit(SubmitRequest& req) {
-  const int blocks = BlockAllocator::blocks_for(
-      static_cast<int>(req.prompt.size()) + req.params.max_new_tokens, block_size_);
+  const int blocks = BlockAllocator::blocks_for(static_cast<int>(req.prompt.size()), block_size_);
   // Most free blocks first, the lowest index among equals.
   std::vector<int> order(static_cast<size_t>(size()));
   for (int r = 0; r < size(); ++r) order[static_cast<size_t>(r)] = r;
@@ -180,6 +179,13 @@ int ReplicaSet::kv_used() const {
 int ReplicaSet::kv_total() const {
   int n = local_ != nullptr ? local_->scheduler().blocks().num_blocks() : 0;
   for (const RemoteReplica& r : remotes_) n += r.kv_blocks;
+  return n;
+}
+
+int64_t ReplicaSet::preemptions() const {
+  int64_t n = local_ != nullptr ? local_->scheduler().preemptions() : 0;
+  for (size_t r = static_cast<size_t>(first_remote_); r < stats_.size(); ++r)
+    n += stats_[r].gauges.preemptions;
   return n;
 }
 

@@ -5,9 +5,10 @@
 //
 // Replica 0 may run in this process (a StepRunner over rank 0's own engine: no messages);
 // the others are remote leaders reached over a ReplicaLink. The front counts a remote replica's
-// capacity itself: a request dispatched there holds one batch slot and blocks_for(prompt +
-// max_new_tokens) KV blocks until its Finished comes back, which is exactly what the leader's
-// scheduler reserves (batch_scheduler.h), so the front never sends a request that would wait.
+// capacity itself: a request dispatched there holds one batch slot and blocks_for(prompt) KV
+// blocks until its Finished comes back, what the leader's scheduler takes at admission
+// (batch_scheduler.h; its sequences then grow, and the leader preempts when they must). The
+// leader keeps a small pending queue, so a request the front sent too early only waits there.
 //
 // The dispatch rule: the queue's head goes to the replica with the most free KV blocks among
 // those with a free batch slot and enough free blocks for it (ties: the lowest index); none: it
@@ -69,6 +70,8 @@ class ReplicaSet {
   int running() const;
   int kv_used() const;
   int kv_total() const;
+  // Preemptions since start: the in-process scheduler's and the remote leaders' latest reports.
+  int64_t preemptions() const;
   // The smallest replica's KV capacity in blocks (admission's per-request limit).
   int min_kv_blocks() const;
   // The in-process replica's KV blocks (null when there is none: a dedicated front).

@@ -127,6 +127,7 @@ void WireWriter::gauges(const ReplicaGauges& g) {
   put(buf_, static_cast<int32_t>(g.kv_used));
   put(buf_, static_cast<int32_t>(g.kv_total));
   put(buf_, g.steps);
+  put(buf_, g.preemptions);
 }
 
 void WireWriter::token(const TokenEvent& ev) {
@@ -193,6 +194,7 @@ ReplicaGauges read_gauges(Reader& r) {
   g.kv_used = r.get<int32_t>();
   g.kv_total = r.get<int32_t>();
   g.steps = r.get<int64_t>();
+  g.preemptions = r.get<int64_t>();
   return g;
 }
 

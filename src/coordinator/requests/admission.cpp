@@ -74,6 +74,7 @@ Gauges Admission::gauges() const {
   g.prefix_queried_tokens = prefix_queried_.load(std::memory_order_relaxed);
   g.prefix_hit_tokens = prefix_hits_.load(std::memory_order_relaxed);
   g.prefix_evicted_blocks = prefix_evicted_.load(std::memory_order_relaxed);
+  g.preemptions = preemptions_.load(std::memory_order_relaxed);
   return g;
 }
 

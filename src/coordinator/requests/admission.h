@@ -89,6 +89,9 @@ class Admission {
   // The prefix cache's numbers (Gauges' kv_blocks_cached and prefix_* fields).
   void set_prefix_cache_gauges(int cached_blocks, int64_t queried_tokens, int64_t hit_tokens,
                                int64_t evicted_blocks);
+  void set_preemptions(int64_t preemptions) {
+    preemptions_.store(preemptions, std::memory_order_relaxed);
+  }
 
  private:
   friend class Reservation;  // release() gives its place back
@@ -97,6 +100,7 @@ class Admission {
   std::atomic<int> waiting_{0};
   std::atomic<int> running_{0}, kv_used_{0}, kv_total_{0}, kv_cached_{0};
   std::atomic<int64_t> prefix_queried_{0}, prefix_hits_{0}, prefix_evicted_{0};
+  std::atomic<int64_t> preemptions_{0};
 };
 
 }  // namespace llama2

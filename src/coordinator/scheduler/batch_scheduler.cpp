@@ -38,7 +38,12 @@ struct BatchScheduler::Sequence {
     result.prompt_tokens = prompt_len();
   }
   int prompt_len() const { return static_cast<int>(req.prompt.size()); }
-  bool prefilling() const { return cached < prompt_len(); }
+  // Tokens known: the prompt and every token sampled so far. The KV cache holds the first
+  // `cached`; the next step feeds context[cached, ...).
+  int known() const { return static_cast<int>(context.size()); }
+  // One token to feed (the one sampled last) after a computed prompt: a decode row. Otherwise a
+  // prefill, of the prompt or, after a preemption, of prompt + generated tokens again.
+  bool decoding() const { return cached >= prompt_len() && cached == known() - 1; }
 };
 
 BatchScheduler::BatchScheduler(const Tokenizer& tok, const ModelConfig& config,
@@ -51,17 +56,18 @@ BatchScheduler::BatchScheduler(const Tokenizer& tok, const ModelConfig& config,
 BatchScheduler::~BatchScheduler() = default;
 
 bool BatchScheduler::try_admit(SubmitRequest& req) {
-  if (static_cast<int>(running_.size()) >= opts_.max_batch_size) return false;
-  const int positions = static_cast<int>(req.prompt.size()) + req.params.max_new_tokens;
+  if (static_cast<int>(running()) >= opts_.max_batch_size || !preempted_.empty()) return false;
+  const int prompt = static_cast<int>(req.prompt.size());
   // The owner's prompt-length check makes both impossible; a request failing them would never run.
-  LLAMA2_CHECK(!req.prompt.empty());
-  LLAMA2_CHECK(BlockAllocator::blocks_for(positions, blocks_.block_size()) <= blocks_.num_blocks());
-  // Cached prefix blocks count as present and evictable ones as free: the reservation is still
-  // the whole prompt + max_new_tokens, so nothing is ever preempted.
+  LLAMA2_CHECK(prompt > 0);
+  LLAMA2_CHECK(BlockAllocator::blocks_for(prompt + req.params.max_new_tokens,
+                                          blocks_.block_size()) <= blocks_.num_blocks());
+  // The prompt's blocks only (cached prefix blocks count as present, evictable ones as free),
+  // leaving what this step's decoding sequences need: a new sequence does not preempt at once.
   std::vector<int> table;
   PrefixChain chain;
-  const std::optional<int> hit =
-      blocks_.allocate(req.prompt, positions, opts_.prefix_caching, &table, &chain);
+  const std::optional<int> hit = blocks_.allocate(req.prompt, prompt, opts_.prefix_caching, &table,
+                                                  &chain, growth_need(), /*count=*/true);
   if (!hit) return false;
   running_.push_back(
       std::make_unique<Sequence>(std::move(req), tok_, std::move(table), *hit, chain));
@@ -77,21 +83,75 @@ void BatchScheduler::finish(Sequence& s, FinishReason reason, SchedulerEvents& e
 
 bool BatchScheduler::cancel(const CancelRequest& cancel, SchedulerEvents& events) {
   const int64_t id = cancel.id;
-  auto it = std::find_if(running_.begin(), running_.end(),
-                         [id](const std::unique_ptr<Sequence>& s) { return s->req.id == id; });
-  if (it == running_.end()) return false;
-  std::unique_ptr<Sequence> s = std::move(*it);
-  running_.erase(it);
-  finish(*s, cancel.reason, events);
-  return true;
+  const auto is_it = [id](const std::unique_ptr<Sequence>& s) { return s->req.id == id; };
+  for (auto* set : {&running_, &preempted_}) {
+    const auto it = std::find_if(set->begin(), set->end(), is_it);
+    if (it == set->end()) continue;
+    std::unique_ptr<Sequence> s = std::move(*it);
+    set->erase(it);
+    finish(*s, cancel.reason, events);  // a preempted one holds no blocks: nothing to free
+    return true;
+  }
+  return false;
+}
+
+int BatchScheduler::growth_need() const {
+  int n = 0;
+  for (const auto& s : running_) {
+    if (s->decoding() && s->cached % blocks_.block_size() == 0) ++n;
+  }
+  return n;
+}
+
+void BatchScheduler::preempt_newest() {
+  std::unique_ptr<Sequence> s = std::move(running_.back());
+  running_.pop_back();
+  blocks_.release(&s->table);  // registered blocks stay cached: its resumption may find them
+  s->cached = 0;
+  s->chain = PrefixChain{};
+  preempted_.insert(preempted_.begin(), std::move(s));
+  ++preemptions_;
+}
+
+// Oldest first, each when blocks for all its known tokens are free beside this step's growth.
+void BatchScheduler::resume_preempted() {
+  while (!preempted_.empty()) {
+    Sequence& s = *preempted_.front();
+    std::vector<int> table;
+    PrefixChain chain;
+    const std::optional<int> hit = blocks_.allocate(s.context, s.known(), opts_.prefix_caching,
+                                                    &table, &chain, growth_need(), /*count=*/false);
+    if (!hit) return;
+    s.table = std::move(table);
+    s.cached = *hit;
+    s.chain = chain;
+    running_.push_back(std::move(preempted_.front()));
+    preempted_.erase(preempted_.begin());
+  }
+}
+
+// Each decoding sequence, oldest first, gets the block its next position needs; when none is
+// free the newest running sequence gives its blocks back (possibly the one asking, when it is the
+// newest itself). The oldest can always grow: prompt + max_new_tokens fits the whole cache.
+void BatchScheduler::grow_decoding() {
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Sequence& s = *running_[i];
+    if (!s.decoding()) continue;
+    while (!blocks_.ensure(&s.table, s.cached + 1)) {
+      LLAMA2_CHECK(!running_.empty());
+      const bool self = running_.size() == i + 1;
+      preempt_newest();
+      if (self) return;
+    }
+  }
 }
 
 void BatchScheduler::add_to_plan(ScheduledStep& step, int slot, int n_tokens) const {
   const Sequence& s = *running_[static_cast<size_t>(slot)];
-  const bool decode = !s.prefilling();
-  const int* tokens = decode ? &s.context.back() : s.req.prompt.data() + s.cached;
-  append_seq(&step.plan, static_cast<int32_t>(s.req.id), s.cached, tokens, n_tokens,
-             s.cached + n_tokens >= s.prompt_len(), s.table.data(),
+  const bool decode = s.decoding();
+  // The logits after its last known token give the next one.
+  append_seq(&step.plan, static_cast<int32_t>(s.req.id), s.cached, s.context.data() + s.cached,
+             n_tokens, s.cached + n_tokens == s.known() ? 1 : 0, s.table.data(),
              BlockAllocator::blocks_for(s.cached + n_tokens, blocks_.block_size()),
              s.req.params.logprobs);
   step.ids.push_back(s.req.id);
@@ -118,16 +178,18 @@ int BatchScheduler::logit_candidates(const ScheduledStep& step) const {
   return most;
 }
 
-ScheduledStep BatchScheduler::schedule() const {
+ScheduledStep BatchScheduler::schedule() {
+  resume_preempted();
+  grow_decoding();
   ScheduledStep step;
   for (size_t i = 0; i < running_.size(); ++i) {
-    if (!running_[i]->prefilling()) add_to_plan(step, static_cast<int>(i), 1);
+    if (running_[i]->decoding()) add_to_plan(step, static_cast<int>(i), 1);
   }
   int budget = opts_.prefill_chunk;
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     const Sequence& s = *running_[i];
-    if (!s.prefilling()) continue;
-    const int n = std::min(budget, s.prompt_len() - s.cached);
+    if (s.decoding()) continue;
+    const int n = std::min(budget, s.known() - s.cached);
     add_to_plan(step, static_cast<int>(i), n);
     budget -= n;
   }

@@ -120,6 +120,9 @@ std::string ServeMetrics::render(const Gauges& g) const {
          "Prefix cache hits over queries since start (tokens).", fmt(g.prefix_hit_rate()));
   sample(&out, "llama2_prefix_cache_evictions_total", "counter",
          "Cached KV blocks taken back for other use.", std::to_string(g.prefix_evicted_blocks));
+  sample(&out, "llama2_preemptions_total", "counter",
+         "Running generations preempted (KV blocks freed, recomputed later) since start.",
+         std::to_string(g.preemptions));
   sample(&out, "llama2_kv_cache_cached_blocks", "gauge",
          "KV blocks holding a cached prefix, in use or evictable.",
          std::to_string(g.kv_blocks_cached));
@@ -153,6 +156,8 @@ std::string ServeMetrics::render_vllm(const Gauges& g, const std::string& model)
       std::to_string(g.waiting));
   one("vllm:gpu_cache_usage_perc", "gauge", "KV-cache usage, a fraction (1 = full).",
       fmt(g.kv_blocks_total > 0 ? static_cast<double>(g.kv_blocks_used) / g.kv_blocks_total : 0.0));
+  one("vllm:num_preemptions_total", "counter", "Cumulative number of preemptions.",
+      std::to_string(g.preemptions));
   one("vllm:prompt_tokens_total", "counter", "Prompt tokens of finished requests.",
       std::to_string(prompt_tokens_));
   one("vllm:generation_tokens_total", "counter", "Generated tokens of finished requests.",

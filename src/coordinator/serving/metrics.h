@@ -42,6 +42,9 @@ struct Gauges {
   int64_t prefix_queried_tokens = 0;
   int64_t prefix_hit_tokens = 0;
   int64_t prefix_evicted_blocks = 0;
+  // Running sequences whose KV blocks were taken back for others since start (batch_scheduler.h),
+  // summed over the replicas.
+  int64_t preemptions = 0;
   double prefix_hit_rate() const {
     return prefix_queried_tokens > 0
                ? static_cast<double>(prefix_hit_tokens) / static_cast<double>(prefix_queried_tokens)
@@ -60,6 +63,7 @@ class ServeMetrics {
   // The same numbers under the vLLM names operators' dashboards already chart (the HTTP front's
   // GET /metrics adds them), labelled model_name="`model`": vllm:num_requests_running,
   // vllm:num_requests_waiting, vllm:gpu_cache_usage_perc (a 0-1 fraction, as vLLM's),
+  // vllm:num_preemptions_total,
   // vllm:prompt_tokens_total, vllm:generation_tokens_total, vllm:request_success_total
   // {finished_reason}, and the histograms vllm:time_to_first_token_seconds,
   // vllm:time_per_output_token_seconds, vllm:e2e_request_latency_seconds,
