@@ -260,15 +260,17 @@ TEST_SUITE("openai_api") {
   }
 
   TEST_CASE("the exchange hands tokens and the end to a waiting thread; a slow reader is capped") {
-    llama2::HttpExchange ex(llama2::kHttpClientBit | 1, /*logprobs=*/false);
+    struct NoFlusher final : llama2::SinkFlusher {
+      void flush(std::vector<std::shared_ptr<llama2::EventSink>>& t) override { t.clear(); }
+    } flusher;
+    llama2::HttpExchange ex(1, 1, /*logprobs=*/false, /*stream=*/true, flusher);
     std::thread engine([&] {
-      ex.push_token(llama2::TokenEvent{0, 0, 5, "a"});
-      ex.push_token(llama2::TokenEvent{0, 1, 6, "b"});
-      ex.notify();
+      ex.on_token(llama2::TokenEvent{0, 0, 5, "a"});
+      ex.on_token(llama2::TokenEvent{0, 1, 6, "b"});
+      ex.wake();
       llama2::Finished f;
       f.finish_reason = llama2::FinishReason::kStop;
-      ex.finish(f, {});
-      ex.notify();
+      ex.on_finished(f, {});  // wakes the reader itself
     });
     std::string text;
     std::optional<llama2::HttpExchange::End> end;
@@ -281,7 +283,7 @@ TEST_SUITE("openai_api") {
     CHECK(text == "ab");
     CHECK(end->finished.finish_reason == llama2::FinishReason::kStop);
     // Nobody reads: past kMaxQueuedBytes tokens are dropped and the reader is told.
-    llama2::HttpExchange slow(llama2::kHttpClientBit | 2, /*logprobs=*/false);
+    llama2::HttpExchange slow(2, 2, /*logprobs=*/false, /*stream=*/true, flusher);
     const std::string piece(1 << 20, 'x');
     for (int i = 0; i < 20; ++i) slow.push_token(llama2::TokenEvent{0, i, 5, piece});
     const llama2::HttpExchange::News n = slow.take(std::chrono::milliseconds(0));

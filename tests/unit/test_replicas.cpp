@@ -124,6 +124,7 @@ TEST_SUITE("replicas") {
     llama2::Finished done;
     done.id = 7;
     done.finish_reason = llama2::FinishReason::kStop;
+    done.seed = 0xfeedfacecafebeefULL;
     done.prompt_tokens = 12;
     done.tokens = {5, 6, 2};
     done.text = std::string("a\0b", 3);
@@ -158,6 +159,7 @@ TEST_SUITE("replicas") {
     CHECK(c.tokens[0].top_logprobs[1].token == 12);
     CHECK(c.tokens[0].top_logprobs[1].logprob == -2.5f);
     CHECK(c.finished[0].tokens == done.tokens);
+    CHECK(c.finished[0].seed == done.seed);
     CHECK(c.finished[0].logprobs == done.logprobs);
     REQUIRE(c.finished[0].top_logprobs.size() == 3);
     CHECK(c.finished[0].top_logprobs[1].empty());

@@ -24,6 +24,7 @@
 #include "coordinator/scheduler/block_allocator.h"
 #include "coordinator/scheduler/step_log.h"
 #include "coordinator/scheduler/step_runner.h"
+#include "coordinator/serving/engine_inbox.h"
 #include "coordinator/serving/metrics.h"
 #include "coordinator/serving/serve_loop.h"
 #include "coordinator/serving/socket_server.h"
@@ -218,10 +219,12 @@ class Rank0Serve {
   RankEngine* engine_;  // null on a dedicated front (--dedicated-front): every replica is remote
   ServeMetrics metrics_;
   Admission admission_;
+  // The one inbox every endpoint posts to (after admission_: its commands hold places in it).
+  EngineInbox inbox_;
+  EngineDispatch dispatch_;
   HealthInfo info_;
   ReplicaBoard board_;  // per replica in health and stats (one entry with one replica)
   std::unique_ptr<SocketServer> server_;
-  std::unique_ptr<SocketBridge> bridge_;
   std::unique_ptr<StepLog> step_log_;
   // Replica 0 in process, unless rank 0 is a dedicated front.
   std::unique_ptr<BlockAllocator> blocks_;
@@ -238,6 +241,7 @@ Rank0Serve::Rank0Serve(Session& session, ServeSettings& s, HttpFront* http)
       http_(http),
       engine_(session.engine.get()),
       admission_(admission_options(session, s), &metrics_),
+      dispatch_(random_seed()),
       info_{session.layout.world,
             session.backend,
             session.dtype,
@@ -252,17 +256,16 @@ Rank0Serve::Rank0Serve(Session& session, ServeSettings& s, HttpFront* http)
   s_.server.max_piece_bytes = max_piece_bytes_for_bound(
       session.settings.model_dir + "/tokenizer.model", *session.tokenizer);
   server_ = std::make_unique<SocketServer>(
-      s_.server, admission_, *session.tokenizer, session.config, s_.defaults,
+      s_.server, inbox_, admission_, *session.tokenizer, session.config, s_.defaults,
       [this] { return health(); }, [this] { return stats(); });
-  bridge_ = std::make_unique<SocketBridge>(*server_, random_seed());
   if (http_ != nullptr) attach_http();
   build_replicas();
-  owner_ = std::make_unique<RequestOwner>(admission_, *replicas_, *bridge_, &metrics_);
+  owner_ = std::make_unique<RequestOwner>(admission_, *replicas_, dispatch_, &metrics_);
 }
 
 // One health answer for the socket and the HTTP front: the job's totals and each replica's.
 nlohmann::json Rank0Serve::health() const {
-  nlohmann::json h = health_event(server_.get(), admission_, info_);
+  nlohmann::json h = health_event(inbox_, admission_, info_);
   h["tp"] = session_.layout.tp;
   h["replicas"] = replicas_json(board_.snapshot());
   return h;
@@ -273,16 +276,13 @@ std::string Rank0Serve::stats() const {
 }
 
 void Rank0Serve::attach_http() {
-  ServeLimits limits;
-  limits.prompt = admission_.options().limits;
-  limits.request_timeout_ms = s_.server.request_timeout_ms;
-  limits.max_piece_bytes = s_.server.max_piece_bytes;
+  const HttpLimits limits{admission_.options().limits, s_.server.request_timeout_ms};
   const EngineConfig& settings = session_.settings;
   const std::string name = s_.http.served_model.empty()
                                ? default_served_model(settings.model_dir, settings.synthetic)
                                : s_.http.served_model;
   http_->attach(HttpDeps{
-      *server_, admission_, *session_.tokenizer, ApiContext{name, s_.defaults, session_.config},
+      inbox_, admission_, *session_.tokenizer, ApiContext{name, s_.defaults, session_.config},
       limits, [this, name] { return stats() + metrics_.render_vllm(admission_.gauges(), name); },
       [this] { return health(); }});
 }
@@ -337,8 +337,7 @@ int Rank0Serve::run() {
             job_stall_message(clock, step_timeout, engine_, *replicas_, session_.layout), *server_,
             engine_, clock.exited.empty() ? kStallLinger : kExitedLinger);
       });
-  serve_loop(*server_, *bridge_, *owner_, g_stop,
-             std::chrono::milliseconds(s_.shutdown_timeout_ms));
+  serve_loop(inbox_, dispatch_, *owner_, g_stop, std::chrono::milliseconds(s_.shutdown_timeout_ms));
   // From here the ranks leave on purpose: an exited one is no longer a failure.
   watchdog.reset();
   replicas_->shutdown(0);

@@ -19,7 +19,6 @@
 #include "common/check.h"
 #include "coordinator/http/connection_pool.h"
 #include "coordinator/http/http_exchange.h"
-#include "coordinator/serving/socket_server.h"
 
 namespace llama2 {
 
@@ -105,12 +104,14 @@ struct HttpFront::Impl {
   HttpOptions opts;
   // Set once by attach(), before `ready`; the routes past before_routing() only run once ready.
   std::optional<HttpDeps> deps;
+  // Wakes the connection threads of the exchanges that got tokens in a step (the exchanges'
+  // SinkFlusher); made by attach().
+  std::unique_ptr<ExchangeNotifier> notifier;
   std::atomic<bool> ready{false};
   httplib::Server svr;
   std::thread listener;
   int listen_fd = -1;
   int bound_port = 0;
-  std::atomic<uint64_t> next_client{1};
   // stop() has begun: a generation posted after the engine loop's last look at the inbox would
   // never be answered, so its waiting thread gives up with shutting_down.
   std::atomic<bool> closing{false};
@@ -138,10 +139,12 @@ struct HttpFront::Impl {
   // The end a stream gets without the engine's: its deadline passed, or the server's trouble.
   std::optional<HttpExchange::End> interruption(const StreamState& st);
   std::string closing_chunks(const StreamState& st, const HttpExchange::End& end) const;
-  void command(ServeCommand::Kind kind, const std::shared_ptr<HttpExchange>& ex) {
-    ServeCommand cmd;
+  // kExpired (the exchange's generation) or kDisconnect (its connection).
+  void command(EngineCommand::Kind kind, const std::shared_ptr<HttpExchange>& ex) {
+    EngineCommand cmd;
     cmd.kind = kind;
-    cmd.conn = cmd.serial = ex->client();
+    cmd.client = ex->client();
+    cmd.ticket = ex->ticket();
     deps->inbox.post(std::move(cmd));
   }
   // The error an unfinished generation gets from the server's state, if any.
@@ -162,6 +165,7 @@ HttpFront::HttpFront(HttpOptions opts) : impl_(std::make_unique<Impl>(std::move(
 
 void HttpFront::attach(HttpDeps deps) {
   LLAMA2_CHECK(!impl_->deps);
+  impl_->notifier = std::make_unique<ExchangeNotifier>();
   impl_->deps.emplace(std::move(deps));
   impl_->ready.store(true, std::memory_order_release);
 }
@@ -290,26 +294,25 @@ void HttpFront::Impl::generate(const httplib::Request& req, httplib::Response& r
     if (!refusal) refusal = Refusal{ErrorCode::kShuttingDown, "the server began shutting down"};
     return refuse(api_error(refusal->code, refusal->message));
   }
-  const auto ex = std::make_shared<HttpExchange>(kHttpClientBit | next_client.fetch_add(1),
-                                                 request.params.logprobs);
+  // An HTTP/1.1 connection has one request in flight: the exchange is its own client.
+  const auto ex =
+      std::make_shared<HttpExchange>(deps->inbox.new_client(), deps->inbox.new_ticket(),
+                                     request.params.logprobs, parsed.request.stream, *notifier);
   const Clock::time_point now = Clock::now();
-  ServeCommand cmd;
-  cmd.kind = ServeCommand::Kind::kGenerate;
-  cmd.conn = cmd.serial = ex->client();
-  cmd.id = head.id;
+  EngineCommand cmd;
+  cmd.kind = EngineCommand::Kind::kGenerate;
+  cmd.client = ex->client();
+  cmd.ticket = ex->ticket();
   cmd.request = std::move(request);
   cmd.place = std::move(place);
-  cmd.stream = parsed.request.stream;
-  cmd.arrival = now;
   cmd.deadline = now + std::chrono::milliseconds(deps->limits.request_timeout_ms);
-  cmd.http = ex;
+  cmd.sink = ex;
   deps->inbox.post(std::move(cmd));
   // Past the deadline the owner ends the generation itself ("timeout", with its text); only when
   // the engine is inside a stuck step does this thread answer alone, after the same grace as the
   // socket endpoint.
-  const Clock::time_point give_up = now +
-                                    std::chrono::milliseconds(deps->limits.request_timeout_ms) +
-                                    SocketServer::kDeadlineGrace;
+  const Clock::time_point give_up =
+      now + std::chrono::milliseconds(deps->limits.request_timeout_ms) + kDeadlineGrace;
   if (parsed.request.stream) {
     answer_stream(res, ex, head, parsed.request.include_usage, give_up);
   } else {
@@ -340,12 +343,12 @@ void HttpFront::Impl::answer_whole(const httplib::Request& req, httplib::Respons
     }
     if (auto trouble = server_trouble()) return send_error(res, *trouble);
     if (Clock::now() >= give_up) {
-      command(ServeCommand::Kind::kExpired, ex);
+      command(EngineCommand::Kind::kExpired, ex);
       return res.set_content(
           dump(api_response(head, ApiResult{FinishReason::kTimeout, 0, 0, "", nullptr})),
           "application/json");
     }
-    if (!client_alive(fd)) return command(ServeCommand::Kind::kDisconnect, ex);
+    if (!client_alive(fd)) return command(EngineCommand::Kind::kDisconnect, ex);
   }
 }
 
@@ -380,7 +383,7 @@ std::string HttpFront::Impl::token_chunks(StreamState& st,
 std::optional<HttpExchange::End> HttpFront::Impl::interruption(const StreamState& st) {
   HttpExchange::End end;
   if (Clock::now() >= st.give_up) {
-    command(ServeCommand::Kind::kExpired, st.ex);
+    command(EngineCommand::Kind::kExpired, st.ex);
     end.finished.finish_reason = FinishReason::kTimeout;
     return end;
   }
@@ -442,7 +445,7 @@ void HttpFront::Impl::answer_stream(httplib::Response& res, const std::shared_pt
       "text/event-stream",
       [this, st](size_t, httplib::DataSink& sink) { return stream_once(*st, sink); },
       [this, st](bool) {
-        if (!st->ended) command(ServeCommand::Kind::kDisconnect, st->ex);
+        if (!st->ended) command(EngineCommand::Kind::kDisconnect, st->ex);
         --open_streams;
       });
 }

@@ -64,6 +64,7 @@ class Leader final : public WireVisitor {
                                  [&](const SubmitRequest& r) { return r.id == c.id; });
     if (it != pending_.end()) {
       Finished done = ended(c.id, it->prompt.size(), c.reason);
+      done.seed = it->params.seed.value_or(it->seed);
       pending_.erase(it);
       out_.on_finished(std::move(done));
       return;

@@ -144,6 +144,7 @@ void WireWriter::finished(const Finished& done) {
   put(buf_, static_cast<uint8_t>(Tag::kFinished));
   put(buf_, done.id);
   put(buf_, static_cast<uint8_t>(done.finish_reason));
+  put(buf_, done.seed);
   put(buf_, static_cast<int32_t>(done.prompt_tokens));
   put(buf_, done.tokens);
   put(buf_, done.text);
@@ -213,6 +214,7 @@ Finished read_finished(Reader& r) {
   Finished d;
   d.id = r.get<int64_t>();
   d.finish_reason = r.reason();
+  d.seed = r.get<uint64_t>();
   d.prompt_tokens = r.get<int32_t>();
   d.tokens = r.ints();
   d.text = r.str();

@@ -67,6 +67,7 @@ struct TokenEvent {
 struct Finished {
   int64_t id = 0;
   FinishReason finish_reason = FinishReason::kStop;
+  uint64_t seed = 0;  // the seed its sampler used (params.seed, else SubmitRequest::seed)
   int prompt_tokens = 0;
   std::vector<int> tokens;  // generated ids (EOS included when it ended the sequence)
   std::string text;         // detokenized output, stop string excluded

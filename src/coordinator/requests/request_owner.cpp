@@ -82,6 +82,7 @@ void RequestOwner::finish_queued(SubmitRequest&& req, FinishReason reason) {
   Finished done;
   done.id = req.id;
   done.finish_reason = reason;
+  done.seed = req.params.seed.value_or(req.seed);
   done.prompt_tokens = static_cast<int>(req.prompt.size());
   on_finished(std::move(done));
 }

@@ -35,6 +35,7 @@ struct BatchScheduler::Sequence {
         cached(hit_tokens),
         chain(hit_chain) {
     result.id = req.id;
+    result.seed = req.params.seed.value_or(req.seed);
     result.prompt_tokens = prompt_len();
   }
   int prompt_len() const { return static_cast<int>(req.prompt.size()); }

@@ -16,6 +16,7 @@
 #include "common/check.h"
 #include "common/frame.h"
 #include "coordinator/serving/protocol.h"
+#include "coordinator/serving/socket_generation.h"
 #include "coordinator/text/tokenizer.h"
 
 namespace llama2 {
@@ -65,16 +66,20 @@ struct SocketServer::Conn {
   bool close_after_flush = false;
 };
 
-SocketServer::SocketServer(ServerOptions opts, Admission& admission, const Tokenizer& tok,
-                           const ModelConfig& config, SamplingParams defaults,
+SocketServer::SocketServer(ServerOptions opts, EngineInbox& inbox, Admission& admission,
+                           const Tokenizer& tok, const ModelConfig& config, SamplingParams defaults,
                            std::function<json()> health, std::function<std::string()> stats)
     : opts_(std::move(opts)),
+      inbox_(inbox),
       admission_(admission),
       tok_(tok),
       config_(config),
       defaults_(std::move(defaults)),
       health_(std::move(health)),
-      stats_(std::move(stats)) {}
+      stats_(std::move(stats)) {
+  // Draining stops accepting at once; a stall accepts again (for health).
+  inbox_.on_state_change([this] { wake(); });
+}
 
 SocketServer::~SocketServer() {
   stop(0);
@@ -124,11 +129,6 @@ void SocketServer::wake() {
   [[maybe_unused]] ssize_t n = ::write(wake_fd_, &one, sizeof(one));
 }
 
-void SocketServer::set_draining() {
-  draining_ = true;
-  wake();
-}
-
 void SocketServer::stop(int flush_ms) {
   if (!io_.joinable()) return;
   // Give the I/O thread a moment to deliver the last events (done / shutting_down).
@@ -155,19 +155,9 @@ void SocketServer::stop(int flush_ms) {
   ::unlink(opts_.socket_path.c_str());
 }
 
-void SocketServer::post(ServeCommand cmd) {
-  std::lock_guard<std::mutex> lock(mu_);
-  inbox_.push_back(std::move(cmd));
-  inbox_cv_.notify_one();
-}
-
-std::deque<ServeCommand> SocketServer::take_commands(std::chrono::milliseconds wait) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (inbox_.empty() && wait.count() > 0)
-    inbox_cv_.wait_for(lock, wait, [this] { return !inbox_.empty(); });
-  std::deque<ServeCommand> out;
-  out.swap(inbox_);
-  return out;
+void SocketServer::flush(std::vector<std::shared_ptr<EventSink>>& touched) {
+  touched.clear();
+  wake();
 }
 
 void SocketServer::send(uint64_t conn, const json& event, const std::string& id, uint64_t serial,
@@ -226,8 +216,7 @@ std::string SocketServer::token_event(const std::string& id_json, int index, int
 void SocketServer::fail_all(ErrorCode code, const std::string& message) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stalled_ = true;
-    draining_ = true;
+    inbox_.set_stalled();
     for (auto& [cid, c] : conns_) {
       for (const auto& [id, f] : c->inflight) error(*c, id, code, message);
       c->inflight.clear();
@@ -243,7 +232,7 @@ void SocketServer::remove_socket_file() {
 
 uint64_t SocketServer::track(Conn& c, const FrameRequest& r, Clock::time_point arrival) {
   InFlight f;
-  f.serial = next_serial_++;
+  f.serial = inbox_.new_ticket();
   f.arrival = arrival;
   f.deadline = arrival + std::chrono::milliseconds(r.timeout_ms);
   f.stream = r.stream;
@@ -280,13 +269,10 @@ void SocketServer::expire_overdue(Clock::time_point now) {
       }
       reply(*c, done);
       if (c->tokenizing.erase(it->first) == 0) {  // else the engine has not heard of it yet
-        ServeCommand cmd;
-        cmd.kind = ServeCommand::Kind::kExpired;
-        cmd.conn = cid;
-        cmd.id = it->first;
-        cmd.serial = f.serial;
-        inbox_.push_back(std::move(cmd));
-        inbox_cv_.notify_one();
+        EngineCommand cmd;
+        cmd.kind = EngineCommand::Kind::kExpired;
+        cmd.ticket = f.serial;
+        inbox_.post(std::move(cmd));
       }
       it = c->inflight.erase(it);
     }
@@ -355,7 +341,7 @@ void SocketServer::accept_all() {
     auto c = std::make_unique<Conn>();
     c->fd = fd;
     std::lock_guard<std::mutex> lock(mu_);
-    c->id = next_conn_++;
+    c->id = inbox_.new_client();
     conns_[c->id] = std::move(c);
   }
 }
@@ -366,11 +352,10 @@ void SocketServer::close_conn(uint64_t id) {
   if (it == conns_.end()) return;
   ::close(it->second->fd);
   if (!it->second->inflight.empty()) {
-    ServeCommand cmd;
-    cmd.kind = ServeCommand::Kind::kDisconnect;
-    cmd.conn = id;
-    inbox_.push_back(std::move(cmd));
-    inbox_cv_.notify_one();
+    EngineCommand cmd;
+    cmd.kind = EngineCommand::Kind::kDisconnect;
+    cmd.client = id;
+    inbox_.post(std::move(cmd));
   }
   conns_.erase(it);
 }
@@ -409,12 +394,10 @@ void SocketServer::handle_cancel(Conn& c, const std::string& id) {
     t->second = true;  // passed on when the prompt is tokenized: the engine does not know it yet
     return;
   }
-  ServeCommand cmd;
-  cmd.kind = ServeCommand::Kind::kCancel;
-  cmd.conn = c.id;
-  cmd.id = id;
-  inbox_.push_back(std::move(cmd));
-  inbox_cv_.notify_one();
+  EngineCommand cmd;
+  cmd.kind = EngineCommand::Kind::kCancel;
+  cmd.ticket = c.inflight.at(id).serial;
+  inbox_.post(std::move(cmd));
 }
 
 void SocketServer::handle_generate(Conn& c, FrameRequest r) {
@@ -423,7 +406,7 @@ void SocketServer::handle_generate(Conn& c, FrameRequest r) {
     return error(c, r.id, ErrorCode::kInvalidRequest,
                  "\"id\" " + quote(r.id) + " is already in flight on this connection");
   }
-  if (draining_) {
+  if (inbox_.draining()) {
     admission_.count_refusal(ErrorCode::kShuttingDown);
     return error(c, r.id, ErrorCode::kShuttingDown,
                  "the server is shutting down and accepts no new generations");
@@ -462,7 +445,7 @@ void SocketServer::enqueue_generate(Conn& c, TokenizeJob job, std::optional<Refu
     cancelled = t->second;
     c.tokenizing.erase(t);
   }
-  if (refusal || draining_) {
+  if (refusal || inbox_.draining()) {
     c.inflight.erase(f);
     if (!refusal) {
       refusal = Refusal{ErrorCode::kShuttingDown,
@@ -472,25 +455,22 @@ void SocketServer::enqueue_generate(Conn& c, TokenizeJob job, std::optional<Refu
     return error(c, id, refusal->code, refusal->message);
   }
   f->second.prompt_tokens = job.request.request.prompt.size();
-  ServeCommand cmd;
-  cmd.kind = ServeCommand::Kind::kGenerate;
-  cmd.conn = c.id;
-  cmd.serial = job.serial;
-  cmd.id = id;
+  EngineCommand cmd;
+  cmd.kind = EngineCommand::Kind::kGenerate;
+  cmd.client = c.id;
+  cmd.ticket = job.serial;
+  cmd.sink = std::make_shared<SocketGeneration>(*this, c.id, job.serial, id, job.request.stream,
+                                                job.request.request.params.logprobs);
   cmd.request = std::move(job.request.request);
   cmd.place = std::move(job.place);
-  cmd.stream = job.request.stream;
-  cmd.arrival = job.arrival;
   cmd.deadline = f->second.deadline;
-  inbox_.push_back(std::move(cmd));
+  inbox_.post(std::move(cmd));
   if (cancelled) {
-    ServeCommand cancel;
-    cancel.kind = ServeCommand::Kind::kCancel;
-    cancel.conn = c.id;
-    cancel.id = id;
-    inbox_.push_back(std::move(cancel));
+    EngineCommand cancel;
+    cancel.kind = EngineCommand::Kind::kCancel;
+    cancel.ticket = job.serial;
+    inbox_.post(std::move(cancel));
   }
-  inbox_cv_.notify_one();
 }
 
 void SocketServer::tokenize(TokenizeJob job) {
