@@ -175,19 +175,7 @@ RankEngine::RankEngine(const EngineConfig& cfg, const ModelConfig& config, MPI_C
   MPI_CHECK(MPI_Comm_size(comm_, &size_));
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_));
 
-  LocalRank local;
-  if (given_local != nullptr) {
-    local = *given_local;
-  } else {
-    MPI_Comm node_comm;
-    MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_comm));
-    int shm_rank = 0, shm_size = 1;
-    MPI_CHECK(MPI_Comm_rank(node_comm, &shm_rank));
-    MPI_CHECK(MPI_Comm_size(node_comm, &shm_size));
-    MPI_CHECK(MPI_Comm_free(&node_comm));
-    local = resolve_local_rank(shm_rank, shm_size, std::getenv("SLURM_LOCALID"),
-                               std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"));
-  }
+  const LocalRank local = given_local != nullptr ? *given_local : read_local_rank(comm_);
   const int devices = visible_cuda_devices();
   beat_ = std::make_unique<StepHeartbeat>(comm_);
   plans_ = std::make_unique<PlanChannel>(comm_, beat_.get());

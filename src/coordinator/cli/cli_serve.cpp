@@ -14,6 +14,7 @@
 #include "coordinator/cli/cli_common.h"
 #include "coordinator/cli/commands.h"
 #include "coordinator/cli/replica_roles.h"
+#include "coordinator/cli/serve_config.h"
 #include "coordinator/cli/serve_http.h"
 #include "coordinator/cli/session.h"
 #include "coordinator/replicas/replica_board.h"
@@ -28,7 +29,6 @@
 #include "coordinator/serving/metrics.h"
 #include "coordinator/serving/serve_loop.h"
 #include "coordinator/serving/socket_server.h"
-#include "coordinator/serving/token_bound.h"
 #include "coordinator/serving/watchdog.h"
 
 namespace llama2 {
@@ -54,100 +54,6 @@ void install_signal_handlers() {
   sa.sa_flags = SA_RESTART;
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
-}
-
-cxxopts::Options serve_options() {
-  cxxopts::Options opts("llama2 serve",
-                        "Serve generations on a Unix socket (protocol: docs/PROTOCOL.md) with "
-                        "continuous batching. SIGTERM/SIGINT drain in-flight requests and exit 0.");
-  opts.add_options()("socket", "Unix socket path (created 0600)", cxxopts::value<std::string>())(
-      "max-batch-size", "Sequences decoded together per step",
-      cxxopts::value<int>()->default_value(std::to_string(kServeSteps.max_batch)))(
-      "max-queue", "Generations waiting for admission before queue_full",
-      cxxopts::value<int>()->default_value("256"))(
-      "max-inflight-per-connection",
-      "Unfinished generations one connection may have before too_many_in_flight (default: half "
-      "of --max-batch-size, at least 1)",
-      cxxopts::value<int>())(
-      "max-seq-len", "Prompt + max_new_tokens limit (default: the model's max_position_embeddings)",
-      cxxopts::value<int>())("kv-cache-blocks",
-                             "KV blocks (default: cuda, what --gpu-memory-fraction leaves; cpu, "
-                             "max-batch-size full-length sequences)",
-                             cxxopts::value<int>())(
-      "prefill-chunk", "Prompt tokens per step across sequences",
-      cxxopts::value<int>()->default_value(std::to_string(kServeSteps.prefill_chunk)))(
-      "request-timeout-ms", "Default and maximum per-request timeout",
-      cxxopts::value<int64_t>()->default_value("600000"))(
-      "shutdown-timeout-ms", "How long in-flight requests may finish after SIGTERM",
-      cxxopts::value<int64_t>()->default_value("30000"))(
-      "step-timeout-ms",
-      "A step running longer than this is stalled: every client gets an internal error and the "
-      "job exits with code 3 (0: never)",
-      cxxopts::value<int64_t>()->default_value("60000"))(
-      "dedicated-front",
-      "World rank 0 runs only the front (socket, queue, dispatch), no engine: the replicas "
-      "(--tp) are made of ranks 1..N-1. For large data-parallel jobs");
-  add_engine_options(opts);
-  add_prefix_caching_options(opts);
-  add_replica_options(opts);
-  add_sampling_options(opts);
-  add_http_options(opts);
-  return opts;
-}
-
-// What `serve` needs besides the engine: the serve flags (the engine flags are in EngineConfig),
-// checked on rank 0 before the engine opens, and --max-seq-len resolved against the model.
-struct ServeSettings {
-  ServerOptions server;  // socket path, request timeout (max_piece_bytes set on rank 0)
-  int max_queue = 0, max_inflight = 0, max_seq_len = 0;
-  int64_t shutdown_timeout_ms = 0;
-  std::chrono::milliseconds step_timeout{0};
-  SamplingParams defaults;
-  bool quiet = false;
-  HttpSettings http;  // --http and its companions (serve_http.h)
-};
-
-ServeSettings serve_settings_from(const cxxopts::ParseResult& args, int max_batch) {
-  ServeSettings s;
-  s.server.socket_path = args["socket"].as<std::string>();
-  s.server.request_timeout_ms = args["request-timeout-ms"].as<int64_t>();
-  s.max_queue = args["max-queue"].as<int>();
-  // Half the batch slots: a connection that pipelines without reading leaves the rest to others.
-  s.max_inflight = args.count("max-inflight-per-connection")
-                       ? args["max-inflight-per-connection"].as<int>()
-                       : std::max(1, max_batch / 2);
-  s.shutdown_timeout_ms = args["shutdown-timeout-ms"].as<int64_t>();
-  s.step_timeout = std::chrono::milliseconds(args["step-timeout-ms"].as<int64_t>());
-  s.defaults = sampling_from_options(args);
-  s.quiet = args.count("quiet") > 0;
-  s.http = http_settings_from(args);
-  return s;
-}
-
-// Rank 0: the serve flags' ranges.
-void validate_serve_settings(const ServeSettings& s) {
-  auto at_least = [](int64_t v, int64_t lo, const char* flag) {
-    if (v < lo) {
-      throw Error(std::string(flag) + " must be >= " + std::to_string(lo) + " (got " +
-                  std::to_string(v) + ")");
-    }
-  };
-  at_least(s.max_queue, 0, "--max-queue");
-  at_least(s.max_inflight, 1, "--max-inflight-per-connection");
-  at_least(s.server.request_timeout_ms, 1, "--request-timeout-ms");
-  at_least(s.shutdown_timeout_ms, 0, "--shutdown-timeout-ms");
-  at_least(s.step_timeout.count(), 0, "--step-timeout-ms");
-}
-
-// --max-seq-len, or the model's max_position_embeddings; Error outside [2, that].
-int serve_max_seq_len(const cxxopts::ParseResult& args, const ModelConfig& config) {
-  const int n =
-      args.count("max-seq-len") ? args["max-seq-len"].as<int>() : config.max_position_embeddings;
-  if (n < 2 || n > config.max_position_embeddings) {
-    throw Error("--max-seq-len must be in [2, " + std::to_string(config.max_position_embeddings) +
-                "] (max_position_embeddings) (got " + std::to_string(n) + ")");
-  }
-  return n;
 }
 
 // What the step watchdog reads: rank 0's own engine step (none on a dedicated front), or the
@@ -186,7 +92,7 @@ std::string job_stall_message(const StepClock& clock, std::chrono::milliseconds 
 
 // The engines may have sized their caches from GPU memory: admission checks use what the
 // smallest replica allocated.
-AdmissionOptions admission_options(const Session& session, const ServeSettings& s) {
+AdmissionOptions admission_options(const Session& session, const ServeConfig& s) {
   AdmissionOptions a;
   a.max_queue = s.max_queue;
   a.max_inflight_per_client = s.max_inflight;
@@ -203,7 +109,7 @@ AdmissionOptions admission_options(const Session& session, const ServeSettings& 
 class Rank0Serve {
  public:
   // `http`: the HTTP front run_serve bound before the engine opened (null without --http).
-  Rank0Serve(Session& session, ServeSettings& s, HttpFront* http);
+  Rank0Serve(Session& session, const ServeConfig& s, HttpFront* http);
   int run();
 
  private:
@@ -214,7 +120,7 @@ class Rank0Serve {
   void start_endpoints();
 
   Session& session_;
-  ServeSettings& s_;
+  const ServeConfig& s_;
   HttpFront* http_;
   RankEngine* engine_;  // null on a dedicated front (--dedicated-front): every replica is remote
   ServeMetrics metrics_;
@@ -235,7 +141,7 @@ class Rank0Serve {
   std::unique_ptr<RequestOwner> owner_;
 };
 
-Rank0Serve::Rank0Serve(Session& session, ServeSettings& s, HttpFront* http)
+Rank0Serve::Rank0Serve(Session& session, const ServeConfig& s, HttpFront* http)
     : session_(session),
       s_(s),
       http_(http),
@@ -253,8 +159,6 @@ Rank0Serve::Rank0Serve(Session& session, ServeSettings& s, HttpFront* http)
             s.max_seq_len},
       board_(session.layout.replicas) {
   if (!s_.quiet && engine_ != nullptr) std::cerr << engine_->startup_report() << std::flush;
-  s_.server.max_piece_bytes = max_piece_bytes_for_bound(
-      session.settings.model_dir + "/tokenizer.model", *session.tokenizer);
   server_ = std::make_unique<SocketServer>(
       s_.server, inbox_, admission_, *session.tokenizer, session.config, s_.defaults,
       [this] { return health(); }, [this] { return stats(); });
@@ -349,7 +253,7 @@ int Rank0Serve::run() {
   return 0;
 }
 
-int serve_on_rank0(Session& session, ServeSettings s, std::unique_ptr<HttpFront> http) {
+int serve_on_rank0(Session& session, const ServeConfig& s, std::unique_ptr<HttpFront> http) {
   return Rank0Serve(session, s, http.get()).run();
 }
 
@@ -364,24 +268,20 @@ int run_serve(int argc, char** argv, int rank) {
   install_signal_handlers();
 
   SessionStart start = start_session(cl, kServeSteps, rank);
-  ServeSettings serve = serve_settings_from(cl.args, start.cfg.max_batch);
+  ServeConfig serve;                // rank 0: built once, before the engine opens
   int kv_blocks = 0;                // rank 0: max-batch-size sequences of max_seq_len tokens
   std::unique_ptr<HttpFront> http;  // rank 0 with --http: listening ("starting") during the load
   start.on_rank0([&] {
-    validate_serve_settings(serve);
-    validate_http_settings(serve.http);
-    check_sampling_defaults(serve.defaults, start.model);
-    serve.max_seq_len = serve_max_seq_len(cl.args, start.model);
+    serve = serve_config(cl.args, start);
     kv_blocks =
         start.cfg.max_batch * BlockAllocator::blocks_for(serve.max_seq_len, start.cfg.block_size);
     if (serve.http.enabled) http = start_http_front(serve.http, start.cfg.knobs);
   });
   Session session = open_engine(std::move(start), kv_blocks);
-  if (session.layout.front_only())
-    return serve_on_rank0(session, std::move(serve), std::move(http));
+  if (session.layout.front_only()) return serve_on_rank0(session, serve, std::move(http));
   if (!session.layout.leader()) return session.engine->worker_loop();
   if (rank != 0) return run_as_replica_leader(session);
-  return serve_on_rank0(session, std::move(serve), std::move(http));
+  return serve_on_rank0(session, serve, std::move(http));
 }
 
 }  // namespace llama2

@@ -66,16 +66,8 @@ Session open_engine(SessionStart&& start, int kv_blocks) {
   MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, engine ? 0 : MPI_UNDEFINED, start.rank_, &engines));
   std::string error;
   if (engine) {
-    MPI_Comm node;
-    MPI_CHECK(
-        MPI_Comm_split_type(engines, MPI_COMM_TYPE_SHARED, start.rank_, MPI_INFO_NULL, &node));
-    int shm_rank = 0, shm_size = 1;
-    MPI_CHECK(MPI_Comm_rank(node, &shm_rank));
-    MPI_CHECK(MPI_Comm_size(node, &shm_size));
-    MPI_CHECK(MPI_Comm_free(&node));
+    const LocalRank local = read_local_rank(engines);
     MPI_CHECK(MPI_Comm_free(&engines));
-    const LocalRank local = resolve_local_rank(shm_rank, shm_size, std::getenv("SLURM_LOCALID"),
-                                               std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"));
     try {
       s.engine =
           std::make_unique<RankEngine>(s.settings, s.config, s.replica_comm, kv_blocks, &local);
