@@ -37,6 +37,7 @@ mkdir -p "$out/seeds" "$out/corpus"
 # One object per source, compiled in parallel through ccache when it is installed (a rebuild after
 # a change recompiles what changed). -fno-sanitize-recover: a UBSan report must fail the run.
 sources=(tests/fuzz/fuzz_requests.cpp src/coordinator/serving/protocol.cpp src/coordinator/requests/request.cpp
+  src/coordinator/requests/codes.cpp
   src/coordinator/serving/token_bound.cpp src/coordinator/text/tokenizer.cpp
   src/coordinator/text/chat_format.cpp src/coordinator/http/openai_api.cpp src/common/frame.cpp
   src/common/check.cpp src/common/sampling_params.cpp src/common/model_config.cpp
