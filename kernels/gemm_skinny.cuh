@@ -46,9 +46,9 @@ inline bool gemm_skinny_fits(const void* x, const void* w, const void* y, int M,
 // The K splits for M x N x K on a GPU of sm_count multiprocessors (the caller passes them to the
 // launcher): the most, up to kSkinnyPlannedSplits, that keep the product within 1.5 blocks per
 // multiprocessor with every split at least four stages long. Fitted to llama2_bench_kernels skinny
-// on one H200 (benchmarks/logs/2026-12-02-h200-s17/3-skinny): 7B's o and down (32 column tiles)
-// were fastest at 6 splits (12.0 and 25.4 us at one row; 8 splits 16.0 and 32.2), 13B's (40 tiles)
-// at 3-4. Deterministic in its arguments.
+// on one H200 (logs: benchmarks/logs/2026-12-02-h200-s17/3-skinny in the git history): 7B's o and
+// down (32 column tiles) were fastest at 6 splits (12.0 and 25.4 us at one row; 8 splits 16.0 and
+// 32.2), 13B's (40 tiles) at 3-4. Deterministic in its arguments.
 int plan_gemm_skinny_splits(int M, int N, int K, int sm_count);
 
 // Raises the shared-memory limit of every instantiation (up to ~110 KB per block), once per

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what llama2 builds and tests with, by capability: each need is a probe (a command on the
 # PATH, a file, a pkg-config module, a Python module) and the Debian/Ubuntu package that provides
-# it. A need already met, however it was installed (Node.js from NodeSource, a JDK from elsewhere,
-# clang from another package), is not touched, and apt is not consulted when nothing is missing.
+# it. A need already met, however it was installed (a JDK or Node.js from a vendor, a compiler built
+# by hand), is not touched, and apt is not consulted when nothing is missing.
 # Tried on Debian 12 and Debian 13; written for Ubuntu 24.04 too (the same package names).
 #   usage: launch/install-deps.sh [--java|--test]
 #     --java: also the JDK, JNA and JUnit 5;

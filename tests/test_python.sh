@@ -12,7 +12,7 @@ test_python() {
   local missing=""
   if [[ ! -x $PY ]]; then
     missing="the interpreter $PY"
-  elif ! "$PY" -c "import $(IFS=,; echo "$*")" 2>/dev/null; then
+  elif ! (IFS=,; "$PY" -c "import $*") 2>/dev/null; then
     missing="Python modules among '$*' in $PY"
   fi
   [[ -z $missing ]] && return 0

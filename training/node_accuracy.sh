@@ -10,7 +10,7 @@ mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 t0=$SECONDS
-if ! bash tests/gpu/node_build.sh llama2 llama2_reference_test llama2_gpu_tests > "$out/build.log" 2>&1; then
+if ! bash benchmarks/gpu/build.sh llama2 llama2_reference_test llama2_gpu_tests > "$out/build.log" 2>&1; then
   tail -n 60 "$out/build.log"; exit 1
 fi
 echo "build: $((SECONDS - t0)) s" | tee -a "$out/build.log"

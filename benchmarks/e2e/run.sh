@@ -31,9 +31,9 @@ RUN_TIMEOUT=${RUN_TIMEOUT:-600}
 # Site policy (shared/HARDWARE.md): NVLink multicast stays off, on every rank.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
-# node_build.sh configures build-gpu/ (Release, -Werror); top-level executables land in it.
+# benchmarks/gpu/build.sh configures build-gpu/ (Release, -Werror); the executables land in it.
 if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
-  bash tests/gpu/node_build.sh llama2 llama2_bench_e2e
+  bash benchmarks/gpu/build.sh llama2 llama2_bench_e2e
 fi
 BENCH=build-gpu/llama2_bench_e2e
 PLAN=build-gpu/llama2

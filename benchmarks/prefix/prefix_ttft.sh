@@ -26,7 +26,7 @@ mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 cd "$(dirname "$0")/../.."
 source launch/env.sh
-if [[ "${SKIP_BUILD:-0}" != 1 ]]; then bash tests/gpu/node_build.sh llama2; fi
+if [[ "${SKIP_BUILD:-0}" != 1 ]]; then bash benchmarks/gpu/build.sh llama2; fi
 
 for mode in on off; do
   sock=$(mktemp -u /tmp/llama2-prefix.XXXXXX.sock)

@@ -22,7 +22,7 @@ t0=$SECONDS
 log() { echo "$* [$((SECONDS - t0)) s]" | tee -a "$OUT/env.txt"; }
 { date -u; git log --oneline -1; nvidia-smi -L; } >"$OUT/env.txt" 2>&1
 
-bash tests/gpu/node_build.sh llama2 llama2_gpu_tests llama2_bench_e2e llama2_reference_test \
+bash benchmarks/gpu/build.sh llama2 llama2_gpu_tests llama2_bench_e2e llama2_reference_test \
   >"$OUT/build.log" 2>&1
 log "build (bf16 sums) rc=$?"
 cmake -S . -B build-gpu-fp32 -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA2_WERROR=ON \

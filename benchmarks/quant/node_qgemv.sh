@@ -34,7 +34,7 @@ if [[ ${SKIP_BUILD:-0} != 1 ]]; then
   targets="llama2 llama2_gpu_tests llama2_bench_kernels llama2_bench_e2e"
   has wquant && targets+=" llama2_reference_test"
   # shellcheck disable=SC2086
-  timeout 900 bash tests/gpu/node_build.sh $targets > "$OUT/build.log" 2>&1 ||
+  timeout 900 bash benchmarks/gpu/build.sh $targets > "$OUT/build.log" 2>&1 ||
     { note "build FAILED (build.log)"; exit 1; }
   note "build ok ($SECONDS s)"
 fi

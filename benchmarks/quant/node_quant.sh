@@ -28,7 +28,7 @@ has() { [[ " $PARTS " == *" $1 "* ]]; }
 note() { echo "$*" | tee -a "$OUT/summary.txt"; }
 { date -u; nvidia-smi -L; git rev-parse HEAD 2>/dev/null; } > "$OUT/env.txt" 2>&1
 if [[ ${SKIP_BUILD:-0} != 1 ]]; then
-  bash tests/gpu/node_build.sh llama2 llama2_gpu_tests llama2_bench_e2e llama2_reference_test \
+  bash benchmarks/gpu/build.sh llama2 llama2_gpu_tests llama2_bench_e2e llama2_reference_test \
     > "$OUT/build.log" 2>&1 || { note "build FAILED (build.log)"; exit 1; }
 fi
 mpi() { timeout 600 mpirun --bind-to none -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST \

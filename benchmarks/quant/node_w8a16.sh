@@ -29,7 +29,7 @@ if [[ ${SKIP_BUILD:-0} != 1 ]]; then
   t0=$SECONDS
   targets=(llama2 llama2_gpu_tests llama2_bench_kernels llama2_bench_e2e)
   has wquant && targets+=(llama2_reference_test)
-  timeout 1200 bash tests/gpu/node_build.sh "${targets[@]}" > "$OUT/build.log" 2>&1
+  timeout 1200 bash benchmarks/gpu/build.sh "${targets[@]}" > "$OUT/build.log" 2>&1
   rc=$?
   note "build rc=$rc seconds=$((SECONDS - t0))"
   [[ $rc -eq 0 ]] || exit 1

@@ -20,7 +20,7 @@ mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 cd "$(dirname "$0")/../.."
 source launch/env.sh
-if [[ "${SKIP_BUILD:-0}" != 1 ]]; then bash tests/gpu/node_build.sh llama2; fi
+if [[ "${SKIP_BUILD:-0}" != 1 ]]; then bash benchmarks/gpu/build.sh llama2; fi
 N=${N:-1024} P=${P:-128} M=${M:-128}
 
 python3 - "$N" "$P" "$M" "${VOCAB:-32000}" >"$OUT/prompts.jsonl" <<'PY'

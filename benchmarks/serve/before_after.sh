@@ -17,7 +17,12 @@ BASE=$(cd "$BASE" && pwd)
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 HERE=$(cd "$(dirname "$0")/../.." && pwd)
-for tree in "$BASE" "$HERE"; do (cd "$tree" && bash tests/gpu/node_build.sh llama2); done
+# benchmarks/gpu/build.sh; a baseline older than its move has tests/gpu/node_build.sh instead.
+for tree in "$BASE" "$HERE"; do
+  build=benchmarks/gpu/build.sh
+  [[ -f $tree/$build ]] || build=tests/gpu/node_build.sh
+  (cd "$tree" && bash "$build" llama2)
+done
 for ((r = 1; r <= ROUNDS; r++)); do
   for side in before after; do
     tree=$HERE

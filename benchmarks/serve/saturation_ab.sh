@@ -21,7 +21,7 @@ OUT_DIR=$(cd "$OUT_DIR" && pwd)
 cd "$(dirname "$0")/../.."
 source launch/env.sh
 NP=${NP:-1}
-if [[ "${SKIP_BUILD:-0}" != 1 ]]; then bash tests/gpu/node_build.sh llama2; fi
+if [[ "${SKIP_BUILD:-0}" != 1 ]]; then bash benchmarks/gpu/build.sh llama2; fi
 
 for value in $VALUES; do
   tag="$VAR=$value"

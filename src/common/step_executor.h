@@ -10,7 +10,8 @@
 
 namespace llama2 {
 
-// The logits of a step's sequences that asked for them (want_logits), in plan order, on rank 0.
+// The logit rows of a step (each sequence's n_logits, in plan order), on rank 0, after the
+// plan's vocabulary adjustments (StepPlan::adjust).
 //   plan.candidates == 0: values [rows, vocab] fp32 (full logits), ids empty;
 //   plan.candidates == k: values and ids [rows, k], each row's k best (logit, token id) over the
 //   whole vocabulary, best first (larger value first, equal values by lower id, NaN first).

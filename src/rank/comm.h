@@ -111,10 +111,15 @@ class PlanChannel {
 
   // Rank 0: hands `words` to every other rank; returns once the sends have completed.
   void send(const std::vector<int32_t>& words);
+  // The same with each rank's own words: per_rank[r] for rank r (per_rank[0] is not sent).
+  void send(const std::vector<std::vector<int32_t>>& per_rank);
   // Other ranks: waits for rank 0's next plan as described above and stores it in `words`.
   void receive(std::vector<int32_t>* words);
 
  private:
+  template <typename WordsOf>
+  void send_each(const WordsOf& words_of);
+
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
   StepHeartbeat* beat_ = nullptr;

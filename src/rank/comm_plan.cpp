@@ -31,10 +31,24 @@ PlanChannel::~PlanChannel() {
 }
 
 void PlanChannel::send(const std::vector<int32_t>& words) {
-  LLAMA2_CHECK(rank_ == 0 && words.size() <= static_cast<size_t>(INT_MAX));
+  send_each([&words](int) -> const std::vector<int32_t>& { return words; });
+}
+
+void PlanChannel::send(const std::vector<std::vector<int32_t>>& per_rank) {
+  LLAMA2_CHECK(static_cast<int>(per_rank.size()) == size_);
+  send_each([&per_rank](int r) -> const std::vector<int32_t>& {
+    return per_rank[static_cast<size_t>(r)];
+  });
+}
+
+template <typename WordsOf>
+void PlanChannel::send_each(const WordsOf& words_of) {
+  LLAMA2_CHECK(rank_ == 0);
   if (beat_) beat_->arrive(SyncPoint::kPlan);
   requests_.assign(static_cast<size_t>(size_ - 1), MPI_REQUEST_NULL);
   for (int r = 1; r < size_; ++r) {
+    const std::vector<int32_t>& words = words_of(r);
+    LLAMA2_CHECK(words.size() <= static_cast<size_t>(INT_MAX));
     MPI_CHECK(MPI_Isend(words.data(), static_cast<int>(words.size()), MPI_INT32_T, r, kPlanTag,
                         comm_, &requests_[static_cast<size_t>(r - 1)]));
   }

@@ -14,6 +14,7 @@
 #include "rank/cpu_ops.h"
 #include "rank/fp8_checkpoint.h"
 #include "rank/int4_checkpoint.h"
+#include "rank/logits_adjust.h"
 #include "rank/logits_gather.h"
 #include "rank/model_runner.h"
 #include "rank/weight_layout.h"
@@ -150,8 +151,10 @@ class CpuModel final : public ModelRunner {
 
   void forward(const StepPlan& plan, StepLogits* out) override {
     local_logits(plan);
-    const std::vector<float>& local = ws_.logits;  // [rows, vocab_local]
     const int rows = plan.logit_rows();
+    // Before any reduction or gather reads the rows (rank/logits_adjust.h).
+    apply_adjustments(plan, ws_.logits.data(), s_.vocab_begin, s_.vocab_size);
+    const std::vector<float>& local = ws_.logits;  // [rows, vocab_local]
     if (plan.candidates > 0) {
       const int k = plan.candidates;
       std::vector<float> values(static_cast<size_t>(rows) * k);
@@ -225,8 +228,8 @@ class CpuModel final : public ModelRunner {
     cpu::RopeTable rope;         // [t1 - t0] rows
   };
 
-  // The token rows of `p` whose logits a step produces: the last token of each sequence that
-  // wants logits, or in a kScore step every row with a target.
+  // The token rows of `p` whose logits a step produces: the last n_logits tokens of each
+  // sequence, or in a kScore step every row with a target.
   static std::vector<int> head_rows(const StepPlan& p) {
     std::vector<int> rows;
     if (p.kind == StepKind::kScore) {
@@ -238,7 +241,7 @@ class CpuModel final : public ModelRunner {
     int t_end = 0;
     for (const SeqStep& sq : p.seqs) {
       t_end += sq.n_tokens;
-      if (sq.want_logits) rows.push_back(t_end - 1);
+      for (int j = sq.n_logits; j > 0; --j) rows.push_back(t_end - j);
     }
     return rows;
   }

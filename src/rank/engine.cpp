@@ -205,19 +205,7 @@ RankEngine::RankEngine(const EngineConfig& cfg, const ModelConfig& config, MPI_C
   MPI_CHECK(MPI_Comm_size(comm_, &size_));
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_));
 
-  LocalRank local;
-  if (given_local != nullptr) {
-    local = *given_local;
-  } else {
-    MPI_Comm node_comm;
-    MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_comm));
-    int shm_rank = 0, shm_size = 1;
-    MPI_CHECK(MPI_Comm_rank(node_comm, &shm_rank));
-    MPI_CHECK(MPI_Comm_size(node_comm, &shm_size));
-    MPI_CHECK(MPI_Comm_free(&node_comm));
-    local = resolve_local_rank(shm_rank, shm_size, std::getenv("SLURM_LOCALID"),
-                               std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"));
-  }
+  const LocalRank local = given_local != nullptr ? *given_local : read_local_rank(comm_);
   const int devices = visible_cuda_devices();
   beat_ = std::make_unique<StepHeartbeat>(comm_);
   plans_ = std::make_unique<PlanChannel>(comm_, beat_.get());
@@ -235,6 +223,7 @@ RankEngine::RankEngine(const EngineConfig& cfg, const ModelConfig& config, MPI_C
                   std::to_string(devices) + " rank(s) per node, or use --backend cpu");
     }
     shard_ = make_shard_plan(config_, size_, rank_);
+    for (int r = 0; r < size_; ++r) all_shards_.push_back(make_shard_plan(config_, size_, r));
     if (cfg.block_size <= 0 || cfg.kv_cache_blocks < 0) {
       throw Error("KV cache needs block_size > 0 and num_blocks >= 0 (got " +
                   std::to_string(cfg.block_size) + ", " + std::to_string(cfg.kv_cache_blocks) +
@@ -362,8 +351,19 @@ void RankEngine::execute(const StepPlan& plan, StepLogits* logits) {
   LLAMA2_CHECK(rank_ == 0);
   // The step's clock starts before the hand-over: a worker that never takes its plan stalls it.
   beat_->begin_step(steps_ + 1);
-  plans_->send(encode_step_plan(plan));
-  run_step(plan, logits);
+  if (plan.adjust.empty()) {
+    plans_->send(encode_step_plan(plan));
+    return run_step(plan, logits);
+  }
+  // Vocabulary adjustments: each rank gets only its slice's mask words and biases.
+  std::vector<std::vector<int32_t>> wires(static_cast<size_t>(size_));
+  for (int r = 1; r < size_; ++r) {
+    const ShardPlan& s = all_shards_[static_cast<size_t>(r)];
+    wires[static_cast<size_t>(r)] =
+        encode_step_plan(slice_adjustments(plan, s.vocab_begin, s.vocab_size));
+  }
+  plans_->send(wires);
+  run_step(slice_adjustments(plan, shard_.vocab_begin, shard_.vocab_size), logits);
 }
 
 void RankEngine::execute(const StepPlan& plan, std::vector<float>* logits) {

@@ -102,6 +102,7 @@ class RankEngine final : public StepExecutor {
 
   ModelConfig config_;
   ShardPlan shard_;
+  std::vector<ShardPlan> all_shards_;  // every rank's, for slicing a plan's adjustments
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
   int world_rank_ = 0;  // for the LLAMA2_TEST_STALL hook, which names a rank of the whole job

@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/check.h"
+
 namespace llama2 {
 
 #if defined(LLAMA2_HAVE_CUDA)
@@ -33,6 +35,18 @@ LocalRank resolve_local_rank(int shm_rank, int shm_size, const char* slurm_local
     }
   }
   return r;
+}
+
+LocalRank read_local_rank(MPI_Comm ranks) {
+  int rank = 0, shm_rank = 0, shm_size = 1;
+  MPI_CHECK(MPI_Comm_rank(ranks, &rank));
+  MPI_Comm node;
+  MPI_CHECK(MPI_Comm_split_type(ranks, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
+  MPI_CHECK(MPI_Comm_rank(node, &shm_rank));
+  MPI_CHECK(MPI_Comm_size(node, &shm_size));
+  MPI_CHECK(MPI_Comm_free(&node));
+  return resolve_local_rank(shm_rank, shm_size, std::getenv("SLURM_LOCALID"),
+                            std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"));
 }
 
 int visible_cuda_devices() {

@@ -19,7 +19,7 @@ StepLayout::StepLayout(int tokens, int seqs, int max_seq_len, int block_size_, i
 bool is_decode_step(const StepPlan& plan) {
   return !plan.seqs.empty() &&
          std::all_of(plan.seqs.begin(), plan.seqs.end(),
-                     [](const SeqStep& q) { return q.n_tokens == 1 && q.want_logits; });
+                     [](const SeqStep& q) { return q.n_tokens == 1 && q.n_logits == 1; });
 }
 
 StepShape fill_step_metadata(const StepPlan& plan, const StepLayout& L, int bucket, int32_t* host,
@@ -35,6 +35,13 @@ StepShape fill_step_metadata(const StepPlan& plan, const StepLayout& L, int buck
   if (S > L.max_seqs) {
     throw Error("step has " + std::to_string(S) + " sequences; this engine was sized for " +
                 std::to_string(L.max_seqs) + " (--max-batch-size)");
+  }
+  // The LM head's buffers hold max_seqs rows: several logit rows per sequence fit while the step
+  // has no more rows than the batch has sequences.
+  if (plan.logit_rows() > L.max_seqs) {
+    throw Error("step asks for " + std::to_string(plan.logit_rows()) +
+                " logit rows; this engine was sized for " + std::to_string(L.max_seqs) +
+                " (--max-batch-size)");
   }
   StepShape sh;
   sh.decode = is_decode_step(plan);
@@ -74,7 +81,7 @@ StepShape fill_step_metadata(const StepPlan& plan, const StepLayout& L, int buck
       pos[t] = p;
       slot[t] = table[p / L.block_size] * L.block_size + p % L.block_size;
     }
-    if (q.want_logits) logit_rows[rows++] = t - 1;
+    for (int j = q.n_logits; j > 0; --j) logit_rows[rows++] = t - j;
     cu[i + 1] = t;
     pos_begin[i] = q.pos_begin;
     ctx[i] = len;

@@ -14,7 +14,7 @@ namespace llama2 {
 
 struct StepLayout {
   int max_tokens = 0;  // tokens per step (activation buffers)
-  int max_seqs = 0;    // sequences per step (= logit rows)
+  int max_seqs = 0;    // sequences per step, and logit rows per step
   int max_blocks = 0;  // block-table width: blocks of the longest sequence
   int block_size = 0;  // tokens per KV block
   int num_blocks = 0;  // blocks in the cache (every block id must be below)
@@ -50,7 +50,8 @@ struct StepShape {
   size_t words_used = 0;  // prefix of the array to upload
 };
 
-// True when every sequence adds one token and wants its logits: the steps that replay graphs.
+// True when every sequence adds one token and wants its logits (one row): the steps that replay
+// graphs.
 bool is_decode_step(const StepPlan& plan);
 
 // Writes `plan` into host[0, layout.words()). bucket > 0 (decode steps only) pads the step to

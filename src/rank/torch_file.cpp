@@ -49,7 +49,9 @@ std::string archive_prefix(const std::vector<ZipEntry>& entries, const std::stri
   return prefix;
 }
 
-const ZipEntry& stored_entry(const std::map<std::string, const ZipEntry*>& by_name,
+// A pointer, not a reference: g++ 13's -Wdangling-reference flags a reference returned from a
+// call whose arguments include temporaries, although the entry lives in `by_name`.
+const ZipEntry* stored_entry(const std::map<std::string, const ZipEntry*>& by_name,
                              const std::string& name, const std::string& path,
                              const std::string& needed_by) {
   auto it = by_name.find(name);
@@ -64,7 +66,7 @@ const ZipEntry& stored_entry(const std::map<std::string, const ZipEntry*>& by_na
                 "); torch.save stores records uncompressed, and only such files are "
                 "memory-mapped here");
   }
-  return e;
+  return &e;
 }
 
 // Row-major contiguous strides of `shape` (dimensions of size 1 may have any stride).
@@ -88,14 +90,14 @@ TorchFile::TorchFile(const std::string& path) : TensorFile(path, "PyTorch zip ch
   for (const ZipEntry& e : entries) by_name[e.name] = &e;
   const std::string prefix = archive_prefix(entries, path);
   if (auto bo = by_name.find(prefix + "byteorder"); bo != by_name.end()) {
-    const ZipEntry& e = stored_entry(by_name, bo->first, path, "byte order");
+    const ZipEntry& e = *stored_entry(by_name, bo->first, path, "byte order");
     const std::string order(reinterpret_cast<const char*>(data_ + e.data_offset), e.size);
     if (order != "little") {
       throw Error(path + ": byteorder record says '" + order +
                   "'; only little-endian files are read");
     }
   }
-  const ZipEntry& pkl = stored_entry(by_name, prefix + "data.pkl", path, "the pickle");
+  const ZipEntry& pkl = *stored_entry(by_name, prefix + "data.pkl", path, "the pickle");
   const std::vector<PickledTensor> pickled = parse_state_dict_pickle(
       data_ + pkl.data_offset, static_cast<size_t>(pkl.size), path + ": " + pkl.name);
   for (const PickledTensor& p : pickled) {
@@ -103,7 +105,7 @@ TorchFile::TorchFile(const std::string& path) : TensorFile(path, "PyTorch zip ch
     const size_t es = storage_element_size(p.storage_type);
     if (es == 0) throw Error(where + ": unknown storage type torch." + p.storage_type);
     const std::string record = prefix + "data/" + p.storage_key;
-    const ZipEntry& e = stored_entry(by_name, record, path, "the storage of '" + p.name + "'");
+    const ZipEntry& e = *stored_entry(by_name, record, path, "the storage of '" + p.name + "'");
     uint64_t storage_bytes = 0;
     if (!byte_count({p.storage_numel}, es, &storage_bytes) || storage_bytes != e.size) {
       throw Error(where + ": its storage record '" + record + "' holds " + std::to_string(e.size) +

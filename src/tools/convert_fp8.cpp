@@ -193,19 +193,19 @@ int run_convert_fp8(int argc, char** argv) {
     for (size_t i = 0; i < v.size(); ++i) {
       deq[i] = s[per_channel ? i / static_cast<size_t>(cols) : 0] * v[i];
     }
+    // [rows] or [rows, 1] per channel, [] or [1] per tensor (fp8 / compressed-tensors). Built by
+    // push_back: g++ 14 reports a false -Warray-bounds on copies of vectors made from the
+    // initializer lists of a conditional expression.
     std::vector<int64_t> scale_shape;
-    if (per_channel) {
-      scale_shape = format == "fp8" ? std::vector<int64_t>{rows} : std::vector<int64_t>{rows, 1};
-    } else if (format != "fp8") {
-      scale_shape = {1};
-    }
+    if (per_channel) scale_shape.push_back(rows);
+    if (format != "fp8") scale_shape.push_back(1);
     fp8.push_back({t.name, DType::F8_E4M3, t.full_shape, std::move(v)});
     fp8.push_back({weight_scale_name(t.name), DType::F32, scale_shape, s});
     if (static_inputs) {
       // Any positive value: the engine does not use it (it quantizes activations per token).
       // Scalar in the fp8 layout, [1] in compressed-tensors', as each writes its scales.
-      const std::vector<int64_t> one =
-          format == "fp8" ? std::vector<int64_t>{} : std::vector<int64_t>{1};
+      std::vector<int64_t> one;
+      if (format != "fp8") one.push_back(1);
       fp8.push_back({input_scale_name(t.name), DType::F32, one, {0.05f}});
     }
     plain.push_back({t.name, DType::F32, t.full_shape, std::move(deq)});

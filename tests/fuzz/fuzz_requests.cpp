@@ -3,7 +3,7 @@
 // tests/models/tiny-gqa:
 //
 //   bytes -> FrameDecoder -> decode_request (UTF-8, nesting, JSON, op, id, request validation,
-//   byte-length bound) -> tokenize_frame_request (SentencePiece, length checks) -> error reply ->
+//   byte-length bound) -> prepare_prompt (SentencePiece, length checks) -> error reply ->
 //   event_frame -> the client library's decoder -> JSON
 //
 // Two views of each input: (1) a byte stream of frames, fed at once and in hash-chosen chunks;
@@ -114,13 +114,14 @@ void serve_payload(const std::string& payload) {
   FUZZ_REQUIRE(!r.id.empty() && r.id.size() <= llama2::kMaxEchoedIdBytes);
   const bool text = r.request.text_pending;
   const size_t text_bytes = r.request.prompt_text.size();
-  const json refusal = llama2::tokenize_frame_request(r, s.tok, s.config, s.limits);
-  if (text && r.request.error_code.empty()) {
+  const std::optional<llama2::Refusal> refusal =
+      llama2::prepare_prompt(r.request, s.tok, s.config, s.limits.prompt);
+  if (text && r.request.ok()) {
     // Tokenized: the byte-length bound must not exceed the real count.
     FUZZ_REQUIRE(llama2::min_prompt_tokens(text_bytes, s.limits.max_piece_bytes) <=
                  static_cast<int64_t>(r.request.prompt.size()));
   }
-  if (!refusal.is_null()) return check_reply(refusal);
+  if (refusal) return check_reply(llama2::error_event(r.id, refusal->code, refusal->message));
   FUZZ_REQUIRE(!r.request.prompt.empty());
   for (int t : r.request.prompt) FUZZ_REQUIRE(t >= 0 && t < s.config.vocab_size);
   FUZZ_REQUIRE(static_cast<int64_t>(r.request.prompt.size()) + r.request.params.max_new_tokens <=

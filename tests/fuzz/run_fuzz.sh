@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# FUZZ_TARGET=constrain builds and runs tests/fuzz/fuzz_constrain.cpp instead (the constraint
+# engine's compilers and matcher; seeds and dictionary of its own); the rest of this header is
+# about the default target, requests.
 # Builds the libFuzzer target tests/fuzz/fuzz_requests.cpp (the whole request path of `llama2
 # serve`: frame decoder -> JSON -> request validation -> tokenizer -> error reply -> framing) with
 # ASan and UBSan, and runs it from a seed corpus for a bounded time or number of executions.
@@ -11,6 +14,7 @@
 #   env:   FUZZ_SECONDS (30: time bound)  FUZZ_RUNS (unset: no bound on executions)
 #          FUZZ_OUT (build/fuzz)  FUZZ_CXX (clang++-19, else clang++)
 #          FUZZ_MAX_LEN (65536: long enough for multi-frame streams and deep nesting)
+#          FUZZ_TARGET (requests | constrain)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 out=${FUZZ_OUT:-$root/build/fuzz}
@@ -19,15 +23,30 @@ if [[ -z "$cxx" ]]; then
   echo "run_fuzz.sh: clang++ not found (Debian: apt-get install -y clang-19 libclang-rt-19-dev)" >&2
   exit 2
 fi
+target=${FUZZ_TARGET:-requests}
+case "$target" in
+  requests | constrain) ;;
+  *)
+    echo "run_fuzz.sh: unknown FUZZ_TARGET '$target' (requests, constrain)" >&2
+    exit 2
+    ;;
+esac
+if [[ $target == constrain ]]; then out=$out/constrain; fi
 mkdir -p "$out/seeds" "$out/corpus"
 
 # One object per source, compiled in parallel through ccache when it is installed (a rebuild after
 # a change recompiles what changed). -fno-sanitize-recover: a UBSan report must fail the run.
 sources=(tests/fuzz/fuzz_requests.cpp src/coordinator/serving/protocol.cpp src/coordinator/requests/request.cpp
+  src/coordinator/requests/codes.cpp
   src/coordinator/serving/token_bound.cpp src/coordinator/text/tokenizer.cpp
   src/coordinator/text/chat_format.cpp src/coordinator/http/openai_api.cpp src/common/frame.cpp
   src/common/check.cpp src/common/sampling_params.cpp src/common/model_config.cpp
   src/common/checkpoint_quant.cpp src/common/meta_params.cpp src/common/sentencepiece_model.cpp)
+if [[ $target == constrain ]]; then
+  sources=(tests/fuzz/fuzz_constrain.cpp src/coordinator/text/tokenizer.cpp src/common/frame.cpp
+    src/common/check.cpp)
+  for f in "$root"/src/coordinator/constrain/*.cpp; do sources+=("${f#"$root"/}"); done
+fi
 flags=(-std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
   -pthread -I"$root/src" -DFUZZ_MODEL_DIR="\"$root/tests/models/tiny-gqa\"")
 launcher=$(command -v ccache || true)
@@ -39,7 +58,70 @@ for f in "${sources[@]}"; do
   while (($(jobs -rp | wc -l) >= $(nproc))); do wait -n; done
 done
 while (($(jobs -rp | wc -l) > 0)); do wait -n; done
-"$cxx" "${flags[@]}" "${objs[@]}" -lsentencepiece -o "$out/fuzz_requests"
+"$cxx" "${flags[@]}" "${objs[@]}" -lsentencepiece -o "$out/fuzz_$target"
+if [[ $target == constrain ]]; then
+  s=$out/seeds
+  # First byte: the kind (0 schema, 1 json_object, 2 regex, 3 choice, 4 GBNF; +0x80: no spaces).
+  printf '\x00{"type":"object","properties":{"a":{"type":"integer","minimum":-5,"maximum":50},"b":{"enum":["x","y z"]},"c":{"type":"array","items":{"type":"string","maxLength":3},"maxItems":2}},"required":["a"]}' > "$s/schema"
+  printf '\x00{"$defs":{"n":{"type":"object","properties":{"k":{"$ref":"#/$defs/n"},"v":{"type":["number","null"],"exclusiveMinimum":0.5}}}},"$ref":"#/$defs/n"}' > "$s/schema_ref"
+  printf '\x80{"anyOf":[{"type":"string","pattern":"^a+b$"},{"const":[1,2]},{"type":"boolean"}]}' > "$s/schema_anyof"
+  printf '\x01' > "$s/json_object"
+  printf '\x02(a|bc)*[x-z]{1,3}\\d?\\.(?:\xc3\xa9|\xe4\xb8\xad)+' > "$s/regex"
+  printf '\x02(a*)*b|(a|aa)*c' > "$s/regex_catastrophic"
+  printf '\x03yes\nno\nmaybe later\n\xc3\xa9t\xc3\xa9' > "$s/choice"
+  printf '\x04root ::= item ("," item)*\nitem ::= [a-z]+ | "(" root ")" # nested\n' > "$s/gbnf"
+  printf '\x04root ::= a\na ::= a "x" | "y"\n' > "$s/gbnf_left"
+  cat > "$out/json.dict" <<'DICT'
+"\"type\""
+"\"object\""
+"\"properties\""
+"\"required\""
+"\"additionalProperties\""
+"\"items\""
+"\"prefixItems\""
+"\"enum\""
+"\"const\""
+"\"anyOf\""
+"\"oneOf\""
+"\"allOf\""
+"\"$ref\""
+"\"$defs\""
+"\"#/$defs/\""
+"\"pattern\""
+"\"minLength\""
+"\"maxLength\""
+"\"minItems\""
+"\"maxItems\""
+"\"minimum\""
+"\"maximum\""
+"\"exclusiveMinimum\""
+"\"exclusiveMaximum\""
+"\"string\""
+"\"integer\""
+"\"number\""
+"\"boolean\""
+"\"null\""
+"\"array\""
+"::="
+"root"
+"(?:"
+"{2,5}"
+"[^"
+"\\u00e9"
+DICT
+  cd "$out"
+  log=$out/last_run.log
+  SECONDS=0
+  status=0
+  "$out/fuzz_constrain" -max_total_time="${FUZZ_SECONDS:-30}" -runs="${FUZZ_RUNS:--1}" \
+    -max_len="${FUZZ_MAX_LEN:-4096}" -timeout=10 -rss_limit_mb=2048 -dict="$out/json.dict" \
+    -artifact_prefix="$out/" -print_final_stats=1 "$out/corpus" "$out/seeds" > "$log" 2>&1 ||
+    status=$?
+  grep -v -e '^#[0-9].*\(NEW\|REDUCE\|pulse\)' "$log" | tail -n 40
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  echo "run_fuzz.sh: ${runs:-?} executions of the constraint compilers in ${SECONDS} s (exit status $status)"
+  exit "$status"
+fi
 
 frame() {  # frame PAYLOAD -> 4-byte big-endian length + PAYLOAD (byte length, not characters)
   local n

@@ -8,7 +8,7 @@
 // prefill, and in chunks of 5 (logits at each chunk end); the two sets of logit rows are compared
 // value by value. Used for FP8 checkpoints (tests/integration/fp8_checkpoint.sh): the FP8 file
 // against an F32 file of its dequantized weights on the CPU backend, and on the GPU against the
-// 16-bit model quantized at load by --weight-dtype fp8 (tests/gpu/node_fp8_checkpoint.sh).
+// 16-bit model quantized at load by --weight-dtype fp8 (benchmarks/gpu/fp8_checkpoint.sh).
 // Rank 0 prints each engine's start-up report and a last line:
 //   RESULT max_abs_diff=.. compared=.. tolerance=.. status=PASS|FAIL
 #include <mpi.h>

@@ -76,15 +76,16 @@ inline void check_logprobs(llama2::RankEngine& engine, const llama2::Tokenizer& 
   for (const bool full_rows : {false, true}) {
     Events events;
     llama2::Admission admission(llama2::AdmissionOptions{});
-    llama2::BatchScheduler scheduler(engine, tok, config, blocks, {4, 512});
-    llama2::RequestOwner owner(admission, scheduler, events);
+    llama2::BatchScheduler scheduler(tok, config, blocks, {4, 512});
+    llama2::StepRunner runner(scheduler, engine);
+    llama2::RequestOwner owner(admission, runner, events);
     std::map<int64_t, int> position_of;
     for (size_t i = 0; i < positions.size(); ++i) {
       const int way = static_cast<int>(i % 3);
       if ((way == 2) != full_rows) continue;
       const int64_t id = static_cast<int64_t>(i);
       const std::vector<int> prompt(ids.begin(), ids.begin() + positions[i] + 1);
-      LLAMA2_CHECK(!admission.reserve(0) && !owner.submit({id, prompt, params_for(way), 0}));
+      LLAMA2_CHECK(!owner.submit({id, prompt, params_for(way), 0}, admission.reserve(0)));
       position_of[id] = positions[i];
     }
     while (!owner.idle()) owner.step();

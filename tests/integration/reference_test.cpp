@@ -420,10 +420,11 @@ int run(int argc, char** argv, int rank, int size) {
       llama2::SchedulerOptions sopt{1, 512};
       sopt.prefix_caching = prefix_caching;
       llama2::Admission admission(llama2::AdmissionOptions{});
-      llama2::BatchScheduler scheduler(engine, tok, config, blocks, sopt);
-      llama2::RequestOwner owner(admission, scheduler, greedy);
+      llama2::BatchScheduler scheduler(tok, config, blocks, sopt);
+      llama2::StepRunner runner(scheduler, engine);
+      llama2::RequestOwner owner(admission, runner, greedy);
       const int64_t hits_before = blocks.counters().hit_tokens;
-      LLAMA2_CHECK(!admission.reserve(0) && !owner.submit({0, ids, params, 0}));
+      LLAMA2_CHECK(!owner.submit({0, ids, params, 0}, admission.reserve(0)));
       while (!owner.idle()) owner.step();
       const GreedyVerdict g = judge_greedy(want, greedy.got, p, opt.near_tie);
       ++greedy_total;

@@ -114,7 +114,7 @@ ref() {
 
 # ---- a. build, b. kernel tests
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
-  if ! step build "$LOGS/build.log" bash tests/gpu/node_build.sh llama2 llama2_reference_test llama2_gpu_tests; then
+  if ! step build "$LOGS/build.log" bash benchmarks/gpu/build.sh llama2 llama2_reference_test llama2_gpu_tests; then
     cat "$SUMMARY"
     exit 1
   fi

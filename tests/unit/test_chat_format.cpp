@@ -170,7 +170,7 @@ TEST_SUITE("chat_format") {
     const auto refused = [&](const json& obj, const std::string& what) {
       const auto r = llama2::parse_request_fields(obj, llama2::SamplingParams{}, config, {});
       CAPTURE(obj.dump());
-      CHECK(r.error_code == "invalid_request");
+      CHECK(r.error_code == llama2::ErrorCode::kInvalidRequest);
       CHECK(r.error_message.find(what) != std::string::npos);
     };
     const json user = json::array({{{"role", "user"}, {"content", "u"}}});

@@ -136,7 +136,7 @@ struct AttnWorld {
       } else {
         st.pos_begin = s.pos_begin;
         st.n_tokens = s.n_tokens;
-        st.want_logits = 1;
+        st.n_logits = 1;
       }
       st.table_begin = int(p.block_ids.size());
       st.table_len = int(s.table.size());

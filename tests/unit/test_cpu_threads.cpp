@@ -148,7 +148,7 @@ TEST_SUITE("cpu_threads") {
         st.seq_id = s;
         st.pos_begin = pos[s];
         st.n_tokens = n_tok[s];
-        st.want_logits = 1;
+        st.n_logits = 1;
         st.table_begin = int(plan.block_ids.size());
         st.table_len = (pos[s] + n_tok[s] + bs - 1) / bs;
         for (int b = 0; b < st.table_len; ++b)

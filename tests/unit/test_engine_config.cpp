@@ -216,7 +216,7 @@ TEST_SUITE("engine_config") {
   TEST_CASE("prefix caching: on by default, off by either flag, into the scheduler's options") {
     auto caching = [](const std::vector<std::string>& args) {
       const llama2::EngineConfig c = llama2::engine_config_from(parse(args), llama2::kBatchSteps);
-      CHECK(llama2::scheduler_options(c, nullptr).prefix_caching == c.prefix_caching);
+      CHECK(llama2::scheduler_options(c).prefix_caching == c.prefix_caching);
       return c.prefix_caching;
     };
     CHECK(caching({"-m", "M"}));

@@ -23,6 +23,7 @@
 #include "coordinator/scheduler/batch_scheduler.h"
 #include "coordinator/scheduler/block_allocator.h"
 #include "coordinator/scheduler/logprobs.h"
+#include "coordinator/scheduler/step_runner.h"
 #include "coordinator/text/tokenizer.h"
 #include "rank/logits_gather.h"
 
@@ -123,7 +124,7 @@ class SliceEngine final : public llama2::StepExecutor {
     plans.push_back(plan);
     std::vector<float> rows;
     for (const auto& s : plan.seqs) {
-      if (!s.want_logits) continue;
+      if (!s.n_logits) continue;
       for (int v = 0; v < kVocab; ++v) {
         rows.push_back(logit_of(s.seq_id, s.pos_begin + s.n_tokens - 1, v));
       }
@@ -261,7 +262,8 @@ TEST_SUITE("logprobs") {
       config.vocab_size = kVocab;
       config.eos_token_id = 2;
       llama2::BlockAllocator blocks(64, 16);
-      llama2::BatchScheduler scheduler(engine, tokenizer(), config, blocks, {8, 512});
+      llama2::BatchScheduler scheduler(tokenizer(), config, blocks, {8, 512});
+      llama2::StepRunner runner(scheduler, engine);
       // id -> params: greedy with alternatives, greedy without logprobs, top-k sampling with
       // logprobs (candidate rows), top-p sampling and a repetition penalty (full rows).
       std::map<int64_t, SamplingParams> params;
@@ -292,11 +294,11 @@ TEST_SUITE("logprobs") {
       }
       // Greedy and top-k alone: candidates, enough for 20 alternatives; then with the penalty's
       // full rows.
-      while (!scheduler.idle()) scheduler.step(events);
+      while (!scheduler.idle()) runner.step(events);
       for (const StepPlan& plan : engine.plans) {
         for (size_t i = 0; i < plan.seqs.size(); ++i) {
           const auto& s = plan.seqs[i];
-          CHECK(s.want_logprobs == (s.want_logits && params[s.seq_id].logprobs ? 1 : 0));
+          CHECK(s.want_logprobs == (s.n_logits && params[s.seq_id].logprobs ? 1 : 0));
         }
         CHECK(plan.candidates == 0);  // request 4 forces full rows in every step it runs
       }
@@ -337,7 +339,8 @@ TEST_SUITE("logprobs") {
     config.vocab_size = kVocab;
     config.eos_token_id = 2;
     llama2::BlockAllocator blocks(64, 16);
-    llama2::BatchScheduler scheduler(engine, tokenizer(), config, blocks, {8, 512});
+    llama2::BatchScheduler scheduler(tokenizer(), config, blocks, {8, 512});
+    llama2::StepRunner runner(scheduler, engine);
     SamplingParams p;
     p.max_new_tokens = 2;
     p.ignore_eos = true;
@@ -345,7 +348,7 @@ TEST_SUITE("logprobs") {
     llama2::SubmitRequest plain{1, {1, 50, 60}, p, 7};
     REQUIRE(scheduler.try_admit(plain));
     Collect events;
-    while (!scheduler.idle()) scheduler.step(events);
+    while (!scheduler.idle()) runner.step(events);
     for (const StepPlan& plan : engine.plans) {
       CHECK(plan.candidates == 1);  // greedy alone: the argmax path, untouched
       CHECK_FALSE(plan.any_logprobs());
@@ -355,7 +358,7 @@ TEST_SUITE("logprobs") {
     p.top_logprobs = 12;
     llama2::SubmitRequest asking{2, {1, 50, 60}, p, 7};
     REQUIRE(scheduler.try_admit(asking));
-    while (!scheduler.idle()) scheduler.step(events);
+    while (!scheduler.idle()) runner.step(events);
     for (const StepPlan& plan : engine.plans) {
       CHECK(plan.candidates == 12);
       CHECK(plan.any_logprobs());

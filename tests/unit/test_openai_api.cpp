@@ -130,7 +130,8 @@ TEST_SUITE("openai_api") {
     const ApiParse p = parse(with(kChat, {{"model", "gpt-4"}}));
     REQUIRE(p.error);
     CHECK(p.error->status == 404);
-    CHECK(p.error->code == "model_not_found");
+    CHECK(p.error->code == llama2::ErrorCode::kModelNotFound);
+    CHECK(llama2::api_error_body(*p.error)["error"]["code"] == "model_not_found");
     for (const std::string body : {"{", "[]", "\"x\"", "{\"model\": 1}"}) {
       const ApiParse b = llama2::parse_api_request(body, ApiKind::kChat, context());
       REQUIRE(b.error);
@@ -158,13 +159,31 @@ TEST_SUITE("openai_api") {
     CHECK(so.error->param == "stream_options");
   }
 
-  TEST_CASE("error codes map to OpenAI statuses") {
-    CHECK(llama2::api_error_from_code("queue_full", "m").status == 429);
-    CHECK(llama2::api_error_from_code("too_many_in_flight", "m").status == 429);
-    CHECK(llama2::api_error_from_code("shutting_down", "m").status == 503);
-    CHECK(llama2::api_error_from_code("prompt_too_long", "m").status == 400);
-    CHECK(llama2::api_error_from_code("internal", "m").status == 500);
-    const json body = llama2::api_error_body(llama2::api_error_from_code("queue_full", "full"));
+  TEST_CASE("error codes map to OpenAI statuses and types through one table") {
+    using llama2::ErrorCode;
+    const auto status = [](ErrorCode c) { return llama2::api_error(c, "m").status; };
+    CHECK(status(ErrorCode::kQueueFull) == 429);
+    CHECK(status(ErrorCode::kTooManyInFlight) == 429);
+    CHECK(status(ErrorCode::kShuttingDown) == 503);
+    CHECK(status(ErrorCode::kPromptTooLong) == 400);
+    CHECK(status(ErrorCode::kInternal) == 500);
+    CHECK(status(ErrorCode::kInvalidApiKey) == 401);
+    CHECK(status(ErrorCode::kModelNotFound) == 404);
+    CHECK(status(ErrorCode::kBodyTooLarge) == 413);
+    CHECK(status(ErrorCode::kStalled) == 503);
+    CHECK(std::string(llama2::http_error_class(ErrorCode::kServerBusy).type) == "server_error");
+    // Every code has a name that reads back, and a status in the table.
+    for (int i = 0; i < llama2::kErrorCodeCount; ++i) {
+      const auto c = static_cast<ErrorCode>(i);
+      CHECK(llama2::parse_error_code(llama2::to_string(c)) == c);
+      CHECK(status(c) >= 400);
+    }
+    for (int i = 0; i < llama2::kFinishReasonCount; ++i) {
+      const auto r = static_cast<llama2::FinishReason>(i);
+      CHECK(llama2::parse_finish_reason(llama2::to_string(r)) == r);
+    }
+    CHECK_FALSE(llama2::parse_error_code("no_such_code"));
+    const json body = llama2::api_error_body(llama2::api_error(ErrorCode::kQueueFull, "full"));
     CHECK(body == json{{"error",
                         {{"message", "full"},
                          {"type", "rate_limit_error"},
@@ -174,7 +193,7 @@ TEST_SUITE("openai_api") {
 
   TEST_CASE("response, chunk and usage shapes") {
     llama2::ApiResponseHead h{ApiKind::kChat, "chatcmpl-1", 100, "tiny"};
-    const json r = llama2::api_response(h, {"stop", 5, 2, "ok"});
+    const json r = llama2::api_response(h, {llama2::FinishReason::kStop, 5, 2, "ok", nullptr});
     CHECK(r["object"] == "chat.completion");
     CHECK(r["choices"][0]["message"] == json{{"role", "assistant"}, {"content", "ok"}});
     CHECK(r["choices"][0]["finish_reason"] == "stop");
@@ -183,7 +202,7 @@ TEST_SUITE("openai_api") {
     CHECK(first["choices"][0]["delta"] == json{{"role", "assistant"}, {"content", ""}});
     CHECK(first.contains("usage"));
     CHECK(first["usage"].is_null());
-    const std::string reason = "length";
+    const llama2::FinishReason reason = llama2::FinishReason::kLength;
     const json last = llama2::api_chunk(h, "", false, &reason, false);
     CHECK(last["choices"][0]["delta"] == json::object());
     CHECK(last["choices"][0]["finish_reason"] == "length");
@@ -241,15 +260,17 @@ TEST_SUITE("openai_api") {
   }
 
   TEST_CASE("the exchange hands tokens and the end to a waiting thread; a slow reader is capped") {
-    llama2::HttpExchange ex(llama2::kHttpClientBit | 1, /*logprobs=*/false);
+    struct NoFlusher final : llama2::SinkFlusher {
+      void flush(std::vector<std::shared_ptr<llama2::EventSink>>& t) override { t.clear(); }
+    } flusher;
+    llama2::HttpExchange ex(1, 1, /*logprobs=*/false, /*stream=*/true, flusher);
     std::thread engine([&] {
-      ex.push_token(llama2::TokenEvent{0, 0, 5, "a"});
-      ex.push_token(llama2::TokenEvent{0, 1, 6, "b"});
-      ex.notify();
+      ex.on_token(llama2::TokenEvent{0, 0, 5, "a"});
+      ex.on_token(llama2::TokenEvent{0, 1, 6, "b"});
+      ex.wake();
       llama2::Finished f;
-      f.finish_reason = "stop";
-      ex.finish(f, {});
-      ex.notify();
+      f.finish_reason = llama2::FinishReason::kStop;
+      ex.on_finished(f, {});  // wakes the reader itself
     });
     std::string text;
     std::optional<llama2::HttpExchange::End> end;
@@ -260,9 +281,9 @@ TEST_SUITE("openai_api") {
     }
     engine.join();
     CHECK(text == "ab");
-    CHECK(end->finished.finish_reason == "stop");
+    CHECK(end->finished.finish_reason == llama2::FinishReason::kStop);
     // Nobody reads: past kMaxQueuedBytes tokens are dropped and the reader is told.
-    llama2::HttpExchange slow(llama2::kHttpClientBit | 2, /*logprobs=*/false);
+    llama2::HttpExchange slow(2, 2, /*logprobs=*/false, /*stream=*/true, flusher);
     const std::string piece(1 << 20, 'x');
     for (int i = 0; i < 20; ++i) slow.push_token(llama2::TokenEvent{0, i, 5, piece});
     const llama2::HttpExchange::News n = slow.take(std::chrono::milliseconds(0));

@@ -379,9 +379,100 @@ std::pair<llama2::SeqStep, std::vector<int>> run_one(llama2::LocalServing& s, Re
                               p.block_ids.begin() + q.table_begin + q.table_len)};
 }
 
+// Simulates the KV cache: every position a step feeds is written into its block's slot, every
+// position before a sequence's chunk must hold that sequence's own token there (what a real
+// engine would read), and the next token is a function of the sequence and the position.
+class KvEngine final : public llama2::StepExecutor {
+ public:
+  explicit KvEngine(int block_size) : bs_(block_size) {}
+  static int token_at(int64_t seq, int pos) { return 3 + static_cast<int>((seq * 13 + pos) % 97); }
+  int bad_reads = 0, resumed_after_hit = 0, restarts = 0;
+  void execute(const llama2::StepPlan& plan, llama2::StepLogits* out) override {
+    out->rows = plan.logit_rows();
+    out->width = plan.candidates;
+    out->values.assign(static_cast<size_t>(out->rows) * plan.candidates, 0.f);
+    out->ids.assign(out->values.size(), 0);
+    size_t t = 0;
+    int row = 0;
+    for (const llama2::SeqStep& s : plan.seqs) {
+      std::vector<int>& known = known_[s.seq_id];  // the sequence's tokens by position
+      const int32_t* table = plan.block_ids.data() + s.table_begin;
+      if (s.pos_begin < static_cast<int>(fed_[s.seq_id])) {  // recomputed after a preemption
+        ++restarts;
+        resumed_after_hit += s.pos_begin > 0 ? 1 : 0;
+      }
+      for (int pos = 0; pos < s.pos_begin; ++pos)
+        bad_reads += kv_[{table[pos / bs_], pos % bs_}] == known.at(pos) ? 0 : 1;
+      for (int i = 0; i < s.n_tokens; ++i, ++t) {
+        const int pos = s.pos_begin + i;
+        if (static_cast<int>(known.size()) <= pos) known.resize(pos + 1);
+        known[pos] = plan.tokens[t];
+        kv_[{table[pos / bs_], pos % bs_}] = plan.tokens[t];
+      }
+      fed_[s.seq_id] = s.pos_begin + s.n_tokens;
+      if (s.n_logits == 0) continue;
+      out->values[static_cast<size_t>(row) * plan.candidates] = 1.f;
+      out->ids[static_cast<size_t>(row) * plan.candidates] =
+          token_at(s.seq_id, s.pos_begin + s.n_tokens);
+      ++row;
+    }
+  }
+  int vocab_size() const override { return 512; }
+
+ private:
+  int bs_;
+  std::map<std::pair<int, int>, int> kv_;  // (block, slot) -> token
+  std::map<int64_t, std::vector<int>> known_;
+  std::map<int64_t, size_t> fed_;
+};
+
+struct Outputs : llama2::RequestEvents {
+  std::map<int64_t, std::vector<int>> tokens;
+  void on_finished(const llama2::Finished& f, const llama2::Timings&) override {
+    tokens[f.id] = f.tokens;
+  }
+};
+
 }  // namespace
 
 TEST_SUITE("prefix_cache") {
+  TEST_CASE("a preempted sequence resumes on its own cached blocks and loses no token") {
+    // 10 blocks of 4; three requests of 9 prompt tokens (a shared first block) and 11 new ones
+    // need 5 blocks each: the newest is preempted, and its full blocks, registered, are found
+    // again when it resumes (its recomputation starts after them).
+    KvEngine engine(4);
+    Outputs events;
+    llama2::ModelConfig config;
+    config.vocab_size = 512;
+    config.eos_token_id = 2;
+    config.max_position_embeddings = 256;
+    llama2::SchedulerOptions opts{4, 64};
+    opts.prefix_caching = true;
+    llama2::LocalServing s(engine, tiny_tokenizer(), config, 10, 4, opts, events);
+    for (int64_t id = 1; id <= 3; ++id) {
+      llama2::SubmitRequest r;
+      r.id = id;
+      r.prompt = concat({1, 200, 201, 202}, seq_of(static_cast<int>(id) * 50, 5));
+      r.params.temperature = 0.f;
+      r.params.max_new_tokens = 11;
+      REQUIRE_FALSE(s.submit(std::move(r)).has_value());
+    }
+    while (!s.owner.idle()) s.owner.step();
+    CHECK(s.scheduler.preemptions() > 0);
+    CHECK(engine.restarts > 0);
+    CHECK(engine.resumed_after_hit > 0);
+    CHECK(engine.bad_reads == 0);
+    for (int64_t id = 1; id <= 3; ++id) {
+      std::vector<int> want;
+      for (int pos = 9; pos < 20; ++pos) want.push_back(KvEngine::token_at(id, pos));
+      CHECK(events.tokens.at(id) == want);
+    }
+    CHECK(s.blocks.used_blocks() == 0);
+    // A resumption is not a prompt lookup: the queries count each prompt once.
+    CHECK(s.admission.gauges().prefix_queried_tokens == 27);
+    CHECK(s.admission.gauges().preemptions == s.scheduler.preemptions());
+  }
+
   TEST_CASE("the scheduler prefills only what follows the cached prefix") {
     for (const bool caching : {true, false}) {
       CAPTURE(caching);

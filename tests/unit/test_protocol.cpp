@@ -79,8 +79,9 @@ TEST_SUITE("protocol") {
     CHECK(llama2::echo_id(json(std::string(129, 'i'))).is_null());
     CHECK(llama2::echo_id(json::object({{"a", 1}})).is_null());
     CHECK(llama2::echo_id(1.5).is_null());
-    const json e = llama2::error_event(json(std::string(300000, 'i')), "invalid_request",
-                                       std::string(100000, 'm'));
+    const json e =
+        llama2::error_event(json(std::string(300000, 'i')), llama2::ErrorCode::kInvalidRequest,
+                            std::string(100000, 'm'));
     CHECK(e["id"].is_null());
     CHECK(e["message"].get<std::string>().size() < llama2::kMaxMessageBytes + 64);
   }
@@ -195,18 +196,20 @@ TEST_SUITE("protocol") {
         json{{"op", "generate"}, {"id", "m"}, {"prompt", mid}, {"max_new_tokens", 1}}.dump());
     REQUIRE(r.op == FrameRequest::Op::kGenerate);
     CHECK(r.request.text_pending);
-    const json refusal = llama2::tokenize_frame_request(r, f.tok, f.config, f.limits);
+    const std::optional<llama2::Refusal> refusal =
+        llama2::prepare_prompt(r.request, f.tok, f.config, f.limits.prompt);
     const auto tokens = f.tok.encode(mid, true).size();
     if (tokens + 1 > 64) {
-      CHECK(refusal["code"] == "prompt_too_long");
+      REQUIRE(refusal);
+      CHECK(refusal->code == llama2::ErrorCode::kPromptTooLong);
     } else {
-      CHECK(refusal.is_null());
+      CHECK_FALSE(refusal);
       CHECK(r.request.prompt.size() == tokens);
     }
     // A short prompt is tokenized and fits.
     r = f.decode(R"({"op":"generate","id":"s","prompt":"Hello","max_new_tokens":4})");
     REQUIRE(r.op == FrameRequest::Op::kGenerate);
-    CHECK(llama2::tokenize_frame_request(r, f.tok, f.config, f.limits).is_null());
+    CHECK_FALSE(llama2::prepare_prompt(r.request, f.tok, f.config, f.limits.prompt));
     CHECK(r.request.prompt == f.tok.encode("Hello", true));
   }
 
@@ -214,7 +217,9 @@ TEST_SUITE("protocol") {
     const Fixture f;
     auto code_of = [&](const std::string& payload) {
       const FrameRequest r = f.decode(payload);
-      return r.op == FrameRequest::Op::kError ? r.error["code"].get<std::string>() : "";
+      if (r.op != FrameRequest::Op::kError) return std::string();
+      CHECK(r.error["code"] == llama2::to_string(r.error_code));
+      return r.error["code"].get<std::string>();
     };
     CHECK(code_of("{\"op\":\"health\",\"x\":\"\xff\"}") == "invalid_request");
     CHECK(code_of("[1]") == "invalid_request");

@@ -118,12 +118,13 @@ TEST_SUITE("replicas") {
     req.params.top_logprobs = 3;
     req.seed = 0xfeedfacecafebeefULL;
     w.submit(req);
-    w.cancel({7, "timeout"});
-    w.gauges({3, 1, 17, 64, 99});
+    w.cancel({7, llama2::FinishReason::kTimeout});
+    w.gauges({3, 1, 17, 64, 99, 5});
     w.token({7, 5, 300, "h\xc3\xa9llo", -0.25f, {{300, -0.25f}, {12, -2.5f}}});
     llama2::Finished done;
     done.id = 7;
-    done.finish_reason = "stop";
+    done.finish_reason = llama2::FinishReason::kStop;
+    done.seed = 0xfeedfacecafebeefULL;
     done.prompt_tokens = 12;
     done.tokens = {5, 6, 2};
     done.text = std::string("a\0b", 3);
@@ -147,9 +148,10 @@ TEST_SUITE("replicas") {
     CHECK(c.submits[0].params.seed == std::optional<uint64_t>(42));
     CHECK(c.submits[0].params.logprobs);
     CHECK(c.submits[0].params.top_logprobs == 3);
-    CHECK(c.cancels[0].reason == "timeout");
+    CHECK(c.cancels[0].reason == llama2::FinishReason::kTimeout);
     CHECK(c.gauges[0].kv_used == 17);
     CHECK(c.gauges[0].steps == 99);
+    CHECK(c.gauges[0].preemptions == 5);
     CHECK(c.tokens[0].index == 5);
     CHECK(c.tokens[0].text == "h\xc3\xa9llo");
     CHECK(c.tokens[0].logprob == -0.25f);
@@ -157,6 +159,7 @@ TEST_SUITE("replicas") {
     CHECK(c.tokens[0].top_logprobs[1].token == 12);
     CHECK(c.tokens[0].top_logprobs[1].logprob == -2.5f);
     CHECK(c.finished[0].tokens == done.tokens);
+    CHECK(c.finished[0].seed == done.seed);
     CHECK(c.finished[0].logprobs == done.logprobs);
     REQUIRE(c.finished[0].top_logprobs.size() == 3);
     CHECK(c.finished[0].top_logprobs[1].empty());

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/check.h"
@@ -17,6 +18,7 @@
 #include "coordinator/requests/admission.h"
 #include "coordinator/requests/request_owner.h"
 #include "coordinator/scheduler/batch_scheduler.h"
+#include "coordinator/scheduler/step_runner.h"
 #include "coordinator/serving/metrics.h"
 #include "coordinator/text/tokenizer.h"
 
@@ -57,6 +59,7 @@ struct Owner : llama2::RequestEvents {
   llama2::ServeMetrics metrics;
   std::unique_ptr<llama2::Admission> admission;
   std::unique_ptr<llama2::BatchScheduler> scheduler;
+  std::unique_ptr<llama2::StepRunner> runner;
   std::unique_ptr<llama2::RequestOwner> owner;
   std::vector<int64_t> admitted;
   std::vector<std::pair<int64_t, std::string>> done;
@@ -71,26 +74,28 @@ struct Owner : llama2::RequestEvents {
     a.limits.max_position_embeddings = config.max_position_embeddings;
     a.limits.kv_capacity_tokens = 64;
     admission = std::make_unique<llama2::Admission>(a, &metrics);
-    scheduler = std::make_unique<llama2::BatchScheduler>(engine, tokenizer(), config, blocks,
+    scheduler = std::make_unique<llama2::BatchScheduler>(tokenizer(), config, blocks,
                                                          llama2::SchedulerOptions{max_batch, 64});
-    owner = std::make_unique<llama2::RequestOwner>(*admission, *scheduler, *this, &metrics);
+    runner = std::make_unique<llama2::StepRunner>(*scheduler, engine);
+    owner = std::make_unique<llama2::RequestOwner>(*admission, *runner, *this, &metrics);
   }
   void on_admitted(int64_t id) override { admitted.push_back(id); }
   void on_finished(const Finished& f, const llama2::Timings& t) override {
-    done.emplace_back(f.id, f.finish_reason);
+    done.emplace_back(f.id, llama2::to_string(f.finish_reason));
     results[f.id] = f;
     timings[f.id] = t;
   }
   std::optional<llama2::Refusal> submit(int64_t id, int prompt_len, int max_new,
                                         uint64_t client = 0,
                                         Clock::time_point deadline = Clock::time_point::max()) {
-    if (auto full = admission->reserve(0)) return full;
+    llama2::Reservation place = admission->reserve(0);
+    if (!place) return place.refusal();
     llama2::SubmitRequest r;
     r.id = id;
     r.prompt.assign(static_cast<size_t>(prompt_len), 5);
     r.params.temperature = 0.f;
     r.params.max_new_tokens = max_new;
-    return owner->submit(std::move(r), deadline, client);
+    return owner->submit(std::move(r), std::move(place), deadline, client);
   }
   void run_until_idle() {
     for (int i = 0; i < 1000 && !owner->idle(); ++i) owner->step();
@@ -146,7 +151,7 @@ TEST_SUITE("request owner") {
     CHECK(o.admission->gauges().waiting == 0);
     CHECK(o.owner->queued() == 0);
     o.run_until_idle();
-    CHECK(o.results.at(1).finish_reason == "length");
+    CHECK(o.results.at(1).finish_reason == llama2::FinishReason::kLength);
     CHECK(o.sample("llama2_requests_total{finish_reason=\"timeout\"}") == 1);
   }
 
@@ -155,7 +160,7 @@ TEST_SUITE("request owner") {
     Owner o(2);
     CHECK_FALSE(o.submit(1, 3, 8, 0, base));
     o.owner->step();
-    CHECK(o.blocks.used_blocks() == 3);  // 11 positions in blocks of 4
+    CHECK(o.blocks.used_blocks() == 1);  // its 3 prompt tokens (blocks of 4 come on demand)
     CHECK(o.owner->expire(base) == 1);
     CHECK(o.done == Done{{1, "timeout"}});
     CHECK(o.results.at(1).tokens.size() == 1);
@@ -168,14 +173,14 @@ TEST_SUITE("request owner") {
     CHECK_FALSE(o.submit(1, 3, 8));
     CHECK_FALSE(o.submit(2, 3, 8));
     o.owner->step();
-    CHECK_FALSE(o.owner->cancel(99, "cancelled"));
-    CHECK(o.owner->cancel(2, "cancelled"));  // queued
+    CHECK_FALSE(o.owner->cancel(99, llama2::FinishReason::kCancelled));
+    CHECK(o.owner->cancel(2, llama2::FinishReason::kCancelled));  // queued
     CHECK(o.admission->gauges().waiting == 0);
-    CHECK(o.owner->cancel(1, "cancelled"));  // running
+    CHECK(o.owner->cancel(1, llama2::FinishReason::kCancelled));  // running
     CHECK(o.done == Done{{2, "cancelled"}, {1, "cancelled"}});
     CHECK(o.results.at(1).tokens == std::vector<int>{kToken});
     CHECK(o.results.at(2).tokens.empty());
-    CHECK_FALSE(o.owner->cancel(1, "cancelled"));
+    CHECK_FALSE(o.owner->cancel(1, llama2::FinishReason::kCancelled));
     CHECK(o.blocks.used_blocks() == 0);
     CHECK(o.owner->idle());
     CHECK(o.owner->active() == 0);
@@ -191,7 +196,7 @@ TEST_SUITE("request owner") {
     CHECK(o.done == Done{{1, "cancelled"}, {3, "cancelled"}});
     CHECK(o.owner->disconnect(7) == 0);
     o.run_until_idle();
-    CHECK(o.results.at(2).finish_reason == "length");
+    CHECK(o.results.at(2).finish_reason == llama2::FinishReason::kLength);
     CHECK(o.blocks.used_blocks() == 0);
   }
 
@@ -217,12 +222,12 @@ TEST_SUITE("request owner") {
     Owner o(1);
     const auto refusal = o.submit(1, 40, 9);
     REQUIRE(refusal.has_value());
-    CHECK(refusal->code == "prompt_too_long");
+    CHECK(refusal->code == llama2::ErrorCode::kPromptTooLong);
     CHECK(refusal->message ==
           "prompt (40 tokens) + max_new_tokens (9) = 49 exceeds max_position_embeddings (48)");
     const auto empty = o.submit(2, 0, 1);
     REQUIRE(empty.has_value());
-    CHECK(empty->code == "invalid_request");
+    CHECK(empty->code == llama2::ErrorCode::kInvalidRequest);
     CHECK(empty->message == "prompt must have >= 1 token (got 0)");
     CHECK(o.owner->idle());
     CHECK(o.admission->gauges().waiting == 0);
@@ -235,24 +240,60 @@ TEST_SUITE("request owner") {
     a.max_queue = 2;
     a.max_inflight_per_client = 3;
     Owner o(1, a);
-    auto busy = o.admission->reserve(3);
-    REQUIRE(busy.has_value());
-    CHECK(busy->code == "too_many_in_flight");
-    CHECK_FALSE(o.admission->reserve(0));
-    CHECK_FALSE(o.admission->reserve(2));
-    auto full = o.admission->reserve(0);
-    REQUIRE(full.has_value());
-    CHECK(full->code == "queue_full");
-    CHECK(full->message == "queue is full (2 waiting, --max-queue); retry later");
+    const llama2::Reservation busy = o.admission->reserve(3);
+    REQUIRE_FALSE(busy);
+    REQUIRE(busy.refusal());
+    CHECK(busy.refusal()->code == llama2::ErrorCode::kTooManyInFlight);
+    llama2::Reservation first = o.admission->reserve(0);
+    llama2::Reservation second = o.admission->reserve(2);
+    CHECK(first);
+    CHECK(second);
+    CHECK_FALSE(first.refusal());
+    const llama2::Reservation full = o.admission->reserve(0);
+    REQUIRE_FALSE(full);
+    CHECK(full.refusal()->code == llama2::ErrorCode::kQueueFull);
+    CHECK(full.refusal()->message == "queue is full (2 waiting, --max-queue); retry later");
     // The queue depth `health` reports is the one `stats` renders.
     CHECK(o.admission->gauges().waiting == 2);
     CHECK(o.sample("llama2_requests_waiting") == 2);
-    o.admission->count_refusal("shutting_down");
+    o.admission->count_refusal(llama2::ErrorCode::kShuttingDown);
     CHECK(o.sample("llama2_requests_rejected_total{code=\"too_many_in_flight\"}") == 1);
     CHECK(o.sample("llama2_requests_rejected_total{code=\"queue_full\"}") == 1);
     CHECK(o.sample("llama2_requests_rejected_total{code=\"shutting_down\"}") == 1);
-    o.admission->unreserve();
-    o.admission->unreserve();
+    // Dropping a place gives it back; a moved-from one gives back nothing.
+    llama2::Reservation moved = std::move(first);
+    CHECK(moved);
+    CHECK_FALSE(first);  // NOLINT(bugprone-use-after-move): checked on purpose
+    { const llama2::Reservation gone = std::move(first); }
+    CHECK(o.sample("llama2_requests_waiting") == 2);
+    { const llama2::Reservation gone = std::move(moved); }
+    CHECK(o.sample("llama2_requests_waiting") == 1);
+    second = llama2::Reservation();  // assignment releases what it replaces
     CHECK(o.sample("llama2_requests_waiting") == 0);
+  }
+
+  TEST_CASE("a reservation: submitting consumes it, a refusal or a drop on any thread frees it") {
+    Owner o(1);
+    // Consumed: the place stays counted while the request waits, then leaves with admission.
+    CHECK_FALSE(o.submit(1, 3, 2));
+    CHECK(o.admission->gauges().waiting == 1);
+    o.run_until_idle();
+    CHECK(o.admission->gauges().waiting == 0);
+    // Refused by the prompt-length check: the place comes back.
+    CHECK(o.submit(2, 40, 9));
+    CHECK(o.admission->gauges().waiting == 0);
+    // Dropped on another thread (a tokenizer worker whose client went away).
+    llama2::Reservation place = o.admission->reserve(0);
+    CHECK(o.admission->gauges().waiting == 1);
+    std::thread([p = std::move(place)]() mutable { p = llama2::Reservation(); }).join();
+    CHECK(o.admission->gauges().waiting == 0);
+    // A place of another Admission cannot be consumed here.
+    llama2::Admission other(llama2::AdmissionOptions{});
+    llama2::Reservation foreign = other.reserve(0);
+    llama2::SubmitRequest r;
+    r.id = 9;
+    r.prompt = {5, 5};
+    r.params.max_new_tokens = 1;
+    CHECK_THROWS_AS(o.owner->submit(std::move(r), std::move(foreign)), llama2::Error);
   }
 }

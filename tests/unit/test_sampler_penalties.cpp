@@ -129,7 +129,7 @@ TEST_SUITE("sampling") {
     const auto bad = llama2::parse_request_fields(
         nlohmann::json{{"prompt_tokens", {1, 2, 3}}, {"presence_penalty", 3}}, SamplingParams{},
         config, {});
-    CHECK(bad.error_code == "invalid_request");
+    CHECK(bad.error_code == llama2::ErrorCode::kInvalidRequest);
     CHECK(bad.error_message.find("presence_penalty must be in [-2, 2] (got 3)") !=
           std::string::npos);
   }

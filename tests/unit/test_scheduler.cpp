@@ -2,11 +2,13 @@
 // request owner (coordinator/requests/request_owner.{h,cpp}: the FIFO queue, deadlines, cancel),
 // driven through the StepExecutor seam by a fake engine. The fake returns a deterministic token per
 // (sequence, position) and checks every plan it receives the way an engine would depend on it:
-// positions continue where the sequence left off, decode rows feed back the token sampled last,
-// prompts arrive in order, block tables cover the positions, keep their prefix and never share a
-// block with a live sequence. The hand-written cases pin FIFO admission, the prefill budget, cancel
-// and expiry at each stage; the random test replays random operations against a small reference
-// model of the policy.
+// positions continue where the sequence left off (or restart from 0 after a preemption, feeding
+// prompt and generated tokens again), decode rows feed back the token sampled last, block tables
+// cover the positions and keep their prefix, no block appears twice in a step, and every position
+// a sequence reads holds its own token in the (simulated) KV cache. The hand-written cases pin FIFO
+// admission, KV blocks on demand and preemption, the prefill budget, cancel and expiry at each
+// stage; the random test replays random operations against a small reference model of the
+// policy.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -28,6 +30,7 @@
 #include "coordinator/requests/request_owner.h"
 #include "coordinator/scheduler/batch_scheduler.h"
 #include "coordinator/scheduler/block_allocator.h"
+#include "coordinator/scheduler/step_runner.h"
 #include "coordinator/text/tokenizer.h"
 
 namespace {
@@ -70,6 +73,7 @@ class FakeEngine final : public llama2::StepExecutor {
 
   std::vector<StepPlan> plans;
   std::vector<int> prefill_tokens;  // prompt tokens in each plan
+  int restarts = 0;                 // sequences fed again from position 0 (preempted before)
 
   void execute(const StepPlan& plan, llama2::StepLogits* out) override {
     plans.push_back(plan);
@@ -91,7 +95,12 @@ class FakeEngine final : public llama2::StepExecutor {
       Seq& q = seqs_[s.seq_id];
       const int P = static_cast<int>(q.prompt.size());
       REQUIRE(s.n_tokens >= 1);
-      REQUIRE(s.pos_begin == q.fed);
+      if (s.pos_begin != q.fed) {  // recomputed after a preemption: from the start, new blocks
+        REQUIRE(s.pos_begin == 0);
+        REQUIRE(q.fed > 0);
+        q.table.clear();
+        ++restarts;
+      }
       REQUIRE(tok_off + s.n_tokens <= plan.tokens.size());
       for (int i = 0; i < s.n_tokens; ++i) {
         const int pos = s.pos_begin + i;
@@ -108,16 +117,21 @@ class FakeEngine final : public llama2::StepExecutor {
         REQUIRE(b < num_blocks_);
         REQUIRE(step_blocks.insert(b).second);  // no block twice in one step
         if (i < static_cast<int>(q.table.size())) REQUIRE(q.table[i] == b);  // prefix kept
-        auto owner = owner_.find(b);
-        if (owner != owner_.end() && owner->second != s.seq_id) {
-          REQUIRE(finished_.count(owner->second) == 1);  // reused only after its owner ended
-        }
-        owner_[b] = s.seq_id;
+      }
+      // What it reads is its own KV: every position before this chunk holds its token.
+      for (int pos = 0; pos < s.pos_begin; ++pos) {
+        const int want = pos < P ? q.prompt[pos] : q.sampled.at(pos - P);
+        REQUIRE(kv_[{table[pos / block_size_], pos % block_size_}] == want);
+      }
+      for (int i = 0; i < s.n_tokens; ++i) {
+        const int pos = s.pos_begin + i;
+        kv_[{table[pos / block_size_], pos % block_size_}] = plan.tokens[tok_off - s.n_tokens + i];
       }
       q.table.assign(table, table + s.table_len);
       q.fed = s.pos_begin + s.n_tokens;
-      REQUIRE(s.want_logits == (q.fed >= P ? 1 : 0));
-      if (!s.want_logits) continue;
+      // Logits once every known token is in the cache: the next token's.
+      REQUIRE(s.n_logits == (q.fed == P + static_cast<int>(q.sampled.size()) ? 1 : 0));
+      if (!s.n_logits) continue;
       const int next = q.eos_pos && *q.eos_pos == q.fed ? kEos : token_at(s.seq_id, q.fed);
       q.sampled.push_back(next);
       ++out->rows;
@@ -141,7 +155,7 @@ class FakeEngine final : public llama2::StepExecutor {
   int num_blocks_, block_size_;
   std::map<int64_t, Seq> seqs_;
   std::set<int64_t> finished_;
-  std::map<int, int64_t> owner_;  // last sequence that held each block
+  std::map<std::pair<int, int>, int> kv_;  // (block, offset) -> the token whose KV it holds
 };
 
 using Plan = std::vector<std::array<int, 3>>;
@@ -154,8 +168,10 @@ struct Harness : llama2::RequestEvents {
   std::vector<int64_t> admitted;
   std::vector<std::pair<int64_t, std::string>> done;  // (id, finish_reason) in event order
   std::map<int64_t, Finished> results;
+  std::map<int64_t, std::vector<int>> indices;  // token event indices per request
   std::unique_ptr<llama2::Admission> admission;
   std::unique_ptr<llama2::BatchScheduler> scheduler;
+  std::unique_ptr<llama2::StepRunner> runner;
   std::unique_ptr<llama2::RequestOwner> gen;
 
   Harness(int num_blocks, int block_size, int max_batch, int prefill_chunk)
@@ -168,12 +184,17 @@ struct Harness : llama2::RequestEvents {
     ao.limits.kv_capacity_tokens = int64_t{num_blocks} * block_size;
     admission = std::make_unique<llama2::Admission>(ao);
     scheduler = std::make_unique<llama2::BatchScheduler>(
-        engine, tokenizer(), config, blocks, llama2::SchedulerOptions{max_batch, prefill_chunk});
-    gen = std::make_unique<llama2::RequestOwner>(*admission, *scheduler, *this);
+        tokenizer(), config, blocks, llama2::SchedulerOptions{max_batch, prefill_chunk});
+    runner = std::make_unique<llama2::StepRunner>(*scheduler, engine);
+    gen = std::make_unique<llama2::RequestOwner>(*admission, *runner, *this);
   }
   void on_admitted(int64_t id) override { admitted.push_back(id); }
+  void on_token(const llama2::TokenEvent& ev) override {
+    CHECK(ev.index == static_cast<int>(indices[ev.id].size()));  // no gap, no repeat
+    indices[ev.id].push_back(ev.index);
+  }
   void on_finished(const Finished& r, const llama2::Timings&) override {
-    done.emplace_back(r.id, r.finish_reason);
+    done.emplace_back(r.id, llama2::to_string(r.finish_reason));
     CHECK(results.count(r.id) == 0);  // one done per request
     results[r.id] = r;
     engine.finished(r.id);
@@ -190,8 +211,10 @@ struct Harness : llama2::RequestEvents {
     std::optional<int> eos_pos;
     if (eos_index) eos_pos = prompt_len + *eos_index;
     engine.expect(id, r.prompt, eos_pos);
-    REQUIRE_FALSE(admission->reserve(0).has_value());
-    if (auto refusal = gen->submit(std::move(r), deadline)) throw llama2::Error(refusal->message);
+    llama2::Reservation place = admission->reserve(0);
+    REQUIRE(place);
+    if (auto refusal = gen->submit(std::move(r), std::move(place), deadline))
+      throw llama2::Error(refusal->message);
   }
   // (seq_id, pos_begin, n_tokens) of the last plan.
   std::vector<std::array<int, 3>> last_plan() const {
@@ -206,9 +229,13 @@ struct Harness : llama2::RequestEvents {
 };
 
 // The policy the owner and scheduler promise, written as plainly as possible: FIFO admission while
-// a batch slot is free and the whole prompt + max_new_tokens fits in free blocks; each step decodes
-// every sequence past its prompt (admission order), then hands the prefill budget to prompts in
-// admission order; a sequence ends on EOS, on max_new_tokens, on cancel or on its deadline.
+// a batch slot is free, nothing is preempted and the prompt's blocks are free beside what this
+// step's decoding sequences need; each step then resumes preempted sequences oldest first (blocks
+// for all their tokens), gives each decoding sequence the block its next position needs (the
+// newest running sequence is preempted when none is free), decodes every sequence that has fed
+// all its tokens but the last (admission order), then hands the prefill budget to the others
+// (prompts, or prompt + generated tokens after a preemption) in admission order; a sequence ends
+// on EOS, on max_new_tokens, on cancel or on its deadline.
 class ReferenceScheduler {
  public:
   struct Req {
@@ -220,6 +247,8 @@ class ReferenceScheduler {
     int cached = 0;
     std::vector<int> tokens;
     int blocks = 0;
+    int known() const { return prompt_len + static_cast<int>(tokens.size()); }
+    bool decoding() const { return cached >= prompt_len && cached == known() - 1; }
   };
   ReferenceScheduler(int num_blocks, int block_size, int max_batch, int chunk)
       : free_(num_blocks), block_size_(block_size), max_batch_(max_batch), chunk_(chunk) {}
@@ -231,27 +260,21 @@ class ReferenceScheduler {
   // The step's plan as (seq, pos_begin, n_tokens), and the tokens it generates.
   std::pair<Plan, int> step(int now_h) {
     expire(now_h);
-    while (!queue_.empty() && static_cast<int>(running_.size()) < max_batch_) {
-      Req& r = queue_.front();
-      const int need = BlockAllocator::blocks_for(r.prompt_len + r.max_new, block_size_);
-      if (need > free_) break;
-      free_ -= need;
-      r.blocks = need;
-      running_.push_back(std::move(r));
-      queue_.erase(queue_.begin());
-    }
+    admit();
+    resume();
+    grow();
     Plan plan;
     std::vector<Req*> order;
     for (auto& r : running_) {
-      if (r.cached >= r.prompt_len) {
+      if (r.decoding()) {
         plan.push_back({static_cast<int>(r.id), r.cached, 1});
         order.push_back(&r);
       }
     }
     int budget = chunk_;
     for (auto& r : running_) {
-      if (r.cached >= r.prompt_len || budget == 0) continue;
-      const int n = std::min(budget, r.prompt_len - r.cached);
+      if (r.decoding() || budget == 0) continue;
+      const int n = std::min(budget, r.known() - r.cached);
       plan.push_back({static_cast<int>(r.id), r.cached, n});
       order.push_back(&r);
       budget -= n;
@@ -261,7 +284,7 @@ class ReferenceScheduler {
     for (size_t i = 0; i < plan.size(); ++i) {
       Req& r = *order[i];
       r.cached += plan[i][2];
-      if (r.cached < r.prompt_len) continue;
+      if (r.cached < r.known()) continue;
       const int index = static_cast<int>(r.tokens.size());
       const bool eos = r.eos_index && *r.eos_index == index;
       r.tokens.push_back(eos ? kEos : token_at(r.id, r.cached));
@@ -288,6 +311,12 @@ class ReferenceScheduler {
       running_.erase(it);
       return true;
     }
+    if (auto it = std::find_if(preempted_.begin(), preempted_.end(), match);
+        it != preempted_.end()) {
+      finish(*it, reason);
+      preempted_.erase(it);
+      return true;
+    }
     return false;
   }
   int expire(int now_h) {
@@ -296,6 +325,8 @@ class ReferenceScheduler {
       if (r.deadline_h <= now_h) ids.push_back(r.id);
     for (const auto& r : running_)
       if (r.deadline_h <= now_h) ids.push_back(r.id);
+    for (const auto& r : preempted_)
+      if (r.deadline_h <= now_h) ids.push_back(r.id);
     for (int64_t id : ids) cancel(id, "timeout");
     return static_cast<int>(ids.size());
   }
@@ -303,10 +334,12 @@ class ReferenceScheduler {
     std::vector<int64_t> ids;
     for (const auto& r : queue_) ids.push_back(r.id);
     for (const auto& r : running_) ids.push_back(r.id);
+    for (const auto& r : preempted_) ids.push_back(r.id);
     return ids;
   }
   size_t queued() const { return queue_.size(); }
-  size_t running() const { return running_.size(); }
+  size_t running() const { return running_.size() + preempted_.size(); }
+  int preemptions = 0;
   int used_blocks(int num_blocks) const { return num_blocks - free_; }
 
  private:
@@ -317,7 +350,56 @@ class ReferenceScheduler {
     tokens[r.id] = r.tokens;
   }
 
-  std::vector<Req> queue_, running_;
+  int blocks_for(int positions) const { return BlockAllocator::blocks_for(positions, block_size_); }
+  int growth_need() const {
+    int n = 0;
+    for (const auto& r : running_) n += r.decoding() && r.cached % block_size_ == 0 ? 1 : 0;
+    return n;
+  }
+  void admit() {
+    while (!queue_.empty() && preempted_.empty() &&
+           static_cast<int>(running_.size()) < max_batch_) {
+      Req& r = queue_.front();
+      const int need = blocks_for(r.prompt_len);
+      if (need + growth_need() > free_) break;
+      free_ -= need;
+      r.blocks = need;
+      running_.push_back(std::move(r));
+      queue_.erase(queue_.begin());
+    }
+  }
+  void resume() {
+    while (!preempted_.empty()) {
+      Req& r = preempted_.front();
+      const int need = blocks_for(r.known());
+      if (need + growth_need() > free_) break;
+      free_ -= need;
+      r.blocks = need;
+      running_.push_back(std::move(r));
+      preempted_.erase(preempted_.begin());
+    }
+  }
+  void grow() {
+    for (size_t i = 0; i < running_.size(); ++i) {
+      if (!running_[i].decoding() || blocks_for(running_[i].cached + 1) <= running_[i].blocks)
+        continue;
+      while (free_ == 0) {
+        const bool self = i + 1 == running_.size();
+        Req r = std::move(running_.back());
+        running_.pop_back();
+        free_ += r.blocks;
+        r.blocks = 0;
+        r.cached = 0;
+        preempted_.insert(preempted_.begin(), std::move(r));
+        ++preemptions;
+        if (self) return;
+      }
+      --free_;
+      ++running_[i].blocks;
+    }
+  }
+
+  std::vector<Req> queue_, running_, preempted_;
   int free_, block_size_, max_batch_, chunk_;
 };
 
@@ -325,8 +407,9 @@ class ReferenceScheduler {
 
 TEST_SUITE("scheduler") {
   TEST_CASE("FIFO admission under KV pressure: the head waits, nothing overtakes it") {
-    // 8 blocks of 4 tokens. Request 1 reserves 6 blocks (20 prompt + 4 new), request 2 also 6,
-    // request 3 only 1: it would fit beside request 1 but must wait behind request 2.
+    // 8 blocks of 4 tokens. Request 1 takes its prompt's 5 blocks (20 tokens; 4 new ones will need
+    // a sixth), request 2 also 5, request 3 only 1: it would fit beside request 1 but must wait
+    // behind request 2.
     Harness h(8, 4, 4, 64);
     h.add(1, 20, 4);
     h.add(2, 20, 4);
@@ -335,11 +418,11 @@ TEST_SUITE("scheduler") {
     CHECK(h.admitted == std::vector<int64_t>{1});
     CHECK(h.gen->running() == 1);
     CHECK(h.gen->queued() == 2);
-    CHECK(h.blocks.used_blocks() == 6);
+    CHECK(h.blocks.used_blocks() == 5);
     for (int i = 0; i < 3; ++i) h.gen->step();  // request 1: tokens 2..4, then done
     CHECK(h.done == std::vector<std::pair<int64_t, std::string>>{{1, "length"}});
     CHECK(h.blocks.used_blocks() == 0);
-    h.gen->step();  // 2 admitted first; 3 fits beside it now (6 + 1 of 8 blocks)
+    h.gen->step();  // 2 admitted first; 3 fits beside it now (5 + 1 of 8 blocks)
     CHECK(h.admitted == std::vector<int64_t>{1, 2, 3});
     CHECK(h.last_plan() == Plan{{2, 0, 20}, {3, 0, 2}});
     h.run_until_idle();
@@ -385,8 +468,8 @@ TEST_SUITE("scheduler") {
     CHECK(h.last_plan() == Plan{{1, 5, 5}});
     h.gen->step();  // the rest of 1's prompt, then 2 gets what is left of the budget
     CHECK(h.last_plan() == Plan{{1, 10, 2}, {2, 0, 3}});
-    CHECK(h.engine.plans.back().seqs[0].want_logits == 1);
-    CHECK(h.engine.plans.back().seqs[1].want_logits == 0);
+    CHECK(h.engine.plans.back().seqs[0].n_logits == 1);
+    CHECK(h.engine.plans.back().seqs[1].n_logits == 0);
     h.gen->step();  // 1 decodes (one row, first), 2 finishes its prompt
     CHECK(h.last_plan() == Plan{{1, 12, 1}, {2, 3, 4}});
     h.gen->step();
@@ -409,25 +492,25 @@ TEST_SUITE("scheduler") {
 
   TEST_CASE("cancel at every stage frees the blocks at once") {
     Harness h(64, 4, 1, 4);  // one batch slot: 2 waits in the queue while 1 runs
-    h.add(1, 10, 5);         // 15 positions: 4 blocks
+    h.add(1, 10, 5);         // 10 prompt tokens: 3 blocks, a fourth once decoding
     h.add(2, 3, 2);
     h.add(3, 3, 2);
-    CHECK_FALSE(h.gen->cancel(99, "cancelled"));
+    CHECK_FALSE(h.gen->cancel(99, llama2::FinishReason::kCancelled));
     int64_t cancelled = 0;
 
     SUBCASE("queued") {
       h.gen->step();
       cancelled = 2;
-      CHECK(h.gen->cancel(2, "cancelled"));
+      CHECK(h.gen->cancel(2, llama2::FinishReason::kCancelled));
       CHECK(h.gen->queued() == 1);
-      CHECK(h.blocks.used_blocks() == 4);  // only 1's
+      CHECK(h.blocks.used_blocks() == 3);  // only 1's
       CHECK(h.results.at(2).tokens.empty());
     }
     SUBCASE("mid-prefill") {
       h.gen->step();  // 4 of 1's 10 prompt tokens
       CHECK(h.last_plan() == Plan{{1, 0, 4}});
       cancelled = 1;
-      CHECK(h.gen->cancel(1, "cancelled"));
+      CHECK(h.gen->cancel(1, llama2::FinishReason::kCancelled));
       CHECK(h.gen->running() == 0);
       CHECK(h.blocks.used_blocks() == 0);
       CHECK(h.results.at(1).tokens.empty());
@@ -438,12 +521,12 @@ TEST_SUITE("scheduler") {
       for (int i = 0; i < 4; ++i) h.gen->step();  // 3 prefill chunks, then one decode step
       CHECK(h.results.count(1) == 0);
       cancelled = 1;
-      CHECK(h.gen->cancel(1, "cancelled"));
+      CHECK(h.gen->cancel(1, llama2::FinishReason::kCancelled));
       CHECK(h.blocks.used_blocks() == 0);
       CHECK(h.results.at(1).tokens == std::vector<int>{token_at(1, 10), token_at(1, 11)});
     }
-    CHECK(h.results.at(cancelled).finish_reason == "cancelled");
-    CHECK_FALSE(h.gen->cancel(cancelled, "cancelled"));  // an id ends once
+    CHECK(h.results.at(cancelled).finish_reason == llama2::FinishReason::kCancelled);
+    CHECK_FALSE(h.gen->cancel(cancelled, llama2::FinishReason::kCancelled));  // an id ends once
     h.run_until_idle();
     CHECK(h.blocks.used_blocks() == 0);
     CHECK(h.results.size() == 3);
@@ -479,13 +562,13 @@ TEST_SUITE("scheduler") {
       h.add(4, 3, 2, std::nullopt, Clock::now() - std::chrono::seconds(1));
       h.gen->step();
       CHECK(h.done == std::vector<std::pair<int64_t, std::string>>{{4, "timeout"}});
-      CHECK(h.gen->cancel(1, "cancelled"));
-      CHECK(h.gen->cancel(2, "cancelled"));
+      CHECK(h.gen->cancel(1, llama2::FinishReason::kCancelled));
+      CHECK(h.gen->cancel(2, llama2::FinishReason::kCancelled));
     }
     CHECK(h.blocks.used_blocks() == 0);
-    CHECK(h.results.at(1).finish_reason != "length");
+    CHECK(h.results.at(1).finish_reason != llama2::FinishReason::kLength);
     h.run_until_idle();
-    CHECK(h.results.at(3).finish_reason == "length");
+    CHECK(h.results.at(3).finish_reason == llama2::FinishReason::kLength);
     CHECK(h.blocks.used_blocks() == 0);
   }
 
@@ -493,6 +576,7 @@ TEST_SUITE("scheduler") {
     // Virtual hours after `base` stand for deadlines; the real clock never reaches them, so only
     // expire(base + t) calls (and deadlines already past when added) end requests by time.
     const auto base = Clock::now() + std::chrono::hours(100000);
+    int preemptions = 0, restarts = 0;
     for (uint32_t seed = 1; seed <= 150; ++seed) {
       std::mt19937 rng(seed);
       auto pick = [&rng](int lo, int hi) {
@@ -548,7 +632,7 @@ TEST_SUITE("scheduler") {
           const int64_t id = active.empty() || pick(0, 4) == 0
                                  ? pick(1, static_cast<int>(next_id))  // maybe finished or unknown
                                  : active[pick(0, static_cast<int>(active.size()) - 1)];
-          CHECK(h.gen->cancel(id, "cancelled") == ref.cancel(id, "cancelled"));
+          CHECK(h.gen->cancel(id, llama2::FinishReason::kCancelled) == ref.cancel(id, "cancelled"));
         } else {
           now_h += pick(0, 5);
           CHECK(h.gen->expire(base + std::chrono::hours(now_h)) == ref.expire(now_h));
@@ -557,13 +641,14 @@ TEST_SUITE("scheduler") {
         REQUIRE(h.gen->queued() == ref.queued());
         REQUIRE(h.gen->running() == ref.running());
         REQUIRE(h.blocks.used_blocks() == ref.used_blocks(num_blocks));
+        REQUIRE(h.scheduler->preemptions() == ref.preemptions);
       }
       // Drain half the runs, shut the other half down: every block comes back either way.
       if (seed % 2 == 0) {
         h.run_until_idle();
         while (ref.queued() + ref.running() > 0) ref.step(-1);
       } else {
-        h.gen->cancel_all("shutting_down");
+        h.gen->cancel_all(llama2::FinishReason::kShuttingDown);
         for (int64_t id : ref.active()) ref.cancel(id, "shutting_down");
       }
       CHECK(h.done == ref.done);
@@ -571,6 +656,64 @@ TEST_SUITE("scheduler") {
       CHECK(h.blocks.used_blocks() == 0);
       CHECK(h.blocks.free_blocks() == num_blocks);
       for (const auto& [id, toks] : ref.tokens) CHECK(h.results.at(id).tokens == toks);
+      preemptions += ref.preemptions;
+      restarts += h.engine.restarts;
     }
+    // The runs exercised the preemption path, not only admission.
+    CHECK(preemptions > 50);
+    CHECK(restarts > 50);
+  }
+
+  TEST_CASE(
+      "KV blocks on demand: a request that may use the rest of the context takes its prompt's") {
+    // 16 blocks of 4 = 64 tokens: each request may grow to the whole cache, as a request without
+    // max_tokens does. Both start at once, on one block each.
+    Harness h(16, 4, 4, 64);
+    h.add(1, 4, 60);
+    h.add(2, 4, 60);
+    h.gen->step();
+    CHECK(h.admitted == std::vector<int64_t>{1, 2});
+    CHECK(h.blocks.used_blocks() == 2);
+    h.gen->step();  // both decode position 4: one more block each
+    CHECK(h.blocks.used_blocks() == 4);
+    h.gen->cancel_all(llama2::FinishReason::kCancelled);
+    CHECK(h.blocks.used_blocks() == 0);
+  }
+
+  TEST_CASE("a KV cache sized for 4 full-length sequences serves 32 short ones at once") {
+    // Full length 64 tokens = 16 blocks of 4; the cache holds 4 of them (64 blocks). 32 requests
+    // of 4 prompt tokens may each run to 64 tokens but stop at their third (EOS).
+    Harness h(64, 4, 32, 512);
+    for (int id = 1; id <= 32; ++id) h.add(id, 4, 60, /*eos_index=*/2);
+    h.gen->step();
+    CHECK(h.gen->running() == 32);
+    CHECK(h.last_plan().size() == 32);
+    h.gen->step();
+    CHECK(h.last_plan().size() == 32);  // every one decodes: 2 blocks each, the whole cache
+    CHECK(h.blocks.used_blocks() == 64);
+    h.run_until_idle();
+    CHECK(h.scheduler->preemptions() == 0);
+    for (int id = 1; id <= 32; ++id) {
+      CHECK(h.results.at(id).finish_reason == llama2::FinishReason::kStop);
+      CHECK(h.results.at(id).tokens == std::vector<int>{token_at(id, 4), token_at(id, 5), kEos});
+    }
+    CHECK(h.blocks.used_blocks() == 0);
+  }
+
+  TEST_CASE("preemption: the newest sequence gives its blocks back and goes on where it stopped") {
+    // 12 blocks of 4; three requests of 8 prompt tokens and 12 new ones need 5 blocks each.
+    Harness h(12, 4, 4, 64);
+    for (int id = 1; id <= 3; ++id) h.add(id, 8, 12);
+    h.run_until_idle();
+    CHECK(h.scheduler->preemptions() > 0);
+    CHECK(h.engine.restarts > 0);
+    for (int id = 1; id <= 3; ++id) {
+      std::vector<int> want;
+      for (int pos = 8; pos < 20; ++pos) want.push_back(token_at(id, pos));
+      CHECK(h.results.at(id).tokens == want);  // no token lost or repeated
+      CHECK(h.indices.at(id).size() == 12);
+      CHECK(h.results.at(id).finish_reason == llama2::FinishReason::kLength);
+    }
+    CHECK(h.blocks.used_blocks() == 0);
   }
 }

@@ -3,11 +3,14 @@
 // block ids); each malformed buffer is derived from a valid one by changing one field.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "common/check.h"
 #include "common/step_plan.h"
+#include "rank/logits_adjust.h"
 #include "test_util.h"
 
 using llama2::SeqStep;
@@ -40,7 +43,7 @@ void check_same(const StepPlan& a, const StepPlan& b) {
     CHECK(a.seqs[i].seq_id == b.seqs[i].seq_id);
     CHECK(a.seqs[i].pos_begin == b.seqs[i].pos_begin);
     CHECK(a.seqs[i].n_tokens == b.seqs[i].n_tokens);
-    CHECK(a.seqs[i].want_logits == b.seqs[i].want_logits);
+    CHECK(a.seqs[i].n_logits == b.seqs[i].n_logits);
     CHECK(a.seqs[i].table_begin == b.seqs[i].table_begin);
     CHECK(a.seqs[i].table_len == b.seqs[i].table_len);
     CHECK(a.seqs[i].want_logprobs == b.seqs[i].want_logprobs);
@@ -135,7 +138,7 @@ TEST_SUITE("step_plan") {
     CHECK(none.logit_rows() == 0);
     CHECK(none.total_tokens() == 0);
     StepPlan all = forward_plan();
-    for (auto& s : all.seqs) s.want_logits = 1;
+    for (auto& s : all.seqs) s.n_logits = 1;
     CHECK(all.logit_rows() == 3);
   }
 
@@ -233,5 +236,143 @@ TEST_SUITE("step_plan") {
 
   TEST_CASE("the error type is llama2::Error") {
     CHECK_THROWS_AS(llama2::decode_step_plan({1, 2, 3}), llama2::Error);
+  }
+}
+
+namespace {
+
+// A plan of two sequences with 2 and 1 logit rows over a vocabulary of `vocab` tokens, row 0
+// masked, row 1 biased, row 2 both.
+StepPlan adjusted_plan(int vocab, uint32_t seed) {
+  StepPlan p;
+  const int32_t tok[3] = {5, 6, 7}, table[1] = {0};
+  llama2::append_seq(&p, 1, 0, tok, 3, 2, table, 1, true);
+  llama2::append_seq(&p, 2, 0, tok, 1, 1, table, 1);
+  uint32_t x = seed;
+  const auto next = [&x] { return x = x * 1664525u + 1013904223u; };
+  for (int row = 0; row < 3; ++row) {
+    llama2::VocabAdjust a;
+    if (row != 1) {
+      a.allowed.assign(static_cast<size_t>((vocab + 31) / 32), 0u);
+      for (uint32_t& w : a.allowed) w = next();
+    }
+    if (row != 0) {
+      for (int id = row; id < vocab; id += 7) {
+        a.bias_ids.push_back(id);
+        a.bias_values.push_back(static_cast<float>(next() % 1000) / 100.f - 5.f);
+      }
+    }
+    llama2::add_row_adjust(&p, row, a, vocab);
+  }
+  return p;
+}
+
+}  // namespace
+
+TEST_SUITE("step_plan") {
+  TEST_CASE("several logit rows per sequence: counted, flagged and checked") {
+    const StepPlan p = adjusted_plan(64, 1);
+    CHECK(p.logit_rows() == 3);
+    CHECK(p.logprob_flags() == std::vector<int32_t>{1, 1, 0});
+    auto w = llama2::encode_step_plan(p);
+    w[seq_field(1, kWantLogits)] = 2;  // 2 rows of a 1-token chunk
+    CHECK(contains(decode_error(w), "sequence 2"));
+  }
+
+  TEST_CASE("vocabulary adjustments round trip; a plan without them keeps its old wire") {
+    const StepPlan p = adjusted_plan(100, 2);
+    const StepPlan q = llama2::decode_step_plan(llama2::encode_step_plan(p));
+    check_same(p, q);
+    REQUIRE(q.adjust.size() == 3);
+    for (size_t i = 0; i < 3; ++i) {
+      CHECK(q.adjust[i].row == p.adjust[i].row);
+      CHECK(q.adjust[i].mask_begin == p.adjust[i].mask_begin);
+      CHECK(q.adjust[i].bias_begin == p.adjust[i].bias_begin);
+      CHECK(q.adjust[i].bias_count == p.adjust[i].bias_count);
+    }
+    CHECK(q.mask_words == p.mask_words);
+    CHECK(q.mask_words_per_row == 4);
+    CHECK(q.bias_ids == p.bias_ids);
+    CHECK(q.bias_values == p.bias_values);
+    StepPlan plain = p;
+    plain.adjust.clear();
+    CHECK(llama2::encode_step_plan(plain).size() == 7 + 2 * 7 + 4 + 2);
+  }
+
+  TEST_CASE("each rank's slice of the adjustments, applied to its columns, equals the full row's") {
+    for (const int vocab : {200, 512, 33}) {
+      for (const int tp : {1, 2, 3, 4}) {
+        CAPTURE(vocab);
+        CAPTURE(tp);
+        const StepPlan full = adjusted_plan(vocab, static_cast<uint32_t>(vocab + tp));
+        std::vector<float> rows(3 * static_cast<size_t>(vocab));
+        for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<float>((i * 37) % 101) / 7.f;
+        std::vector<float> want = rows;
+        llama2::apply_adjustments(full, want.data(), 0, vocab);
+        for (int r = 0; r < tp; ++r) {
+          const int begin = r * vocab / tp, local = (r + 1) * vocab / tp - begin;
+          const StepPlan mine = llama2::slice_adjustments(full, begin, local);
+          // Only its words and biases travel; the wire holds them.
+          const StepPlan wire = llama2::decode_step_plan(llama2::encode_step_plan(mine));
+          CHECK(wire.mask_words.size() <= 2 * static_cast<size_t>((local + 31) / 32 + 1));
+          for (int32_t id : wire.bias_ids) CHECK((id >= begin && id < begin + local));
+          std::vector<float> part(3 * static_cast<size_t>(local));
+          for (int row = 0; row < 3; ++row)
+            std::copy_n(rows.begin() + row * vocab + begin, local, part.begin() + row * local);
+          llama2::apply_adjustments(wire, part.data(), begin, local);
+          for (int row = 0; row < 3; ++row) {
+            CHECK(std::equal(part.begin() + row * local, part.begin() + (row + 1) * local,
+                             want.begin() + row * vocab + begin));
+          }
+        }
+        // The adjustments did something: some token masked, some biased.
+        CHECK(std::count(want.begin(), want.end(), -std::numeric_limits<float>::infinity()) > 0);
+        CHECK_FALSE(
+            std::equal(want.begin() + vocab, want.begin() + 2 * vocab, rows.begin() + vocab));
+      }
+    }
+  }
+
+  TEST_CASE("bad adjustments are refused where they are made and on the wire") {
+    StepPlan p = adjusted_plan(64, 3);
+    llama2::VocabAdjust a;
+    CHECK_THROWS_WITH_AS(llama2::add_row_adjust(&p, 1, a, 64), doctest::Contains("ascending"),
+                         llama2::Error);
+    StepPlan q;
+    const int32_t tok[1] = {5}, table[1] = {0};
+    llama2::append_seq(&q, 1, 0, tok, 1, 1, table, 1);
+    a.allowed.assign(3, 0u);  // 64 tokens need 2 words
+    CHECK_THROWS_WITH_AS(llama2::add_row_adjust(&q, 0, a, 64), doctest::Contains("2 words"),
+                         llama2::Error);
+    a.allowed.clear();
+    a.bias_ids = {64};
+    a.bias_values = {1.f};
+    CHECK_THROWS_WITH_AS(llama2::add_row_adjust(&q, 0, a, 64), doctest::Contains("outside"),
+                         llama2::Error);
+    a.bias_ids = {3, 3};
+    a.bias_values = {1.f, 2.f};
+    CHECK_THROWS_WITH_AS(llama2::add_row_adjust(&q, 0, a, 64), doctest::Contains("twice"),
+                         llama2::Error);
+    // On the wire: the section starts after the block ids (7 + 2 * 7 + 4 + 2 = 27 words).
+    const auto good = llama2::encode_step_plan(adjusted_plan(64, 4));
+    auto bad = [&](size_t at, int32_t value) {
+      auto w = good;
+      w[at] = value;
+      return decode_error(w);
+    };
+    constexpr size_t kSection = 27, kRows = kSection + 6;
+    CHECK(decode_error(good).empty());
+    CHECK(contains(bad(kSection, 0), "length mismatch"));       // no section magic
+    CHECK(contains(bad(kRows, 3), "logit row 3"));              // past the step's 3 rows
+    CHECK(contains(bad(kRows + 4, 0), "logit row 0"));          // rows out of order
+    CHECK(contains(bad(kRows + 5, 7), "invalid fields"));       // mask past the words
+    CHECK(contains(bad(kSection + 2, 16), "length mismatch"));  // mask base off a word
+    auto score = good;
+    score[1] = static_cast<int32_t>(StepKind::kScore);
+    CHECK_FALSE(decode_error(score).empty());
+    // A rank's slice whose mask does not cover its columns is refused before any write.
+    const StepPlan sliced = llama2::slice_adjustments(adjusted_plan(64, 5), 32, 32);
+    std::vector<float> cols(3 * 32, 0.f);
+    CHECK_THROWS_AS(llama2::apply_adjustments(sliced, cols.data(), 0, 32), llama2::Error);
   }
 }

@@ -207,6 +207,7 @@ TEST_SUITE("socket deadlines") {
         llama2::load_model_config(LLAMA2_SOURCE_DIR "/tests/models/tiny-gqa");
     llama2::Tokenizer tok{LLAMA2_SOURCE_DIR "/tests/models/tiny-gqa/tokenizer.model"};
     std::unique_ptr<llama2::Admission> admission;
+    llama2::EngineInbox inbox;
     std::unique_ptr<llama2::SocketServer> server;
     Fixture() {
       llama2::AdmissionOptions a;
@@ -218,18 +219,18 @@ TEST_SUITE("socket deadlines") {
       llama2::ServerOptions o;
       o.socket_path = dir.file("s.sock");
       server = std::make_unique<llama2::SocketServer>(
-          o, *admission, tok, config, llama2::SamplingParams{},
+          o, inbox, *admission, tok, config, llama2::SamplingParams{},
           [this] {
             return json{{"event", "health"}, {"status", server->stalled() ? "stalled" : "ready"}};
           },
           [] { return std::string(); });
       server->start();
     }
-    std::vector<llama2::ServeCommand> take(size_t n) {
-      std::vector<llama2::ServeCommand> got;
+    std::vector<llama2::EngineCommand> take(size_t n) {
+      std::vector<llama2::EngineCommand> got;
       const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
       while (got.size() < n && std::chrono::steady_clock::now() < until) {
-        for (auto& c : server->take_commands(milliseconds(50))) got.push_back(std::move(c));
+        for (auto& c : inbox.take(milliseconds(50))) got.push_back(std::move(c));
       }
       return got;
     }
@@ -252,13 +253,13 @@ TEST_SUITE("socket deadlines") {
     CHECK(done["usage"].value("completion_tokens", -1) == 0);
     CHECK(done.value("text", "?").empty());
     CHECK(done.value("seed", 0) == 9);
-    CHECK(took >= milliseconds(100) + llama2::SocketServer::kDeadlineGrace);
-    // The engine side then sees the generation and its expiry, with one serial.
+    CHECK(took >= milliseconds(100) + llama2::kDeadlineGrace);
+    // The engine side then sees the generation and its expiry, with one ticket.
     const auto cmds = f.take(2);
     REQUIRE(cmds.size() == 2);
-    CHECK(cmds[0].kind == llama2::ServeCommand::Kind::kGenerate);
-    CHECK(cmds[1].kind == llama2::ServeCommand::Kind::kExpired);
-    CHECK(cmds[0].serial == cmds[1].serial);
+    CHECK(cmds[0].kind == llama2::EngineCommand::Kind::kGenerate);
+    CHECK(cmds[1].kind == llama2::EngineCommand::Kind::kExpired);
+    CHECK(cmds[0].ticket == cmds[1].ticket);
     // The id is free again; a late event of the expired generation must not reach its successor.
     std::mutex mu;
     std::condition_variable cv;
@@ -273,15 +274,17 @@ TEST_SUITE("socket deadlines") {
     client->generate_async(json{{"id", "d1"}, {"prompt", "again"}, {"max_new_tokens", 4}}, ev);
     const auto next = f.take(1);
     REQUIRE(next.size() == 1);
-    CHECK(next[0].serial != cmds[0].serial);
-    f.server->send(next[0].conn,
+    CHECK(next[0].ticket != cmds[0].ticket);
+    f.server->send(next[0].client,
                    json{{"event", "token"}, {"id", "d1"}, {"index", 0}, {"text", "old"}}, "d1",
-                   cmds[0].serial, false);
-    f.server->send(next[0].conn,
+                   cmds[0].ticket, false);
+    f.server->send(next[0].client,
                    json{{"event", "token"}, {"id", "d1"}, {"index", 0}, {"text", "new"}}, "d1",
-                   next[0].serial, false);
-    f.server->send(next[0].conn, json{{"event", "done"}, {"id", "d1"}, {"finish_reason", "length"}},
-                   "d1", next[0].serial, true);
+                   next[0].ticket, false);
+    // The generation's own sink turns the engine's events into the protocol's.
+    llama2::Finished done_event;
+    done_event.finish_reason = llama2::FinishReason::kLength;
+    next[0].sink->on_finished(done_event, {});
     std::unique_lock<std::mutex> lock(mu);
     REQUIRE(cv.wait_for(lock, std::chrono::seconds(20), [&] { return seen.size() == 2; }));
     CHECK(seen[0].value("text", "") == "new");
@@ -306,7 +309,7 @@ TEST_SUITE("socket deadlines") {
     b->generate_async(json{{"id", "y"}, {"prompt", "two"}, {"max_new_tokens", 4}}, ev);
     REQUIRE(f.take(2).size() == 2);  // both reached the engine side, which never answers
     CHECK(a->health(5000).value("status", "") == "ready");
-    f.server->fail_all("internal", "step 3 stalled");
+    f.server->fail_all(llama2::ErrorCode::kInternal, "step 3 stalled");
     {
       std::unique_lock<std::mutex> lock(mu);
       REQUIRE(cv.wait_for(lock, std::chrono::seconds(20), [&] { return finals.size() == 2; }));

@@ -44,10 +44,10 @@ uint64_t mix_seed(uint64_t job_seed, const std::string& id) {
   return z ^ (z >> 31);
 }
 
-json error_line(const BatchLine& b, const std::string& code, const std::string& msg) {
+json error_line(const BatchLine& b, ErrorCode code, const std::string& msg) {
   return json{{"custom_id", b.custom_id},
               {"line", b.line_no},
-              {"error", {{"code", code}, {"message", msg}}}};
+              {"error", {{"code", to_string(code)}, {"message", msg}}}};
 }
 
 cxxopts::Options batch_options() {
@@ -120,14 +120,14 @@ BatchInput read_batch_input(const cxxopts::ParseResult& args, const SamplingPara
       continue;  // resumed: already in the output
     }
     if (j.is_discarded()) {
-      b.req.error_code = "invalid_json";
+      b.req.error_code = ErrorCode::kInvalidJson;
       b.req.error_message = "line " + std::to_string(line_no) + " is not valid JSON";
     } else if (!has_id) {
-      b.req.error_code = "invalid_request";
+      b.req.error_code = ErrorCode::kInvalidRequest;
       b.req.error_message = "\"custom_id\" (a string) is required";
     } else if (!first_with_id) {
       b.custom_id = id;
-      b.req.error_code = "duplicate_custom_id";
+      b.req.error_code = ErrorCode::kDuplicateCustomId;
       b.req.error_message = "custom_id \"" + id + "\" appears more than once in the input";
     } else {
       b.custom_id = id;
@@ -145,41 +145,35 @@ BatchInput read_batch_input(const cxxopts::ParseResult& args, const SamplingPara
   return input;
 }
 
-// Rank 0: every line through the engine, results and error lines appended to --output as they
-// complete. Returns the job's exit code.
-int run_job(Session& session, const BatchInput& input, const std::string& out_path, bool resume,
-            double interval, ReplicaLink* link) {
-  const std::vector<BatchLine>& lines = input.lines;
-  ResultWriter out(out_path, resume);
-  Progress progress(lines.size(), interval);
-  size_t finished = 0, failed = 0;
-  uint64_t tokens = 0;
-  // Lines go through the request owner, which spreads them over the replicas; each finished one
-  // is written at once, in completion order.
-  struct Writer final : RequestEvents {
-    ResultWriter& out;
-    const std::vector<BatchLine>& lines;
-    size_t& finished;
-    Writer(ResultWriter& o, const std::vector<BatchLine>& l, size_t& f)
-        : out(o), lines(l), finished(f) {}
-    void on_finished(const Finished& r, const Timings&) override {
-      const BatchLine& b = lines.at(static_cast<size_t>(r.id));
-      json line{
-          {"custom_id", b.custom_id},
-          {"text", r.text},
-          {"token_ids", r.tokens},
-          {"finish_reason", r.finish_reason},
-          {"seed", *b.req.params.seed},
-          {"usage", {{"prompt_tokens", r.prompt_tokens}, {"completion_tokens", r.tokens.size()}}}};
-      if (b.req.params.logprobs) add_logprobs_json(r, &line);
-      out.write(line);
-      ++finished;
-    }
-  } writer(out, lines, finished);
-  const StepLog step_log = open_step_log(session.settings.knobs.step_log);
-  LocalServing serving(*session.engine, *session.tokenizer, session.config, session.num_blocks,
-                       session.block_size, scheduler_options(session.settings, step_log.get()),
-                       writer, link, remote_replicas(session));
+// Lines go through the request owner, which spreads them over the replicas; each finished one
+// is written at once, in completion order.
+class ResultLines final : public RequestEvents {
+ public:
+  ResultLines(ResultWriter& out, const std::vector<BatchLine>& lines) : out_(out), lines_(lines) {}
+  void on_finished(const Finished& r, const Timings&) override {
+    const BatchLine& b = lines_.at(static_cast<size_t>(r.id));
+    json line{
+        {"custom_id", b.custom_id},
+        {"text", r.text},
+        {"token_ids", r.tokens},
+        {"finish_reason", to_string(r.finish_reason)},
+        {"seed", *b.req.params.seed},
+        {"usage", {{"prompt_tokens", r.prompt_tokens}, {"completion_tokens", r.tokens.size()}}}};
+    if (b.req.params.logprobs) add_logprobs_json(r, &line);
+    out_.write(line);
+    ++finished;
+  }
+  size_t finished = 0;
+
+ private:
+  ResultWriter& out_;
+  const std::vector<BatchLine>& lines_;
+};
+
+// Submits every valid line; writes the error line of every other one (and of a line the
+// prompt-length check refuses). Returns how many lines failed.
+size_t submit_lines(const std::vector<BatchLine>& lines, LocalServing& serving, ResultWriter& out) {
+  size_t failed = 0;
   for (size_t i = 0; i < lines.size(); ++i) {
     const BatchLine& b = lines[i];
     if (b.req.ok()) {
@@ -188,16 +182,15 @@ int run_job(Session& session, const BatchInput& input, const std::string& out_pa
       if (!refusal) continue;
       out.write(error_line(b, refusal->code, refusal->message));
     } else {
-      out.write(error_line(b, b.req.error_code, b.req.error_message));
+      out.write(error_line(b, *b.req.error_code, b.req.error_message));
     }
-    ++finished;
     ++failed;
   }
-  while (!serving.owner.idle()) {
-    tokens += static_cast<uint64_t>(serving.owner.step());
-    progress.update(finished, failed, tokens);
-  }
-  progress.update(finished, failed, tokens, /*final=*/true);
+  return failed;
+}
+
+// The job's closing lines on stderr: the prefix cache's reuse and the lines per replica.
+void report_job(const Session& session, const LocalServing& serving) {
   if (session.settings.prefix_caching) {
     // Replica 0's cache (remote replicas' counters are not summed yet).
     const PrefixCacheCounters& pc = serving.blocks.counters();
@@ -213,6 +206,27 @@ int run_job(Session& session, const BatchInput& input, const std::string& out_pa
              std::to_string(serving.replicas.stats()[r].admitted);
     std::cerr << "llama2 batch: lines per replica: " << per << std::endl;
   }
+}
+
+// Rank 0: every line through the engine, results and error lines appended to --output as they
+// complete. Returns the job's exit code.
+int run_job(Session& session, const BatchInput& input, const std::string& out_path, bool resume,
+            double interval, ReplicaLink* link) {
+  ResultWriter out(out_path, resume);
+  ResultLines results(out, input.lines);
+  const std::unique_ptr<StepLog> step_log = StepLog::open(session.settings.knobs.step_log);
+  LocalServing serving(*session.engine, *session.tokenizer, session.config, session.num_blocks,
+                       session.block_size, scheduler_options(session.settings), results, link,
+                       remote_replicas(session), step_log.get());
+  const size_t failed = submit_lines(input.lines, serving, out);
+  Progress progress(input.lines.size(), interval);
+  uint64_t tokens = 0;
+  while (!serving.owner.idle()) {
+    tokens += static_cast<uint64_t>(serving.owner.step());
+    progress.update(results.finished + failed, failed, tokens);
+  }
+  progress.update(results.finished + failed, failed, tokens, /*final=*/true);
+  report_job(session, serving);
   // Error lines of earlier runs of a resumed job count: the job as a whole had invalid lines.
   return failed + input.done.errors > 0 ? kExitSomeLinesFailed : 0;
 }

@@ -219,22 +219,6 @@ SessionStart start_session(const CommandLine& cl, const StepDefaults& steps, int
   return start;
 }
 
-StepLog open_step_log(const std::string& path) {
-  if (path.empty()) return nullptr;
-  StepLog log(std::fopen(path.c_str(), "a"));
-  if (!log) {
-    std::fprintf(stderr, "llama2: LLAMA2_STEP_LOG: cannot open %s; no step log\n", path.c_str());
-    return log;
-  }
-  // "decode_rows prefill_seqs prefill_tokens logit_rows ms host_ms" per step, flushed per line
-  // since a server that is killed never closes it (benchmarks/serve/step_log_summary.py): ms =
-  // wall time of the engine step on rank 0 (plan broadcast to logits back on the host), host_ms
-  // = rank 0's time between the previous step's end and this one's start (sampling,
-  // detokenizing, events, planning: the GPUs idle meanwhile; 0 after an idle pause).
-  std::fputs("# decode_rows prefill_seqs prefill_tokens logit_rows ms host_ms\n", log.get());
-  return log;
-}
-
 void add_replica_options(cxxopts::Options& opts) {
   opts.add_options("Data parallelism")(
       "tp",
@@ -243,8 +227,8 @@ void add_replica_options(cxxopts::Options& opts) {
       cxxopts::value<int>());
 }
 
-SchedulerOptions scheduler_options(const EngineConfig& cfg, std::FILE* step_log) {
-  return SchedulerOptions{cfg.max_batch, cfg.prefill_chunk, cfg.knobs.full_logits, step_log,
+SchedulerOptions scheduler_options(const EngineConfig& cfg) {
+  return SchedulerOptions{cfg.max_batch, cfg.prefill_chunk, cfg.knobs.full_logits,
                           cfg.prefix_caching};
 }
 

@@ -14,6 +14,7 @@
 #include "common/sampling_params.h"
 #include "coordinator/cli/session.h"
 #include "coordinator/scheduler/batch_scheduler.h"
+#include "coordinator/scheduler/step_log.h"
 
 namespace llama2 {
 
@@ -86,15 +87,8 @@ void add_replica_options(cxxopts::Options& opts);
 // continues with its own steps and open_engine.
 SessionStart start_session(const CommandLine& cl, const StepDefaults& steps, int rank);
 
-// LLAMA2_STEP_LOG's file, opened for appending with its header line; nullptr for an empty path
-// or a file that cannot be opened (said on stderr: the run goes on without a step log).
-struct FileCloser {
-  void operator()(std::FILE* f) const { std::fclose(f); }
-};
-using StepLog = std::unique_ptr<std::FILE, FileCloser>;
-StepLog open_step_log(const std::string& path);
 // The batch scheduler's options for an engine opened with `cfg`.
-SchedulerOptions scheduler_options(const EngineConfig& cfg, std::FILE* step_log);
+SchedulerOptions scheduler_options(const EngineConfig& cfg);
 
 // Adds --temperature, --top-p, --top-k, --repetition-penalty, --presence-penalty,
 // --frequency-penalty, --max-new-tokens, --seed, --stop,

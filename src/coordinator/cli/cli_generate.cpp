@@ -107,10 +107,10 @@ Generated generate_one(Session& session, const std::vector<int>& prompt,
     }
   } output;
   output.stream = !json_out;
-  const StepLog step_log = open_step_log(session.settings.knobs.step_log);
+  const std::unique_ptr<StepLog> step_log = StepLog::open(session.settings.knobs.step_log);
   LocalServing serving(*session.engine, *session.tokenizer, session.config, session.num_blocks,
-                       session.block_size, scheduler_options(session.settings, step_log.get()),
-                       output);
+                       session.block_size, scheduler_options(session.settings), output, nullptr, {},
+                       step_log.get());
   if (std::optional<Refusal> refusal =
           serving.submit(SubmitRequest{0, prompt, params, *params.seed})) {
     session.engine->shutdown(1);  // the workers wait for a plan: release them before reporting
@@ -130,7 +130,7 @@ void report(const Generated& g, const std::vector<int>& prompt, const RankEngine
     nlohmann::json j{{"prompt_token_ids", prompt},
                      {"token_ids", result.tokens},
                      {"text", result.text},
-                     {"finish_reason", result.finish_reason},
+                     {"finish_reason", to_string(result.finish_reason)},
                      {"seed", *params.seed},
                      {"backend", engine.backend_name()},
                      {"ranks", engine.shard().tp},
@@ -148,7 +148,7 @@ void report(const Generated& g, const std::vector<int>& prompt, const RankEngine
   std::fprintf(stderr,
                "[%s] %zu prompt + %zu generated tokens, finish_reason=%s, seed=%llu, "
                "TTFT %.1f ms, decode %.1f tok/s\n",
-               engine.backend_name(), prompt.size(), n_out, result.finish_reason.c_str(),
+               engine.backend_name(), prompt.size(), n_out, to_string(result.finish_reason),
                static_cast<unsigned long long>(*params.seed), g.timings.ttft_s * 1e3, decode_tps);
 }
 

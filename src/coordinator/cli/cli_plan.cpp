@@ -77,14 +77,51 @@ std::string verdict(const CapacityPlan& p) {
          std::to_string(p.max_seq_len) + "-token sequence";
 }
 
+// One line of the table: a label column, then the value.
+void row(const std::string& label, const std::string& value) {
+  std::printf("  %-32s %s\n", label.c_str(), value.c_str());
+}
+
+// "7.5 GiB (8053063680 B)": the exact count too, where rounding hides it.
+std::string with_exact(int64_t b) {
+  return b < 1024 ? format_bytes(b) : format_bytes(b) + " (" + std::to_string(b) + " B)";
+}
+
+// The table's rows for one GPU's shard (a valid TP degree): weights, KV cache, what fits.
+void print_shard_rows(const CapacityPlan& p, const ModelConfig& c, const std::string& kv_dtype,
+                      int dp) {
+  row("weights per GPU (largest shard)", with_exact(p.weight_bytes_per_gpu));
+  row("reserve per GPU",
+      format_bytes(p.reserve_bytes) +
+          (p.reserve_is_default ? " (default: max(2GiB, 10% of --gpu-mem))" : " (--reserve)"));
+  row("free for KV cache per GPU", format_bytes(p.free_bytes_for_kv));
+  row("heads / kv heads per GPU",
+      std::to_string(p.heads_per_gpu) + " / " + std::to_string(p.kv_heads_per_gpu) +
+          (p.kv_replicated ? " (kv heads replicated: " + std::to_string(c.num_kv_heads) +
+                                 " kv heads < tp " + std::to_string(p.tp) + ")"
+                           : ""));
+  row("KV per token per GPU", with_exact(p.kv_bytes_per_token) + ", " + kv_dtype + " (" +
+                                  std::to_string(p.kv_dtype_bytes) + " B/element)");
+  row("KV per block (" + std::to_string(p.block_size) + " tokens)",
+      format_bytes(p.kv_bytes_per_block));
+  row("KV per full sequence", format_bytes(p.kv_bytes_per_sequence) + " (" +
+                                  std::to_string(p.blocks_per_sequence) + " blocks)");
+  row("KV blocks that fit per GPU",
+      std::to_string(p.kv_blocks) + " (" + std::to_string(p.kv_tokens) + " tokens)");
+  row("max full-length sequences", std::to_string(p.max_sequences));
+  if (dp > 1) {
+    // Every replica holds its own cache of the same size: per-GPU numbers stay as above.
+    row("replicas (--dp)", std::to_string(dp) + " x tp " + std::to_string(p.tp) + " = " +
+                               std::to_string(dp * p.tp) + " GPUs (mpirun -np " +
+                               std::to_string(dp * p.tp) + " ... --tp " + std::to_string(p.tp) +
+                               ")");
+    row("KV tokens, all replicas", std::to_string(p.kv_tokens * dp));
+    row("max full-length sequences, all", std::to_string(p.max_sequences * dp));
+  }
+}
+
 void print_table(const CapacityPlan& p, const ModelConfig& c, const std::string& source,
                  const std::string& dtype, const std::string& kv_dtype, int dp) {
-  auto row = [](const std::string& label, const std::string& value) {
-    std::printf("  %-32s %s\n", label.c_str(), value.c_str());
-  };
-  auto with_exact = [](int64_t b) {
-    return b < 1024 ? format_bytes(b) : format_bytes(b) + " (" + std::to_string(b) + " B)";
-  };
   std::printf(
       "llama2 plan: %s, tp %d, %s weights, %s KV cache, %s per GPU, max_seq_len %d, block %d "
       "tokens\n",
@@ -96,36 +133,7 @@ void print_table(const CapacityPlan& p, const ModelConfig& c, const std::string&
                    std::to_string(c.head_dim()) + ", vocab " + std::to_string(c.vocab_size) +
                    (c.tie_word_embeddings ? ", tied embeddings" : ""));
   row("weights, whole model", with_exact(p.model_weight_bytes));
-  if (p.tp_valid) {
-    row("weights per GPU (largest shard)", with_exact(p.weight_bytes_per_gpu));
-    row("reserve per GPU",
-        format_bytes(p.reserve_bytes) +
-            (p.reserve_is_default ? " (default: max(2GiB, 10% of --gpu-mem))" : " (--reserve)"));
-    row("free for KV cache per GPU", format_bytes(p.free_bytes_for_kv));
-    row("heads / kv heads per GPU",
-        std::to_string(p.heads_per_gpu) + " / " + std::to_string(p.kv_heads_per_gpu) +
-            (p.kv_replicated ? " (kv heads replicated: " + std::to_string(c.num_kv_heads) +
-                                   " kv heads < tp " + std::to_string(p.tp) + ")"
-                             : ""));
-    row("KV per token per GPU", with_exact(p.kv_bytes_per_token) + ", " + kv_dtype + " (" +
-                                    std::to_string(p.kv_dtype_bytes) + " B/element)");
-    row("KV per block (" + std::to_string(p.block_size) + " tokens)",
-        format_bytes(p.kv_bytes_per_block));
-    row("KV per full sequence", format_bytes(p.kv_bytes_per_sequence) + " (" +
-                                    std::to_string(p.blocks_per_sequence) + " blocks)");
-    row("KV blocks that fit per GPU",
-        std::to_string(p.kv_blocks) + " (" + std::to_string(p.kv_tokens) + " tokens)");
-    row("max full-length sequences", std::to_string(p.max_sequences));
-    if (dp > 1) {
-      // Every replica holds its own cache of the same size: per-GPU numbers stay as above.
-      row("replicas (--dp)", std::to_string(dp) + " x tp " + std::to_string(p.tp) + " = " +
-                                 std::to_string(dp * p.tp) + " GPUs (mpirun -np " +
-                                 std::to_string(dp * p.tp) + " ... --tp " + std::to_string(p.tp) +
-                                 ")");
-      row("KV tokens, all replicas", std::to_string(p.kv_tokens * dp));
-      row("max full-length sequences, all", std::to_string(p.max_sequences * dp));
-    }
-  }
+  if (p.tp_valid) print_shard_rows(p, c, kv_dtype, dp);
   row("fits", verdict(p));
   if (!p.fits) {
     row("smallest TP degree that fits", p.smallest_fitting_tp
@@ -186,6 +194,73 @@ nlohmann::ordered_json plan_json(const CapacityPlan& p, const std::string& sourc
       {"job_max_sequences", per_gpu(p.max_sequences * dp)}};
 }
 
+// --preset NAME or --model DIR: the model's config and how the report names it.
+ModelConfig plan_model(const cxxopts::ParseResult& args, std::string* source) {
+  if (!args.count("preset")) {
+    *source = args["model"].as<std::string>();
+    return load_model_config(*source);
+  }
+  const std::string name = args["preset"].as<std::string>();
+  *source = (name.rfind("codellama-", 0) == 0 ? "CodeLlama-" + name.substr(10) : "Llama-2-" + name) +
+            " (preset)";
+  try {
+    return preset_config(name);
+  } catch (const Error& e) {
+    throw Error(std::string("--preset: ") + e.what());
+  }
+}
+
+// --dtype: the planner has no checkpoint to follow, so auto is not among its dtypes.
+ComputeDType plan_dtype(const std::string& dtype) {
+  ComputeDType parsed = ComputeDType::kAuto;
+  try {
+    parsed = parse_compute_dtype(dtype);
+  } catch (const Error&) {
+  }
+  if (parsed == ComputeDType::kAuto) {
+    throw Error("--dtype: unknown dtype '" + dtype + "' (allowed: fp16, bf16, fp32)");
+  }
+  return parsed;
+}
+
+// The projections' element type: --weight-dtype, or an FP8 checkpoint's own under auto.
+WeightDType plan_weights(const cxxopts::ParseResult& args, const ModelConfig& config,
+                         ComputeDType dtype) {
+  ComputeDType weight_named = ComputeDType::kAuto;
+  const std::string flag = args["weight-dtype"].as<std::string>();
+  WeightDType weights = parse_weight_dtype(flag, &weight_named);
+  if (weight_named != ComputeDType::kAuto && weight_named != dtype) {
+    throw Error("--weight-dtype " + flag + " differs from --dtype " +
+                args["dtype"].as<std::string>() +
+                " (allowed: auto, fp8, fp8_e4m3, int8, or the --dtype itself)");
+  }
+  // An FP8 checkpoint's projections stay fp8 under auto, as the engine keeps them on cuda with
+  // fp16/bf16 (choose_weight_dtype); with fp32 they are dequantized.
+  const bool stored_fp8 = config.quant.fp8 && weights == WeightDType::kAuto &&
+                          weight_named == ComputeDType::kAuto && dtype != ComputeDType::kFp32;
+  return stored_fp8 ? WeightDType::kFp8 : weights;
+}
+
+// A 4-bit checkpoint under auto is counted as stored (the size its GPU kernels will hold).
+bool stored_int4(const ModelConfig& config, WeightDType weights) {
+  return config.quant.int4 != Int4Format::kNone && weights == WeightDType::kAuto;
+}
+
+CapacityRequest plan_request(const cxxopts::ParseResult& args, const ModelConfig& config,
+                             WeightDType weights) {
+  CapacityRequest req;
+  req.tp = args["tp"].as<int>();
+  req.dtype_bytes = dtype_bytes_of(args["dtype"].as<std::string>());
+  req.kv_dtype_bytes = kv_dtype_bytes_of(args["kv-cache-dtype"].as<std::string>(), req.dtype_bytes);
+  req.linear_bytes = weights == WeightDType::kAuto ? 0 : 1;
+  if (stored_int4(config, weights)) req.linear_bytes = kInt4LinearBytes;
+  req.block_size = args["block-size"].as<int>();
+  req.gpu_mem_bytes = bytes_flag(args, "gpu-mem");
+  if (args.count("reserve")) req.reserve_bytes = bytes_flag(args, "reserve");
+  if (args.count("max-seq-len")) req.max_seq_len = args["max-seq-len"].as<int>();
+  return req;
+}
+
 }  // namespace
 
 int run_plan(int argc, char** argv) {
@@ -198,63 +273,18 @@ int run_plan(int argc, char** argv) {
 
   // Values (not syntax) are checked here and in plan_capacity; their errors name the flag.
   std::string source;
-  ModelConfig config;
-  if (args.count("preset")) {
-    const std::string name = args["preset"].as<std::string>();
-    try {
-      config = preset_config(name);
-    } catch (const Error& e) {
-      throw Error(std::string("--preset: ") + e.what());
-    }
-    source =
-        (name.rfind("codellama-", 0) == 0 ? "CodeLlama-" + name.substr(10) : "Llama-2-" + name) +
-        " (preset)";
-  } else {
-    source = args["model"].as<std::string>();
-    config = load_model_config(source);
-  }
-  // The planner has no checkpoint to follow, so auto is not among its dtypes.
+  const ModelConfig config = plan_model(args, &source);
   const std::string dtype = args["dtype"].as<std::string>();
-  ComputeDType parsed = ComputeDType::kAuto;
-  try {
-    parsed = parse_compute_dtype(dtype);
-  } catch (const Error&) {
-  }
-  if (parsed == ComputeDType::kAuto) {
-    throw Error("--dtype: unknown dtype '" + dtype + "' (allowed: fp16, bf16, fp32)");
-  }
-
+  const ComputeDType parsed = plan_dtype(dtype);
   const int dp = args["dp"].as<int>();
   if (dp < 1) throw Error("--dp must be >= 1 (got " + std::to_string(dp) + ")");
-  CapacityRequest req;
-  req.tp = args["tp"].as<int>();
-  req.dtype_bytes = dtype_bytes_of(dtype);
-  req.kv_dtype_bytes = kv_dtype_bytes_of(args["kv-cache-dtype"].as<std::string>(), req.dtype_bytes);
-  ComputeDType weight_named = ComputeDType::kAuto;
-  WeightDType weights = parse_weight_dtype(args["weight-dtype"].as<std::string>(), &weight_named);
-  if (weight_named != ComputeDType::kAuto && weight_named != parsed) {
-    throw Error("--weight-dtype " + args["weight-dtype"].as<std::string>() +
-                " differs from --dtype " + dtype +
-                " (allowed: auto, fp8, fp8_e4m3, int8, or the --dtype itself)");
-  }
-  // An FP8 checkpoint's projections stay fp8 under auto, as the engine keeps them on cuda with
-  // fp16/bf16 (choose_weight_dtype); with fp32 they are dequantized.
-  const bool stored_fp8 = config.quant.fp8 && weights == WeightDType::kAuto &&
-                          weight_named == ComputeDType::kAuto && parsed != ComputeDType::kFp32;
-  if (stored_fp8) weights = WeightDType::kFp8;
-  req.linear_bytes = weights == WeightDType::kAuto ? 0 : 1;
-  // A 4-bit checkpoint is counted as stored (the size its GPU kernels will hold).
-  const bool stored_int4 = config.quant.int4 != Int4Format::kNone && weights == WeightDType::kAuto;
-  if (stored_int4) req.linear_bytes = kInt4LinearBytes;
-  req.block_size = args["block-size"].as<int>();
-  req.gpu_mem_bytes = bytes_flag(args, "gpu-mem");
-  if (args.count("reserve")) req.reserve_bytes = bytes_flag(args, "reserve");
-  if (args.count("max-seq-len")) req.max_seq_len = args["max-seq-len"].as<int>();
-  const CapacityPlan plan = plan_capacity(config, req);
+  const WeightDType weights = plan_weights(args, config, parsed);
+  const CapacityPlan plan = plan_capacity(config, plan_request(args, config, weights));
   // Output shows the resolved name, so "auto" never reaches a script that reads the JSON.
   const std::string kv_dtype = plan.kv_dtype_bytes == 1 ? "fp8_e4m3" : dtype;
-  const std::string weight_dtype = stored_int4 ? std::string("int4 (") + config.quant.method + ")"
-                                               : std::string(weight_dtype_name(weights, parsed));
+  const std::string weight_dtype = stored_int4(config, weights)
+                                       ? std::string("int4 (") + config.quant.method + ")"
+                                       : std::string(weight_dtype_name(weights, parsed));
 
   if (args.count("json")) {
     nlohmann::json j = plan_json(plan, source, dtype, kv_dtype, dp);

@@ -14,6 +14,7 @@
 #include "coordinator/cli/cli_common.h"
 #include "coordinator/cli/commands.h"
 #include "coordinator/cli/replica_roles.h"
+#include "coordinator/cli/serve_config.h"
 #include "coordinator/cli/serve_http.h"
 #include "coordinator/cli/session.h"
 #include "coordinator/replicas/replica_board.h"
@@ -22,10 +23,12 @@
 #include "coordinator/requests/request_owner.h"
 #include "coordinator/scheduler/batch_scheduler.h"
 #include "coordinator/scheduler/block_allocator.h"
+#include "coordinator/scheduler/step_log.h"
+#include "coordinator/scheduler/step_runner.h"
+#include "coordinator/serving/engine_inbox.h"
 #include "coordinator/serving/metrics.h"
 #include "coordinator/serving/serve_loop.h"
 #include "coordinator/serving/socket_server.h"
-#include "coordinator/serving/token_bound.h"
 #include "coordinator/serving/watchdog.h"
 
 namespace llama2 {
@@ -51,101 +54,6 @@ void install_signal_handlers() {
   sa.sa_flags = SA_RESTART;
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
-}
-
-cxxopts::Options serve_options() {
-  cxxopts::Options opts("llama2 serve",
-                        "Serve generations on a Unix socket (protocol: docs/PROTOCOL.md) with "
-                        "continuous batching. SIGTERM/SIGINT drain in-flight requests and exit 0.");
-  opts.add_options()("socket", "Unix socket path (created 0600)", cxxopts::value<std::string>())(
-      "max-batch-size", "Sequences decoded together per step",
-      cxxopts::value<int>()->default_value(std::to_string(kServeSteps.max_batch)))(
-      "max-queue", "Generations waiting for admission before queue_full",
-      cxxopts::value<int>()->default_value("256"))(
-      "max-inflight-per-connection",
-      "Unfinished generations one connection may have before too_many_in_flight (default: half "
-      "of --max-batch-size, at least 1)",
-      cxxopts::value<int>())(
-      "max-seq-len", "Prompt + max_new_tokens limit (default: the model's max_position_embeddings)",
-      cxxopts::value<int>())("kv-cache-blocks",
-                             "KV blocks (default: cuda, what --gpu-memory-fraction leaves; cpu, "
-                             "max-batch-size full-length sequences)",
-                             cxxopts::value<int>())(
-      "prefill-chunk", "Prompt tokens per step across sequences",
-      cxxopts::value<int>()->default_value(std::to_string(kServeSteps.prefill_chunk)))(
-      "request-timeout-ms", "Default and maximum per-request timeout",
-      cxxopts::value<int64_t>()->default_value("600000"))(
-      "shutdown-timeout-ms", "How long in-flight requests may finish after SIGTERM",
-      cxxopts::value<int64_t>()->default_value("30000"))(
-      "step-timeout-ms",
-      "A step running longer than this is stalled: every client gets an internal error and the "
-      "job exits with code 3 (0: never)",
-      cxxopts::value<int64_t>()->default_value("60000"))(
-      "dedicated-front",
-      "World rank 0 runs only the front (socket, queue, dispatch), no engine: the replicas "
-      "(--tp) are made of ranks 1..N-1. For large data-parallel jobs");
-  add_engine_options(opts);
-  add_prefix_caching_options(opts);
-  add_replica_options(opts);
-  add_sampling_options(opts);
-  add_generation_config_option(opts);
-  add_http_options(opts);
-  return opts;
-}
-
-// What `serve` needs besides the engine: the serve flags (the engine flags are in EngineConfig),
-// checked on rank 0 before the engine opens, and --max-seq-len resolved against the model.
-struct ServeSettings {
-  ServerOptions server;  // socket path, request timeout (max_piece_bytes set on rank 0)
-  int max_queue = 0, max_inflight = 0, max_seq_len = 0;
-  int64_t shutdown_timeout_ms = 0;
-  std::chrono::milliseconds step_timeout{0};
-  SamplingParams defaults;
-  bool quiet = false;
-  HttpSettings http;  // --http and its companions (serve_http.h)
-};
-
-ServeSettings serve_settings_from(const cxxopts::ParseResult& args, int max_batch) {
-  ServeSettings s;
-  s.server.socket_path = args["socket"].as<std::string>();
-  s.server.request_timeout_ms = args["request-timeout-ms"].as<int64_t>();
-  s.max_queue = args["max-queue"].as<int>();
-  // Half the batch slots: a connection that pipelines without reading leaves the rest to others.
-  s.max_inflight = args.count("max-inflight-per-connection")
-                       ? args["max-inflight-per-connection"].as<int>()
-                       : std::max(1, max_batch / 2);
-  s.shutdown_timeout_ms = args["shutdown-timeout-ms"].as<int64_t>();
-  s.step_timeout = std::chrono::milliseconds(args["step-timeout-ms"].as<int64_t>());
-  s.defaults = sampling_from_options(args);
-  s.quiet = args.count("quiet") > 0;
-  s.http = http_settings_from(args);
-  return s;
-}
-
-// Rank 0: the serve flags' ranges.
-void validate_serve_settings(const ServeSettings& s) {
-  auto at_least = [](int64_t v, int64_t lo, const char* flag) {
-    if (v < lo) {
-      throw Error(std::string(flag) + " must be >= " + std::to_string(lo) + " (got " +
-                  std::to_string(v) + ")");
-    }
-  };
-  at_least(s.max_queue, 0, "--max-queue");
-  at_least(s.max_inflight, 1, "--max-inflight-per-connection");
-  at_least(s.server.request_timeout_ms, 1, "--request-timeout-ms");
-  at_least(s.shutdown_timeout_ms, 0, "--shutdown-timeout-ms");
-  at_least(s.step_timeout.count(), 0, "--step-timeout-ms");
-}
-
-// --max-seq-len, or the model's max_position_embeddings; Error outside [2, that].
-int serve_max_seq_len(const cxxopts::ParseResult& args, const ModelConfig& config) {
-  const int n =
-      args.count("max-seq-len") ? args["max-seq-len"].as<int>() : config.max_position_embeddings;
-  if (n < 2 || n > config.max_position_embeddings) {
-    throw Error("--max-seq-len must be in [2, " + std::to_string(config.max_position_embeddings) +
-                "] (max_position_embeddings) (got " + std::to_string(n) + ")");
-  }
-  return n;
 }
 
 // What the step watchdog reads: rank 0's own engine step (none on a dedicated front), or the
@@ -182,125 +90,173 @@ std::string job_stall_message(const StepClock& clock, std::chrono::milliseconds 
   return stall_message(clock, timeout, engine != nullptr ? engine->describe_stall() : "");
 }
 
-// Rank 0 once the engine is open: the parts, in the order a request meets them
-// (docs/ARCHITECTURE.md), then the engine loop until a drain ends.
-// `http`: the HTTP front run_serve bound before the engine opened (null without --http).
-int serve_on_rank0(Session& session, ServeSettings s, std::unique_ptr<HttpFront> http) {
-  const EngineConfig& settings = session.settings;
-  // Null on a dedicated front (--dedicated-front): every replica is then remote.
-  RankEngine* engine = session.engine.get();
-  if (!s.quiet && engine != nullptr) {
-    std::cerr << engine->startup_report() << session.notes << std::flush;
-  }
-  s.server.max_piece_bytes =
-      max_piece_bytes_for_bound(settings.model_dir + "/tokenizer.model", *session.tokenizer);
-  ServeMetrics metrics;
-  AdmissionOptions aopt;
-  aopt.max_queue = s.max_queue;
-  aopt.max_inflight_per_client = s.max_inflight;
-  aopt.limits.max_position_embeddings = session.config.max_position_embeddings;
-  aopt.limits.max_seq_len = s.max_seq_len;
-  // The engines may have sized their caches from GPU memory: admission checks use what the
-  // smallest replica allocated.
+// The engines may have sized their caches from GPU memory: admission checks use what the
+// smallest replica allocated.
+AdmissionOptions admission_options(const Session& session, const ServeConfig& s) {
+  AdmissionOptions a;
+  a.max_queue = s.max_queue;
+  a.max_inflight_per_client = s.max_inflight;
+  a.limits.max_position_embeddings = session.config.max_position_embeddings;
+  a.limits.max_seq_len = s.max_seq_len;
   const int min_blocks =
       *std::min_element(session.replica_blocks.begin(), session.replica_blocks.end());
-  aopt.limits.kv_capacity_tokens = int64_t{min_blocks} * session.block_size;
-  Admission admission(aopt, &metrics);
-  const HealthInfo info{
-      session.layout.world,
-      session.backend,
-      session.dtype,
-      session.kv_dtype,
-      settings.synthetic.empty() ? settings.model_dir : "synthetic-" + settings.synthetic,
-      settings.max_batch,
-      s.max_queue,
-      s.max_seq_len};
-  // Per replica in health and stats (data parallelism; one entry with one replica).
-  ReplicaBoard board(session.layout.replicas);
-  std::unique_ptr<SocketServer> server;
-  // One health answer for the socket and the HTTP front: the job's totals and each replica's.
-  auto health = [&] {
-    nlohmann::json h = health_event(server.get(), admission, info);
-    h["tp"] = session.layout.tp;
-    h["replicas"] = replicas_json(board.snapshot());
-    return h;
-  };
-  server = std::make_unique<SocketServer>(
-      s.server, admission, *session.tokenizer, session.config, s.defaults, [&] { return health(); },
-      [&] { return metrics.render(admission.gauges()) + replicas_prometheus(board.snapshot()); });
-  SocketBridge bridge(*server, random_seed());
-  if (http) {
-    ServeLimits limits;
-    limits.prompt = aopt.limits;
-    limits.request_timeout_ms = s.server.request_timeout_ms;
-    limits.max_piece_bytes = s.server.max_piece_bytes;
-    const std::string name = s.http.served_model.empty()
-                                 ? default_served_model(settings.model_dir, settings.synthetic)
-                                 : s.http.served_model;
-    http->attach(HttpDeps{*server, admission, *session.tokenizer,
-                          ApiContext{name, s.defaults, session.config}, limits,
-                          [&metrics, &admission, &board, name] {
-                            return metrics.render(admission.gauges()) +
-                                   replicas_prometheus(board.snapshot()) +
-                                   metrics.render_vllm(admission.gauges(), name);
-                          },
-                          [&] { return health(); }});
-  }
-  const StepLog step_log = open_step_log(settings.knobs.step_log);
-  // Replica 0 in process, unless rank 0 is a dedicated front.
-  std::unique_ptr<BlockAllocator> blocks;
-  std::unique_ptr<BatchScheduler> scheduler;
-  if (engine != nullptr) {
-    blocks = std::make_unique<BlockAllocator>(session.num_blocks, session.block_size);
-    scheduler =
-        std::make_unique<BatchScheduler>(*engine, *session.tokenizer, session.config, *blocks,
-                                         scheduler_options(settings, step_log.get()));
-  }
-  const std::unique_ptr<ReplicaLink> link = open_front_link(session);
-  ReplicaSet replicas(scheduler.get(), link.get(), remote_replicas(session), settings.max_batch,
-                      session.block_size);
-  replicas.set_board(&board);
-  RequestOwner owner(admission, replicas, bridge, &metrics);
+  a.limits.kv_capacity_tokens = int64_t{min_blocks} * session.block_size;
+  return a;
+}
 
+// Rank 0 once the engine is open: the parts, in the order a request meets them
+// (docs/ARCHITECTURE.md), built by the constructor; run() serves until a drain ends.
+class Rank0Serve {
+ public:
+  // `http`: the HTTP front run_serve bound before the engine opened (null without --http).
+  Rank0Serve(Session& session, const ServeConfig& s, HttpFront* http);
+  int run();
+
+ private:
+  nlohmann::json health() const;
+  std::string stats() const;
+  void attach_http();
+  void build_replicas();
+  void start_endpoints();
+
+  Session& session_;
+  const ServeConfig& s_;
+  HttpFront* http_;
+  RankEngine* engine_;  // null on a dedicated front (--dedicated-front): every replica is remote
+  ServeMetrics metrics_;
+  Admission admission_;
+  // The one inbox every endpoint posts to (after admission_: its commands hold places in it).
+  EngineInbox inbox_;
+  EngineDispatch dispatch_;
+  HealthInfo info_;
+  ReplicaBoard board_;  // per replica in health and stats (one entry with one replica)
+  std::unique_ptr<SocketServer> server_;
+  std::unique_ptr<StepLog> step_log_;
+  // Replica 0 in process, unless rank 0 is a dedicated front.
+  std::unique_ptr<BlockAllocator> blocks_;
+  std::unique_ptr<BatchScheduler> scheduler_;
+  std::unique_ptr<StepRunner> runner_;
+  std::unique_ptr<ReplicaLink> link_;
+  std::unique_ptr<ReplicaSet> replicas_;
+  std::unique_ptr<RequestOwner> owner_;
+};
+
+Rank0Serve::Rank0Serve(Session& session, const ServeConfig& s, HttpFront* http)
+    : session_(session),
+      s_(s),
+      http_(http),
+      engine_(session.engine.get()),
+      admission_(admission_options(session, s), &metrics_),
+      dispatch_(random_seed()),
+      info_{session.layout.world,
+            session.backend,
+            session.dtype,
+            session.kv_cache_dtype,
+            session.settings.synthetic.empty() ? session.settings.model_dir
+                                               : "synthetic-" + session.settings.synthetic,
+            session.settings.max_batch,
+            s.max_queue,
+            s.max_seq_len},
+      board_(session.layout.replicas) {
+  if (!s_.quiet && engine_ != nullptr) {
+    std::cerr << engine_->startup_report() << session_.notes << std::flush;
+  }
+  server_ = std::make_unique<SocketServer>(
+      s_.server, inbox_, admission_, *session.tokenizer, session.config, s_.defaults,
+      [this] { return health(); }, [this] { return stats(); });
+  if (http_ != nullptr) attach_http();
+  build_replicas();
+  owner_ = std::make_unique<RequestOwner>(admission_, *replicas_, dispatch_, &metrics_);
+}
+
+// One health answer for the socket and the HTTP front: the job's totals and each replica's.
+nlohmann::json Rank0Serve::health() const {
+  nlohmann::json h = health_event(inbox_, admission_, info_);
+  h["tp"] = session_.layout.tp;
+  h["replicas"] = replicas_json(board_.snapshot());
+  return h;
+}
+
+std::string Rank0Serve::stats() const {
+  return metrics_.render(admission_.gauges()) + replicas_prometheus(board_.snapshot());
+}
+
+void Rank0Serve::attach_http() {
+  const HttpLimits limits{admission_.options().limits, s_.server.request_timeout_ms};
+  const EngineConfig& settings = session_.settings;
+  const std::string name = s_.http.served_model.empty()
+                               ? default_served_model(settings.model_dir, settings.synthetic)
+                               : s_.http.served_model;
+  http_->attach(HttpDeps{
+      inbox_, admission_, *session_.tokenizer, ApiContext{name, s_.defaults, session_.config},
+      limits, [this, name] { return stats() + metrics_.render_vllm(admission_.gauges(), name); },
+      [this] { return health(); }});
+}
+
+void Rank0Serve::build_replicas() {
+  const EngineConfig& settings = session_.settings;
+  step_log_ = StepLog::open(settings.knobs.step_log);
+  if (engine_ != nullptr) {
+    blocks_ = std::make_unique<BlockAllocator>(session_.num_blocks, session_.block_size);
+    scheduler_ = std::make_unique<BatchScheduler>(*session_.tokenizer, session_.config, *blocks_,
+                                                  scheduler_options(settings));
+    runner_ = std::make_unique<StepRunner>(*scheduler_, *engine_, step_log_.get());
+  }
+  link_ = open_front_link(session_);
+  replicas_ = std::make_unique<ReplicaSet>(runner_.get(), link_.get(), remote_replicas(session_),
+                                           settings.max_batch, session_.block_size);
+  replicas_->set_board(&board_);
+}
+
+void Rank0Serve::start_endpoints() {
   try {
-    server->start();
+    server_->start();
   } catch (const std::exception& e) {
-    replicas.shutdown(1);
-    if (engine != nullptr) engine->shutdown(1);
+    replicas_->shutdown(1);
+    if (engine_ != nullptr) engine_->shutdown(1);
     throw ReportedError(e.what());
   }
-  g_wake_fd = server->wake_fd();
-  std::cerr << "llama2 serve: listening on " << s.server.socket_path << " (max batch "
-            << settings.max_batch << ", max queue " << s.max_queue << ", max seq len "
-            << s.max_seq_len << ", KV " << min_blocks << " blocks x " << session.block_size << ", "
-            << session.layout.replicas << " replica(s) of tp " << session.layout.tp
-            << (session.layout.front_only() ? ", dedicated front" : "") << ")" << std::endl;
-  if (http) {
-    std::cerr << "llama2 serve: HTTP on " << s.http.front.host << ":" << http->port()
-              << (s.http.front.api_key.empty() ? "" : " (API key required)") << std::endl;
+  g_wake_fd = server_->wake_fd();
+  const ReplicaLayout& l = session_.layout;
+  std::cerr << "llama2 serve: listening on " << s_.server.socket_path << " (max batch "
+            << session_.settings.max_batch << ", max queue " << s_.max_queue << ", max seq len "
+            << s_.max_seq_len << ", KV "
+            << admission_.options().limits.kv_capacity_tokens / session_.block_size << " blocks x "
+            << session_.block_size << ", " << l.replicas << " replica(s) of tp " << l.tp
+            << (l.front_only() ? ", dedicated front" : "") << ")" << std::endl;
+  if (http_ != nullptr) {
+    std::cerr << "llama2 serve: HTTP on " << s_.http.front.host << ":" << http_->port()
+              << (s_.http.front.api_key.empty() ? "" : " (API key required)") << std::endl;
   }
-  // Started once the socket exists: from here on a stalled step ends the job (watchdog.h).
-  const std::chrono::milliseconds step_timeout = s.step_timeout;
-  // A replica leader that stops reporting for longer than the step timeout counts as a stalled
-  // step too (job_step_clock).
-  // So does a rank of rank 0's group whose process exited (watchdog.h), at once.
+}
+
+int Rank0Serve::run() {
+  start_endpoints();
+  // Started once the socket exists: from here on a stalled step ends the job (watchdog.h). A
+  // replica leader that stops reporting for longer than the step timeout counts as a stalled step
+  // too (job_step_clock); so does a rank of rank 0's group whose process exited, at once.
+  const std::chrono::milliseconds step_timeout = s_.step_timeout;
   auto watchdog = std::make_unique<StepWatchdog>(
-      step_timeout, [&] { return job_step_clock(engine, replicas); },
-      [&](const StepClock& clock) {
+      step_timeout, [this] { return job_step_clock(engine_, *replicas_); },
+      [this, step_timeout](const StepClock& clock) {
         end_job_after_stall(
-            job_stall_message(clock, step_timeout, engine, replicas, session.layout), *server,
-            engine, clock.exited.empty() ? kStallLinger : kExitedLinger);
+            job_stall_message(clock, step_timeout, engine_, *replicas_, session_.layout), *server_,
+            engine_, clock.exited.empty() ? kStallLinger : kExitedLinger);
       });
-  serve_loop(*server, bridge, owner, g_stop, std::chrono::milliseconds(s.shutdown_timeout_ms));
+  serve_loop(inbox_, dispatch_, *owner_, g_stop, std::chrono::milliseconds(s_.shutdown_timeout_ms));
   // From here the ranks leave on purpose: an exited one is no longer a failure.
   watchdog.reset();
-  replicas.shutdown(0);
-  if (engine != nullptr) engine->shutdown(0);
+  replicas_->shutdown(0);
+  if (engine_ != nullptr) engine_->shutdown(0);
   g_wake_fd = -1;
-  if (http) http->stop(/*flush_ms=*/2000);  // streams write the drain's last events
-  server->stop(/*flush_ms=*/2000);
+  if (http_ != nullptr) http_->stop(/*flush_ms=*/2000);  // streams write the drain's last events
+  server_->stop(/*flush_ms=*/2000);
   std::cerr << "llama2 serve: stopped" << std::endl;
   return 0;
+}
+
+int serve_on_rank0(Session& session, const ServeConfig& s, std::unique_ptr<HttpFront> http) {
+  return Rank0Serve(session, s, http.get()).run();
 }
 
 }  // namespace
@@ -314,25 +270,20 @@ int run_serve(int argc, char** argv, int rank) {
   install_signal_handlers();
 
   SessionStart start = start_session(cl, kServeSteps, rank);
-  ServeSettings serve = serve_settings_from(cl.args, start.cfg.max_batch);
+  ServeConfig serve;                // rank 0: built once, before the engine opens
   int kv_blocks = 0;                // rank 0: max-batch-size sequences of max_seq_len tokens
   std::unique_ptr<HttpFront> http;  // rank 0 with --http: listening ("starting") during the load
   start.on_rank0([&] {
-    validate_serve_settings(serve);
-    validate_http_settings(serve.http);
-    apply_generation_config(cl.args, &start, &serve.defaults);
-    check_sampling_defaults(serve.defaults, start.model);
-    serve.max_seq_len = serve_max_seq_len(cl.args, start.model);
+    serve = serve_config(cl.args, start);
     kv_blocks =
         start.cfg.max_batch * BlockAllocator::blocks_for(serve.max_seq_len, start.cfg.block_size);
     if (serve.http.enabled) http = start_http_front(serve.http, start.cfg.knobs);
   });
   Session session = open_engine(std::move(start), kv_blocks);
-  if (session.layout.front_only())
-    return serve_on_rank0(session, std::move(serve), std::move(http));
+  if (session.layout.front_only()) return serve_on_rank0(session, serve, std::move(http));
   if (!session.layout.leader()) return session.engine->worker_loop();
   if (rank != 0) return run_as_replica_leader(session);
-  return serve_on_rank0(session, std::move(serve), std::move(http));
+  return serve_on_rank0(session, serve, std::move(http));
 }
 
 }  // namespace llama2

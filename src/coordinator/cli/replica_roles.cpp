@@ -27,7 +27,7 @@ int run_as_replica_leader(Session& session) {
   ReplicaLink link(session.front_comm);
   BlockAllocator blocks(session.num_blocks, session.block_size);
   const int code = run_replica_leader(*session.engine, *session.tokenizer, session.config, blocks,
-                                      scheduler_options(session.settings, nullptr), link);
+                                      scheduler_options(session.settings), link);
   session.engine->shutdown(code);
   return code;
 }

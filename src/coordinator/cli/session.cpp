@@ -3,7 +3,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <sstream>
 
 #include "common/capacity.h"
 #include "common/check.h"
@@ -75,16 +74,8 @@ Session open_engine(SessionStart&& start, int kv_blocks) {
   MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, engine ? 0 : MPI_UNDEFINED, start.rank_, &engines));
   std::string error;
   if (engine) {
-    MPI_Comm node;
-    MPI_CHECK(
-        MPI_Comm_split_type(engines, MPI_COMM_TYPE_SHARED, start.rank_, MPI_INFO_NULL, &node));
-    int shm_rank = 0, shm_size = 1;
-    MPI_CHECK(MPI_Comm_rank(node, &shm_rank));
-    MPI_CHECK(MPI_Comm_size(node, &shm_size));
-    MPI_CHECK(MPI_Comm_free(&node));
+    const LocalRank local = read_local_rank(engines);
     MPI_CHECK(MPI_Comm_free(&engines));
-    const LocalRank local = resolve_local_rank(shm_rank, shm_size, std::getenv("SLURM_LOCALID"),
-                                               std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"));
     try {
       s.engine =
           std::make_unique<RankEngine>(s.settings, s.config, s.replica_comm, kv_blocks, &local);
@@ -96,14 +87,18 @@ Session open_engine(SessionStart&& start, int kv_blocks) {
   agree_on_errors(MPI_COMM_WORLD, error);
   s.block_size = s.settings.block_size;
   s.num_blocks = engine ? s.engine->kv().num_blocks : 0;
-  // Replica 0's leader names the engine's resolved types for every rank.
-  char names[96] = {};
+  // Replica 0's leader tells every rank the engine's resolved types.
+  int types[3] = {};
   if (start.rank_ == l.leader_of(0)) {
-    std::snprintf(names, sizeof(names), "%s %s %s", s.engine->backend_name(),
-                  s.engine->dtype_name(), s.engine->kv_dtype_name());
+    const ResolvedConfig& r = s.engine->settings();
+    types[0] = static_cast<int>(r.backend);
+    types[1] = static_cast<int>(r.dtype);
+    types[2] = static_cast<int>(r.kv_cache_dtype);
   }
-  MPI_CHECK(MPI_Bcast(names, sizeof(names), MPI_CHAR, l.leader_of(0), MPI_COMM_WORLD));
-  std::istringstream(names) >> s.backend >> s.dtype >> s.kv_dtype;
+  MPI_CHECK(MPI_Bcast(types, 3, MPI_INT, l.leader_of(0), MPI_COMM_WORLD));
+  s.backend = static_cast<Backend>(types[0]);
+  s.dtype = static_cast<ComputeDType>(types[1]);
+  s.kv_cache_dtype = static_cast<KvCacheDType>(types[2]);
   std::vector<int> blocks(static_cast<size_t>(l.world));
   MPI_CHECK(MPI_Allgather(&s.num_blocks, 1, MPI_INT, blocks.data(), 1, MPI_INT, MPI_COMM_WORLD));
   for (int r = 0; r < l.replicas; ++r) s.replica_blocks.push_back(blocks[l.leader_of(r)]);

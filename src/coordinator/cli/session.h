@@ -25,9 +25,11 @@ struct Session {
   ModelConfig config;
   std::unique_ptr<Tokenizer> tokenizer;  // world rank 0 and the replica leaders only
   std::unique_ptr<RankEngine> engine;    // null on a dedicated front
-  // The resolved names of replica 0's engine, known on every rank (a dedicated front has no
-  // engine to ask): "cpu"/"cuda", "fp32"/"fp16"/"bf16", the KV cache's dtype.
-  std::string backend, dtype, kv_dtype;
+  // Replica 0's engine's resolved types, known on every rank (a dedicated front has no engine to
+  // ask); their names only where they are reported (health, the start-up line).
+  Backend backend = Backend::kCpu;
+  ComputeDType dtype = ComputeDType::kFp32;
+  KvCacheDType kv_cache_dtype = KvCacheDType::kAuto;  // kAuto: the cache holds `dtype`
   // Data parallelism (coordinator/replicas/layout.h): this rank's place, the engine's own
   // communicator (its replica's ranks), the front's link communicator (world rank 0 and the
   // replica leaders; MPI_COMM_NULL elsewhere) and every replica's KV blocks, by replica.

@@ -16,6 +16,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace llama2 {
@@ -27,7 +28,13 @@ class ConnectionPool final : public httplib::TaskQueue {
       : max_threads_(threads), max_queued_(max_queued), nice_(nice) {}
   ~ConnectionPool() override { shutdown(); }
 
-  void enqueue(std::function<void()> fn) override {
+  // cpp-httplib 0.11-0.14 (Debian 12, Ubuntu 24.04) declare `void enqueue`, 0.15 and later (Debian
+  // 13) `bool enqueue`, false meaning "queue full, drop the connection". This pool never refuses
+  // through that path (it answers 503 itself), so it returns true where a value is wanted.
+  using EnqueueResult =
+      decltype(std::declval<httplib::TaskQueue&>().enqueue(std::function<void()>()));
+
+  EnqueueResult enqueue(std::function<void()> fn) override {
     std::unique_lock<std::mutex> lock(mu_);
     // Idle workers not yet claimed by a job already waiting: a burst of connections arriving
     // before the woken workers run must still get one thread each.
@@ -38,10 +45,11 @@ class ConnectionPool final : public httplib::TaskQueue {
       refusals_.push_back(std::move(fn));
       if (!refuser_.joinable()) refuser_ = std::thread([this] { refuse(); });
       cv_.notify_all();
-      return;
+      return static_cast<EnqueueResult>(true);
     }
     jobs_.push_back(std::move(fn));
     cv_.notify_all();
+    return static_cast<EnqueueResult>(true);
   }
 
   void shutdown() override {

@@ -2,6 +2,19 @@
 
 namespace llama2 {
 
+void HttpExchange::on_token(const TokenEvent& ev) {
+  if (stream_) push_token(ev);  // a non-streamed answer is built from the end's result
+}
+
+void HttpExchange::on_finished(const Finished& done, const Timings& timings) {
+  finish(done, timings);
+  wake();
+}
+
+void HttpExchange::on_error(ErrorCode code, const std::string& message) {
+  fail(code, message);
+}
+
 void HttpExchange::push_token(const TokenEvent& ev) {
   std::lock_guard<std::mutex> lock(mu_);
   if (overflowed_ || bytes_ + ev.text.size() > kMaxQueuedBytes) {
@@ -20,7 +33,7 @@ void HttpExchange::finish(const Finished& done, const Timings& timings) {
   end_ = std::move(e);
 }
 
-void HttpExchange::fail(const std::string& code, const std::string& message) {
+void HttpExchange::fail(ErrorCode code, const std::string& message) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     End e;
@@ -57,7 +70,7 @@ ExchangeNotifier::~ExchangeNotifier() {
   thread_.join();
 }
 
-void ExchangeNotifier::post(std::vector<std::shared_ptr<HttpExchange>>& touched) {
+void ExchangeNotifier::flush(std::vector<std::shared_ptr<EventSink>>& touched) {
   if (touched.empty()) return;
   bool was_idle;
   {
@@ -74,14 +87,14 @@ void ExchangeNotifier::post(std::vector<std::shared_ptr<HttpExchange>>& touched)
 }
 
 void ExchangeNotifier::run() {
-  std::vector<std::shared_ptr<HttpExchange>> batch;
+  std::vector<std::shared_ptr<EventSink>> batch;
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     cv_.wait(lock, [this] { return stop_ || !pending_.empty(); });
     batch.swap(pending_);
     const bool stop = stop_;
     lock.unlock();
-    for (const auto& x : batch) x->notify();
+    for (const auto& x : batch) x->wake();
     batch.clear();  // the last references of finished exchanges go here, off the engine thread
     if (stop) return;
     lock.lock();

@@ -19,7 +19,6 @@
 #include "common/check.h"
 #include "coordinator/http/connection_pool.h"
 #include "coordinator/http/http_exchange.h"
-#include "coordinator/serving/socket_server.h"
 
 namespace llama2 {
 
@@ -39,16 +38,6 @@ void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
   if (e.status == 429 || e.status == 503) res.set_header("Retry-After", "1");
   res.set_content(dump(api_error_body(e)), "application/json");
-}
-
-ApiError error_of(int status, const std::string& type, const std::string& code,
-                  const std::string& message) {
-  ApiError e;
-  e.status = status;
-  e.type = type;
-  e.code = code;
-  e.message = message;
-  return e;
 }
 
 // cpp-httplib 0.11 does not tell a handler its socket; the connection's 4-tuple finds it, so that
@@ -115,12 +104,14 @@ struct HttpFront::Impl {
   HttpOptions opts;
   // Set once by attach(), before `ready`; the routes past before_routing() only run once ready.
   std::optional<HttpDeps> deps;
+  // Wakes the connection threads of the exchanges that got tokens in a step (the exchanges'
+  // SinkFlusher); made by attach().
+  std::unique_ptr<ExchangeNotifier> notifier;
   std::atomic<bool> ready{false};
   httplib::Server svr;
   std::thread listener;
   int listen_fd = -1;
   int bound_port = 0;
-  std::atomic<uint64_t> next_client{1};
   // stop() has begun: a generation posted after the engine loop's last look at the inbox would
   // never be answered, so its waiting thread gives up with shutting_down.
   std::atomic<bool> closing{false};
@@ -140,21 +131,31 @@ struct HttpFront::Impl {
                     Clock::time_point deadline);
   void answer_stream(httplib::Response& res, const std::shared_ptr<HttpExchange>& ex,
                      const ApiResponseHead& head, bool include_usage, Clock::time_point deadline);
-  void command(ServeCommand::Kind kind, const std::shared_ptr<HttpExchange>& ex) {
-    ServeCommand cmd;
+  // A stream's content provider, in named parts: one call writes what arrived (SSE chunks), or
+  // its end ([DONE]); false ends the stream early.
+  struct StreamState;
+  bool stream_once(StreamState& st, httplib::DataSink& sink);
+  std::string token_chunks(StreamState& st, const std::vector<HttpExchange::Token>& tokens) const;
+  // The end a stream gets without the engine's: its deadline passed, or the server's trouble.
+  std::optional<HttpExchange::End> interruption(const StreamState& st);
+  std::string closing_chunks(const StreamState& st, const HttpExchange::End& end) const;
+  // kExpired (the exchange's generation) or kDisconnect (its connection).
+  void command(EngineCommand::Kind kind, const std::shared_ptr<HttpExchange>& ex) {
+    EngineCommand cmd;
     cmd.kind = kind;
-    cmd.conn = cmd.serial = ex->client();
+    cmd.client = ex->client();
+    cmd.ticket = ex->ticket();
     deps->inbox.post(std::move(cmd));
   }
   // The error an unfinished generation gets from the server's state, if any.
   std::optional<ApiError> server_trouble() const {
     if (deps->inbox.stalled()) {
-      return error_of(503, "server_error", "stalled",
-                      "the engine stalled; the server is ending (see its log)");
+      return api_error(ErrorCode::kStalled,
+                       "the engine stalled; the server is ending (see its log)");
     }
     if (closing) {
-      return api_error_from_code("shutting_down",
-                                 "the server shut down before this generation finished");
+      return api_error(ErrorCode::kShuttingDown,
+                       "the server shut down before this generation finished");
     }
     return std::nullopt;
   }
@@ -164,6 +165,7 @@ HttpFront::HttpFront(HttpOptions opts) : impl_(std::make_unique<Impl>(std::move(
 
 void HttpFront::attach(HttpDeps deps) {
   LLAMA2_CHECK(!impl_->deps);
+  impl_->notifier = std::make_unique<ExchangeNotifier>();
   impl_->deps.emplace(std::move(deps));
   impl_->ready.store(true, std::memory_order_release);
 }
@@ -180,9 +182,9 @@ httplib::Server::HandlerResponse HttpFront::Impl::before_routing(const httplib::
                                                                  httplib::Response& res) {
   if (ConnectionPool::refusing()) {  // no thread free and the waiting list full
     res.set_header("Connection", "close");
-    send_error(res, error_of(503, "server_error", "server_busy",
-                             "every connection thread is busy (--http-threads " +
-                                 std::to_string(opts.threads) + "); retry later"));
+    send_error(res, api_error(ErrorCode::kServerBusy,
+                              "every connection thread is busy (--http-threads " +
+                                  std::to_string(opts.threads) + "); retry later"));
     return httplib::Server::HandlerResponse::Handled;
   }
   if (!ready.load(std::memory_order_acquire)) {  // the model is still loading
@@ -190,9 +192,9 @@ httplib::Server::HandlerResponse HttpFront::Impl::before_routing(const httplib::
       res.status = 503;
       res.set_content(dump(json{{"status", "starting"}}), "application/json");
     } else {
-      send_error(res, error_of(503, "server_error", "starting",
-                               "the server is starting (the model is loading); retry when GET "
-                               "/health answers 200"));
+      send_error(res, api_error(ErrorCode::kStarting,
+                                "the server is starting (the model is loading); retry when GET "
+                                "/health answers 200"));
     }
     return httplib::Server::HandlerResponse::Handled;
   }
@@ -203,10 +205,9 @@ httplib::Server::HandlerResponse HttpFront::Impl::before_routing(const httplib::
     const bool ok =
         auth.rfind(prefix, 0) == 0 && same_secret(auth.substr(prefix.size()), opts.api_key);
     if (!ok) {
-      ApiError e = error_of(
-          401, "invalid_request_error", "invalid_api_key",
-          auth.empty() ? "missing \"Authorization: Bearer <key>\" header" : "invalid API key");
-      send_error(res, e);
+      send_error(res, api_error(ErrorCode::kInvalidApiKey,
+                                auth.empty() ? "missing \"Authorization: Bearer <key>\" header"
+                                             : "invalid API key"));
       return httplib::Server::HandlerResponse::Handled;
     }
   }
@@ -238,45 +239,47 @@ void HttpFront::Impl::routes() {
   });
   // Every other error (unknown path 404, wrong method, body over the limit 413, unreadable
   // request 400) in OpenAI's shape; the handlers' own errors already have a body.
-  svr.set_error_handler(httplib::Server::HandlerWithResponse(
-      [this](const httplib::Request& req, httplib::Response& res) {
-        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-        ApiError e = error_of(res.status, "invalid_request_error", "", "");
-        if (res.status == 404) {
-          e.code = "not_found";
-          e.message = "no route " + req.method + " " + quote(req.path) +
-                      " (routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, "
-                      "GET /health, GET /metrics)";
-        } else if (res.status == 413) {
-          e.code = "body_too_large";
-          e.message = "the request body exceeds --http-max-body-bytes (" +
-                      std::to_string(opts.max_body_bytes) + ")";
-        } else {
-          e.code = "invalid_request";
-          e.message = "the request could not be read (HTTP " + std::to_string(res.status) + ")";
-        }
-        res.set_content(dump(api_error_body(e)), "application/json");
-        return httplib::Server::HandlerResponse::Handled;
-      }));
+  svr.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
+                                                                    httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    ApiError e;
+    if (res.status == 404) {
+      e = api_error(ErrorCode::kNotFound, "");
+      e.message = "no route " + req.method + " " + quote(req.path) +
+                  " (routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, "
+                  "GET /health, GET /metrics)";
+    } else if (res.status == 413) {
+      e = api_error(ErrorCode::kBodyTooLarge, "the request body exceeds --http-max-body-bytes (" +
+                                                  std::to_string(opts.max_body_bytes) + ")");
+    } else {
+      // The library's own status (400, 405, ...) stays: the code is the generic one.
+      e = api_error(ErrorCode::kInvalidRequest,
+                    "the request could not be read (HTTP " + std::to_string(res.status) + ")");
+      e.status = res.status;
+    }
+    res.set_content(dump(api_error_body(e)), "application/json");
+    return httplib::Server::HandlerResponse::Handled;
+  }));
 }
 
 void HttpFront::Impl::generate(const httplib::Request& req, httplib::Response& res, ApiKind kind) {
   Admission& admission = deps->admission;
   const auto refuse = [&](const ApiError& e) {
-    admission.count_refusal(e.code.empty() ? "invalid_request" : e.code);
+    admission.count_refusal(e.code);
     send_error(res, e);
   };
   if (auto trouble = server_trouble()) return refuse(*trouble);
   if (deps->inbox.draining()) {
-    return refuse(api_error_from_code(
-        "shutting_down", "the server is shutting down and accepts no new generations"));
+    return refuse(api_error(ErrorCode::kShuttingDown,
+                            "the server is shutting down and accepts no new generations"));
   }
   ApiParse parsed = parse_api_request(req.body, kind, deps->api);
   if (parsed.error) return refuse(*parsed.error);
   // The request owner's admission, as the socket endpoint applies it: a place in the queue
   // (an HTTP/1.1 connection has one request in flight, so no per-connection limit applies).
-  if (auto refusal = admission.reserve(0)) {
-    return send_error(res, api_error_from_code(refusal->code, refusal->message));  // counted
+  Reservation place = admission.reserve(0);
+  if (!place) {
+    return send_error(res, api_error(place.refusal()->code, place.refusal()->message));  // counted
   }
   ApiResponseHead head;
   head.kind = kind;
@@ -284,38 +287,32 @@ void HttpFront::Impl::generate(const httplib::Request& req, httplib::Response& r
   head.created = static_cast<int64_t>(std::time(nullptr));
   head.model = deps->api.served_model;
   // Tokenized here, on this connection's own thread, then the one prompt-length check.
-  FrameRequest fr;
-  fr.op = FrameRequest::Op::kGenerate;
-  fr.id = head.id;
-  fr.request = std::move(parsed.request.request);
-  const json refusal = tokenize_frame_request(fr, deps->tokenizer, deps->api.config, deps->limits);
-  if (!refusal.is_null() || deps->inbox.draining()) {
-    admission.unreserve();
-    ApiError e = refusal.is_null()
-                     ? api_error_from_code("shutting_down", "the server began shutting down")
-                     : api_error_from_code(refusal.value("code", "invalid_request"),
-                                           refusal.value("message", ""));
-    return refuse(e);
+  ParsedRequest& request = parsed.request.request;
+  std::optional<Refusal> refusal =
+      prepare_prompt(request, deps->tokenizer, deps->api.config, deps->limits.prompt);
+  if (refusal || deps->inbox.draining()) {  // `place` goes back as it is dropped
+    if (!refusal) refusal = Refusal{ErrorCode::kShuttingDown, "the server began shutting down"};
+    return refuse(api_error(refusal->code, refusal->message));
   }
-  const auto ex = std::make_shared<HttpExchange>(kHttpClientBit | next_client.fetch_add(1),
-                                                 fr.request.params.logprobs);
+  // An HTTP/1.1 connection has one request in flight: the exchange is its own client.
+  const auto ex =
+      std::make_shared<HttpExchange>(deps->inbox.new_client(), deps->inbox.new_ticket(),
+                                     request.params.logprobs, parsed.request.stream, *notifier);
   const Clock::time_point now = Clock::now();
-  ServeCommand cmd;
-  cmd.kind = ServeCommand::Kind::kGenerate;
-  cmd.conn = cmd.serial = ex->client();
-  cmd.id = head.id;
-  cmd.request = std::move(fr.request);
-  cmd.stream = parsed.request.stream;
-  cmd.arrival = now;
+  EngineCommand cmd;
+  cmd.kind = EngineCommand::Kind::kGenerate;
+  cmd.client = ex->client();
+  cmd.ticket = ex->ticket();
+  cmd.request = std::move(request);
+  cmd.place = std::move(place);
   cmd.deadline = now + std::chrono::milliseconds(deps->limits.request_timeout_ms);
-  cmd.http = ex;
+  cmd.sink = ex;
   deps->inbox.post(std::move(cmd));
   // Past the deadline the owner ends the generation itself ("timeout", with its text); only when
   // the engine is inside a stuck step does this thread answer alone, after the same grace as the
   // socket endpoint.
-  const Clock::time_point give_up = now +
-                                    std::chrono::milliseconds(deps->limits.request_timeout_ms) +
-                                    SocketServer::kDeadlineGrace;
+  const Clock::time_point give_up =
+      now + std::chrono::milliseconds(deps->limits.request_timeout_ms) + kDeadlineGrace;
   if (parsed.request.stream) {
     answer_stream(res, ex, head, parsed.request.include_usage, give_up);
   } else {
@@ -331,8 +328,7 @@ void HttpFront::Impl::answer_whole(const httplib::Request& req, httplib::Respons
     HttpExchange::News news = ex->take(kPollInterval);
     if (news.end) {
       const HttpExchange::End& end = *news.end;
-      if (!end.error_code.empty())
-        return send_error(res, api_error_from_code(end.error_code, end.error_message));
+      if (end.error_code) return send_error(res, api_error(*end.error_code, end.error_message));
       const Finished& f = end.finished;
       ApiResult r{f.finish_reason, f.prompt_tokens, static_cast<int>(f.tokens.size()), f.text};
       if (ex->logprobs()) {
@@ -347,17 +343,17 @@ void HttpFront::Impl::answer_whole(const httplib::Request& req, httplib::Respons
     }
     if (auto trouble = server_trouble()) return send_error(res, *trouble);
     if (Clock::now() >= give_up) {
-      command(ServeCommand::Kind::kExpired, ex);
-      return res.set_content(dump(api_response(head, ApiResult{"timeout", 0, 0, ""})),
-                             "application/json");
+      command(EngineCommand::Kind::kExpired, ex);
+      return res.set_content(
+          dump(api_response(head, ApiResult{FinishReason::kTimeout, 0, 0, "", nullptr})),
+          "application/json");
     }
-    if (!client_alive(fd)) return command(ServeCommand::Kind::kDisconnect, ex);
+    if (!client_alive(fd)) return command(EngineCommand::Kind::kDisconnect, ex);
   }
 }
 
-namespace {
 // One stream's progress, shared by the content provider's calls and its releaser.
-struct StreamState {
+struct HttpFront::Impl::StreamState {
   std::shared_ptr<HttpExchange> ex;
   ApiResponseHead head;
   bool include_usage = false;
@@ -366,7 +362,73 @@ struct StreamState {
   int text_bytes = 0;    // text sent so far (completions' logprobs text_offset)
   Clock::time_point give_up;
 };
-}  // namespace
+
+std::string HttpFront::Impl::token_chunks(StreamState& st,
+                                          const std::vector<HttpExchange::Token>& tokens) const {
+  std::string out;
+  const bool usage_null = st.include_usage;
+  for (const HttpExchange::Token& t : tokens) {
+    if (st.ex->logprobs()) {  // every token, even one whose text is not complete yet
+      const json lp =
+          api_logprobs(st.head.kind, {{t.token, t.logprob, t.top}}, deps->tokenizer, st.text_bytes);
+      out += sse(api_chunk(st.head, t.text, false, nullptr, usage_null, lp));
+    } else if (!t.text.empty()) {
+      out += sse(api_chunk(st.head, t.text, false, nullptr, usage_null));
+    }
+    st.text_bytes += static_cast<int>(t.text.size());
+  }
+  return out;
+}
+
+std::optional<HttpExchange::End> HttpFront::Impl::interruption(const StreamState& st) {
+  HttpExchange::End end;
+  if (Clock::now() >= st.give_up) {
+    command(EngineCommand::Kind::kExpired, st.ex);
+    end.finished.finish_reason = FinishReason::kTimeout;
+    return end;
+  }
+  const std::optional<ApiError> trouble = server_trouble();
+  if (!trouble) return std::nullopt;
+  end.error_code = trouble->code;
+  end.error_message = trouble->message;
+  return end;
+}
+
+std::string HttpFront::Impl::closing_chunks(const StreamState& st,
+                                            const HttpExchange::End& end) const {
+  std::string out;
+  if (end.error_code) {
+    // Headers (200) are out: the error travels as an event, as OpenAI's streams do.
+    out += sse(api_error_body(api_error(*end.error_code, end.error_message)));
+  } else {
+    const Finished& f = end.finished;
+    out += sse(api_chunk(st.head, "", false, &f.finish_reason, st.include_usage));
+    if (st.include_usage) {
+      out += sse(api_usage_chunk(st.head, f.prompt_tokens, static_cast<int>(f.tokens.size())));
+    }
+  }
+  return out + "data: [DONE]\n\n";
+}
+
+bool HttpFront::Impl::stream_once(StreamState& st, httplib::DataSink& sink) {
+  std::string out;
+  if (!st.started && st.head.kind == ApiKind::kChat)
+    out += sse(api_chunk(st.head, "", true, nullptr, st.include_usage));
+  st.started = true;
+  HttpExchange::News news = st.ex->take(out.empty() ? kPollInterval : std::chrono::milliseconds(0));
+  out += token_chunks(st, news.tokens);
+  if (news.overflowed) return false;  // the releaser cancels the generation
+  if (!news.end) news.end = interruption(st);
+  if (news.end) {
+    out += closing_chunks(st, *news.end);
+    st.ended = true;
+    if (!sink.write(out.data(), out.size())) return false;
+    sink.done();
+    return true;
+  }
+  if (!out.empty()) return sink.write(out.data(), out.size());
+  return sink.is_writable();  // idle: a client that hung up ends the stream
+}
 
 void HttpFront::Impl::answer_stream(httplib::Response& res, const std::shared_ptr<HttpExchange>& ex,
                                     const ApiResponseHead& head, bool include_usage,
@@ -378,66 +440,14 @@ void HttpFront::Impl::answer_stream(httplib::Response& res, const std::shared_pt
   st->give_up = give_up;
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
-  const auto provider = [this, st](size_t, httplib::DataSink& sink) -> bool {
-    std::string out;
-    const bool usage_null = st->include_usage;
-    if (!st->started && st->head.kind == ApiKind::kChat)
-      out += sse(api_chunk(st->head, "", true, nullptr, usage_null));
-    st->started = true;
-    HttpExchange::News news =
-        st->ex->take(out.empty() ? kPollInterval : std::chrono::milliseconds(0));
-    for (const HttpExchange::Token& t : news.tokens) {
-      if (st->ex->logprobs()) {  // every token, even one whose text is not complete yet
-        const json lp = api_logprobs(st->head.kind, {{t.token, t.logprob, t.top}}, deps->tokenizer,
-                                     st->text_bytes);
-        out += sse(api_chunk(st->head, t.text, false, nullptr, usage_null, lp));
-      } else if (!t.text.empty()) {
-        out += sse(api_chunk(st->head, t.text, false, nullptr, usage_null));
-      }
-      st->text_bytes += static_cast<int>(t.text.size());
-    }
-    if (news.overflowed) return false;  // the releaser cancels the generation
-    if (!news.end && Clock::now() >= st->give_up) {
-      command(ServeCommand::Kind::kExpired, st->ex);
-      HttpExchange::End timeout;
-      timeout.finished.finish_reason = "timeout";
-      news.end = timeout;
-    }
-    if (!news.end) {
-      if (const std::optional<ApiError> trouble = server_trouble()) {
-        HttpExchange::End failed;
-        failed.error_code = trouble->code;
-        failed.error_message = trouble->message;
-        news.end = failed;
-      }
-    }
-    if (news.end) {
-      const HttpExchange::End& end = *news.end;
-      if (!end.error_code.empty()) {
-        // Headers (200) are out: the error travels as an event, as OpenAI's streams do.
-        ApiError e = api_error_from_code(end.error_code, end.error_message);
-        out += sse(api_error_body(e));
-      } else {
-        const Finished& f = end.finished;
-        out += sse(api_chunk(st->head, "", false, &f.finish_reason, usage_null));
-        if (st->include_usage) {
-          out += sse(api_usage_chunk(st->head, f.prompt_tokens, static_cast<int>(f.tokens.size())));
-        }
-      }
-      out += "data: [DONE]\n\n";
-      st->ended = true;
-      if (!sink.write(out.data(), out.size())) return false;
-      sink.done();
-      return true;
-    }
-    if (!out.empty()) return sink.write(out.data(), out.size());
-    return sink.is_writable();  // idle: a client that hung up ends the stream
-  };
   ++open_streams;
-  res.set_chunked_content_provider("text/event-stream", provider, [this, st](bool) {
-    if (!st->ended) command(ServeCommand::Kind::kDisconnect, st->ex);
-    --open_streams;
-  });
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, st](size_t, httplib::DataSink& sink) { return stream_once(*st, sink); },
+      [this, st](bool) {
+        if (!st->ended) command(EngineCommand::Kind::kDisconnect, st->ex);
+        --open_streams;
+      });
 }
 
 void HttpFront::start() {

@@ -1,10 +1,10 @@
 // `llama2 serve --http HOST:PORT`: the OpenAI-compatible HTTP front on rank 0 (docs/PROTOCOL.md,
-// "HTTP"), a second endpoint beside the Unix socket on the same request owner. It applies the
-// same admission (Admission::reserve, prompt_length_error through tokenize_frame_request) on its
-// own connection threads and posts its generations into the socket server's inbox, so the one
-// engine loop (serve_loop) serves both; SocketBridge routes each request's events to its
-// HttpExchange. No HTTP library type appears here: the front is built only where cpp-httplib was
-// found at configure time (http_front_available()), and `--http` is refused clearly otherwise.
+// "HTTP"), an endpoint beside the Unix socket on the same request owner. It applies the same
+// admission (Admission::reserve, prepare_prompt: tokenizing and the prompt-length check) on its
+// own connection threads and posts its generations into the engine inbox (engine_inbox.h), which
+// neither endpoint owns; each generation's events come back to its HttpExchange (an EventSink).
+// No HTTP library type appears here: the front is built only where cpp-httplib was found at
+// configure time (http_front_available()), and `--http` is refused clearly otherwise.
 #pragma once
 
 #include <cstddef>
@@ -13,13 +13,13 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "common/sampling_params.h"
 #include "coordinator/http/openai_api.h"
 #include "coordinator/requests/admission.h"
-#include "coordinator/serving/protocol.h"
+#include "coordinator/serving/engine_inbox.h"
 
 namespace llama2 {
 
-class SocketServer;
 class Tokenizer;
 
 struct HttpOptions {
@@ -37,13 +37,19 @@ struct HttpOptions {
   int thread_nice = 0;  // the connection threads' niceness (LLAMA2_HTTP_THREAD_NICE); 0: unchanged
 };
 
+// The limits an HTTP generation is checked against (the socket endpoint's too).
+struct HttpLimits {
+  PromptLimits prompt;                  // prompt + max_new_tokens (the request owner's limits)
+  int64_t request_timeout_ms = 600000;  // every HTTP generation's timeout
+};
+
 // What the front shares with the rest of serve.
 struct HttpDeps {
-  SocketServer& inbox;  // the one inbox; its drain and stall state
+  EngineInbox& inbox;  // the one inbox; its drain and stall state
   Admission& admission;
   const Tokenizer& tokenizer;
   ApiContext api;
-  ServeLimits limits;                      // the socket endpoint's: prompt limits, request timeout
+  HttpLimits limits;
   std::function<std::string()> metrics;    // Prometheus text for GET /metrics
   std::function<nlohmann::json()> health;  // the `health` event (docs/PROTOCOL.md)
 };

@@ -47,18 +47,36 @@ const char* const kSameKeys[] = {"temperature",
                                  "ignore_eos"};
 
 ApiError invalid(const std::string& message, const std::string& param,
-                 const std::string& code = "invalid_request") {
-  ApiError e;
-  e.status = 400;
-  e.code = code;
-  e.message = message;
-  e.param = param;
-  return e;
+                 ErrorCode code = ErrorCode::kInvalidRequest) {
+  return api_error(code, message, param);
 }
 
 ApiError unsupported(const std::string& param, const std::string& what) {
-  return invalid(what + " is not supported by this server", param, "unsupported_parameter");
+  return invalid(what + " is not supported by this server", param,
+                 ErrorCode::kUnsupportedParameter);
 }
+
+// Indexed by ErrorCode (the static_assert keeps it as long as the enum).
+constexpr HttpErrorClass kHttpErrors[] = {
+    {400, "invalid_request_error"},  // invalid_request
+    {400, "invalid_request_error"},  // prompt_too_long
+    {429, "rate_limit_error"},       // queue_full
+    {429, "rate_limit_error"},       // too_many_in_flight
+    {503, "server_error"},           // too_many_connections
+    {503, "server_error"},           // shutting_down
+    {500, "server_error"},           // internal
+    {400, "invalid_request_error"},  // unsupported_parameter
+    {404, "invalid_request_error"},  // model_not_found
+    {404, "invalid_request_error"},  // not_found
+    {413, "invalid_request_error"},  // body_too_large
+    {401, "invalid_request_error"},  // invalid_api_key
+    {503, "server_error"},           // starting
+    {503, "server_error"},           // stalled
+    {503, "server_error"},           // server_busy
+    {400, "invalid_request_error"},  // invalid_json
+    {400, "invalid_request_error"},  // duplicate_custom_id
+};
+static_assert(sizeof(kHttpErrors) / sizeof(kHttpErrors[0]) == kErrorCodeCount);
 
 bool given(const json& j, const char* key) {
   const auto it = j.find(key);
@@ -138,121 +156,125 @@ std::string in_client_terms(std::string message, const char* max_key) {
 
 }  // namespace
 
-json api_error_body(const ApiError& e) {
-  return json{{"error",
-               {{"message", e.message},
-                {"type", e.type},
-                {"param", e.param.empty() ? json(nullptr) : json(e.param)},
-                {"code", e.code.empty() ? json(nullptr) : json(e.code)}}}};
+HttpErrorClass http_error_class(ErrorCode code) {
+  return kHttpErrors[static_cast<size_t>(code)];
 }
 
-ApiError api_error_from_code(const std::string& code, const std::string& message) {
+ApiError api_error(ErrorCode code, std::string message, std::string param) {
   ApiError e;
   e.code = code;
-  e.message = message;
-  if (code == "invalid_request" || code == "prompt_too_long") {
-    e.status = 400;
-  } else if (code == "queue_full" || code == "too_many_in_flight") {
-    e.status = 429;
-    e.type = "rate_limit_error";
-  } else if (code == "shutting_down") {
-    e.status = 503;
-    e.type = "server_error";
-  } else {
-    e.status = 500;
-    e.type = "server_error";
-  }
+  e.message = std::move(message);
+  e.param = std::move(param);
+  e.status = http_error_class(code).status;
   return e;
 }
 
-ApiParse parse_api_request(const std::string& body, ApiKind kind, const ApiContext& ctx) {
-  ApiParse out;
-  const auto fail = [&](ApiError e) {
-    out.error = std::move(e);
-    return out;
-  };
-  if (!is_valid_utf8(body)) return fail(invalid("the body is not valid UTF-8", ""));
+json api_error_body(const ApiError& e) {
+  return json{{"error",
+               {{"message", e.message},
+                {"type", http_error_class(e.code).type},
+                {"param", e.param.empty() ? json(nullptr) : json(e.param)},
+                {"code", to_string(e.code)}}}};
+}
+
+namespace {
+
+// The body as a JSON object with only known keys and the served model; else the error.
+std::optional<ApiError> parse_envelope(const std::string& body, ApiKind kind, const ApiContext& ctx,
+                                       json* j) {
+  if (!is_valid_utf8(body)) return invalid("the body is not valid UTF-8", "");
   if (json_nesting_exceeds(body, kMaxJsonDepth)) {
-    return fail(invalid(
-        "the body nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels", ""));
+    return invalid("the body nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels",
+                   "");
   }
-  const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return fail(invalid("the body is not valid JSON", ""));
-  if (!j.is_object()) return fail(invalid("the body must be a JSON object", ""));
+  *j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j->is_discarded()) return invalid("the body is not valid JSON", "");
+  if (!j->is_object()) return invalid("the body must be a JSON object", "");
   const std::set<std::string>& own = kind == ApiKind::kChat ? kChatKeys : kCompletionKeys;
-  for (const auto& item : j.items()) {
+  for (const auto& item : j->items()) {
     if (!kCommonKeys.count(item.key()) && !own.count(item.key())) {
-      return fail(invalid(
+      return invalid(
           "unknown parameter " + quote(item.key()) + " (allowed: " + list(kCommonKeys, own) + ")",
-          item.key()));
+          item.key());
     }
   }
   // The model before any value: a client talking to the wrong server learns that first.
-  if (!given(j, "model") || !j["model"].is_string())
-    return fail(invalid("\"model\" is required (a string: \"" + ctx.served_model + "\")", "model"));
-  out.request.model = j["model"].get<std::string>();
-  if (out.request.model != ctx.served_model) {
-    ApiError e = invalid("the model " + quote(out.request.model) +
-                             " does not exist (this server serves \"" + ctx.served_model + "\")",
-                         "model", "model_not_found");
-    e.status = 404;
-    return fail(e);
+  if (!given(*j, "model") || !(*j)["model"].is_string())
+    return invalid("\"model\" is required (a string: \"" + ctx.served_model + "\")", "model");
+  const std::string& model = (*j)["model"].get_ref<const std::string&>();
+  if (model != ctx.served_model) {
+    return invalid("the model " + quote(model) + " does not exist (this server serves \"" +
+                       ctx.served_model + "\")",
+                   "model", ErrorCode::kModelNotFound);
   }
-  if (auto e = refuse_unsupported(j, kind)) return fail(*e);
+  return refuse_unsupported(*j, kind);
+}
 
-  out.request.kind = kind;
+// "stream" and "stream_options" into `out`.
+std::optional<ApiError> parse_streaming(const json& j, ApiRequest* out) {
   if (given(j, "stream")) {
-    if (!j["stream"].is_boolean())
-      return fail(invalid("\"stream\" must be true or false", "stream"));
-    out.request.stream = j["stream"].get<bool>();
+    if (!j["stream"].is_boolean()) return invalid("\"stream\" must be true or false", "stream");
+    out->stream = j["stream"].get<bool>();
   }
-  if (given(j, "stream_options")) {
-    const json& so = j["stream_options"];
-    if (!out.request.stream)
-      return fail(
-          invalid("\"stream_options\" is only allowed with \"stream\": true", "stream_options"));
-    if (!so.is_object() || (so.contains("include_usage") && !so["include_usage"].is_boolean()))
-      return fail(
-          invalid("\"stream_options\" must be {\"include_usage\": true|false}", "stream_options"));
-    out.request.include_usage = so.value("include_usage", false);
-  }
+  if (!given(j, "stream_options")) return std::nullopt;
+  const json& so = j["stream_options"];
+  if (!out->stream)
+    return invalid("\"stream_options\" is only allowed with \"stream\": true", "stream_options");
+  if (!so.is_object() || (so.contains("include_usage") && !so["include_usage"].is_boolean()))
+    return invalid("\"stream_options\" must be {\"include_usage\": true|false}", "stream_options");
+  out->include_usage = so.value("include_usage", false);
+  return std::nullopt;
+}
 
-  // The project's request object: the same validation as the socket protocol and `batch`.
-  json mine = json::object();
+// The project's request object (request.h's keys) for an OpenAI body, validated there like the
+// socket protocol's and batch's: max_tokens -> max_new_tokens, a token-id prompt ->
+// prompt_tokens, logprobs in the project's two keys.
+std::optional<ApiError> translate_fields(const json& j, ApiKind kind, json* mine) {
   for (const char* k : kSameKeys)
-    if (given(j, k)) mine[k] = j[k];
-  const char* max_key = max_tokens_key(j, kind);
-  if (max_key != nullptr) mine["max_new_tokens"] = j[max_key];
+    if (given(j, k)) (*mine)[k] = j[k];
+  if (const char* max_key = max_tokens_key(j, kind)) (*mine)["max_new_tokens"] = j[max_key];
   // Logprobs: chat's logprobs (bool) + top_logprobs are the project's keys; completions' logprobs
   // is the number of alternatives (0 = the chosen token's only). Validated with the others.
   if (kind == ApiKind::kChat) {
     for (const char* k : {"logprobs", "top_logprobs"})
-      if (given(j, k)) mine[k] = j[k];
+      if (given(j, k)) (*mine)[k] = j[k];
   } else if (given(j, "logprobs")) {
     if (!j["logprobs"].is_number_integer())
-      return fail(invalid("\"logprobs\" must be an integer: the number of alternatives, 0.." +
-                              std::to_string(kMaxTopLogprobs) + " (got " +
-                              quote_json(j["logprobs"]) + ")",
-                          "logprobs"));
-    mine["logprobs"] = true;
-    mine["top_logprobs"] = j["logprobs"];
+      return invalid("\"logprobs\" must be an integer: the number of alternatives, 0.." +
+                         std::to_string(kMaxTopLogprobs) + " (got " + quote_json(j["logprobs"]) +
+                         ")",
+                     "logprobs");
+    (*mine)["logprobs"] = true;
+    (*mine)["top_logprobs"] = j["logprobs"];
   }
-  if (kind == ApiKind::kChat) {
-    if (!given(j, "messages")) return fail(invalid("\"messages\" is required", "messages"));
-    mine["messages"] = j["messages"];
-  } else if (auto e = translate_prompt(j, &mine)) {
-    return fail(*e);
-  }
+  if (kind == ApiKind::kCompletion) return translate_prompt(j, mine);
+  if (!given(j, "messages")) return invalid("\"messages\" is required", "messages");
+  (*mine)["messages"] = j["messages"];
+  return std::nullopt;
+}
+
+}  // namespace
+
+ApiParse parse_api_request(const std::string& body, ApiKind kind, const ApiContext& ctx) {
+  ApiParse out;
+  json j, mine = json::object();
+  out.error = parse_envelope(body, kind, ctx, &j);
+  if (!out.error) out.error = parse_streaming(j, &out.request);
+  if (!out.error) out.error = translate_fields(j, kind, &mine);
+  if (out.error) return out;
+  out.request.kind = kind;
+  out.request.model = j["model"].get<std::string>();
   out.request.request = parse_request_fields(mine, ctx.defaults, ctx.config, {});
   if (!out.request.request.ok()) {
     const ParsedRequest& r = out.request.request;
-    return fail(invalid(in_client_terms(r.error_message, max_key), "", r.error_code));
+    out.error =
+        invalid(in_client_terms(r.error_message, max_tokens_key(j, kind)), "", *r.error_code);
   }
   return out;
 }
 
-std::string api_finish_reason(const std::string& finish_reason) {
-  return finish_reason;  // stop | length | timeout | cancelled: the project's names are OpenAI's
+const char* api_finish_reason(FinishReason finish_reason) {
+  return to_string(finish_reason);  // stop | length | timeout | cancelled: OpenAI's names
 }
 
 json api_usage(int prompt_tokens, int completion_tokens) {
@@ -336,7 +358,7 @@ json api_response(const ApiResponseHead& h, const ApiResult& r) {
 }
 
 json api_chunk(const ApiResponseHead& h, const std::string& text, bool first,
-               const std::string* finish_reason, bool with_usage_null, const json& logprobs) {
+               const FinishReason* finish_reason, bool with_usage_null, const json& logprobs) {
   json out = head_object(h, true);
   json choice{
       {"index", 0},

@@ -17,24 +17,36 @@
 
 #include "common/model_config.h"
 #include "common/sampling_params.h"
+#include "coordinator/requests/codes.h"
 #include "coordinator/requests/request.h"
 #include "coordinator/requests/request_messages.h"
 #include "coordinator/text/tokenizer.h"
 
 namespace llama2 {
 
+// How an error code reaches an HTTP client: its status and OpenAI's error type
+// ("invalid_request_error", "rate_limit_error", "server_error").
+struct HttpErrorClass {
+  int status;
+  const char* type;
+};
+// The one table (openai_api.cpp) of every ErrorCode's status and type: 400 for a bad request
+// (invalid_request, prompt_too_long, unsupported_parameter), 401 invalid_api_key, 404
+// model_not_found / not_found, 413 body_too_large, 429 queue_full / too_many_in_flight, 503 for
+// a server that cannot take it now (shutting_down, starting, stalled, server_busy), 500 internal.
+HttpErrorClass http_error_class(ErrorCode code);
+
 // An error answered with OpenAI's shape {"error": {"message", "type", "param", "code"}}.
 struct ApiError {
-  int status = 400;
-  std::string type = "invalid_request_error";  // OpenAI's error types
-  std::string code;                            // the project's code (docs/PROTOCOL.md) or OpenAI's
+  ErrorCode code = ErrorCode::kInvalidRequest;
   std::string message;
   std::string param;  // the offending request key; "" -> null
+  // http_error_class(code).status, unless the HTTP library answered another status itself
+  // (an unreadable request: 400, 405, ...).
+  int status = 400;
 };
+ApiError api_error(ErrorCode code, std::string message, std::string param = "");
 nlohmann::json api_error_body(const ApiError& e);
-// The status the project's error codes map to: invalid_request / prompt_too_long 400,
-// queue_full / too_many_in_flight 429, shutting_down 503, anything else 500.
-ApiError api_error_from_code(const std::string& code, const std::string& message);
 
 enum class ApiKind { kCompletion, kChat };
 
@@ -62,11 +74,11 @@ ApiParse parse_api_request(const std::string& body, ApiKind kind, const ApiConte
 
 // OpenAI's finish_reason for the project's ("stop", "length"; "timeout" and "cancelled" are
 // passed through: clients do not check the value, and calling a timeout "length" would lie).
-std::string api_finish_reason(const std::string& finish_reason);
+const char* api_finish_reason(FinishReason finish_reason);
 
 // One finished generation, as the engine reported it.
 struct ApiResult {
-  std::string finish_reason;
+  FinishReason finish_reason = FinishReason::kStop;
   int prompt_tokens = 0;
   int completion_tokens = 0;
   std::string text;
@@ -102,7 +114,7 @@ nlohmann::json api_response(const ApiResponseHead& h, const ApiResult& r);
 // with `finish_reason` set, the last choice chunk. `with_usage_null`: stream_options.include_usage
 // asks that every chunk carry "usage": null.
 nlohmann::json api_chunk(const ApiResponseHead& h, const std::string& text, bool first,
-                         const std::string* finish_reason, bool with_usage_null,
+                         const FinishReason* finish_reason, bool with_usage_null,
                          const nlohmann::json& logprobs = nullptr);
 // The usage chunk that ends a stream when include_usage is set (empty choices).
 nlohmann::json api_usage_chunk(const ApiResponseHead& h, int prompt_tokens, int completion_tokens);

@@ -7,6 +7,7 @@
 #include "coordinator/replicas/nap.h"
 #include "coordinator/replicas/replica_set.h"
 #include "coordinator/replicas/replica_wire.h"
+#include "coordinator/scheduler/step_runner.h"
 
 namespace llama2 {
 namespace {
@@ -17,7 +18,11 @@ class Leader final : public WireVisitor {
  public:
   Leader(StepExecutor& exec, const Tokenizer& tok, const ModelConfig& config,
          BlockAllocator& blocks, SchedulerOptions opts, ReplicaLink& link)
-      : blocks_(blocks), scheduler_(exec, tok, config, blocks, opts), link_(link), out_(*this) {}
+      : blocks_(blocks),
+        scheduler_(tok, config, blocks, opts),
+        runner_(scheduler_, exec),
+        link_(link),
+        out_(*this) {}
 
   int run() {
     Nap nap(std::chrono::microseconds(1000));
@@ -34,7 +39,7 @@ class Leader final : public WireVisitor {
       // The front sends only what fits (replica_set.h), so this admits at once.
       while (!pending_.empty() && scheduler_.try_admit(pending_.front())) pending_.pop_front();
       if (!scheduler_.idle()) {
-        scheduler_.step(out_);
+        runner_.step(out_);
         ++steps_;
       }
       if (!out_.writer.empty() || Clock::now() - last_sent >= kReplicaHeartbeat) {
@@ -59,6 +64,7 @@ class Leader final : public WireVisitor {
                                  [&](const SubmitRequest& r) { return r.id == c.id; });
     if (it != pending_.end()) {
       Finished done = ended(c.id, it->prompt.size(), c.reason);
+      done.seed = it->params.seed.value_or(it->seed);
       pending_.erase(it);
       out_.on_finished(std::move(done));
       return;
@@ -79,7 +85,7 @@ class Leader final : public WireVisitor {
     void on_finished(Finished&& done) override { writer.finished(done); }
     WireWriter writer;
   };
-  static Finished ended(int64_t id, size_t prompt, const std::string& reason) {
+  static Finished ended(int64_t id, size_t prompt, FinishReason reason) {
     Finished f;
     f.id = id;
     f.finish_reason = reason;
@@ -96,12 +102,14 @@ class Leader final : public WireVisitor {
     g.kv_used = blocks_.used_blocks();
     g.kv_total = blocks_.num_blocks();
     g.steps = steps_;
+    g.preemptions = scheduler_.preemptions();
     msg.gauges(g);
     link_.send(0, msg.take() + out_.writer.take());
   }
 
   BlockAllocator& blocks_;
   BatchScheduler scheduler_;
+  StepRunner runner_;
   ReplicaLink& link_;
   Out out_;
   std::deque<SubmitRequest> pending_;

@@ -44,9 +44,9 @@ class ReplicaSet::Inbox final : public WireVisitor {
   SchedulerEvents& events_;
 };
 
-ReplicaSet::ReplicaSet(BatchScheduler& local) : ReplicaSet(&local, nullptr, {}, 0, 1) {}
+ReplicaSet::ReplicaSet(StepRunner& local) : ReplicaSet(&local, nullptr, {}, 0, 1) {}
 
-ReplicaSet::ReplicaSet(BatchScheduler* local, ReplicaLink* link, std::vector<RemoteReplica> remotes,
+ReplicaSet::ReplicaSet(StepRunner* local, ReplicaLink* link, std::vector<RemoteReplica> remotes,
                        int max_batch, int block_size)
     : local_(local),
       link_(link),
@@ -69,7 +69,7 @@ ReplicaSet::ReplicaSet(BatchScheduler* local, ReplicaLink* link, std::vector<Rem
 }
 
 int ReplicaSet::free_blocks(int replica) const {
-  if (replica < first_remote_) return local_->blocks().free_blocks();
+  if (replica < first_remote_) return local_->scheduler().blocks().free_blocks();
   const size_t k = static_cast<size_t>(replica - first_remote_);
   return remotes_[k].kv_blocks - remote_reserved_[k];
 }
@@ -81,8 +81,7 @@ bool ReplicaSet::fits(int replica, int blocks) const {
 }
 
 int ReplicaSet::try_admit(SubmitRequest& req) {
-  const int blocks = BlockAllocator::blocks_for(
-      static_cast<int>(req.prompt.size()) + req.params.max_new_tokens, block_size_);
+  const int blocks = BlockAllocator::blocks_for(static_cast<int>(req.prompt.size()), block_size_);
   // Most free blocks first, the lowest index among equals.
   std::vector<int> order(static_cast<size_t>(size()));
   for (int r = 0; r < size(); ++r) order[static_cast<size_t>(r)] = r;
@@ -94,7 +93,7 @@ int ReplicaSet::try_admit(SubmitRequest& req) {
   for (int r : order) {
     if (!fits(r, blocks)) continue;
     if (r < first_remote_) {
-      if (!local_->try_admit(req)) continue;
+      if (!local_->scheduler().try_admit(req)) continue;
     } else {
       const size_t k = static_cast<size_t>(r - first_remote_);
       outbox_[k].submit(req);
@@ -121,7 +120,7 @@ bool ReplicaSet::cancel(const CancelRequest& c, SchedulerEvents& events) {
     return true;
   }
   if (local_ == nullptr) return false;
-  const bool ok = local_->cancel(c, events);
+  const bool ok = local_->scheduler().cancel(c, events);
   publish(0);
   return ok;
 }
@@ -132,7 +131,7 @@ int ReplicaSet::step(SchedulerEvents& events) {
   }
   int generated = 0;
   bool worked = false;
-  if (local_ != nullptr && !local_->idle()) {
+  if (local_ != nullptr && !local_->scheduler().idle()) {
     generated += local_->step(events);
     publish(0);
     worked = true;
@@ -162,29 +161,36 @@ int ReplicaSet::step(SchedulerEvents& events) {
 }
 
 bool ReplicaSet::idle() const {
-  return held_.empty() && (local_ == nullptr || local_->idle());
+  return held_.empty() && (local_ == nullptr || local_->scheduler().idle());
 }
 
 int ReplicaSet::running() const {
-  int n = local_ != nullptr ? static_cast<int>(local_->running()) : 0;
+  int n = local_ != nullptr ? static_cast<int>(local_->scheduler().running()) : 0;
   for (int x : remote_running_) n += x;
   return n;
 }
 
 int ReplicaSet::kv_used() const {
-  int n = local_ != nullptr ? local_->blocks().used_blocks() : 0;
+  int n = local_ != nullptr ? local_->scheduler().blocks().used_blocks() : 0;
   for (int x : remote_reserved_) n += x;
   return n;
 }
 
 int ReplicaSet::kv_total() const {
-  int n = local_ != nullptr ? local_->blocks().num_blocks() : 0;
+  int n = local_ != nullptr ? local_->scheduler().blocks().num_blocks() : 0;
   for (const RemoteReplica& r : remotes_) n += r.kv_blocks;
   return n;
 }
 
+int64_t ReplicaSet::preemptions() const {
+  int64_t n = local_ != nullptr ? local_->scheduler().preemptions() : 0;
+  for (size_t r = static_cast<size_t>(first_remote_); r < stats_.size(); ++r)
+    n += stats_[r].gauges.preemptions;
+  return n;
+}
+
 int ReplicaSet::min_kv_blocks() const {
-  int n = local_ != nullptr ? local_->blocks().num_blocks() : INT32_MAX;
+  int n = local_ != nullptr ? local_->scheduler().blocks().num_blocks() : INT32_MAX;
   for (const RemoteReplica& r : remotes_) n = std::min(n, r.kv_blocks);
   return n;
 }
@@ -192,9 +198,9 @@ int ReplicaSet::min_kv_blocks() const {
 void ReplicaSet::publish(int replica) {
   ReplicaStat& s = stats_[static_cast<size_t>(replica)];
   if (replica < first_remote_) {
-    s.gauges.running = static_cast<int>(local_->running());
-    s.gauges.kv_used = local_->blocks().used_blocks();
-    s.gauges.kv_total = local_->blocks().num_blocks();
+    s.gauges.running = static_cast<int>(local_->scheduler().running());
+    s.gauges.kv_used = local_->scheduler().blocks().used_blocks();
+    s.gauges.kv_total = local_->scheduler().blocks().num_blocks();
   }
   if (board_ != nullptr) board_->set(replica, s);
 }

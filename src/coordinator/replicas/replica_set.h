@@ -3,11 +3,12 @@
 // forwards cancels to the replica that holds it, and turns what the replicas report into the
 // owner's TokenEvent / Finished messages.
 //
-// Replica 0 may run in this process (a BatchScheduler over rank 0's own engine: no messages);
+// Replica 0 may run in this process (a StepRunner over rank 0's own engine: no messages);
 // the others are remote leaders reached over a ReplicaLink. The front counts a remote replica's
-// capacity itself: a request dispatched there holds one batch slot and blocks_for(prompt +
-// max_new_tokens) KV blocks until its Finished comes back, which is exactly what the leader's
-// scheduler reserves (batch_scheduler.h), so the front never sends a request that would wait.
+// capacity itself: a request dispatched there holds one batch slot and blocks_for(prompt) KV
+// blocks until its Finished comes back, what the leader's scheduler takes at admission
+// (batch_scheduler.h; its sequences then grow, and the leader preempts when they must). The
+// leader keeps a small pending queue, so a request the front sent too early only waits there.
 //
 // The dispatch rule: the queue's head goes to the replica with the most free KV blocks among
 // those with a free batch slot and enough free blocks for it (ties: the lowest index); none: it
@@ -27,6 +28,7 @@
 #include "coordinator/replicas/replica_wire.h"
 #include "coordinator/requests/request_messages.h"
 #include "coordinator/scheduler/batch_scheduler.h"
+#include "coordinator/scheduler/step_runner.h"
 
 namespace llama2 {
 
@@ -41,11 +43,11 @@ struct RemoteReplica {
 class ReplicaSet {
  public:
   // Only the in-process replica (batch/generate on one replica, the unit tests).
-  explicit ReplicaSet(BatchScheduler& local);
+  explicit ReplicaSet(StepRunner& local);
   // `local` (may be null: no in-process replica) is replica 0, then `remotes` in order, reached
   // over `link` (may be null when there are none); every remote replica has `max_batch` slots and
   // KV blocks of `block_size` tokens.
-  ReplicaSet(BatchScheduler* local, ReplicaLink* link, std::vector<RemoteReplica> remotes,
+  ReplicaSet(StepRunner* local, ReplicaLink* link, std::vector<RemoteReplica> remotes,
              int max_batch, int block_size);
 
   int size() const { return static_cast<int>(stats_.size()); }
@@ -68,11 +70,13 @@ class ReplicaSet {
   int running() const;
   int kv_used() const;
   int kv_total() const;
+  // Preemptions since start: the in-process scheduler's and the remote leaders' latest reports.
+  int64_t preemptions() const;
   // The smallest replica's KV capacity in blocks (admission's per-request limit).
   int min_kv_blocks() const;
   // The in-process replica's KV blocks (null when there is none: a dedicated front).
   const BlockAllocator* local_blocks() const {
-    return local_ != nullptr ? &local_->blocks() : nullptr;
+    return local_ != nullptr ? &local_->scheduler().blocks() : nullptr;
   }
   // Per replica: the leader's latest gauges and the requests dispatched to it.
   const std::vector<ReplicaStat>& stats() const { return stats_; }
@@ -100,7 +104,7 @@ class ReplicaSet {
   bool fits(int replica, int blocks) const;
   Held* held(int64_t id);
 
-  BatchScheduler* local_ = nullptr;
+  StepRunner* local_ = nullptr;
   ReplicaLink* link_ = nullptr;
   int first_remote_ = 0;  // index of remotes_[0] among the replicas
   int max_batch_ = 0, block_size_ = 1;

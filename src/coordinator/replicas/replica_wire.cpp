@@ -70,6 +70,16 @@ class Reader {
   }
   size_t offset() const { return static_cast<size_t>(p_ - begin_); }
 
+  // A finish reason travels as its enum's byte; an unknown byte is a corrupt message.
+  FinishReason reason() {
+    const uint8_t b = get<uint8_t>();
+    if (b >= kFinishReasonCount) {
+      throw Error("replica message: unknown finish reason " + std::to_string(b) + " at byte " +
+                  std::to_string(offset() - 1));
+    }
+    return static_cast<FinishReason>(b);
+  }
+
  private:
   const char* take(size_t n) {
     if (static_cast<size_t>(end_ - p_) < n) {
@@ -102,7 +112,7 @@ void WireWriter::submit(const SubmitRequest& req) {
 void WireWriter::cancel(const CancelRequest& c) {
   put(buf_, static_cast<uint8_t>(Tag::kCancel));
   put(buf_, c.id);
-  put(buf_, c.reason);
+  put(buf_, static_cast<uint8_t>(c.reason));
 }
 
 void WireWriter::shutdown(int exit_code) {
@@ -117,6 +127,7 @@ void WireWriter::gauges(const ReplicaGauges& g) {
   put(buf_, static_cast<int32_t>(g.kv_used));
   put(buf_, static_cast<int32_t>(g.kv_total));
   put(buf_, g.steps);
+  put(buf_, g.preemptions);
 }
 
 void WireWriter::token(const TokenEvent& ev) {
@@ -132,7 +143,8 @@ void WireWriter::token(const TokenEvent& ev) {
 void WireWriter::finished(const Finished& done) {
   put(buf_, static_cast<uint8_t>(Tag::kFinished));
   put(buf_, done.id);
-  put(buf_, done.finish_reason);
+  put(buf_, static_cast<uint8_t>(done.finish_reason));
+  put(buf_, done.seed);
   put(buf_, static_cast<int32_t>(done.prompt_tokens));
   put(buf_, done.tokens);
   put(buf_, done.text);
@@ -165,64 +177,81 @@ void WireVisitor::on_finished(Finished&&) {
   unexpected("finished");
 }
 
+namespace {
+
+SubmitRequest read_submit(Reader& r) {
+  SubmitRequest req;
+  req.id = r.get<int64_t>();
+  req.prompt = r.ints();
+  req.params = sampling_from_json(nlohmann::json::parse(r.str()), SamplingParams{});
+  req.seed = r.get<uint64_t>();
+  return req;
+}
+
+ReplicaGauges read_gauges(Reader& r) {
+  ReplicaGauges g;
+  g.running = r.get<int32_t>();
+  g.pending = r.get<int32_t>();
+  g.kv_used = r.get<int32_t>();
+  g.kv_total = r.get<int32_t>();
+  g.steps = r.get<int64_t>();
+  g.preemptions = r.get<int64_t>();
+  return g;
+}
+
+TokenEvent read_token(Reader& r) {
+  TokenEvent ev;
+  ev.id = r.get<int64_t>();
+  ev.index = r.get<int32_t>();
+  ev.token = r.get<int32_t>();
+  ev.text = r.str();
+  ev.logprob = r.get<float>();
+  ev.top_logprobs = r.top();
+  return ev;
+}
+
+Finished read_finished(Reader& r) {
+  Finished d;
+  d.id = r.get<int64_t>();
+  d.finish_reason = r.reason();
+  d.seed = r.get<uint64_t>();
+  d.prompt_tokens = r.get<int32_t>();
+  d.tokens = r.ints();
+  d.text = r.str();
+  for (uint32_t i = 0, n = r.get<uint32_t>(); i < n; ++i) d.logprobs.push_back(r.get<float>());
+  for (uint32_t i = 0, n = r.get<uint32_t>(); i < n; ++i) d.top_logprobs.push_back(r.top());
+  return d;
+}
+
+}  // namespace
+
 void read_wire(const char* data, size_t size, WireVisitor& v) {
   Reader r(data, size);
   while (!r.done()) {
     const size_t at = r.offset();
     switch (static_cast<Tag>(r.get<uint8_t>())) {
-      case Tag::kSubmit: {
-        SubmitRequest req;
-        req.id = r.get<int64_t>();
-        req.prompt = r.ints();
-        req.params = sampling_from_json(nlohmann::json::parse(r.str()), SamplingParams{});
-        req.seed = r.get<uint64_t>();
-        v.on_submit(std::move(req));
+      case Tag::kSubmit:
+        v.on_submit(read_submit(r));
         break;
-      }
       case Tag::kCancel: {
         CancelRequest c;
         c.id = r.get<int64_t>();
-        c.reason = r.str();
+        c.reason = r.reason();
         v.on_cancel(c);
         break;
       }
       case Tag::kShutdown:
         v.on_shutdown(r.get<int32_t>());
         break;
-      case Tag::kGauges: {
-        ReplicaGauges g;
-        g.running = r.get<int32_t>();
-        g.pending = r.get<int32_t>();
-        g.kv_used = r.get<int32_t>();
-        g.kv_total = r.get<int32_t>();
-        g.steps = r.get<int64_t>();
-        v.on_gauges(g);
+      case Tag::kGauges:
+        v.on_gauges(read_gauges(r));
         break;
-      }
-      case Tag::kToken: {
-        TokenEvent ev;
-        ev.id = r.get<int64_t>();
-        ev.index = r.get<int32_t>();
-        ev.token = r.get<int32_t>();
-        ev.text = r.str();
-        ev.logprob = r.get<float>();
-        ev.top_logprobs = r.top();
-        v.on_token(ev);
+      case Tag::kToken:
+        v.on_token(read_token(r));
         break;
-      }
-      case Tag::kFinished: {
-        Finished d;
-        d.id = r.get<int64_t>();
-        d.finish_reason = r.str();
-        d.prompt_tokens = r.get<int32_t>();
-        d.tokens = r.ints();
-        d.text = r.str();
-        for (uint32_t i = 0, n = r.get<uint32_t>(); i < n; ++i)
-          d.logprobs.push_back(r.get<float>());
-        for (uint32_t i = 0, n = r.get<uint32_t>(); i < n; ++i) d.top_logprobs.push_back(r.top());
-        v.on_finished(std::move(d));
+      case Tag::kFinished:
+        v.on_finished(read_finished(r));
         break;
-      }
       default:
         throw Error("replica message: unknown record tag at byte " + std::to_string(at));
     }

@@ -22,11 +22,12 @@ namespace llama2 {
 // A leader's view of its replica, sent with every message it sends (and at least every
 // kReplicaHeartbeat when idle).
 struct ReplicaGauges {
-  int running = 0;    // sequences in its batch scheduler
-  int pending = 0;    // submitted by the front, waiting for a batch slot on the leader
-  int kv_used = 0;    // KV blocks in use
-  int kv_total = 0;   // KV blocks of the replica
-  int64_t steps = 0;  // engine steps run so far
+  int running = 0;          // sequences in its batch scheduler
+  int pending = 0;          // submitted by the front, waiting for a batch slot on the leader
+  int kv_used = 0;          // KV blocks in use
+  int kv_total = 0;         // KV blocks of the replica
+  int64_t steps = 0;        // engine steps run so far
+  int64_t preemptions = 0;  // sequences preempted so far (batch_scheduler.h)
 };
 
 class WireWriter {

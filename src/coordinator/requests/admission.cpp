@@ -1,45 +1,67 @@
 #include "coordinator/requests/admission.h"
 
+#include "common/check.h"
+
 namespace llama2 {
 
 Admission::Admission(AdmissionOptions opts, ServeMetrics* metrics)
     : opts_(opts), metrics_(metrics) {}
 
-std::optional<Refusal> Admission::reserve(int client_inflight) {
+Reservation& Reservation::operator=(Reservation&& o) noexcept {
+  if (this != &o) {
+    release();
+    admission_ = std::exchange(o.admission_, nullptr);
+    refusal_ = std::move(o.refusal_);
+  }
+  return *this;
+}
+
+void Reservation::release() {
+  if (admission_ != nullptr) admission_->waiting_.fetch_sub(1, std::memory_order_relaxed);
+  admission_ = nullptr;
+}
+
+void Admission::consume(Reservation&& place) {
+  LLAMA2_CHECK(place.admission_ == this);
+  place.admission_ = nullptr;  // the queue count now belongs to the queued request
+}
+
+Reservation Admission::reserve(int client_inflight) {
   // Checked before the queue: one client must not take every batch slot and queue place while
   // others wait behind it (admission itself stays FIFO across clients).
   if (client_inflight >= opts_.max_inflight_per_client) {
     const std::string n = std::to_string(opts_.max_inflight_per_client);
-    count_refusal("too_many_in_flight");
-    return Refusal{"too_many_in_flight",
-                   "this connection already has " + n +
-                       " generations in flight (--max-inflight-per-connection " + n +
-                       "); wait for one to finish or use another connection"};
+    count_refusal(ErrorCode::kTooManyInFlight);
+    return Reservation(Refusal{ErrorCode::kTooManyInFlight,
+                               "this connection already has " + n +
+                                   " generations in flight (--max-inflight-per-connection " + n +
+                                   "); wait for one to finish or use another connection"});
   }
   int now = waiting_.load(std::memory_order_relaxed);
   do {
     if (now >= opts_.max_queue) {
-      count_refusal("queue_full");
-      return Refusal{"queue_full", "queue is full (" + std::to_string(opts_.max_queue) +
-                                       " waiting, --max-queue); retry later"};
+      count_refusal(ErrorCode::kQueueFull);
+      return Reservation(Refusal{ErrorCode::kQueueFull, "queue is full (" +
+                                                            std::to_string(opts_.max_queue) +
+                                                            " waiting, --max-queue); retry later"});
     }
   } while (!waiting_.compare_exchange_weak(now, now + 1, std::memory_order_relaxed));
-  return std::nullopt;
+  return Reservation(this);
 }
 
-void Admission::count_refusal(const std::string& code) {
+void Admission::count_refusal(ErrorCode code) {
   if (metrics_ != nullptr) metrics_->request_rejected(code);
 }
 
 std::optional<Refusal> Admission::check_prompt(int64_t prompt_tokens,
                                                int64_t max_new_tokens) const {
   if (prompt_tokens < 1) {
-    return Refusal{"invalid_request",
+    return Refusal{ErrorCode::kInvalidRequest,
                    "prompt must have >= 1 token (got " + std::to_string(prompt_tokens) + ")"};
   }
   std::string too_long = prompt_length_error(opts_.limits, prompt_tokens, false, max_new_tokens);
   if (too_long.empty()) return std::nullopt;
-  return Refusal{"prompt_too_long", std::move(too_long)};
+  return Refusal{ErrorCode::kPromptTooLong, std::move(too_long)};
 }
 
 Gauges Admission::gauges() const {
@@ -52,6 +74,7 @@ Gauges Admission::gauges() const {
   g.prefix_queried_tokens = prefix_queried_.load(std::memory_order_relaxed);
   g.prefix_hit_tokens = prefix_hits_.load(std::memory_order_relaxed);
   g.prefix_evicted_blocks = prefix_evicted_.load(std::memory_order_relaxed);
+  g.preemptions = preemptions_.load(std::memory_order_relaxed);
   return g;
 }
 

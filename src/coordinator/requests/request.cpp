@@ -24,7 +24,7 @@ const std::set<std::string> kRequestKeys = {"prompt",
                                             "top_logprobs"};
 
 namespace {
-ParsedRequest invalid(const std::string& code, const std::string& msg) {
+ParsedRequest invalid(ErrorCode code, const std::string& msg) {
   ParsedRequest r;
   r.error_code = code;
   r.error_message = msg;
@@ -56,7 +56,7 @@ void check_lengths(ParsedRequest& r, int64_t prompt_tokens, const ModelConfig& c
     std::string too_long =
         prompt_length_error(limits, prompt_tokens, false, r.params.max_new_tokens);
     if (!too_long.empty()) {
-      r.error_code = "prompt_too_long";
+      r.error_code = ErrorCode::kPromptTooLong;
       r.error_message = std::move(too_long);
       return;
     }
@@ -64,7 +64,7 @@ void check_lengths(ParsedRequest& r, int64_t prompt_tokens, const ModelConfig& c
   const std::string bad =
       validate_sampling(r.params, static_cast<int>(prompt_tokens), config.max_position_embeddings);
   if (!bad.empty()) {
-    r.error_code = "invalid_request";
+    r.error_code = ErrorCode::kInvalidRequest;
     r.error_message = bad;
   }
 }
@@ -86,71 +86,100 @@ std::string quote_json(const json& value) {
          " bytes)";
 }
 
+namespace {
+
+// `messages`: the dialog checked (its order rule too) and left to tokenize_request.
+void parse_chat_prompt(const json& messages, const ModelConfig& config, ParsedRequest* r) {
+  try {
+    r->chat = parse_chat_messages(messages);
+    // The order rule, before any tokenizing: encode_llama2_chat checks it again when it runs.
+    check_chat_order(r->chat);
+  } catch (const Error& e) {
+    *r = invalid(ErrorCode::kInvalidRequest, e.what());
+    return;
+  }
+  r->is_chat = true;
+  r->text_pending = true;
+  check_lengths(*r, 1, config);
+}
+
+// `prompt`: a string of valid UTF-8, left to tokenize_request.
+void parse_text_prompt(const json& prompt, const ModelConfig& config, ParsedRequest* r) {
+  if (!prompt.is_string()) {
+    *r = invalid(ErrorCode::kInvalidRequest, "\"prompt\" must be a string");
+    return;
+  }
+  r->prompt_text = prompt.get<std::string>();
+  if (!is_valid_utf8(r->prompt_text)) {
+    *r = invalid(ErrorCode::kInvalidRequest, "\"prompt\" is not valid UTF-8");
+    return;
+  }
+  r->text_pending = true;
+  check_lengths(*r, 1, config);  // <s> at least: bad values are refused before tokenizing
+}
+
+// `prompt_tokens`: ids inside the vocabulary.
+void parse_token_prompt(const json& ids, const ModelConfig& config, ParsedRequest* r) {
+  if (!ids.is_array() || ids.empty()) {
+    *r = invalid(ErrorCode::kInvalidRequest,
+                 "\"prompt_tokens\" must be a non-empty array of token ids");
+    return;
+  }
+  r->prompt.reserve(ids.size());
+  for (const auto& v : ids) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= config.vocab_size) {
+      *r = invalid(ErrorCode::kInvalidRequest, "\"prompt_tokens\" entry " + quote_json(v) +
+                                                   " is not a token id in [0, " +
+                                                   std::to_string(config.vocab_size) + ")");
+      return;
+    }
+    r->prompt.push_back(v.get<int>());
+  }
+  check_lengths(*r, static_cast<int64_t>(r->prompt.size()), config);
+}
+
+// A non-null value of `key` in `obj`, or nullptr.
+const json* given_value(const json& obj, const char* key) {
+  const auto it = obj.find(key);
+  return it != obj.end() && !it->is_null() ? &*it : nullptr;
+}
+
+}  // namespace
+
 ParsedRequest parse_request_fields(const json& obj, const SamplingParams& defaults,
                                    const ModelConfig& config,
                                    const std::set<std::string>& extra_keys) {
-  if (!obj.is_object()) return invalid("invalid_request", "a request must be a JSON object");
+  if (!obj.is_object())
+    return invalid(ErrorCode::kInvalidRequest, "a request must be a JSON object");
   for (const auto& item : obj.items()) {
     if (!kRequestKeys.count(item.key()) && !extra_keys.count(item.key())) {
       // Typos such as "max_tokens" would otherwise silently fall back to the defaults.
-      return invalid("invalid_request", "unknown key " + quote(item.key()) + " (allowed: " +
-                                            key_list(kRequestKeys, extra_keys) + ")");
+      return invalid(ErrorCode::kInvalidRequest,
+                     "unknown key " + quote(item.key()) +
+                         " (allowed: " + key_list(kRequestKeys, extra_keys) + ")");
     }
   }
   ParsedRequest r;
   try {
     r.params = sampling_from_json(obj, defaults);
   } catch (const Error& e) {
-    return invalid("invalid_request", e.what());
+    return invalid(ErrorCode::kInvalidRequest, e.what());
   }
-
-  const auto text_it = obj.find("prompt");
-  const auto ids_it = obj.find("prompt_tokens");
-  const auto chat_it = obj.find("messages");
-  const bool has_text = text_it != obj.end() && !text_it->is_null();
-  const bool has_ids = ids_it != obj.end() && !ids_it->is_null();
-  const bool has_chat = chat_it != obj.end() && !chat_it->is_null();
-  if (int{has_text} + int{has_ids} + int{has_chat} != 1) {
-    return invalid("invalid_request",
+  const json* text = given_value(obj, "prompt");
+  const json* ids = given_value(obj, "prompt_tokens");
+  const json* chat = given_value(obj, "messages");
+  if (int{text != nullptr} + int{ids != nullptr} + int{chat != nullptr} != 1) {
+    return invalid(ErrorCode::kInvalidRequest,
                    "give exactly one of \"prompt\" (string), \"prompt_tokens\" (array of token "
                    "ids) or \"messages\" (chat turns: [{\"role\", \"content\"}, ...])");
   }
-  if (has_chat) {
-    try {
-      r.chat = parse_chat_messages(*chat_it);
-      // The order rule, before any tokenizing: encode_llama2_chat checks it again when it runs.
-      check_chat_order(r.chat);
-    } catch (const Error& e) {
-      return invalid("invalid_request", e.what());
-    }
-    r.is_chat = true;
-    r.text_pending = true;
-    check_lengths(r, 1, config);
-    return r;
+  if (chat != nullptr) {
+    parse_chat_prompt(*chat, config, &r);
+  } else if (text != nullptr) {
+    parse_text_prompt(*text, config, &r);
+  } else {
+    parse_token_prompt(*ids, config, &r);
   }
-  if (has_text) {
-    if (!text_it->is_string()) return invalid("invalid_request", "\"prompt\" must be a string");
-    r.prompt_text = text_it->get<std::string>();
-    if (!is_valid_utf8(r.prompt_text))
-      return invalid("invalid_request", "\"prompt\" is not valid UTF-8");
-    r.text_pending = true;
-    check_lengths(r, 1, config);  // <s> at least: bad values are refused before tokenizing
-    return r;
-  }
-  const json& ids = *ids_it;
-  if (!ids.is_array() || ids.empty()) {
-    return invalid("invalid_request", "\"prompt_tokens\" must be a non-empty array of token ids");
-  }
-  r.prompt.reserve(ids.size());
-  for (const auto& v : ids) {
-    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= config.vocab_size) {
-      return invalid("invalid_request", "\"prompt_tokens\" entry " + quote_json(v) +
-                                            " is not a token id in [0, " +
-                                            std::to_string(config.vocab_size) + ")");
-    }
-    r.prompt.push_back(v.get<int>());
-  }
-  check_lengths(r, static_cast<int64_t>(r.prompt.size()), config);
   return r;
 }
 
@@ -171,6 +200,20 @@ void tokenize_request(ParsedRequest& r, const Tokenizer& tok, const ModelConfig&
   r.text_pending = false;
   std::string().swap(r.prompt_text);  // up to a frame of text, no longer needed
   check_lengths(r, static_cast<int64_t>(r.prompt.size()), config);
+}
+
+std::optional<Refusal> prepare_prompt(ParsedRequest& r, const Tokenizer& tok,
+                                      const ModelConfig& config, const PromptLimits& limits) {
+  try {
+    tokenize_request(r, tok, config);
+  } catch (const std::exception& e) {
+    return Refusal{ErrorCode::kInternal, std::string("tokenizing the prompt failed: ") + e.what()};
+  }
+  if (!r.ok()) return Refusal{*r.error_code, r.error_message};
+  std::string too_long = prompt_length_error(limits, static_cast<int64_t>(r.prompt.size()), false,
+                                             r.params.max_new_tokens);
+  if (!too_long.empty()) return Refusal{ErrorCode::kPromptTooLong, std::move(too_long)};
+  return std::nullopt;
 }
 
 ParsedRequest parse_request(const json& obj, const SamplingParams& defaults, const Tokenizer& tok,

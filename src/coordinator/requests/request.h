@@ -5,12 +5,14 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "common/model_config.h"
 #include "common/sampling_params.h"
+#include "coordinator/requests/codes.h"
 #include "coordinator/requests/request_messages.h"
 #include "coordinator/text/chat_format.h"
 
@@ -28,10 +30,12 @@ struct ParsedRequest {
   bool text_pending = false;  // prompt_text or chat still to tokenize
   // Bytes of text still to tokenize (the prompt, or every message's content).
   size_t pending_bytes() const;
-  SamplingParams params;   // defaults overridden by the request's keys, validated
-  std::string error_code;  // "" when valid; else invalid_request | prompt_too_long
+  SamplingParams params;  // defaults overridden by the request's keys, validated
+  // Unset when valid; else kInvalidRequest | kPromptTooLong (batch lines: kInvalidJson,
+  // kDuplicateCustomId) and a message naming the key or the limit.
+  std::optional<ErrorCode> error_code;
   std::string error_message;
-  bool ok() const { return error_code.empty(); }
+  bool ok() const { return !error_code.has_value(); }
 };
 
 // Keys every request may carry besides `extra_keys` (e.g. custom_id, id, stream).
@@ -58,6 +62,14 @@ ParsedRequest parse_request_fields(const nlohmann::json& obj, const SamplingPara
 // Tokenizes a pending text prompt (BOS first) and checks its length; a no-op when the request is
 // not ok() or has no pending text. Safe to call from any thread (Tokenizer::encode is const).
 void tokenize_request(ParsedRequest& r, const Tokenizer& tok, const ModelConfig& config);
+
+// The one admission step both endpoints (the socket, the HTTP front) run on their own threads
+// before a request reaches the engine: tokenizes a pending prompt (tokenize_request), then checks
+// prompt + max_new_tokens against `limits` (the server's: --max-seq-len, the KV cache). nullopt
+// when the request can be queued, else why not: its own error, prompt_too_long, or internal when
+// the tokenizer failed. Any thread.
+std::optional<Refusal> prepare_prompt(ParsedRequest& r, const Tokenizer& tok,
+                                      const ModelConfig& config, const PromptLimits& limits);
 
 // Both steps (the batch command's path).
 ParsedRequest parse_request(const nlohmann::json& obj, const SamplingParams& defaults,

@@ -20,11 +20,12 @@
 #include <vector>
 
 #include "common/sampling_params.h"
+#include "coordinator/requests/codes.h"
 
 namespace llama2 {
 
 // Owner -> scheduler: run this request. Deadlines stay with the owner (one clock, rank 0's): it
-// ends a late request with CancelRequest{id, "timeout"}.
+// ends a late request with CancelRequest{id, FinishReason::kTimeout}.
 struct SubmitRequest {
   int64_t id = 0;
   std::vector<int> prompt;  // token ids, BOS included when wanted; never empty (owner-checked)
@@ -32,11 +33,11 @@ struct SubmitRequest {
   uint64_t seed = 0;        // used when params.seed is unset
 };
 
-// Owner -> scheduler: end a running request now with finish_reason `reason` ("cancelled",
-// "timeout", "shutting_down"), freeing its KV blocks.
+// Owner -> scheduler: end a running request now with finish_reason `reason` (kCancelled,
+// kTimeout, kShuttingDown), freeing its KV blocks.
 struct CancelRequest {
   int64_t id = 0;
-  std::string reason;
+  FinishReason reason = FinishReason::kCancelled;
 };
 
 // One alternative of a step: a token id and its log-probability under the model's distribution.
@@ -65,7 +66,8 @@ struct TokenEvent {
 // for a request that ended before it reached a scheduler (cancelled or timed out in the queue).
 struct Finished {
   int64_t id = 0;
-  std::string finish_reason;  // "stop" | "length" | "cancelled" | "timeout" | "shutting_down"
+  FinishReason finish_reason = FinishReason::kStop;
+  uint64_t seed = 0;  // the seed its sampler used (params.seed, else SubmitRequest::seed)
   int prompt_tokens = 0;
   std::vector<int> tokens;  // generated ids (EOS included when it ended the sequence)
   std::string text;         // detokenized output, stop string excluded

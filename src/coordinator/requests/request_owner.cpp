@@ -14,10 +14,10 @@ double seconds_between(std::chrono::steady_clock::time_point a,
 }
 }  // namespace
 
-RequestOwner::RequestOwner(Admission& admission, BatchScheduler& scheduler, RequestEvents& events,
+RequestOwner::RequestOwner(Admission& admission, StepRunner& local, RequestEvents& events,
                            ServeMetrics* metrics)
     : admission_(admission),
-      own_replicas_(std::make_unique<ReplicaSet>(scheduler)),
+      own_replicas_(std::make_unique<ReplicaSet>(local)),
       replicas_(*own_replicas_),
       events_(events),
       metrics_(metrics) {
@@ -30,15 +30,15 @@ RequestOwner::RequestOwner(Admission& admission, ReplicaSet& replicas, RequestEv
   refresh_gauges();
 }
 
-std::optional<Refusal> RequestOwner::submit(SubmitRequest req, Clock::time_point deadline,
-                                            uint64_t client) {
+std::optional<Refusal> RequestOwner::submit(SubmitRequest req, Reservation place,
+                                            Clock::time_point deadline, uint64_t client) {
   std::optional<Refusal> refusal =
       admission_.check_prompt(static_cast<int64_t>(req.prompt.size()), req.params.max_new_tokens);
   if (refusal) {
-    admission_.unreserve();
     admission_.count_refusal(refusal->code);
-    return refusal;
+    return refusal;  // `place` goes back as it is dropped
   }
+  admission_.consume(std::move(place));
   LLAMA2_CHECK(records_.count(req.id) == 0);
   Record& r = records_[req.id];
   r.client = client;
@@ -68,6 +68,7 @@ void RequestOwner::dispatch() {
 
 void RequestOwner::refresh_gauges() {
   admission_.set_engine_gauges(replicas_.running(), replicas_.kv_used(), replicas_.kv_total());
+  admission_.set_preemptions(replicas_.preemptions());
   // The prefix cache's numbers are those of the in-process replica (remote replicas' caches are
   // not summed yet); none on a dedicated front.
   if (const BlockAllocator* blocks = replicas_.local_blocks()) {
@@ -77,15 +78,16 @@ void RequestOwner::refresh_gauges() {
   }
 }
 
-void RequestOwner::finish_queued(SubmitRequest&& req, const std::string& reason) {
+void RequestOwner::finish_queued(SubmitRequest&& req, FinishReason reason) {
   Finished done;
   done.id = req.id;
   done.finish_reason = reason;
+  done.seed = req.params.seed.value_or(req.seed);
   done.prompt_tokens = static_cast<int>(req.prompt.size());
   on_finished(std::move(done));
 }
 
-bool RequestOwner::cancel(int64_t id, const std::string& reason) {
+bool RequestOwner::cancel(int64_t id, FinishReason reason) {
   const auto rec = records_.find(id);
   if (rec == records_.end()) return false;
   if (rec->second.admitted) return replicas_.cancel(CancelRequest{id, reason}, *this);
@@ -103,11 +105,11 @@ int RequestOwner::disconnect(uint64_t client) {
   for (const auto& [id, r] : records_)
     if (r.client == client) ids.push_back(id);
   std::sort(ids.begin(), ids.end());  // a stable order of done events (the client is gone)
-  for (int64_t id : ids) cancel(id, "cancelled");
+  for (int64_t id : ids) cancel(id, FinishReason::kCancelled);
   return static_cast<int>(ids.size());
 }
 
-void RequestOwner::cancel_all(const std::string& reason) {
+void RequestOwner::cancel_all(FinishReason reason) {
   std::vector<int64_t> ids;
   for (const auto& q : queue_) ids.push_back(q.id);
   ids.insert(ids.end(), running_order_.begin(), running_order_.end());
@@ -121,7 +123,7 @@ int RequestOwner::expire(Clock::time_point now) {
     if (records_.at(q.id).deadline <= now) ids.push_back(q.id);
   for (int64_t id : running_order_)
     if (records_.at(id).deadline <= now) ids.push_back(id);
-  for (int64_t id : ids) cancel(id, "timeout");
+  for (int64_t id : ids) cancel(id, FinishReason::kTimeout);
   earliest_deadline_ = Clock::time_point::max();
   for (const auto& [id, r] : records_)
     earliest_deadline_ = std::min(earliest_deadline_, r.deadline);
@@ -189,16 +191,18 @@ int min_blocks(const std::vector<RemoteReplica>& remotes) {
 LocalServing::LocalServing(StepExecutor& exec, const Tokenizer& tok, const ModelConfig& config,
                            int num_blocks, int block_size, SchedulerOptions opts,
                            RequestEvents& events, ReplicaLink* link,
-                           std::vector<RemoteReplica> remotes)
+                           std::vector<RemoteReplica> remotes, StepObserver* observer)
     : blocks(num_blocks, block_size),
       admission(local_admission(config, std::min(num_blocks, min_blocks(remotes)), block_size)),
-      scheduler(exec, tok, config, blocks, opts),
-      replicas(&scheduler, link, std::move(remotes), opts.max_batch_size, block_size),
+      scheduler(tok, config, blocks, opts),
+      runner(scheduler, exec, observer),
+      replicas(&runner, link, std::move(remotes), opts.max_batch_size, block_size),
       owner(admission, replicas, events) {}
 
 std::optional<Refusal> LocalServing::submit(SubmitRequest req) {
-  if (std::optional<Refusal> full = admission.reserve(0)) return full;
-  return owner.submit(std::move(req));
+  Reservation place = admission.reserve(0);
+  if (!place) return place.refusal();
+  return owner.submit(std::move(req), std::move(place));
 }
 
 }  // namespace llama2

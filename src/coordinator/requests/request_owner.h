@@ -24,6 +24,7 @@
 #include "coordinator/requests/admission.h"
 #include "coordinator/requests/request_messages.h"
 #include "coordinator/scheduler/batch_scheduler.h"
+#include "coordinator/scheduler/step_runner.h"
 
 namespace llama2 {
 
@@ -32,26 +33,27 @@ class RequestOwner final : private SchedulerEvents {
   using Clock = std::chrono::steady_clock;
 
   // `metrics` (may be null) receives the finished-request counters and latency histograms.
-  RequestOwner(Admission& admission, BatchScheduler& scheduler, RequestEvents& events,
+  RequestOwner(Admission& admission, StepRunner& local, RequestEvents& events,
                ServeMetrics* metrics = nullptr);
   // The same over several replicas (data parallelism, replica_set.h): the queue's head goes to
   // the replica ReplicaSet picks and stays there.
   RequestOwner(Admission& admission, ReplicaSet& replicas, RequestEvents& events,
                ServeMetrics* metrics = nullptr);
 
-  // Queues a request whose place was taken with Admission::reserve(). When the prompt-length
-  // check refuses it, returns why (counted; the place is given back) and keeps nothing.
-  std::optional<Refusal> submit(SubmitRequest req,
+  // Queues a request in the place `place` (Admission::reserve(), consumed here). When the
+  // prompt-length check refuses it, returns why (counted; the place is given back) and keeps
+  // nothing.
+  std::optional<Refusal> submit(SubmitRequest req, Reservation place,
                                 Clock::time_point deadline = Clock::time_point::max(),
                                 uint64_t client = 0);
   // Ends request `id` (queued or running) at once with `reason`, freeing its KV blocks; false if
   // no such request is active.
-  bool cancel(int64_t id, const std::string& reason);
+  bool cancel(int64_t id, FinishReason reason);
   // Cancels every active request of `client` (its connection went away); returns how many.
   int disconnect(uint64_t client);
   // Ends every active request with `reason` (server shutdown).
-  void cancel_all(const std::string& reason);
-  // Ends requests whose deadline is at or before `now` with "timeout", queued ones first (in queue
+  void cancel_all(FinishReason reason);
+  // Ends requests whose deadline is at or before `now` with kTimeout, queued ones first (in queue
   // order), then running ones (in admission order); returns how many.
   int expire(Clock::time_point now);
   // One round: expire against the clock, admit the queue's head while a replica takes it
@@ -75,7 +77,7 @@ class RequestOwner final : private SchedulerEvents {
   void dispatch();
   void refresh_gauges();
   // A request that ended before reaching the scheduler.
-  void finish_queued(SubmitRequest&& req, const std::string& reason);
+  void finish_queued(SubmitRequest&& req, FinishReason reason);
   void on_token(const TokenEvent& ev) override;
   void on_finished(Finished&& done) override;
 
@@ -94,16 +96,19 @@ class RequestOwner final : private SchedulerEvents {
 // The whole path as `batch` and `generate` use it: this process's engine as replica 0 (KV
 // blocks, its scheduler), the remote replicas' leaders reached over `link` when there are any
 // (data parallelism, replica_set.h), admission without queue or per-client limits, and the owner.
+// `observer` (may be null) watches this process's engine steps (the step log).
 struct LocalServing {
   LocalServing(StepExecutor& exec, const Tokenizer& tok, const ModelConfig& config, int num_blocks,
                int block_size, SchedulerOptions opts, RequestEvents& events,
-               ReplicaLink* link = nullptr, std::vector<RemoteReplica> remotes = {});
+               ReplicaLink* link = nullptr, std::vector<RemoteReplica> remotes = {},
+               StepObserver* observer = nullptr);
   // Reserves a place and submits; the refusal of the prompt-length check, if any.
   std::optional<Refusal> submit(SubmitRequest req);
 
   BlockAllocator blocks;
   Admission admission;
   BatchScheduler scheduler;
+  StepRunner runner;
   ReplicaSet replicas;
   RequestOwner owner;
 };

@@ -1,9 +1,8 @@
 #include "coordinator/scheduler/batch_scheduler.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <optional>
+#include <string>
 
 #include "common/check.h"
 #include "common/rope_frequencies.h"
@@ -13,8 +12,6 @@
 #include "coordinator/text/tokenizer.h"
 
 namespace llama2 {
-
-using Clock = std::chrono::steady_clock;
 
 struct BatchScheduler::Sequence {
   SubmitRequest req;
@@ -39,15 +36,21 @@ struct BatchScheduler::Sequence {
         cached(hit_tokens),
         chain(hit_chain) {
     result.id = req.id;
+    result.seed = req.params.seed.value_or(req.seed);
     result.prompt_tokens = prompt_len();
   }
   int prompt_len() const { return static_cast<int>(req.prompt.size()); }
-  bool prefilling() const { return cached < prompt_len(); }
+  // Tokens known: the prompt and every token sampled so far. The KV cache holds the first
+  // `cached`; the next step feeds context[cached, ...).
+  int known() const { return static_cast<int>(context.size()); }
+  // One token to feed (the one sampled last) after a computed prompt: a decode row. Otherwise a
+  // prefill, of the prompt or, after a preemption, of prompt + generated tokens again.
+  bool decoding() const { return cached >= prompt_len() && cached == known() - 1; }
 };
 
-BatchScheduler::BatchScheduler(StepExecutor& exec, const Tokenizer& tok, const ModelConfig& config,
+BatchScheduler::BatchScheduler(const Tokenizer& tok, const ModelConfig& config,
                                BlockAllocator& blocks, SchedulerOptions opts)
-    : exec_(exec), tok_(tok), config_(config), blocks_(blocks), opts_(opts) {
+    : tok_(tok), config_(config), blocks_(blocks), opts_(opts) {
   LLAMA2_CHECK(opts_.max_batch_size > 0 && opts_.prefill_chunk > 0);
   // Dynamic NTK RoPE: no block serves another sequence (common/rope_frequencies.h); the commands
   // turn the option off and say so at start-up (start_session).
@@ -58,24 +61,25 @@ BatchScheduler::BatchScheduler(StepExecutor& exec, const Tokenizer& tok, const M
 BatchScheduler::~BatchScheduler() = default;
 
 bool BatchScheduler::try_admit(SubmitRequest& req) {
-  if (static_cast<int>(running_.size()) >= opts_.max_batch_size) return false;
-  const int positions = static_cast<int>(req.prompt.size()) + req.params.max_new_tokens;
+  if (static_cast<int>(running()) >= opts_.max_batch_size || !preempted_.empty()) return false;
+  const int prompt = static_cast<int>(req.prompt.size());
   // The owner's prompt-length check makes both impossible; a request failing them would never run.
-  LLAMA2_CHECK(!req.prompt.empty());
-  LLAMA2_CHECK(BlockAllocator::blocks_for(positions, blocks_.block_size()) <= blocks_.num_blocks());
-  // Cached prefix blocks count as present and evictable ones as free: the reservation is still
-  // the whole prompt + max_new_tokens, so nothing is ever preempted.
+  LLAMA2_CHECK(prompt > 0);
+  LLAMA2_CHECK(BlockAllocator::blocks_for(prompt + req.params.max_new_tokens,
+                                          blocks_.block_size()) <= blocks_.num_blocks());
+  // The prompt's blocks only (cached prefix blocks count as present, evictable ones as free),
+  // leaving what this step's decoding sequences need: a new sequence does not preempt at once.
   std::vector<int> table;
   PrefixChain chain;
-  const std::optional<int> hit =
-      blocks_.allocate(req.prompt, positions, opts_.prefix_caching, &table, &chain);
+  const std::optional<int> hit = blocks_.allocate(req.prompt, prompt, opts_.prefix_caching, &table,
+                                                  &chain, growth_need(), /*count=*/true);
   if (!hit) return false;
   running_.push_back(
       std::make_unique<Sequence>(std::move(req), tok_, std::move(table), *hit, chain));
   return true;
 }
 
-void BatchScheduler::finish(Sequence& s, const std::string& reason, SchedulerEvents& events) {
+void BatchScheduler::finish(Sequence& s, FinishReason reason, SchedulerEvents& events) {
   s.result.finish_reason = reason;
   s.done = true;
   blocks_.release(&s.table);
@@ -84,135 +88,183 @@ void BatchScheduler::finish(Sequence& s, const std::string& reason, SchedulerEve
 
 bool BatchScheduler::cancel(const CancelRequest& cancel, SchedulerEvents& events) {
   const int64_t id = cancel.id;
-  auto it = std::find_if(running_.begin(), running_.end(),
-                         [id](const std::unique_ptr<Sequence>& s) { return s->req.id == id; });
-  if (it == running_.end()) return false;
-  std::unique_ptr<Sequence> s = std::move(*it);
-  running_.erase(it);
-  finish(*s, cancel.reason, events);
-  return true;
+  const auto is_it = [id](const std::unique_ptr<Sequence>& s) { return s->req.id == id; };
+  for (auto* set : {&running_, &preempted_}) {
+    const auto it = std::find_if(set->begin(), set->end(), is_it);
+    if (it == set->end()) continue;
+    std::unique_ptr<Sequence> s = std::move(*it);
+    set->erase(it);
+    finish(*s, cancel.reason, events);  // a preempted one holds no blocks: nothing to free
+    return true;
+  }
+  return false;
 }
 
-int BatchScheduler::step(SchedulerEvents& events) {
-  if (running_.empty()) return 0;
-
-  // Decoding sequences first (one token each) so they keep streaming; the prefill budget is then
-  // shared by prompts in admission order.
-  StepPlan plan;
-  std::vector<Sequence*> order;
-  auto add_seq = [&](Sequence& s, int n_tokens, const int* tokens) {
-    append_seq(&plan, static_cast<int32_t>(s.req.id), s.cached, tokens, n_tokens,
-               s.cached + n_tokens >= s.prompt_len(), s.table.data(),
-               BlockAllocator::blocks_for(s.cached + n_tokens, blocks_.block_size()),
-               s.req.params.logprobs);
-    order.push_back(&s);
-  };
-  for (auto& s : running_) {
-    if (!s->prefilling()) add_seq(*s, 1, &s->context.back());
+int BatchScheduler::growth_need() const {
+  int n = 0;
+  for (const auto& s : running_) {
+    if (s->decoding() && s->cached % blocks_.block_size() == 0) ++n;
   }
-  int budget = opts_.prefill_chunk;
-  for (auto& s : running_) {
-    if (!s->prefilling() || budget == 0) continue;
-    const int n = std::min(budget, s->prompt_len() - s->cached);
-    add_seq(*s, n, s->req.prompt.data() + s->cached);
-    budget -= n;
-  }
+  return n;
+}
 
-  // Greedy and top-k rows only need each row's best few logits: the ranks then send k (value,
-  // id) pairs per row instead of the whole vocabulary (one step asks all rows the same way).
-  // LLAMA2_FULL_LOGITS=1 forces full rows (for comparing the two paths). A row with
-  // top_logprobs needs that many candidates too (its alternatives; logprobs.h).
+void BatchScheduler::preempt_newest() {
+  std::unique_ptr<Sequence> s = std::move(running_.back());
+  running_.pop_back();
+  blocks_.release(&s->table);  // registered blocks stay cached: its resumption may find them
+  s->cached = 0;
+  s->chain = PrefixChain{};
+  preempted_.insert(preempted_.begin(), std::move(s));
+  ++preemptions_;
+}
+
+// Oldest first, each when blocks for all its known tokens are free beside this step's growth.
+void BatchScheduler::resume_preempted() {
+  while (!preempted_.empty()) {
+    Sequence& s = *preempted_.front();
+    std::vector<int> table;
+    PrefixChain chain;
+    const std::optional<int> hit = blocks_.allocate(s.context, s.known(), opts_.prefix_caching,
+                                                    &table, &chain, growth_need(), /*count=*/false);
+    if (!hit) return;
+    s.table = std::move(table);
+    s.cached = *hit;
+    s.chain = chain;
+    running_.push_back(std::move(preempted_.front()));
+    preempted_.erase(preempted_.begin());
+  }
+}
+
+// Each decoding sequence, oldest first, gets the block its next position needs; when none is
+// free the newest running sequence gives its blocks back (possibly the one asking, when it is the
+// newest itself). The oldest can always grow: prompt + max_new_tokens fits the whole cache.
+void BatchScheduler::grow_decoding() {
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Sequence& s = *running_[i];
+    if (!s.decoding()) continue;
+    while (!blocks_.ensure(&s.table, s.cached + 1)) {
+      LLAMA2_CHECK(!running_.empty());
+      const bool self = running_.size() == i + 1;
+      preempt_newest();
+      if (self) return;
+    }
+  }
+}
+
+void BatchScheduler::add_to_plan(ScheduledStep& step, int slot, int n_tokens) const {
+  const Sequence& s = *running_[static_cast<size_t>(slot)];
+  const bool decode = s.decoding();
+  // The logits after its last known token give the next one.
+  append_seq(&step.plan, static_cast<int32_t>(s.req.id), s.cached, s.context.data() + s.cached,
+             n_tokens, s.cached + n_tokens == s.known() ? 1 : 0, s.table.data(),
+             BlockAllocator::blocks_for(s.cached + n_tokens, blocks_.block_size()),
+             s.req.params.logprobs);
+  step.ids.push_back(s.req.id);
+  step.slots.push_back(slot);
+  step.decode_rows += decode ? 1 : 0;
+  step.prefill_seqs += decode ? 0 : 1;
+  step.prefill_tokens += decode ? 0 : n_tokens;
+}
+
+// Greedy and top-k rows only need each row's best few logits: the ranks then send k (value, id)
+// pairs per row instead of the whole vocabulary (one step asks all rows the same way).
+// LLAMA2_FULL_LOGITS=1 forces full rows (for comparing the two paths). A row with top_logprobs
+// needs that many candidates too (its alternatives; logprobs.h). 0: full rows.
+int BatchScheduler::logit_candidates(const ScheduledStep& step) const {
+  if (opts_.full_logits) return 0;
   int most = 0;
-  bool full = opts_.full_logits;
-  for (size_t i = 0; i < plan.seqs.size() && !full; ++i) {
-    if (!plan.seqs[i].want_logits) continue;
-    const SamplingParams& params = order[i]->req.params;
+  for (size_t i = 0; i < step.plan.seqs.size(); ++i) {
+    if (step.plan.seqs[i].n_logits == 0) continue;
+    const SamplingParams& params = running_[static_cast<size_t>(step.slots[i])]->req.params;
     const int need = Sampler::candidates_needed(params);
-    full = need == 0;
+    if (need == 0) return 0;
     most = std::max({most, need, params.logprobs ? params.top_logprobs : 0});
   }
-  plan.candidates = full ? 0 : most;
-  StepLogits logits;
-  const auto t_exec = Clock::now();
-  exec_.execute(plan, &logits);
-  const auto t_exec_end = Clock::now();
-  if (FILE* log = opts_.step_log) {
-    int decode_rows = 0, prefill_seqs = 0, prefill_tokens = 0;
-    for (size_t i = 0; i < plan.seqs.size(); ++i) {
-      if (order[i]->prefilling()) {
-        ++prefill_seqs;
-        prefill_tokens += plan.seqs[i].n_tokens;
-      } else {
-        ++decode_rows;
-      }
-    }
-    const double host_ms =
-        last_exec_end_ == Clock::time_point{}
-            ? 0.0
-            : std::chrono::duration<double, std::milli>(t_exec - last_exec_end_).count();
-    std::fprintf(log, "%d %d %d %d %.4f %.4f\n", decode_rows, prefill_seqs, prefill_tokens,
-                 plan.logit_rows(),
-                 std::chrono::duration<double, std::milli>(t_exec_end - t_exec).count(), host_ms);
-    std::fflush(log);
-  }
+  return most;
+}
 
+ScheduledStep BatchScheduler::schedule() {
+  resume_preempted();
+  grow_decoding();
+  ScheduledStep step;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    if (running_[i]->decoding()) add_to_plan(step, static_cast<int>(i), 1);
+  }
+  int budget = opts_.prefill_chunk;
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    const Sequence& s = *running_[i];
+    if (s.decoding()) continue;
+    const int n = std::min(budget, s.known() - s.cached);
+    add_to_plan(step, static_cast<int>(i), n);
+    budget -= n;
+  }
+  step.plan.candidates = logit_candidates(step);
+  return step;
+}
+
+int BatchScheduler::sample_row(Sequence& s, const StepLogits& logits, int row) {
+  const size_t W = static_cast<size_t>(logits.width), at = static_cast<size_t>(row) * W;
+  if (!logits.full()) {
+    return s.sampler.sample_candidates(logits.values.data() + at, logits.ids.data() + at,
+                                       logits.width);
+  }
+  row_logits_.assign(logits.values.begin() + static_cast<std::ptrdiff_t>(at),
+                     logits.values.begin() + static_cast<std::ptrdiff_t>(at + W));
+  return s.sampler.sample(row_logits_, s.context);  // the penalties write into the copy
+}
+
+void BatchScheduler::emit(Sequence& s, int token, const StepLogits& logits, int row,
+                          SchedulerEvents& events) {
+  TokenEvent ev;
+  ev.id = s.req.id;
+  ev.token = token;
+  if (s.req.params.logprobs) {
+    row_logprobs(logits, row, token, s.req.params.top_logprobs, &ev.logprob, &ev.top_logprobs);
+    s.result.logprobs.push_back(ev.logprob);
+    s.result.top_logprobs.push_back(ev.top_logprobs);
+  }
+  s.result.tokens.push_back(token);
+  s.context.push_back(token);
+  ev.index = static_cast<int>(s.result.tokens.size()) - 1;
+  const bool eos = token == config_.eos_token_id && !s.req.params.ignore_eos;
+  // A model vocabulary larger than its tokenizer's (synthetic weights with a test tokenizer)
+  // can produce ids with no piece: they read as <unk>, the ids themselves are still reported.
+  std::string piece =
+      eos ? std::string() : s.detok.push(token < tok_.vocab_size() ? token : tok_.unk_id());
+  const bool last = eos || ev.index + 1 >= s.req.params.max_new_tokens;
+  if (last) piece += s.detok.finish();  // bytes of an unfinished character, as decode() shows them
+  StopMatcher::Result m = s.stop.push(piece);
+  if (last && !m.stopped) m.emit += s.stop.finish();
+  s.result.text += m.emit;
+  ev.text = std::move(m.emit);
+  events.on_token(ev);
+  if (eos || m.stopped) {
+    finish(s, FinishReason::kStop, events);
+  } else if (last) {
+    finish(s, FinishReason::kLength, events);
+  }
+}
+
+int BatchScheduler::apply(const ScheduledStep& step, const StepLogits& logits,
+                          SchedulerEvents& events) {
   int generated = 0, row = 0;
-  std::vector<float> row_logits;
-  TokenEvent token_event;
-  for (size_t i = 0; i < plan.seqs.size(); ++i) {
-    Sequence& s = *order[i];
-    s.cached += plan.seqs[i].n_tokens;
+  for (size_t i = 0; i < step.plan.seqs.size(); ++i) {
+    const size_t slot = static_cast<size_t>(step.slots[i]);
+    LLAMA2_CHECK(slot < running_.size() && running_[slot]->req.id == step.ids[i]);
+    Sequence& s = *running_[slot];
+    s.cached += step.plan.seqs[i].n_tokens;
     // Blocks this step filled are computed now: later prompts with the same prefix may share them.
     if (opts_.prefix_caching) blocks_.cache_full_blocks(s.context, s.cached, s.table, &s.chain);
-    if (!plan.seqs[i].want_logits) continue;
-    const size_t W = static_cast<size_t>(logits.width);
-    int token = 0;
-    if (logits.full()) {
-      row_logits.assign(logits.values.begin() + row * W, logits.values.begin() + (row + 1) * W);
-      token = s.sampler.sample(row_logits, s.context);
-    } else {
-      token = s.sampler.sample_candidates(logits.values.data() + row * W,
-                                          logits.ids.data() + row * W, logits.width);
-    }
-    token_event.top_logprobs.clear();
-    token_event.logprob = 0;
-    if (s.req.params.logprobs) {
-      row_logprobs(logits, row, token, s.req.params.top_logprobs, &token_event.logprob,
-                   &token_event.top_logprobs);
-      s.result.logprobs.push_back(token_event.logprob);
-      s.result.top_logprobs.push_back(token_event.top_logprobs);
-    }
+    // One row per sequence: the next token. (Speculative verification will ask several.)
+    if (step.plan.seqs[i].n_logits == 0) continue;
+    LLAMA2_CHECK(step.plan.seqs[i].n_logits == 1);
+    emit(s, sample_row(s, logits, row), logits, row, events);
     ++row;
     ++generated;
-    s.result.tokens.push_back(token);
-    s.context.push_back(token);
-    const int index = static_cast<int>(s.result.tokens.size()) - 1;
-    const bool eos = token == config_.eos_token_id && !s.req.params.ignore_eos;
-    // A model vocabulary larger than its tokenizer's (synthetic weights with a test tokenizer)
-    // can produce ids with no piece: they read as <unk>, the ids themselves are still reported.
-    std::string piece =
-        eos ? std::string() : s.detok.push(token < tok_.vocab_size() ? token : tok_.unk_id());
-    const bool last = eos || index + 1 >= s.req.params.max_new_tokens;
-    if (last)
-      piece += s.detok.finish();  // bytes of an unfinished character, as decode() shows them
-    StopMatcher::Result m = s.stop.push(piece);
-    if (last && !m.stopped) m.emit += s.stop.finish();
-    s.result.text += m.emit;
-    token_event.id = s.req.id;
-    token_event.index = index;
-    token_event.token = token;
-    token_event.text = std::move(m.emit);
-    events.on_token(token_event);
-    if (eos || m.stopped) {
-      finish(s, "stop", events);
-    } else if (last) {
-      finish(s, "length", events);
-    }
   }
   running_.erase(std::remove_if(running_.begin(), running_.end(),
                                 [](const std::unique_ptr<Sequence>& s) { return s->done; }),
                  running_.end());
-  last_exec_end_ = running_.empty() ? Clock::time_point{} : t_exec_end;
   return generated;
 }
 

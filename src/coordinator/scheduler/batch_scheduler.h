@@ -1,20 +1,31 @@
 // One engine's continuous-batching scheduler: the running set, its KV blocks, the chunked-prefill
-// budget and the step plans. Each call to step() plans one engine step (prefill chunks of admitted
-// sequences plus one decode token for every running sequence), executes it on all ranks through
-// the StepExecutor, samples, detokenizes, matches stop strings and reports TokenEvent / Finished
-// messages (request_messages.h). The FIFO queue, deadlines and admission order belong to the
-// request owner (request_owner.h), which offers the queue's head to try_admit() before each step.
+// budget, and the two halves of an engine step around the engine itself (vLLM v1's schedule() /
+// update_from_output(), nano-vllm's three-call step):
+//   schedule() -> a ScheduledStep: the StepPlan every rank runs (prefill chunks of admitted
+//                 sequences plus one decode token for every running sequence) and the sequence of
+//                 each of its rows;
+//   (the caller runs the plan on the ranks: StepRunner, step_runner.h, through StepExecutor)
+//   apply()    -> samples each logit row, detokenizes, matches stop strings and reports
+//                 TokenEvent / Finished messages (request_messages.h).
+// The scheduler never calls the engine: planning and applying are testable without one. The FIFO
+// queue, deadlines and admission order belong to the request owner (request_owner.h), which
+// offers the queue's head to try_admit() before each step.
 //
-// Admission policy: a request is taken when a batch slot is free and the allocator can reserve
-// blocks for its whole prompt + max_new_tokens, so a running sequence never runs out of KV blocks
-// and nothing is ever preempted. With prefix caching, the reservation starts with the cached
-// blocks of its prompt's longest cached prefix (shared, counted as present; evictable cached
-// blocks count as free), prefill starts after them, and each block a step fills is registered.
+// KV blocks on demand (vLLM's policy): a request is taken when a batch slot is free, no preempted
+// sequence waits (they go first), and blocks for its prompt are free beside those the running
+// sequences need for this step; a sequence gets one more block each time it crosses a block
+// boundary. When a decoding sequence needs a block and none is free, the newest running sequence
+// is preempted: its blocks are freed and it waits, with its tokens, sampler, detokenizer and stop
+// state intact, until blocks for all its tokens are free again; then it is prefilled again from
+// prompt + generated tokens (its last chunk's logits give its next token, exactly where it
+// stopped: no token is lost or repeated) and decodes on. Preempted sequences resume oldest first.
+// With prefix caching, a reservation (admission or resumption) starts with the cached blocks of
+// the longest cached prefix of its tokens (shared, counted as present; evictable cached blocks
+// count as free), prefill starts after them, and each block a step fills is registered, generated
+// tokens' blocks too, so a resumed sequence finds its own blocks if nobody took them meanwhile.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
-#include <cstdio>
 #include <memory>
 #include <vector>
 
@@ -31,49 +42,86 @@ struct SchedulerOptions {
   int max_batch_size = 64;   // running sequences per step
   int prefill_chunk = 512;   // prompt tokens per step over all sequences (bounds step latency)
   bool full_logits = false;  // gather full logit rows, never candidates (TuningKnobs)
-  // One line per engine step (open_step_log in cli_common.h, TuningKnobs::step_log): "decode_rows
-  // prefill_seqs prefill_tokens logit_rows ms host_ms", see benchmarks/serve/step_log_summary.py.
-  // The file stays the caller's. nullptr: no step log.
-  std::FILE* step_log = nullptr;
   // Share the KV blocks of prompt prefixes already computed (block_allocator.h). The commands'
   // default (on) is EngineConfig::prefix_caching; a scheduler built without it does not cache.
   bool prefix_caching = false;
 };
 
+// What schedule() decided for one engine step.
+struct ScheduledStep {
+  StepPlan plan;
+  // [plan.seqs.size()] the request id of each of the plan's sequences, and its place in the
+  // running set when it was planned (apply() checks both).
+  std::vector<int64_t> ids;
+  std::vector<int> slots;
+  // The step's shape, for observers (the step log): sequences decoding one token, sequences
+  // prefilling and their prompt tokens.
+  int decode_rows = 0, prefill_seqs = 0, prefill_tokens = 0;
+
+  bool empty() const { return plan.seqs.empty(); }
+};
+
 class BatchScheduler {
  public:
-  BatchScheduler(StepExecutor& exec, const Tokenizer& tok, const ModelConfig& config,
-                 BlockAllocator& blocks, SchedulerOptions opts);
+  BatchScheduler(const Tokenizer& tok, const ModelConfig& config, BlockAllocator& blocks,
+                 SchedulerOptions opts);
   ~BatchScheduler();
 
-  // Takes `req` (moved from) when a batch slot is free and KV blocks for its prompt +
-  // max_new_tokens can be reserved now; false, `req` untouched, otherwise. The owner has checked
-  // that it fits an empty cache (Error if not: it would wait for ever).
+  // Takes `req` (moved from) when a batch slot is free, no preempted sequence waits and KV blocks
+  // for its prompt are free beside this step's growth; false, `req` untouched, otherwise. The
+  // owner has checked that prompt + max_new_tokens fits an empty cache (Error if not: it would
+  // wait for ever).
   bool try_admit(SubmitRequest& req);
   // Ends running request `id` at once (on_finished with `reason`), freeing its KV blocks; false if
-  // it is not running here.
+  // it is not running here. Not between schedule() and its apply().
   bool cancel(const CancelRequest& cancel, SchedulerEvents& events);
-  // Plans, executes and samples one step; a no-op returning 0 when nothing runs. Returns the
-  // number of tokens generated in it.
-  int step(SchedulerEvents& events);
 
-  bool idle() const { return running_.empty(); }
-  size_t running() const { return running_.size(); }
+  // Plans the next engine step: resumes preempted sequences whose blocks are free, gives each
+  // decoding sequence the block its next position needs (preempting the newest when none is
+  // free), then plans decoding sequences first (one token each, so they keep streaming) and
+  // prompt chunks in admission order within the prefill budget, and whether the logit rows come
+  // back as candidates or full rows. Empty when nothing runs. Calling it again before apply()
+  // plans the same step.
+  ScheduledStep schedule();
+  // After the engine ran `step` (the last schedule()): `logits` holds its logit rows in plan
+  // order. Advances every planned sequence, samples, emits events and ends finished sequences
+  // (freeing their blocks). Returns the number of tokens generated.
+  int apply(const ScheduledStep& step, const StepLogits& logits, SchedulerEvents& events);
+
+  bool idle() const { return running_.empty() && preempted_.empty(); }
+  // Admitted sequences, running or preempted (each holds a batch slot).
+  size_t running() const { return running_.size() + preempted_.size(); }
+  size_t preempted() const { return preempted_.size(); }
+  // Preemptions since start (llama2_preemptions_total).
+  int64_t preemptions() const { return preemptions_; }
   const BlockAllocator& blocks() const { return blocks_; }
 
  private:
   struct Sequence;
-  void finish(Sequence& s, const std::string& reason, SchedulerEvents& events);
+  // Blocks this step's decoding sequences need beyond their tables (admission and resumption
+  // leave them free).
+  int growth_need() const;
+  void resume_preempted();
+  void grow_decoding();
+  void preempt_newest();
+  void add_to_plan(ScheduledStep& step, int slot, int n_tokens) const;
+  int logit_candidates(const ScheduledStep& step) const;
+  int sample_row(Sequence& s, const StepLogits& logits, int row);
+  // The sampled `token` of `s` as a TokenEvent (logprobs, text cut at a stop string); ends `s`
+  // when it stops.
+  void emit(Sequence& s, int token, const StepLogits& logits, int row, SchedulerEvents& events);
+  void finish(Sequence& s, FinishReason reason, SchedulerEvents& events);
 
-  StepExecutor& exec_;
   const Tokenizer& tok_;
   ModelConfig config_;
   BlockAllocator& blocks_;
   SchedulerOptions opts_;
   std::vector<std::unique_ptr<Sequence>> running_;  // in admission order
-  // End of the previous engine step while requests kept running (for the step log's host gap);
-  // unset after a step that left the scheduler idle, so idle waits are not counted as host work.
-  std::chrono::steady_clock::time_point last_exec_end_{};
+  // Preempted sequences, oldest first: all of them newer than every running one (admission waits
+  // while any is preempted, and the newest is always the one preempted).
+  std::vector<std::unique_ptr<Sequence>> preempted_;
+  int64_t preemptions_ = 0;
+  std::vector<float> row_logits_;  // [vocab] scratch of sample_row
 };
 
 }  // namespace llama2

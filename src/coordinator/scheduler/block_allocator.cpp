@@ -92,7 +92,7 @@ bool BlockAllocator::ensure(std::vector<int>* table, int positions) {
 
 std::optional<int> BlockAllocator::allocate(const std::vector<int>& prompt, int positions,
                                             bool use_cache, std::vector<int>* table,
-                                            PrefixChain* chain) {
+                                            PrefixChain* chain, int spare, bool count) {
   LLAMA2_CHECK(table->empty() && !prompt.empty());
   const int need = blocks_for(positions, block_size_);
   PrefixChain c{0, salt_};
@@ -112,7 +112,7 @@ std::optional<int> BlockAllocator::allocate(const std::vector<int>& prompt, int 
     }
   }
   const int hit_blocks = static_cast<int>(hits.size());
-  if (need - hit_blocks > free_blocks() - hit_evictable) return std::nullopt;
+  if (need - hit_blocks > free_blocks() - hit_evictable - spare) return std::nullopt;
   for (int b : hits) {
     if (blocks_[b].refs++ == 0) {
       lru_unlink(b);
@@ -122,7 +122,7 @@ std::optional<int> BlockAllocator::allocate(const std::vector<int>& prompt, int 
   *table = std::move(hits);
   table->reserve(static_cast<size_t>(need));
   while (static_cast<int>(table->size()) < need) table->push_back(take());
-  if (use_cache) {
+  if (use_cache && count) {
     counters_.queried_tokens += static_cast<int64_t>(prompt.size());
     counters_.hit_tokens += int64_t{hit_blocks} * block_size_;
   }

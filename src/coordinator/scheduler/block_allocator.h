@@ -54,14 +54,17 @@ class BlockAllocator {
   // Grows `table` so it covers `positions` tokens with blocks of its own (no sharing); false
   // (table unchanged) if blocks ran out.
   bool ensure(std::vector<int>* table, int positions);
-  // A new sequence's reservation: an empty `table` becomes blocks covering `positions` tokens, the
-  // first of them, when `use_cache`, the longest chain of cached full blocks of `prompt` (never the
-  // block holding its last token). Returns the number of prompt tokens those blocks already hold
-  // (a multiple of block_size, < prompt.size()) and sets `chain` past them; nullopt (nothing
-  // changed) if the blocks it would still need exceed free_blocks() less the evictable ones it
-  // hits.
+  // A sequence's reservation (admission, or resumption after a preemption): an empty `table`
+  // becomes blocks covering `positions` tokens, the first of them, when `use_cache`, the longest
+  // chain of cached full blocks of `prompt` (its known tokens; never the block holding the last
+  // one). Returns the number of tokens those blocks already hold (a multiple of block_size,
+  // < prompt.size()) and sets `chain` past them; nullopt (nothing changed) if the blocks it would
+  // still need exceed free_blocks() less the evictable ones it hits less `spare` (blocks kept for
+  // running sequences). `count`: a prompt lookup for the prefix cache's counters (not a
+  // resumption's).
   std::optional<int> allocate(const std::vector<int>& prompt, int positions, bool use_cache,
-                              std::vector<int>* table, PrefixChain* chain);
+                              std::vector<int>* table, PrefixChain* chain, int spare = 0,
+                              bool count = true);
   // After the KV of tokens[0, in_cache) has been computed into `table`: registers every full block
   // past `chain` (a block whose prefix is already registered elsewhere stays private) and advances
   // `chain`. tokens: [>= in_cache].

@@ -128,129 +128,151 @@ int Sampler::sample_candidates(const float* values, const int32_t* ids, int n) {
   return returned(ids[draw(values, ids, static_cast<size_t>(n))]);
 }
 
-int Sampler::draw(const float* logits, const int32_t* ids, size_t n) {
-  const double t = params_.temperature;
-  const auto id_of = [ids](int i) { return ids != nullptr ? ids[i] : i; };
-  const auto value = [logits](int i) { return static_cast<double>(logits[i]); };
-  // -inf tokens (masked upstream) get probability 0 and never survive; leave them out early.
-  order_.clear();
-  double top = -std::numeric_limits<double>::infinity();
-  for (size_t i = 0; i < n; ++i) {
-    if (std::isfinite(logits[i])) {
-      order_.push_back(static_cast<int>(i));
-      top = std::max(top, value(static_cast<int>(i)));
-    }
-  }
-  const auto before = [&](int a, int b) {
-    return logits[a] != logits[b] ? logits[a] > logits[b] : id_of(a) < id_of(b);
-  };
-  // Half-width of the group of logits counted as equal to the cut value `cut`.
-  const auto tolerance = [top](double cut) {
-    return kTieTolerance * std::max(std::abs(top), std::abs(cut));
-  };
-
-  // Makes order_[0, n) the n best candidates in order, leaving the rest unsorted behind them.
-  // The cuts rarely need more than a short sorted head (the k best, a nucleus): sorting all 32000
-  // ids up front cost ~2.5 ms per token, most of the sampler's time. Each call is O(V) plus the
-  // sort of the new part and heads grow geometrically: O(V log V) at worst.
-  size_t sorted = 0;
-  const auto sort_head = [&](size_t m) {
-    m = std::min(m, order_.size());
-    if (m <= sorted) return;
-    if (m < order_.size()) {
-      std::nth_element(order_.begin() + sorted, order_.begin() + (m - 1), order_.end(), before);
-    }
-    std::sort(order_.begin() + sorted, order_.begin() + m, before);
-    sorted = m;
-  };
-  // Keeps the tokens whose logit is >= floor (> floor when strict). remove_if is stable, so the
-  // sorted head stays the best of what is left.
-  const auto keep_from = [&](double floor, bool strict) {
-    order_.erase(
-        std::remove_if(order_.begin(), order_.end(),
-                       [&](int i) { return strict ? value(i) <= floor : value(i) < floor; }),
-        order_.end());
-    sorted = std::min(sorted, order_.size());
-  };
-
-  // top-k (HF: remove logits < the k-th largest, the cut value). When the next logit is outside
-  // the cut value's group, the k best stay, as in HF. When a group of near-equal logits straddles
-  // the cut, it is dropped whole, unless it holds the most probable token: then it is kept whole,
-  // at most its kMaxCandidates best when top_k < kMaxCandidates. Dropping never keeps a token
-  // outside the k best, so the candidates the ranks send (candidates_needed) hold every survivor;
-  // keeping the group would need every token near the k-th value, which can be hundreds (a
-  // trained model's byte-fallback tokens), and the full-logit and candidate paths would disagree:
-  // a request's tokens would depend on whether another request in its step forced full logits.
-  // (HF keeps exact ties with the k-th value: here they are such a group.)
-  const size_t k = static_cast<size_t>(params_.top_k);
-  if (k > 0 && k < order_.size()) {
-    sort_head(k + 1);
-    const double cut = value(order_[k - 1]);
-    const double tol = tolerance(cut);
-    const bool straddles = value(order_[k]) >= cut - tol;
-    if (straddles && top > cut + tol) {
-      keep_from(cut + tol, /*strict=*/true);
-    } else {
-      keep_from(cut - tol, /*strict=*/false);  // the k best, or the group of the top
-      if (k < static_cast<size_t>(kMaxCandidates) && order_.size() > kMaxCandidates) {
-        sort_head(kMaxCandidates);
-        order_.resize(kMaxCandidates);
+// A row's candidates while the cuts run: indices into the row's logits (the finite ones; -inf
+// tokens, masked upstream, get probability 0 and never survive), the best first as far as sorted.
+// Equal logits rank by lower id. The cuts rarely need more than a short sorted head (the k best,
+// a nucleus): sorting all 32000 ids up front cost ~2.5 ms per token, most of the sampler's time.
+class Sampler::Ranked {
+ public:
+  // order: the Sampler's scratch, reused from row to row.
+  Ranked(const float* logits, const int32_t* ids, size_t n, std::vector<int>& scratch)
+      : order(scratch), logits_(logits), ids_(ids) {
+    order.clear();
+    for (size_t i = 0; i < n; ++i) {
+      if (std::isfinite(logits[i])) {
+        order.push_back(static_cast<int>(i));
+        top = std::max(top, value(static_cast<int>(i)));
       }
     }
   }
+  double value(int i) const { return static_cast<double>(logits_[i]); }
+  int id(int i) const { return ids_ != nullptr ? ids_[i] : i; }
+  // Half-width of the group of logits counted as equal to the cut value `cut` (sampler.h).
+  double tolerance(double cut) const {
+    return kTieTolerance * std::max(std::abs(top), std::abs(cut));
+  }
+  // Makes order[0, m) the m best candidates in order, leaving the rest unsorted behind them. Each
+  // call is O(V) plus the sort of the new part, and heads grow geometrically: O(V log V) at worst.
+  void sort_head(size_t m) {
+    m = std::min(m, order.size());
+    if (m <= sorted) return;
+    const auto before = [this](int a, int b) {
+      return logits_[a] != logits_[b] ? logits_[a] > logits_[b] : id(a) < id(b);
+    };
+    if (m < order.size()) {
+      std::nth_element(order.begin() + sorted, order.begin() + (m - 1), order.end(), before);
+    }
+    std::sort(order.begin() + sorted, order.begin() + m, before);
+    sorted = m;
+  }
+  // Keeps the candidates whose logit is >= floor (> floor when strict). remove_if is stable, so
+  // the sorted head stays the best of what is left.
+  void keep_from(double floor, bool strict) {
+    order.erase(
+        std::remove_if(order.begin(), order.end(),
+                       [&](int i) { return strict ? value(i) <= floor : value(i) < floor; }),
+        order.end());
+    sorted = std::min(sorted, order.size());
+  }
 
+  std::vector<int>& order;                                // the survivors so far
+  double top = -std::numeric_limits<double>::infinity();  // the largest finite logit
+  size_t sorted = 0;                                      // order[0, sorted) is sorted
+
+ private:
+  const float* logits_;
+  const int32_t* ids_;
+};
+
+int Sampler::draw(const float* logits, const int32_t* ids, size_t n) {
+  Ranked r(logits, ids, n, order_);
+  cut_top_k(r);
   // Softmax weights relative to the largest logit (a last-bit change of it scales all alike).
   work_.resize(n);
-  for (int i : order_) work_[i] = std::exp((value(i) - top) / t);
+  for (int i : r.order) work_[i] = std::exp((r.value(i) - r.top) / params_.temperature);
+  cut_top_p(r);
+  return inverse_cdf(r, ids, n);
+}
 
-  // top-p (HF: in ascending order, remove tokens whose cumulative probability is <= 1 - top_p;
-  // the most probable token always stays). An ascending cumulative sum is a tail sum of the
-  // descending order. Every token past a sorted head whose unsorted rest has mass <= the
-  // threshold is removed, so only that head needs sorting. Tail sums by rank are sums of order
-  // statistics: rounding moves them by last bits, whichever tokens hold the ranks. The group at
-  // the cut (the smallest kept logit) is kept whole: top-p promises the survivors at least top_p
-  // of the probability, which dropping a group of many near-equal tokens could break by far, and
-  // the cut always sees every survivor of top-k, so keeping costs nothing.
-  if (params_.top_p < 1.0f) {
-    double total = 0;
-    for (int i : order_) total += work_[i];
-    const double threshold = (1.0 - static_cast<double>(params_.top_p) + kTopPSlack) * total;
-    double rest = 0;
-    for (size_t head = kFirstHead;; head *= 4) {
-      sort_head(head);
-      rest = 0;
-      for (size_t i = sorted; i < order_.size(); ++i) rest += work_[order_[i]];
-      if (rest <= threshold || sorted == order_.size()) break;
-    }
-    size_t kept = sorted;
-    double tail = rest;
-    for (size_t i = sorted; i-- > 1;) {
-      tail += work_[order_[i]];
-      if (tail > threshold) break;  // tails only grow from here: every earlier token stays
-      kept = i;
-    }
-    const double cut = value(order_[kept - 1]);
-    keep_from(cut - tolerance(cut), /*strict=*/false);
+// top-k (HF: remove logits < the k-th largest, the cut value). When the next logit is outside the
+// cut value's group, the k best stay, as in HF. When a group of near-equal logits straddles the
+// cut, it is dropped whole, unless it holds the most probable token: then it is kept whole, at
+// most its kMaxCandidates best when top_k < kMaxCandidates. Dropping never keeps a token outside
+// the k best, so the candidates the ranks send (candidates_needed) hold every survivor; keeping
+// the group would need every token near the k-th value, which can be hundreds (a trained model's
+// byte-fallback tokens), and the full-logit and candidate paths would disagree: a request's tokens
+// would depend on whether another request in its step forced full logits. (HF keeps exact ties
+// with the k-th value: here they are such a group.)
+void Sampler::cut_top_k(Ranked& r) const {
+  const size_t k = static_cast<size_t>(params_.top_k);
+  if (k == 0 || k >= r.order.size()) return;
+  r.sort_head(k + 1);
+  const double cut = r.value(r.order[k - 1]);
+  const double tol = r.tolerance(cut);
+  const bool straddles = r.value(r.order[k]) >= cut - tol;
+  if (straddles && r.top > cut + tol) {
+    r.keep_from(cut + tol, /*strict=*/true);
+    return;
   }
+  r.keep_from(cut - tol, /*strict=*/false);  // the k best, or the group of the top
+  if (k < static_cast<size_t>(kMaxCandidates) && r.order.size() > kMaxCandidates) {
+    r.sort_head(kMaxCandidates);
+    r.order.resize(kMaxCandidates);
+  }
+}
 
-  // Inverse CDF over the survivors in id order. Full logits are indexed by id: a pass over the
-  // vocabulary; candidates (at most kMaxCandidates) are sorted by id.
+// top-p (HF: in ascending order, remove tokens whose cumulative probability is <= 1 - top_p; the
+// most probable token always stays). An ascending cumulative sum is a tail sum of the descending
+// order. Every token past a sorted head whose unsorted rest has mass <= the threshold is removed,
+// so only that head needs sorting. Tail sums by rank are sums of order statistics: rounding moves
+// them by last bits, whichever tokens hold the ranks. The group at the cut (the smallest kept
+// logit) is kept whole: top-p promises the survivors at least top_p of the probability, which
+// dropping a group of many near-equal tokens could break by far, and the cut always sees every
+// survivor of top-k, so keeping costs nothing. Reads the softmax weights in work_.
+void Sampler::cut_top_p(Ranked& r) const {
+  if (params_.top_p >= 1.0f) return;
+  double total = 0;
+  for (int i : r.order) total += work_[i];
+  const double threshold = (1.0 - static_cast<double>(params_.top_p) + kTopPSlack) * total;
+  double rest = 0;
+  for (size_t head = kFirstHead;; head *= 4) {
+    r.sort_head(head);
+    rest = 0;
+    for (size_t i = r.sorted; i < r.order.size(); ++i) rest += work_[r.order[i]];
+    if (rest <= threshold || r.sorted == r.order.size()) break;
+  }
+  size_t kept = r.sorted;
+  double tail = rest;
+  for (size_t i = r.sorted; i-- > 1;) {
+    tail += work_[r.order[i]];
+    if (tail > threshold) break;  // tails only grow from here: every earlier token stays
+    kept = i;
+  }
+  const double cut = r.value(r.order[kept - 1]);
+  r.keep_from(cut - r.tolerance(cut), /*strict=*/false);
+}
+
+// One uniform draw mapped by inverse CDF over the survivors in id order (sampler.h says why id
+// order). Full logits are indexed by id: a pass over the vocabulary; candidates (at most
+// kMaxCandidates) are sorted by id. Returns an index into the row.
+int Sampler::inverse_cdf(Ranked& r, const int32_t* ids, size_t n) {
+  std::vector<int>& order = r.order;
   if (ids == nullptr) {
     kept_.assign(n, 0);
-    for (int i : order_) kept_[i] = 1;
-    order_.clear();
+    for (int i : order) kept_[i] = 1;
+    order.clear();
     for (size_t i = 0; i < n; ++i) {
-      if (kept_[i]) order_.push_back(static_cast<int>(i));
+      if (kept_[i]) order.push_back(static_cast<int>(i));
     }
   } else {
-    std::sort(order_.begin(), order_.end(), [ids](int a, int b) { return ids[a] < ids[b]; });
+    std::sort(order.begin(), order.end(), [ids](int a, int b) { return ids[a] < ids[b]; });
   }
   double mass = 0;
-  for (int i : order_) mass += work_[i];
+  for (int i : order) mass += work_[i];
   const double target = uniform01(rng_) * mass;
   double cumulative = 0;
-  int last = order_.front();
-  for (int i : order_) {
+  int last = order.front();
+  for (int i : order) {
     cumulative += work_[i];
     if (target < cumulative) return i;
     if (work_[i] > 0) last = i;

@@ -75,9 +75,15 @@ class Sampler {
   void apply_openai_penalties(std::vector<float>& logits) const;
   int returned(int id);  // counts `id` for the OpenAI penalties, returns it
   static void check_finite(const float* logits, size_t n, const int32_t* ids);
-  // Index into logits[0, n) drawn after temperature, top-k and top-p. ids: [n] the token id of
-  // each entry, or null when the index is the id. Equal logits rank by lower id.
+  // Index into logits[0, n) drawn after temperature, top-k and top-p, in named steps (sampler.cpp):
+  // rank the finite candidates, cut top-k, weigh by softmax, cut top-p, draw by inverse CDF.
+  // ids: [n] the token id of each entry, or null when the index is the id. Equal logits rank by
+  // lower id.
   int draw(const float* logits, const int32_t* ids, size_t n);
+  class Ranked;
+  void cut_top_k(Ranked& r) const;
+  void cut_top_p(Ranked& r) const;
+  int inverse_cdf(Ranked& r, const int32_t* ids, size_t n);
 
   SamplingParams params_;
   std::mt19937_64 rng_;

@@ -46,17 +46,15 @@ ServeMetrics::ServeMetrics()
       itl_(kLatencyBuckets),
       e2e_(kLatencyBuckets),
       queue_(kLatencyBuckets) {
-  for (const char* r : {"stop", "length", "cancelled", "timeout", "shutting_down"})
-    finished_[r] = 0;
-  for (const char* c :
-       {"invalid_request", "prompt_too_long", "queue_full", "too_many_in_flight", "shutting_down"})
-    rejected_[c] = 0;
+  for (ErrorCode c : {ErrorCode::kInvalidRequest, ErrorCode::kPromptTooLong, ErrorCode::kQueueFull,
+                      ErrorCode::kTooManyInFlight, ErrorCode::kShuttingDown})
+    rejected_shown_[static_cast<size_t>(c)] = true;
 }
 
-void ServeMetrics::request_finished(const std::string& reason, double queue_s, double ttft_s,
+void ServeMetrics::request_finished(FinishReason reason, double queue_s, double ttft_s,
                                     double e2e_s, int prompt_tokens, int completion_tokens) {
   std::lock_guard<std::mutex> lock(mu_);
-  ++finished_[reason];
+  ++finished_[static_cast<size_t>(reason)];
   queue_.observe(queue_s);
   if (completion_tokens > 0) ttft_.observe(ttft_s);
   e2e_.observe(e2e_s);
@@ -64,9 +62,10 @@ void ServeMetrics::request_finished(const std::string& reason, double queue_s, d
   generation_tokens_ += static_cast<uint64_t>(completion_tokens);
 }
 
-void ServeMetrics::request_rejected(const std::string& code) {
+void ServeMetrics::request_rejected(ErrorCode code) {
   std::lock_guard<std::mutex> lock(mu_);
-  ++rejected_[code];
+  ++rejected_[static_cast<size_t>(code)];
+  rejected_shown_[static_cast<size_t>(code)] = true;
 }
 
 void ServeMetrics::inter_token(double seconds) {
@@ -74,66 +73,59 @@ void ServeMetrics::inter_token(double seconds) {
   itl_.observe(seconds);
 }
 
+namespace {
+// One unlabelled sample with its HELP and TYPE lines.
+void sample(std::string* out, const char* name, const char* type, const char* help,
+            const std::string& value) {
+  *out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" +
+          name + " " + value + "\n";
+}
+}  // namespace
+
 std::string ServeMetrics::render(const Gauges& g) const {
   std::lock_guard<std::mutex> lock(mu_);
-  std::string out;
-  out +=
+  std::string out =
       "# HELP llama2_requests_total Finished generations by finish reason.\n"
       "# TYPE llama2_requests_total counter\n";
-  for (const auto& [reason, n] : finished_) {
-    out += "llama2_requests_total{finish_reason=\"" + reason + "\"} " + std::to_string(n) + "\n";
+  for (int r = 0; r < kFinishReasonCount; ++r) {
+    out += std::string("llama2_requests_total{finish_reason=\"") +
+           to_string(static_cast<FinishReason>(r)) + "\"} " + std::to_string(finished_[r]) + "\n";
   }
   out +=
       "# HELP llama2_requests_rejected_total Requests refused before running, by error code.\n"
       "# TYPE llama2_requests_rejected_total counter\n";
-  for (const auto& [code, n] : rejected_) {
-    out += "llama2_requests_rejected_total{code=\"" + code + "\"} " + std::to_string(n) + "\n";
+  for (int c = 0; c < kErrorCodeCount; ++c) {
+    if (!rejected_shown_[c]) continue;
+    out += std::string("llama2_requests_rejected_total{code=\"") +
+           to_string(static_cast<ErrorCode>(c)) + "\"} " + std::to_string(rejected_[c]) + "\n";
   }
-  out +=
-      "# HELP llama2_prompt_tokens_total Prompt tokens of finished generations.\n"
-      "# TYPE llama2_prompt_tokens_total counter\nllama2_prompt_tokens_total " +
-      std::to_string(prompt_tokens_) + "\n";
-  out +=
-      "# HELP llama2_generation_tokens_total Generated tokens of finished generations.\n"
-      "# TYPE llama2_generation_tokens_total counter\nllama2_generation_tokens_total " +
-      std::to_string(generation_tokens_) + "\n";
-  out +=
-      "# HELP llama2_requests_running Generations in the running batch.\n"
-      "# TYPE llama2_requests_running gauge\nllama2_requests_running " +
-      std::to_string(g.running) + "\n";
-  out +=
-      "# HELP llama2_requests_waiting Generations queued for admission.\n"
-      "# TYPE llama2_requests_waiting gauge\nllama2_requests_waiting " +
-      std::to_string(g.waiting) + "\n";
-  const double usage =
-      g.kv_blocks_total > 0 ? static_cast<double>(g.kv_blocks_used) / g.kv_blocks_total : 0.0;
-  out +=
-      "# HELP llama2_kv_cache_usage_ratio Fraction of KV-cache blocks in use.\n"
-      "# TYPE llama2_kv_cache_usage_ratio gauge\nllama2_kv_cache_usage_ratio " +
-      fmt(usage) + "\n";
+  sample(&out, "llama2_prompt_tokens_total", "counter", "Prompt tokens of finished generations.",
+         std::to_string(prompt_tokens_));
+  sample(&out, "llama2_generation_tokens_total", "counter",
+         "Generated tokens of finished generations.", std::to_string(generation_tokens_));
+  sample(&out, "llama2_requests_running", "gauge", "Generations in the running batch.",
+         std::to_string(g.running));
+  sample(&out, "llama2_requests_waiting", "gauge", "Generations queued for admission.",
+         std::to_string(g.waiting));
+  sample(
+      &out, "llama2_kv_cache_usage_ratio", "gauge", "Fraction of KV-cache blocks in use.",
+      fmt(g.kv_blocks_total > 0 ? static_cast<double>(g.kv_blocks_used) / g.kv_blocks_total : 0.0));
   // vLLM's names, counted the same way (tokens): prefix_cache_queries / prefix_cache_hits.
-  out +=
-      "# HELP llama2_prefix_cache_queries_total Prompt tokens looked up in the prefix cache.\n"
-      "# TYPE llama2_prefix_cache_queries_total counter\nllama2_prefix_cache_queries_total " +
-      std::to_string(g.prefix_queried_tokens) + "\n";
-  out +=
-      "# HELP llama2_prefix_cache_hits_total Prompt tokens whose KV was found in the prefix "
-      "cache.\n"
-      "# TYPE llama2_prefix_cache_hits_total counter\nllama2_prefix_cache_hits_total " +
-      std::to_string(g.prefix_hit_tokens) + "\n";
-  out +=
-      "# HELP llama2_prefix_cache_hit_rate Prefix cache hits over queries since start (tokens).\n"
-      "# TYPE llama2_prefix_cache_hit_rate gauge\nllama2_prefix_cache_hit_rate " +
-      fmt(g.prefix_hit_rate()) + "\n";
-  out +=
-      "# HELP llama2_prefix_cache_evictions_total Cached KV blocks taken back for other use.\n"
-      "# TYPE llama2_prefix_cache_evictions_total counter\nllama2_prefix_cache_evictions_total " +
-      std::to_string(g.prefix_evicted_blocks) + "\n";
-  out +=
-      "# HELP llama2_kv_cache_cached_blocks KV blocks holding a cached prefix, in use or "
-      "evictable.\n"
-      "# TYPE llama2_kv_cache_cached_blocks gauge\nllama2_kv_cache_cached_blocks " +
-      std::to_string(g.kv_blocks_cached) + "\n";
+  sample(&out, "llama2_prefix_cache_queries_total", "counter",
+         "Prompt tokens looked up in the prefix cache.", std::to_string(g.prefix_queried_tokens));
+  sample(&out, "llama2_prefix_cache_hits_total", "counter",
+         "Prompt tokens whose KV was found in the prefix cache.",
+         std::to_string(g.prefix_hit_tokens));
+  sample(&out, "llama2_prefix_cache_hit_rate", "gauge",
+         "Prefix cache hits over queries since start (tokens).", fmt(g.prefix_hit_rate()));
+  sample(&out, "llama2_prefix_cache_evictions_total", "counter",
+         "Cached KV blocks taken back for other use.", std::to_string(g.prefix_evicted_blocks));
+  sample(&out, "llama2_preemptions_total", "counter",
+         "Running generations preempted (KV blocks freed, recomputed later) since start.",
+         std::to_string(g.preemptions));
+  sample(&out, "llama2_kv_cache_cached_blocks", "gauge",
+         "KV blocks holding a cached prefix, in use or evictable.",
+         std::to_string(g.kv_blocks_cached));
   ttft_.render("llama2_time_to_first_token_seconds", "Time from arrival to the first token.", &out);
   itl_.render("llama2_inter_token_latency_seconds",
               "Time between consecutive tokens of a generation.", &out);
@@ -164,6 +156,8 @@ std::string ServeMetrics::render_vllm(const Gauges& g, const std::string& model)
       std::to_string(g.waiting));
   one("vllm:gpu_cache_usage_perc", "gauge", "KV-cache usage, a fraction (1 = full).",
       fmt(g.kv_blocks_total > 0 ? static_cast<double>(g.kv_blocks_used) / g.kv_blocks_total : 0.0));
+  one("vllm:num_preemptions_total", "counter", "Cumulative number of preemptions.",
+      std::to_string(g.preemptions));
   one("vllm:prompt_tokens_total", "counter", "Prompt tokens of finished requests.",
       std::to_string(prompt_tokens_));
   one("vllm:generation_tokens_total", "counter", "Generated tokens of finished requests.",
@@ -171,9 +165,9 @@ std::string ServeMetrics::render_vllm(const Gauges& g, const std::string& model)
   out +=
       "# HELP vllm:request_success_total Finished requests by finish reason.\n"
       "# TYPE vllm:request_success_total counter\n";
-  for (const auto& [reason, n] : finished_) {
-    out += "vllm:request_success_total{" + label + ",finished_reason=\"" + reason + "\"} " +
-           std::to_string(n) + "\n";
+  for (int r = 0; r < kFinishReasonCount; ++r) {
+    out += "vllm:request_success_total{" + label + ",finished_reason=\"" +
+           to_string(static_cast<FinishReason>(r)) + "\"} " + std::to_string(finished_[r]) + "\n";
   }
   ttft_.render("vllm:time_to_first_token_seconds", "Time to first token.", &out, label);
   itl_.render("vllm:time_per_output_token_seconds", "Time per output token.", &out, label);

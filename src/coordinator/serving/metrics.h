@@ -5,11 +5,13 @@
 // Admission::gauges() snapshot that `health` reports.
 #pragma once
 
+#include <array>
 #include <cstdint>
-#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include "coordinator/requests/codes.h"
 
 namespace llama2 {
 
@@ -40,6 +42,9 @@ struct Gauges {
   int64_t prefix_queried_tokens = 0;
   int64_t prefix_hit_tokens = 0;
   int64_t prefix_evicted_blocks = 0;
+  // Running sequences whose KV blocks were taken back for others since start (batch_scheduler.h),
+  // summed over the replicas.
+  int64_t preemptions = 0;
   double prefix_hit_rate() const {
     return prefix_queried_tokens > 0
                ? static_cast<double>(prefix_hit_tokens) / static_cast<double>(prefix_queried_tokens)
@@ -50,14 +55,15 @@ struct Gauges {
 class ServeMetrics {
  public:
   ServeMetrics();
-  void request_finished(const std::string& finish_reason, double queue_s, double ttft_s,
-                        double e2e_s, int prompt_tokens, int completion_tokens);
-  void request_rejected(const std::string& code);  // queue_full, invalid_request, ...
+  void request_finished(FinishReason finish_reason, double queue_s, double ttft_s, double e2e_s,
+                        int prompt_tokens, int completion_tokens);
+  void request_rejected(ErrorCode code);
   void inter_token(double seconds);
   std::string render(const Gauges& g) const;
   // The same numbers under the vLLM names operators' dashboards already chart (the HTTP front's
   // GET /metrics adds them), labelled model_name="`model`": vllm:num_requests_running,
   // vllm:num_requests_waiting, vllm:gpu_cache_usage_perc (a 0-1 fraction, as vLLM's),
+  // vllm:num_preemptions_total,
   // vllm:prompt_tokens_total, vllm:generation_tokens_total, vllm:request_success_total
   // {finished_reason}, and the histograms vllm:time_to_first_token_seconds,
   // vllm:time_per_output_token_seconds, vllm:e2e_request_latency_seconds,
@@ -66,8 +72,10 @@ class ServeMetrics {
 
  private:
   mutable std::mutex mu_;
-  std::map<std::string, uint64_t> finished_;  // by finish_reason
-  std::map<std::string, uint64_t> rejected_;  // by error code
+  std::array<uint64_t, kFinishReasonCount> finished_{};  // by finish reason, all rendered
+  std::array<uint64_t, kErrorCodeCount> rejected_{};     // by error code
+  // The codes `stats` lists even at 0 (docs/PROTOCOL.md), and every code counted since.
+  std::array<bool, kErrorCodeCount> rejected_shown_{};
   uint64_t prompt_tokens_ = 0, generation_tokens_ = 0;
   Histogram ttft_, itl_, e2e_, queue_;
 };

@@ -3,7 +3,6 @@
 #include "common/check.h"
 #include "common/frame.h"
 #include "coordinator/serving/token_bound.h"
-#include "coordinator/text/tokenizer.h"
 
 namespace llama2 {
 
@@ -11,10 +10,11 @@ using nlohmann::json;
 
 namespace {
 
-FrameRequest refuse(const json& id, const std::string& code, const std::string& message) {
+FrameRequest refuse(const json& id, ErrorCode code, const std::string& message) {
   FrameRequest r;
   r.op = FrameRequest::Op::kError;
   r.error = error_event(id, code, message);
+  r.error_code = code;
   return r;
 }
 
@@ -29,7 +29,7 @@ FrameRequest decode_generate(const json& j, const json& id, const SamplingParams
                              const ModelConfig& config, const ServeLimits& limits) {
   if (!id.is_string() || id.get_ref<const std::string&>().empty() ||
       id.get_ref<const std::string&>().size() > kMaxEchoedIdBytes) {
-    return refuse(id, "invalid_request",
+    return refuse(id, ErrorCode::kInvalidRequest,
                   "\"id\" must be a string of 1 to " + std::to_string(kMaxEchoedIdBytes) +
                       " bytes (got " + (j.contains("id") ? describe(id) : "none") + ")");
   }
@@ -37,20 +37,21 @@ FrameRequest decode_generate(const json& j, const json& id, const SamplingParams
   r.op = FrameRequest::Op::kGenerate;
   r.id = id.get<std::string>();
   if (auto s = j.find("stream"); s != j.end() && !s->is_null()) {
-    if (!s->is_boolean()) return refuse(id, "invalid_request", "\"stream\" must be true or false");
+    if (!s->is_boolean())
+      return refuse(id, ErrorCode::kInvalidRequest, "\"stream\" must be true or false");
     r.stream = s->get<bool>();
   }
   r.timeout_ms = limits.request_timeout_ms;
   if (auto t = j.find("timeout_ms"); t != j.end() && !t->is_null()) {
     if (!t->is_number_integer() || t->get<int64_t>() < 1) {
-      return refuse(id, "invalid_request",
+      return refuse(id, ErrorCode::kInvalidRequest,
                     "\"timeout_ms\" must be an integer >= 1 (the server caps it at " +
                         std::to_string(limits.request_timeout_ms) + ")");
     }
     r.timeout_ms = std::min(t->get<int64_t>(), limits.request_timeout_ms);
   }
   r.request = parse_request_fields(j, defaults, config, {"op", "id", "stream", "timeout_ms"});
-  if (!r.request.ok()) return refuse(id, r.request.error_code, r.request.error_message);
+  if (!r.request.ok()) return refuse(id, *r.request.error_code, r.request.error_message);
   const int max_new = r.request.params.max_new_tokens;
   if (r.request.is_chat) {
     // No byte bound for a dialog (whitespace the chat format strips would make one unsound): its
@@ -61,11 +62,11 @@ FrameRequest decode_generate(const json& j, const json& id, const SamplingParams
     const int64_t least = min_prompt_tokens(bytes, limits.max_piece_bytes);
     std::string too_long = prompt_length_error(limits.prompt, least, true, max_new,
                                                "prompt of " + std::to_string(bytes) + " bytes");
-    if (!too_long.empty()) return refuse(id, "prompt_too_long", too_long);
+    if (!too_long.empty()) return refuse(id, ErrorCode::kPromptTooLong, too_long);
   } else if (std::string too_long = prompt_length_error(
                  limits.prompt, static_cast<int64_t>(r.request.prompt.size()), false, max_new);
              !too_long.empty()) {
-    return refuse(id, "prompt_too_long", too_long);
+    return refuse(id, ErrorCode::kPromptTooLong, too_long);
   }
   return r;
 }
@@ -78,7 +79,7 @@ size_t utf8_prefix(const std::string& s, size_t max_bytes) {
 
 // The frame of a short error event that cannot fail to fit.
 std::string fallback_frame(const json& id, const std::string& message) {
-  const json e = error_event(id, "internal", message);
+  const json e = error_event(id, ErrorCode::kInternal, message);
   return encode_frame(e.dump(-1, ' ', false, json::error_handler_t::replace), kMaxEventFrameBytes);
 }
 
@@ -87,19 +88,21 @@ std::string fallback_frame(const json& id, const std::string& message) {
 FrameRequest decode_request(const std::string& payload, const SamplingParams& defaults,
                             const ModelConfig& config, const ServeLimits& limits) {
   if (!is_valid_utf8(payload))
-    return refuse(nullptr, "invalid_request", "frame is not valid UTF-8");
+    return refuse(nullptr, ErrorCode::kInvalidRequest, "frame is not valid UTF-8");
   if (json_nesting_exceeds(payload, kMaxJsonDepth)) {
-    return refuse(nullptr, "invalid_request",
+    return refuse(nullptr, ErrorCode::kInvalidRequest,
                   "frame nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   }
   const json j = json::parse(payload, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return refuse(nullptr, "invalid_request", "frame is not valid JSON");
-  if (!j.is_object()) return refuse(nullptr, "invalid_request", "frame must be a JSON object");
+  if (j.is_discarded())
+    return refuse(nullptr, ErrorCode::kInvalidRequest, "frame is not valid JSON");
+  if (!j.is_object())
+    return refuse(nullptr, ErrorCode::kInvalidRequest, "frame must be a JSON object");
   const auto id_it = j.find("id");
   const json id = id_it != j.end() ? *id_it : json(nullptr);
   const auto op_it = j.find("op");
   if (op_it == j.end() || !op_it->is_string()) {
-    return refuse(id, "invalid_request",
+    return refuse(id, ErrorCode::kInvalidRequest,
                   std::string(op_it == j.end() ? "missing \"op\"" : "\"op\" must be a string") +
                       " (allowed: generate, cancel, health, stats)");
   }
@@ -108,7 +111,7 @@ FrameRequest decode_request(const std::string& payload, const SamplingParams& de
   FrameRequest r;
   if (op == "cancel") {
     if (!id.is_string()) {
-      return refuse(id, "invalid_request",
+      return refuse(id, ErrorCode::kInvalidRequest,
                     "cancel: \"id\" must be the string id of a generation in flight on this "
                     "connection (got " +
                         describe(id) + ")");
@@ -121,23 +124,8 @@ FrameRequest decode_request(const std::string& payload, const SamplingParams& de
     r.op = op == "health" ? FrameRequest::Op::kHealth : FrameRequest::Op::kStats;
     return r;
   }
-  return refuse(id, "invalid_request",
+  return refuse(id, ErrorCode::kInvalidRequest,
                 "unknown op " + quote(op) + " (allowed: generate, cancel, health, stats)");
-}
-
-json tokenize_frame_request(FrameRequest& r, const Tokenizer& tok, const ModelConfig& config,
-                            const ServeLimits& limits) {
-  try {
-    tokenize_request(r.request, tok, config);
-  } catch (const std::exception& e) {
-    return error_event(r.id, "internal", std::string("tokenizing the prompt failed: ") + e.what());
-  }
-  if (!r.request.ok()) return error_event(r.id, r.request.error_code, r.request.error_message);
-  const std::string too_long =
-      prompt_length_error(limits.prompt, static_cast<int64_t>(r.request.prompt.size()), false,
-                          r.request.params.max_new_tokens);
-  if (!too_long.empty()) return error_event(r.id, "prompt_too_long", too_long);
-  return json();
 }
 
 json echo_id(const json& id) {
@@ -146,13 +134,13 @@ json echo_id(const json& id) {
   return nullptr;
 }
 
-json error_event(const json& id, const std::string& code, const std::string& message) {
+json error_event(const json& id, ErrorCode code, const std::string& message) {
   std::string m = message;
   if (m.size() > kMaxMessageBytes) {
     m = m.substr(0, utf8_prefix(m, kMaxMessageBytes)) + "... (message of " +
         std::to_string(message.size()) + " bytes cut)";
   }
-  return json{{"event", "error"}, {"id", echo_id(id)}, {"code", code}, {"message", m}};
+  return json{{"event", "error"}, {"id", echo_id(id)}, {"code", to_string(code)}, {"message", m}};
 }
 
 std::string event_frame(const json& event) {

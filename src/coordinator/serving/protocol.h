@@ -14,11 +14,10 @@
 
 #include "common/model_config.h"
 #include "common/sampling_params.h"
+#include "coordinator/requests/codes.h"
 #include "coordinator/requests/request.h"
 
 namespace llama2 {
-
-class Tokenizer;
 
 constexpr size_t kMaxMessageBytes = 2048;
 constexpr size_t kMaxEchoedIdBytes = 128;  // also the longest id a generate may have
@@ -34,9 +33,10 @@ struct ServeLimits {
 // without tokenizing.
 struct FrameRequest {
   enum class Op { kError, kGenerate, kCancel, kHealth, kStats } op = Op::kError;
-  nlohmann::json error;   // kError: the error event to send back
+  nlohmann::json error;                               // kError: the error event to send back
+  ErrorCode error_code = ErrorCode::kInvalidRequest;  // kError: its code, for the counters
   std::string id;         // kGenerate (1..kMaxEchoedIdBytes bytes) and kCancel (any string)
-  ParsedRequest request;  // kGenerate: validated; text_pending until tokenize_frame_request()
+  ParsedRequest request;  // kGenerate: validated; text_pending until prepare_prompt()
   bool stream = true;
   int64_t timeout_ms = 0;
 };
@@ -44,18 +44,12 @@ struct FrameRequest {
 FrameRequest decode_request(const std::string& payload, const SamplingParams& defaults,
                             const ModelConfig& config, const ServeLimits& limits);
 
-// Tokenizes a kGenerate's pending text prompt (any thread) and checks the prompt against the
-// limits. Returns the error event when the request is refused, null when it can be queued.
-nlohmann::json tokenize_frame_request(FrameRequest& r, const Tokenizer& tok,
-                                      const ModelConfig& config, const ServeLimits& limits);
-
 // The id an error event carries: `id` itself when it is a string of at most kMaxEchoedIdBytes or
 // an integer, else null.
 nlohmann::json echo_id(const nlohmann::json& id);
 // {"event": "error", "id": echo_id(id), "code": code, "message": message (cut to
 // kMaxMessageBytes)}.
-nlohmann::json error_event(const nlohmann::json& id, const std::string& code,
-                           const std::string& message);
+nlohmann::json error_event(const nlohmann::json& id, ErrorCode code, const std::string& message);
 
 // The frame of a server event (length prefix + JSON), within kMaxEventFrameBytes. Never throws.
 std::string event_frame(const nlohmann::json& event);

@@ -16,6 +16,7 @@
 #include "common/check.h"
 #include "common/frame.h"
 #include "coordinator/serving/protocol.h"
+#include "coordinator/serving/socket_generation.h"
 #include "coordinator/text/tokenizer.h"
 
 namespace llama2 {
@@ -65,16 +66,20 @@ struct SocketServer::Conn {
   bool close_after_flush = false;
 };
 
-SocketServer::SocketServer(ServerOptions opts, Admission& admission, const Tokenizer& tok,
-                           const ModelConfig& config, SamplingParams defaults,
+SocketServer::SocketServer(ServerOptions opts, EngineInbox& inbox, Admission& admission,
+                           const Tokenizer& tok, const ModelConfig& config, SamplingParams defaults,
                            std::function<json()> health, std::function<std::string()> stats)
     : opts_(std::move(opts)),
+      inbox_(inbox),
       admission_(admission),
       tok_(tok),
       config_(config),
       defaults_(std::move(defaults)),
       health_(std::move(health)),
-      stats_(std::move(stats)) {}
+      stats_(std::move(stats)) {
+  // Draining stops accepting at once; a stall accepts again (for health).
+  inbox_.on_state_change([this] { wake(); });
+}
 
 SocketServer::~SocketServer() {
   stop(0);
@@ -124,11 +129,6 @@ void SocketServer::wake() {
   [[maybe_unused]] ssize_t n = ::write(wake_fd_, &one, sizeof(one));
 }
 
-void SocketServer::set_draining() {
-  draining_ = true;
-  wake();
-}
-
 void SocketServer::stop(int flush_ms) {
   if (!io_.joinable()) return;
   // Give the I/O thread a moment to deliver the last events (done / shutting_down).
@@ -155,19 +155,9 @@ void SocketServer::stop(int flush_ms) {
   ::unlink(opts_.socket_path.c_str());
 }
 
-void SocketServer::post(ServeCommand cmd) {
-  std::lock_guard<std::mutex> lock(mu_);
-  inbox_.push_back(std::move(cmd));
-  inbox_cv_.notify_one();
-}
-
-std::deque<ServeCommand> SocketServer::take_commands(std::chrono::milliseconds wait) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (inbox_.empty() && wait.count() > 0)
-    inbox_cv_.wait_for(lock, wait, [this] { return !inbox_.empty(); });
-  std::deque<ServeCommand> out;
-  out.swap(inbox_);
-  return out;
+void SocketServer::flush(std::vector<std::shared_ptr<EventSink>>& touched) {
+  touched.clear();
+  wake();
 }
 
 void SocketServer::send(uint64_t conn, const json& event, const std::string& id, uint64_t serial,
@@ -223,11 +213,10 @@ std::string SocketServer::token_event(const std::string& id_json, int index, int
   return out;
 }
 
-void SocketServer::fail_all(const std::string& code, const std::string& message) {
+void SocketServer::fail_all(ErrorCode code, const std::string& message) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stalled_ = true;
-    draining_ = true;
+    inbox_.set_stalled();
     for (auto& [cid, c] : conns_) {
       for (const auto& [id, f] : c->inflight) error(*c, id, code, message);
       c->inflight.clear();
@@ -243,7 +232,7 @@ void SocketServer::remove_socket_file() {
 
 uint64_t SocketServer::track(Conn& c, const FrameRequest& r, Clock::time_point arrival) {
   InFlight f;
-  f.serial = next_serial_++;
+  f.serial = inbox_.new_ticket();
   f.arrival = arrival;
   f.deadline = arrival + std::chrono::milliseconds(r.timeout_ms);
   f.stream = r.stream;
@@ -270,7 +259,7 @@ void SocketServer::expire_overdue(Clock::time_point now) {
       json done{
           {"event", "done"},
           {"id", it->first},
-          {"finish_reason", "timeout"},
+          {"finish_reason", to_string(FinishReason::kTimeout)},
           {"usage", {{"prompt_tokens", f.prompt_tokens}, {"completion_tokens", f.tokens_sent}}},
           {"timings", {{"total_s", std::chrono::duration<double>(now - f.arrival).count()}}}};
       if (f.seed) done["seed"] = *f.seed;
@@ -280,13 +269,10 @@ void SocketServer::expire_overdue(Clock::time_point now) {
       }
       reply(*c, done);
       if (c->tokenizing.erase(it->first) == 0) {  // else the engine has not heard of it yet
-        ServeCommand cmd;
-        cmd.kind = ServeCommand::Kind::kExpired;
-        cmd.conn = cid;
-        cmd.id = it->first;
-        cmd.serial = f.serial;
-        inbox_.push_back(std::move(cmd));
-        inbox_cv_.notify_one();
+        EngineCommand cmd;
+        cmd.kind = EngineCommand::Kind::kExpired;
+        cmd.ticket = f.serial;
+        inbox_.post(std::move(cmd));
       }
       it = c->inflight.erase(it);
     }
@@ -303,7 +289,7 @@ void SocketServer::reply(Conn& c, const json& event) {
   c.outbox += event_frame(event);
 }
 
-void SocketServer::error(Conn& c, const json& id, const std::string& code, const std::string& msg) {
+void SocketServer::error(Conn& c, const json& id, ErrorCode code, const std::string& msg) {
   reply(c, error_event(id, code, msg));
 }
 
@@ -325,7 +311,7 @@ bool SocketServer::refuse_one_connection(int accept_errno) {
     const int accept_error = errno;
     if (fd >= 0) {
       const std::string frame =
-          event_frame(error_event(nullptr, "too_many_connections",
+          event_frame(error_event(nullptr, ErrorCode::kTooManyConnections,
                                   std::string("the server cannot take another connection now (") +
                                       std::strerror(accept_errno) + "); retry later"));
       [[maybe_unused]] ssize_t n =
@@ -355,7 +341,7 @@ void SocketServer::accept_all() {
     auto c = std::make_unique<Conn>();
     c->fd = fd;
     std::lock_guard<std::mutex> lock(mu_);
-    c->id = next_conn_++;
+    c->id = inbox_.new_client();
     conns_[c->id] = std::move(c);
   }
 }
@@ -366,11 +352,10 @@ void SocketServer::close_conn(uint64_t id) {
   if (it == conns_.end()) return;
   ::close(it->second->fd);
   if (!it->second->inflight.empty()) {
-    ServeCommand cmd;
-    cmd.kind = ServeCommand::Kind::kDisconnect;
-    cmd.conn = id;
-    inbox_.push_back(std::move(cmd));
-    inbox_cv_.notify_one();
+    EngineCommand cmd;
+    cmd.kind = EngineCommand::Kind::kDisconnect;
+    cmd.client = id;
+    inbox_.post(std::move(cmd));
   }
   conns_.erase(it);
 }
@@ -380,7 +365,7 @@ void SocketServer::handle_frame(Conn& c, const std::string& payload) {
     FrameRequest r = decode_request(payload, defaults_, config_, limits());
     switch (r.op) {
       case FrameRequest::Op::kError:
-        admission_.count_refusal(r.error.value("code", "invalid_request"));
+        admission_.count_refusal(r.error_code);
         return reply(c, r.error);
       case FrameRequest::Op::kGenerate:
         return handle_generate(c, std::move(r));
@@ -394,109 +379,152 @@ void SocketServer::handle_frame(Conn& c, const std::string& payload) {
   } catch (const std::exception& e) {
     // Unexpected (out of memory, say): this connection ends, the server and its other clients
     // go on.
-    error(c, nullptr, "internal", std::string("the request could not be handled: ") + e.what());
+    error(c, nullptr, ErrorCode::kInternal,
+          std::string("the request could not be handled: ") + e.what());
     c.close_after_flush = true;
   }
 }
 
 void SocketServer::handle_cancel(Conn& c, const std::string& id) {
   if (!c.inflight.count(id)) {
-    return error(c, id, "invalid_request",
+    return error(c, id, ErrorCode::kInvalidRequest,
                  "cancel: no generation in flight with this \"id\" on this connection");
   }
   if (auto t = c.tokenizing.find(id); t != c.tokenizing.end()) {
     t->second = true;  // passed on when the prompt is tokenized: the engine does not know it yet
     return;
   }
-  ServeCommand cmd;
-  cmd.kind = ServeCommand::Kind::kCancel;
-  cmd.conn = c.id;
-  cmd.id = id;
-  inbox_.push_back(std::move(cmd));
-  inbox_cv_.notify_one();
+  EngineCommand cmd;
+  cmd.kind = EngineCommand::Kind::kCancel;
+  cmd.ticket = c.inflight.at(id).serial;
+  inbox_.post(std::move(cmd));
 }
 
 void SocketServer::handle_generate(Conn& c, FrameRequest r) {
   if (c.inflight.count(r.id)) {
-    admission_.count_refusal("invalid_request");
-    return error(c, r.id, "invalid_request",
+    admission_.count_refusal(ErrorCode::kInvalidRequest);
+    return error(c, r.id, ErrorCode::kInvalidRequest,
                  "\"id\" " + quote(r.id) + " is already in flight on this connection");
   }
-  if (draining_) {
-    admission_.count_refusal("shutting_down");
-    return error(c, r.id, "shutting_down",
+  if (inbox_.draining()) {
+    admission_.count_refusal(ErrorCode::kShuttingDown);
+    return error(c, r.id, ErrorCode::kShuttingDown,
                  "the server is shutting down and accepts no new generations");
   }
   // The request owner's admission, here on the I/O thread so that a full queue is answered at
   // once: the per-connection limit, then a place in the queue.
-  if (auto refusal = admission_.reserve(static_cast<int>(c.inflight.size())))
-    return error(c, r.id, refusal->code, refusal->message);
+  Reservation place = admission_.reserve(static_cast<int>(c.inflight.size()));
+  if (!place) return error(c, r.id, place.refusal()->code, place.refusal()->message);
   const Clock::time_point arrival = Clock::now();
   const uint64_t serial = track(c, r, arrival);
-  TokenizeJob job{c.id, std::move(r), arrival, serial};
-  if (!job.request.request.text_pending) return enqueue_generate(c, std::move(job), json());
+  TokenizeJob job{c.id, std::move(r), arrival, serial, std::move(place)};
   if (job.request.request.pending_bytes() <= kInlineTokenizeBytes) {
-    const json refusal = tokenize_frame_request(job.request, tok_, config_, limits());
-    return enqueue_generate(c, std::move(job), refusal);
+    std::optional<Refusal> refusal = prepare(job);
+    return enqueue_generate(c, std::move(job), std::move(refusal));
   }
   c.tokenizing[job.request.id] = false;
-  tokenizers_.post([this, job = std::move(job)]() mutable { tokenize(job); });
+  // Shared, because a task is a std::function (copyable): the job and its place are dropped with
+  // the task, also when the pool stops before running it.
+  auto shared = std::make_shared<TokenizeJob>(std::move(job));
+  tokenizers_.post([this, shared] { tokenize(std::move(*shared)); });
 }
 
-void SocketServer::enqueue_generate(Conn& c, TokenizeJob job, const json& refusal) {
+std::optional<Refusal> SocketServer::prepare(TokenizeJob& job) const {
+  return prepare_prompt(job.request.request, tok_, config_, admission_.options().limits);
+}
+
+void SocketServer::enqueue_generate(Conn& c, TokenizeJob job, std::optional<Refusal> refusal) {
   const std::string id = job.request.id;
-  // Answered meanwhile by this thread (deadline, fail_all): the engine never hears of it, and the
-  // id may already belong to a newer generation, which the serial tells apart.
+  // Answered meanwhile by this thread (deadline, fail_all): the engine never hears of it (its
+  // place goes back with `job`), and the id may already belong to a newer generation, which the
+  // serial tells apart.
   const auto f = c.inflight.find(id);
-  if (f == c.inflight.end() || f->second.serial != job.serial) {
-    admission_.unreserve();
-    return;
-  }
+  if (f == c.inflight.end() || f->second.serial != job.serial) return;
   bool cancelled = false;
   if (auto t = c.tokenizing.find(id); t != c.tokenizing.end()) {
     cancelled = t->second;
     c.tokenizing.erase(t);
   }
-  if (!refusal.is_null() || draining_) {
-    admission_.unreserve();
+  if (refusal || inbox_.draining()) {
     c.inflight.erase(f);
-    const std::string code = refusal.is_null() ? "shutting_down" : refusal.value("code", "");
-    admission_.count_refusal(code);
-    if (!refusal.is_null()) return reply(c, refusal);
-    return error(c, id, "shutting_down",
-                 "the server began shutting down while this prompt was being tokenized");
+    if (!refusal) {
+      refusal = Refusal{ErrorCode::kShuttingDown,
+                        "the server began shutting down while this prompt was being tokenized"};
+    }
+    admission_.count_refusal(refusal->code);
+    return error(c, id, refusal->code, refusal->message);
   }
   f->second.prompt_tokens = job.request.request.prompt.size();
-  ServeCommand cmd;
-  cmd.kind = ServeCommand::Kind::kGenerate;
-  cmd.conn = c.id;
-  cmd.serial = job.serial;
-  cmd.id = id;
+  EngineCommand cmd;
+  cmd.kind = EngineCommand::Kind::kGenerate;
+  cmd.client = c.id;
+  cmd.ticket = job.serial;
+  cmd.sink = std::make_shared<SocketGeneration>(*this, c.id, job.serial, id, job.request.stream,
+                                                job.request.request.params.logprobs);
   cmd.request = std::move(job.request.request);
-  cmd.stream = job.request.stream;
-  cmd.arrival = job.arrival;
+  cmd.place = std::move(job.place);
   cmd.deadline = f->second.deadline;
-  inbox_.push_back(std::move(cmd));
+  inbox_.post(std::move(cmd));
   if (cancelled) {
-    ServeCommand cancel;
-    cancel.kind = ServeCommand::Kind::kCancel;
-    cancel.conn = c.id;
-    cancel.id = id;
-    inbox_.push_back(std::move(cancel));
+    EngineCommand cancel;
+    cancel.kind = EngineCommand::Kind::kCancel;
+    cancel.ticket = job.serial;
+    inbox_.post(std::move(cancel));
   }
-  inbox_cv_.notify_one();
 }
 
-void SocketServer::tokenize(TokenizeJob& job) {
-  const json refusal = tokenize_frame_request(job.request, tok_, config_, limits());
+void SocketServer::tokenize(TokenizeJob job) {
+  std::optional<Refusal> refusal = prepare(job);
   std::lock_guard<std::mutex> lock(mu_);
   auto it = conns_.find(job.conn);
-  if (it == conns_.end()) {
-    admission_.unreserve();  // the client left meanwhile; nothing to answer
-    return;
-  }
-  enqueue_generate(*it->second, std::move(job), refusal);
+  if (it == conns_.end()) return;  // the client left meanwhile: nothing to answer
+  enqueue_generate(*it->second, std::move(job), std::move(refusal));
   wake();  // a refusal may wait in the outbox
+}
+
+bool SocketServer::serve_connection(Conn& c, short revents, char* buf, size_t buf_size) {
+  bool closed = (revents & (POLLERR | POLLNVAL)) != 0;
+  if (!closed && (revents & (POLLIN | POLLHUP))) {
+    const ssize_t n = ::read(c.fd, buf, buf_size);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+      closed = true;
+    } else if (n > 0 && !c.close_after_flush) {
+      c.decoder.feed(buf, static_cast<size_t>(n));
+      std::string payload, why;
+      for (;;) {
+        const auto st = c.decoder.next(&payload, &why);
+        if (st == FrameDecoder::Status::kNeedMore) break;
+        if (st == FrameDecoder::Status::kError) {
+          // The stream cannot be resynchronised: say why, then hang up.
+          error(c, nullptr, ErrorCode::kInvalidRequest, why + "; closing the connection");
+          c.close_after_flush = true;
+          break;
+        }
+        handle_frame(c, payload);
+      }
+    }
+  }
+  if (!closed && !c.outbox.empty()) {
+    const ssize_t n = ::send(c.fd, c.outbox.data(), c.outbox.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) c.outbox.erase(0, static_cast<size_t>(n));
+    if (n < 0 && errno != EAGAIN && errno != EINTR) closed = true;
+  }
+  return !closed && !(c.close_after_flush && c.outbox.empty());
+}
+
+int SocketServer::poll_set(std::vector<pollfd>* fds, std::vector<uint64_t>* ids, bool accepting) {
+  fds->clear();
+  ids->clear();
+  fds->push_back({wake_fd_, POLLIN, 0});
+  fds->push_back({listen_fd_, static_cast<short>(accepting ? POLLIN : 0), 0});
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [id, c] : conns_) {
+    short ev = POLLIN;
+    if (!c->outbox.empty()) ev |= POLLOUT;
+    fds->push_back({c->fd, ev, 0});
+    ids->push_back(id);
+  }
+  return std::min(accepting ? 1000 : 100, poll_timeout_ms(Clock::now()));
 }
 
 void SocketServer::io_loop() {
@@ -504,22 +532,8 @@ void SocketServer::io_loop() {
   std::vector<uint64_t> ids;
   char buf[65536];
   while (!stop_) {
-    fds.clear();
-    ids.clear();
-    fds.push_back({wake_fd_, POLLIN, 0});
     const bool accepting = accepts_connections() && Clock::now() >= accept_paused_until_;
-    fds.push_back({listen_fd_, static_cast<short>(accepting ? POLLIN : 0), 0});
-    int timeout_ms = accepting ? 1000 : 100;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      timeout_ms = std::min(timeout_ms, poll_timeout_ms(Clock::now()));
-      for (auto& [id, c] : conns_) {
-        short ev = POLLIN;
-        if (!c->outbox.empty()) ev |= POLLOUT;
-        fds.push_back({c->fd, ev, 0});
-        ids.push_back(id);
-      }
-    }
+    const int timeout_ms = poll_set(&fds, &ids, accepting);
     if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) break;
     if (fds[0].revents & POLLIN) {
       uint64_t drained;
@@ -532,35 +546,7 @@ void SocketServer::io_loop() {
     for (size_t i = 0; i < ids.size(); ++i) {
       auto it = conns_.find(ids[i]);
       if (it == conns_.end()) continue;
-      Conn& c = *it->second;
-      bool closed = (fds[i + 2].revents & (POLLERR | POLLNVAL)) != 0;
-      if (!closed && (fds[i + 2].revents & (POLLIN | POLLHUP))) {
-        const ssize_t n = ::read(c.fd, buf, sizeof(buf));
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-          closed = true;
-        } else if (n > 0 && !c.close_after_flush) {
-          c.decoder.feed(buf, static_cast<size_t>(n));
-          std::string payload, why;
-          for (;;) {
-            const auto st = c.decoder.next(&payload, &why);
-            if (st == FrameDecoder::Status::kNeedMore) break;
-            if (st == FrameDecoder::Status::kError) {
-              // The stream cannot be resynchronised: say why, then hang up.
-              error(c, nullptr, "invalid_request", why + "; closing the connection");
-              c.close_after_flush = true;
-              break;
-            }
-            handle_frame(c, payload);
-          }
-        }
-      }
-      if (!closed && !c.outbox.empty()) {
-        const ssize_t n =
-            ::send(c.fd, c.outbox.data(), c.outbox.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n > 0) c.outbox.erase(0, static_cast<size_t>(n));
-        if (n < 0 && errno != EAGAIN && errno != EINTR) closed = true;
-      }
-      if (closed || (c.close_after_flush && c.outbox.empty())) close_conn(ids[i]);
+      if (!serve_connection(*it->second, fds[i + 2].revents, buf, sizeof(buf))) close_conn(ids[i]);
     }
   }
 }

@@ -1,11 +1,14 @@
 // Rank 0's Unix-socket endpoint (docs/PROTOCOL.md). One I/O thread polls the listening socket and
 // every connection, decodes frames and applies the request owner's admission policy (Admission:
 // bad requests, prompt length, per-connection in-flight limit, queue-full) at once, answers health
-// and stats itself, and hands generate/cancel/disconnect commands to the engine thread
-// (serve_loop.h), which sends events back through send(). The engine thread never blocks on a
-// socket, and the I/O thread never waits for the engine: deadlines and disconnects hold even while
-// a step is stuck. Text prompts longer than kInlineTokenizeBytes go to a TokenizerPool.
+// and stats itself, and posts generate/cancel/disconnect/expired commands into the engine inbox
+// (engine_inbox.h); each generation's events come back through its SocketGeneration sink
+// (socket_generation.h) into send(). The engine thread never blocks on a socket, and the I/O
+// thread never waits for the engine: deadlines and disconnects hold even while a step is stuck.
+// Text prompts longer than kInlineTokenizeBytes go to a TokenizerPool.
 #pragma once
+
+#include <poll.h>
 
 #include <atomic>
 #include <chrono>
@@ -19,17 +22,18 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/model_config.h"
 #include "coordinator/requests/admission.h"
 #include "coordinator/requests/request.h"
+#include "coordinator/serving/engine_inbox.h"
 #include "coordinator/serving/protocol.h"
 #include "coordinator/serving/tokenizer_pool.h"
 
 namespace llama2 {
 
 class Tokenizer;
-class HttpExchange;
 
 // The endpoint's own settings; the admission limits (queue, prompt length, in flight per
 // connection) are the request owner's (AdmissionOptions).
@@ -44,46 +48,26 @@ struct ServerOptions {
 // and their order of arrival is kept); longer ones go to the tokenizer workers.
 constexpr size_t kInlineTokenizeBytes = 4096;
 
-struct ServeCommand {
-  // kExpired: the I/O thread has already answered generation `serial` (its deadline passed while
-  // the engine was inside a step); the engine only has to end it and free its blocks.
-  enum class Kind { kGenerate, kCancel, kDisconnect, kExpired } kind = Kind::kGenerate;
-  uint64_t conn = 0;
-  uint64_t serial = 0;    // kGenerate, kExpired: the server's own number for the generation
-  std::string id;         // the client's request id
-  ParsedRequest request;  // kGenerate
-  bool stream = true;
-  std::chrono::steady_clock::time_point arrival, deadline;
-  // A generation of the HTTP front (coordinator/http/): its events go to this mailbox instead of a
-  // socket connection; `conn` and `serial` are then its own kHttpClientBit numbers.
-  std::shared_ptr<HttpExchange> http;
-};
-
-class SocketServer {
+// Also its generations' SinkFlusher: after a step the engine thread wakes the I/O thread once.
+class SocketServer final : public SinkFlusher {
  public:
-  // `admission` decides what is taken and counts it; `health` and `stats` build those events.
-  SocketServer(ServerOptions opts, Admission& admission, const Tokenizer& tok,
+  // `inbox` takes its commands and holds the serve state (draining, stalled); `admission` decides
+  // what is taken and counts it; `health` and `stats` build those events.
+  SocketServer(ServerOptions opts, EngineInbox& inbox, Admission& admission, const Tokenizer& tok,
                const ModelConfig& config, SamplingParams defaults,
                std::function<nlohmann::json()> health, std::function<std::string()> stats);
-  ~SocketServer();
+  ~SocketServer() override;
 
   // Creates the socket (mode 0600; refuses a path that exists and is not a stale socket) and
   // starts the I/O thread. Error with the path and the reason on failure.
   void start();
-  // Stops accepting and answers new generations with shutting_down.
-  void set_draining();
-  bool draining() const { return draining_; }
+  bool draining() const { return inbox_.draining(); }
   // Flushes pending events (up to `flush_ms`), closes every connection, removes the socket file.
   void stop(int flush_ms);
 
-  // Another endpoint's thread (the HTTP front): a command for the engine, after the same
-  // admission (Admission::reserve) the socket's own commands went through.
-  void post(ServeCommand cmd);
-  // Engine thread: commands that arrived, waiting up to `wait` for the first one.
-  std::deque<ServeCommand> take_commands(std::chrono::milliseconds wait);
-  // Engine thread: queue an event of generation `serial` (client id `id`) for a connection;
-  // dropped if the connection has gone or the generation was already answered here (deadline,
-  // fail_all). `final` ends it.
+  // Engine thread (SocketGeneration): queue an event of generation `serial` (client id `id`) for a
+  // connection; dropped if the connection has gone or the generation was already answered here
+  // (deadline, fail_all). `final` ends it.
   void send(uint64_t conn, const nlohmann::json& event, const std::string& id, uint64_t serial,
             bool final);
   // Engine thread: queue an already serialized event without waking the I/O thread; the engine
@@ -96,15 +80,16 @@ class SocketServer {
   // asked for them): its logprob and top_logprobs are added as "logprob" and "top_logprobs".
   static std::string token_event(const std::string& id_json, int index, int token,
                                  const std::string& piece, const TokenEvent* logprobs = nullptr);
-  // A generation whose deadline passed more than this long ago while the engine did not end it (it
-  // is inside a long or stalled step) is answered by the I/O thread itself: `done` with
-  // finish_reason "timeout". Before that the engine ends it at its next step, with its text.
-  static constexpr std::chrono::milliseconds kDeadlineGrace{250};
+  // Engine thread, after a step: the token events of `touched` (this server's generations) went
+  // out quietly; one wake-up of the I/O thread sends them all.
+  void flush(std::vector<std::shared_ptr<EventSink>>& touched) override;
   // Any thread (the step watchdog): ends every generation in flight with an error event (`code`,
-  // `message`) and marks the server stalled: `health` can report it (connections are still
-  // accepted for that), new generations get shutting_down.
-  void fail_all(const std::string& code, const std::string& message);
-  bool stalled() const { return stalled_; }
+  // `message`) and marks the server stalled (EngineInbox::set_stalled): `health` can report it
+  // (connections are still accepted for that), new generations get shutting_down. A generation
+  // whose deadline passed more than kDeadlineGrace ago is answered the same way by the I/O thread
+  // (`done`, "timeout").
+  void fail_all(ErrorCode code, const std::string& message);
+  bool stalled() const { return inbox_.stalled(); }
   // Removes the socket file now (the watchdog ends the process without stop()).
   void remove_socket_file();
   // Wakes the I/O thread (also called from the signal handler path through wake_fd()).
@@ -119,8 +104,15 @@ class SocketServer {
     FrameRequest request;
     std::chrono::steady_clock::time_point arrival;
     uint64_t serial = 0;  // the generation's entry in Conn::inflight
+    Reservation place;    // its place in the queue, until the engine gets it
   };
   void io_loop();
+  // The poll set: the wake-up fd, the listening socket (polled when `accepting`) and every
+  // connection, whose ids go to `ids` in the same order. Returns the poll timeout.
+  int poll_set(std::vector<pollfd>* fds, std::vector<uint64_t>* ids, bool accepting);
+  // mu_ held. Reads and handles what `c` sent, writes what its outbox holds; false when the
+  // connection is to be closed.
+  bool serve_connection(Conn& c, short revents, char* buf, size_t buf_size);
   void accept_all();
   // At the fd limit: accepts one pending connection on the spare descriptor, answers it with an
   // error and closes it; false when there is nothing more to accept now (or accepting paused).
@@ -129,11 +121,13 @@ class SocketServer {
   void handle_generate(Conn& c, FrameRequest r);
   void handle_cancel(Conn& c, const std::string& id);
   // mu_ held: a tokenized generation (or its refusal) goes on to the engine.
-  void enqueue_generate(Conn& c, TokenizeJob job, const nlohmann::json& refusal);
+  void enqueue_generate(Conn& c, TokenizeJob job, std::optional<Refusal> refusal);
+  // Any thread: the prompt tokenized and checked (prepare_prompt, the HTTP front's too).
+  std::optional<Refusal> prepare(TokenizeJob& job) const;
   // A tokenizer worker: tokenizes `job`'s prompt, then hands it on under mu_.
-  void tokenize(TokenizeJob& job);
+  void tokenize(TokenizeJob job);
   void reply(Conn& c, const nlohmann::json& event);  // from the I/O thread, mu_ held
-  void error(Conn& c, const nlohmann::json& id, const std::string& code, const std::string& msg);
+  void error(Conn& c, const nlohmann::json& id, ErrorCode code, const std::string& msg);
   void close_conn(uint64_t id);
   ServeLimits limits() const;
   // mu_ held. Records a generation admitted at `arrival`; returns its serial.
@@ -142,9 +136,10 @@ class SocketServer {
   void expire_overdue(std::chrono::steady_clock::time_point now);
   // mu_ held. How long poll() may sleep: until the next deadline to enforce, at most 1 s.
   int poll_timeout_ms(std::chrono::steady_clock::time_point now) const;
-  bool accepts_connections() const { return !draining_ || stalled_; }
+  bool accepts_connections() const { return !inbox_.draining() || inbox_.stalled(); }
 
   ServerOptions opts_;
+  EngineInbox& inbox_;
   Admission& admission_;
   const Tokenizer& tok_;
   ModelConfig config_;
@@ -158,17 +153,13 @@ class SocketServer {
   std::chrono::steady_clock::time_point accept_paused_until_{};
   std::thread io_;
   std::atomic<bool> stop_{false};
-  std::atomic<bool> draining_{false};
-  std::atomic<bool> stalled_{false};
 
-  std::mutex mu_;  // guards conns_ (outboxes, in-flight ids) and inbox_; taken before the pool's
+  // Guards conns_ (outboxes, in-flight ids); taken before the pool's and the inbox's, so the
+  // commands of one connection reach the inbox in the order they were made.
+  std::mutex mu_;
   std::map<uint64_t, std::unique_ptr<Conn>> conns_;
-  uint64_t next_conn_ = 1;
-  std::deque<ServeCommand> inbox_;
-  uint64_t next_serial_ = 1;
   // No tracked generation must be answered by the I/O thread before this (deadline + grace).
   std::chrono::steady_clock::time_point next_expiry_ = std::chrono::steady_clock::time_point::max();
-  std::condition_variable inbox_cv_;
 
   TokenizerPool tokenizers_;
 };

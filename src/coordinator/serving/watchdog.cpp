@@ -71,7 +71,7 @@ std::string stall_message(const StepClock& clock, std::chrono::milliseconds time
 void end_job_after_stall(const std::string& why, SocketServer& server, RankEngine* engine,
                          std::chrono::milliseconds linger) {
   std::cerr << "llama2 serve: " << why << std::endl;
-  server.fail_all("internal", why + "; the server is ending the job");
+  server.fail_all(ErrorCode::kInternal, why + "; the server is ending the job");
   // The I/O thread keeps running: it delivers the errors and answers health meanwhile.
   std::this_thread::sleep_for(linger);
   server.remove_socket_file();

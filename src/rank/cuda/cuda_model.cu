@@ -199,7 +199,7 @@ class CudaModel final : public ModelRunner {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
-  // A kScore step: the forward pass of every token (no graph: want_logits is 0 everywhere, so
+  // A kScore step: the forward pass of every token (no graph: n_logits is 0 everywhere, so
   // body() computes no logit rows), then ScoreHead over all T normed rows.
   void score(const StepPlan& plan, std::vector<double>* logprobs) override {
     LLAMA2_CHECK(kv_.bytes() > 0 && plan.kind == StepKind::kScore);

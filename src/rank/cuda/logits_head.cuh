@@ -3,11 +3,15 @@
 // step asks for candidates, else converted to fp32 whole; gathered over the TP group (Comm) and
 // merged or stitched on rank 0 into StepLogits. Rows that want logprobs add each slice's
 // (max, sum of exp) summary, combined into the rows' log-sum-exp (rank/logits_gather.h).
+// A step with vocabulary adjustments (StepPlan::adjust) converts its rows to fp32 first and
+// applies them there (kernels/logits_adjust.cuh: a bias added in fp16 would be rounded to fp16),
+// then every reduction reads the adjusted fp32 rows; other steps are unchanged.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -16,10 +20,12 @@
 #include "common/shard_plan.h"
 #include "common/step_plan.h"
 #include "kernels/convert.cuh"
+#include "kernels/logits_adjust.cuh"
 #include "kernels/logsumexp.cuh"
 #include "kernels/sampling.cuh"
 #include "rank/comm.h"
 #include "rank/cuda/device_buffer.h"
+#include "rank/logits_adjust.h"
 #include "rank/logits_gather.h"
 
 namespace llama2 {
@@ -64,10 +70,18 @@ class LogitsHead {
       if (root && out != nullptr) *out = StepLogits{};
       return;
     }
-    if (plan.candidates > 0) return gather_candidates(plan, rows, comm, stream, out);
-    CUDA_CHECK(kernels::launch_convert<float>(logits_.as<void>(), source_type(),
-                                              static_cast<int64_t>(rows) * Vl,
-                                              logits_f32_.as<float>(), stream));
+    const bool adjusted = !plan.adjust.empty();
+    if (adjusted || plan.candidates == 0) {
+      CUDA_CHECK(kernels::launch_convert<float>(logits_.as<void>(), source_type(),
+                                                static_cast<int64_t>(rows) * Vl,
+                                                logits_f32_.as<float>(), stream));
+    }
+    if (adjusted) apply_adjustments_f32(plan, stream);
+    if (plan.candidates > 0) {
+      if (adjusted)
+        return gather_candidates<float>(logits_f32_.as<float>(), plan, rows, comm, stream, out);
+      return gather_candidates<T>(logits_.as<T>(), plan, rows, comm, stream, out);
+    }
     comm.gather_to_root(logits_f32_.as<void>(), vocab_slice_counts(all_shards_, rows),
                         CommType::kF32, gathered_f32_.as<void>());
     if (root) {
@@ -89,16 +103,52 @@ class LogitsHead {
     return kernels::SourceType::kBF16;
   }
 
-  void gather_candidates(const StepPlan& plan, int rows, Comm& comm, cudaStream_t stream,
-                         StepLogits* out) {
+  // The step's adjustments (this rank's slice) on the fp32 rows: one upload of the packed masks
+  // and biases, then one launch each.
+  void apply_adjustments_f32(const StepPlan& plan, cudaStream_t stream) {
+    const PackedAdjustments p = pack_adjustments(plan, shard_.vocab_begin, shard_.vocab_size);
+    const size_t n_mask = p.mask_rows.size(), n_words = p.mask_words.size(),
+                 n_bias = p.bias_rows.size();
+    const size_t words = n_mask + n_words + 3 * n_bias;  // all 4-byte values
+    if (adjust_host_.bytes() < words * 4) {
+      // The previous step's copy has completed (every step ends with a stream wait).
+      adjust_host_ = PinnedBuffer(words * 8);
+      adjust_dev_ = DeviceBuffer(words * 8, "vocabulary adjustments");
+    }
+    char* h = adjust_host_.as<char>();
+    std::memcpy(h, p.mask_rows.data(), n_mask * 4);
+    std::memcpy(h + n_mask * 4, p.mask_words.data(), n_words * 4);
+    std::memcpy(h + (n_mask + n_words) * 4, p.bias_rows.data(), n_bias * 4);
+    std::memcpy(h + (n_mask + n_words + n_bias) * 4, p.bias_cols.data(), n_bias * 4);
+    std::memcpy(h + (n_mask + n_words + 2 * n_bias) * 4, p.bias_values.data(), n_bias * 4);
+    CUDA_CHECK(
+        cudaMemcpyAsync(adjust_dev_.as<void>(), h, words * 4, cudaMemcpyHostToDevice, stream));
+    char* d = adjust_dev_.as<char>();
+    const int Vl = shard_.vocab_size;
+    CUDA_CHECK(kernels::launch_apply_token_mask(
+        logits_f32_.as<float>(), Vl, Vl, shard_.vocab_begin, static_cast<int>(n_mask),
+        reinterpret_cast<const int32_t*>(d), reinterpret_cast<const uint32_t*>(d + n_mask * 4),
+        p.words_per_row, p.mask_base, stream));
+    CUDA_CHECK(kernels::launch_add_token_bias(
+        logits_f32_.as<float>(), Vl, static_cast<int>(n_bias),
+        reinterpret_cast<const int32_t*>(d + (n_mask + n_words) * 4),
+        reinterpret_cast<const int32_t*>(d + (n_mask + n_words + n_bias) * 4),
+        reinterpret_cast<const float*>(d + (n_mask + n_words + 2 * n_bias) * 4), stream));
+  }
+
+  // Candidates of the rows in `src` [rows, vocab_local] (T as the LM head wrote them, or the
+  // adjusted fp32 copy).
+  template <typename S>
+  void gather_candidates(const S* src, const StepPlan& plan, int rows, Comm& comm,
+                         cudaStream_t stream, StepLogits* out) {
     const int Vl = shard_.vocab_size, tp = shard_.tp, k = plan.candidates;
     const bool root = comm.rank() == 0;
     if (k == 1) {
-      CUDA_CHECK(kernels::launch_argmax<T>(logits_.as<T>(), Vl, rows, Vl, shard_.vocab_begin,
+      CUDA_CHECK(kernels::launch_argmax<S>(src, Vl, rows, Vl, shard_.vocab_begin,
                                            cand_values_.as<float>(), cand_ids_.as<int32_t>(),
                                            stream));
     } else {
-      CUDA_CHECK(kernels::launch_topk<T>(logits_.as<T>(), Vl, rows, Vl, shard_.vocab_begin, k,
+      CUDA_CHECK(kernels::launch_topk<S>(src, Vl, rows, Vl, shard_.vocab_begin, k,
                                          cand_values_.as<float>(), cand_ids_.as<int32_t>(),
                                          stream));
     }
@@ -112,8 +162,7 @@ class LogitsHead {
     const bool logprobs = plan.any_logprobs();
     const std::vector<size_t> lse_counts(tp, static_cast<size_t>(rows) * kSliceLseFields);
     if (logprobs) {
-      CUDA_CHECK(kernels::launch_slice_logsumexp<T>(logits_.as<T>(), Vl, rows, Vl,
-                                                    shard_.vocab_begin, nullptr,
+      CUDA_CHECK(kernels::launch_slice_logsumexp<S>(src, Vl, rows, Vl, shard_.vocab_begin, nullptr,
                                                     lse_part_.as<float>(), stream));
       comm.gather_to_root(lse_part_.as<void>(), lse_counts, CommType::kF32, lse_all_.as<void>());
     }
@@ -147,6 +196,9 @@ class LogitsHead {
   DeviceBuffer lse_part_;                     // [R, kSliceLseFields] fp32 (logprob rows)
   DeviceBuffer lse_all_;                      // rank 0: [tp][R, kSliceLseFields]
   PinnedBuffer host_lse_;                     // rank 0: the same on the host
+  // A step's packed vocabulary adjustments (apply_adjustments_f32), grown as needed.
+  PinnedBuffer adjust_host_;
+  DeviceBuffer adjust_dev_;
 };
 
 }  // namespace llama2

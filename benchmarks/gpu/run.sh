@@ -1,0 +1,319 @@
+#!/usr/bin/env bash
+# The measurements of benchmarks/RESULTS.md on a GPU node, one device call: named steps, run in
+# the order given, from the repository root, with $OUT set (the folder whose files come back).
+#
+#   bash benchmarks/gpu/run.sh STEP[:ARG] [STEP[:ARG]...]
+#   e.g. bash benchmarks/gpu/run.sh build gpu-tests e2e-batch1 e2e-batch64 prefill saturation
+#        KV_DTYPE=fp8 bash benchmarks/gpu/run.sh build saturation:LLAMA2_FP8_TUNE=0,1
+#
+# Steps (benchmarks/README.md says which figure each gives; ":VAR=a,b" runs the step once per value
+# with -x VAR=value on every rank, ROUNDS times, alternating):
+#   build[:T1,T2]           benchmarks/gpu/build.sh (-DLLAMA2_WERROR=ON, build-gpu/) of the targets
+#                           the other steps need (or T1,T2; alone: everything); if it fails,
+#                           nothing after it runs
+#   node-check              launch/gpu-check.sh [--tp NP] --preset MODEL: GPUs, driver, topology
+#   gpu-tests[:FILTER]      llama2_gpu_tests, every case or doctest's -tc=FILTER
+#   ref-check:CHECKS        tests/reference/gpu_check.sh CHECKS=all|fp8kv|wquant|logprobs at NP
+#   e2e-batch1[:VAR=a,b]    llama2_bench_e2e decode, batch 1
+#   e2e-batch64[:VAR=a,b]   decode, batch 64
+#   e2e-sweep[:VAR=a,b]     decode at BATCHES (1,16,32,64,128), prefill at PREFILL_LENS (512,2048)
+#   prefill[:VAR=a,b]       prefill of PREFILL_LENS (2048) tokens, median of 5
+#   op-profile[:B|prefill]  LLAMA2_OP_PROFILE=1 (eager, per-op ms): 3 decode steps at batch B (64),
+#                           or one prefill of PREFILL_LENS
+#   e2e-matrix              benchmarks/e2e/run.sh: MODELS x TPS (7b 13b 70b x 1 2, what fits)
+#   saturation[:VAR=a,b]    serve, 1024 requests of 128 + 128 at once (saturation_ab.sh)
+#   batch-offline           `llama2 batch`, 1024 prompts of 128 + 128 (batch_offline.sh), one GPU
+#   prefix-ttft             a 1,024-token cached prefix + 32-token suffix (prefix_ttft.sh)
+#   prefix-split            prefix-ttft with the prefill key split (default) and LLAMA2_PREFILL_SPLIT=0
+#   http-vs-socket          benchmarks/http/gpu_http_vs_socket.sh (needs .httplib/ carried)
+#   kernels[:NAME]          llama2_bench_kernels [decode|prefill|qgemv|w8a16|fp8|overlap|skinny]
+#   perplexity              held-out perplexity of models/docs-8m (perplexity_matrix.sh, PPL_ROWS)
+#   watchdog                llama2_watchdog_test hook cuda: a stalled step at TP 1
+#   soak                    llama2_serve_soak, 10,000 requests at NP ranks: RSS, fds, GPU memory
+#   fp8-checkpoint          benchmarks/gpu/fp8_checkpoint.sh (FP8 files vs quantized at load)
+#   two-gpu-allreduce       llama2_bench_allreduce at -np 2: one-shot vs NCCL, fused + RMSNorm
+#   two-gpu-7b              7B batch 1,8,64: TP 1, TP 2 with LLAMA2_FUSE_ALLREDUCE_NORM 0 / 1
+#   two-gpu-70b             70B batch 1,8 at TP 2, fp16 and fp8 weights
+#   two-gpu-saturation      serve saturation TP 1, TP 2, DP 2 (-np 2 --tp 1)
+#   two-gpu-ref-check[:CHECKS]  tests/reference/gpu_check.sh at np 2 (fp8kv; all)
+#   two-gpu-kill            rank 1 SIGSTOPped / SIGKILLed mid-stream at TP 2, under
+#                           tests/integration/mpirun.sh and launch/llama2-mpirun (LAUNCHERS)
+#   two-gpu-soak            soak at TP 2
+#   two-gpu-prefix-split    prefix-split at TP 2
+# Environment: MODEL=7b (13b, 70b), NP=1 (ranks), WEIGHT_DTYPE (fp8, int8; unset: the model's),
+# KV_DTYPE (fp8), ENVS ("-x VAR=V ..." for the e2e ranks), ROUNDS=1 (2 for two-gpu-7b), BATCHES,
+# PREFILL_LENS, SERVE_ARGS (more `serve` flags), PPL_ROWS, LAUNCHERS="mpirun wrapper",
+# BUDGET_S=580 (seconds for the whole call: a step that would start later is reported as not run,
+# and every time limit is cut to what is left), BUILD_TL=240, WORK (the log folder), and what the
+# called scripts read (MAX_BATCH, PREFILL_CHUNK, REQUESTS, TRIALS, SATURATION_ONLY, ...). The
+# two-gpu-* steps run the prepared commands as they are: MODEL, NP, the dtypes and ENVS do not
+# apply to them.
+# Writes $OUT/summary.txt (a line per step: status, figures, seconds) and $OUT/all.tgz (every log),
+# both after each step. Exit status: 0 when every step passed, 1 otherwise, 2 for a bad step name.
+# shellcheck disable=SC2317  # the step_* functions are called by name
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 2
+
+# The build-gpu/ targets each step needs.
+targets() {
+  case $1 in
+    build) ;;
+    node-check | saturation | batch-offline | prefix-ttft | prefix-split | http-vs-socket | \
+      perplexity | two-gpu-saturation | two-gpu-prefix-split) echo llama2 ;;
+    gpu-tests) echo llama2_gpu_tests ;;
+    ref-check | two-gpu-ref-check) echo llama2 llama2_reference_test llama2_gpu_tests ;;
+    e2e-matrix) echo llama2 llama2_bench_e2e ;;
+    e2e-batch1 | e2e-batch64 | e2e-sweep | prefill | op-profile | two-gpu-7b | two-gpu-70b)
+      echo llama2_bench_e2e ;;
+    kernels) echo llama2_bench_kernels ;;
+    watchdog | two-gpu-kill) echo llama2 llama2_watchdog_test ;;
+    soak | two-gpu-soak) echo llama2 llama2_serve_soak ;;
+    fp8-checkpoint) echo llama2 llama2_logits_diff llama2_gpu_tests ;;
+    two-gpu-allreduce) echo llama2_bench_allreduce ;;
+    *) return 1 ;;
+  esac
+}
+
+# check STEP ARG: why the step cannot run as asked (nothing when it can).
+check() {
+  local name=$1 arg=$2
+  targets "$name" >/dev/null || { echo "unknown step '$name'"; return; }
+  case $name in
+    ref-check) [[ $arg =~ ^(all|fp8kv|wquant|logprobs)$ ]] || echo "ref-check:CHECKS, CHECKS = all, fp8kv, wquant or logprobs" ;;
+    two-gpu-ref-check) [[ $arg =~ ^(|all|fp8kv|wquant|logprobs)$ ]] || echo "CHECKS = all, fp8kv, wquant or logprobs" ;;
+    e2e-batch1 | e2e-batch64 | e2e-sweep | prefill | saturation)
+      [[ -z $arg || $arg =~ ^[A-Za-z_][A-Za-z0-9_]*=[^,]+(,[^,]+)*$ ]] || echo "$name:VAR=a,b expected" ;;
+    op-profile) [[ $arg =~ ^([0-9]*|prefill)$ ]] || echo "op-profile:BATCH or op-profile:prefill" ;;
+    kernels) [[ $arg =~ ^(|decode|prefill|qgemv|w8a16|fp8|overlap|skinny)$ ]] || echo "unknown kernels '$arg'" ;;
+    build | gpu-tests) ;;
+    *) [[ -z $arg ]] || echo "$name takes no argument" ;;
+  esac
+}
+
+usage() { sed -n '2,/^# shellcheck/{/^# shellcheck/d;s/^# \{0,1\}//;p}' "$0"; }
+if [[ $# -eq 0 || $1 == -h || $1 == --help ]]; then usage; exit 2; fi
+bad=0
+for a in "$@"; do
+  why=$(check "${a%%:*}" "$([[ $a == *:* ]] && echo "${a#*:}")")
+  [[ -z $why ]] || { echo "run.sh: $a: $why (see --help)" >&2; bad=1; }
+done
+((bad == 0)) || exit 2
+
+# shellcheck source=benchmarks/gpu/lib.sh
+source benchmarks/gpu/lib.sh
+note "steps: $*"
+
+# Names carry the configuration: e.g. e2e_batch1_7b_np1_fp8.
+tag() { echo "${MODEL:-7b}_np${NP:-1}${WEIGHT_DTYPE:+_$WEIGHT_DTYPE}${KV_DTYPE:+_kv$KV_DTYPE}"; }
+
+# ab NAME SPEC ARGS..: e2e NAME_<tag> ARGS; with SPEC = VAR=a,b once per value (-x VAR=value
+# added to ENVS), ROUNDS times, alternating.
+ab() {
+  local name spec=$2 values=${2#*=} r v rc=0
+  name=$1_$(tag)
+  shift 2
+  if [[ -z $spec ]]; then e2e "$name" "$@"; return; fi
+  for ((r = 1; r <= ${ROUNDS:-1}; r++)); do
+    for v in ${values//,/ }; do
+      ENVS="${ENVS:-} -x ${spec%%=*}=$v" e2e "${name}_${spec%%=*}=${v}_$r" "$@" || rc=1
+    done
+    pack
+  done
+  return "$rc"
+}
+
+step_build() {
+  local want=() s t
+  if [[ -n $1 ]]; then
+    IFS=, read -ra want <<<"$1"
+  else
+    for s in "${steps[@]}"; do
+      for t in $(targets "${s%%:*}"); do [[ " ${want[*]} " == *" $t "* ]] || want+=("$t"); done
+    done
+  fi
+  gpu_build "${want[@]}"
+}
+step_node_check() {
+  logged node_check 60 env LLAMA2_BIN=build-gpu/llama2 bash launch/gpu-check.sh ${NP:+--tp "$NP"} \
+    --preset "${MODEL:-7b}"
+  local rc=$?
+  grep -E '^(WARN|FAIL)|^gpu-check:' "$O/node_check.log" | add
+  return "$rc"
+}
+step_gpu_tests() { gpu_tests "$1"; }
+step_ref_check() { ref_check "$1" "${NP:-1}" "$([[ $1 == all ]] && echo 500 || echo 300)"; }
+step_e2e_batch1() { ab e2e_batch1 "$1" --batches 1 --prefill-lens ""; }
+step_e2e_batch64() { ab e2e_batch64 "$1" --batches 64 --prefill-lens ""; }
+step_e2e_sweep() {
+  ab e2e_sweep "$1" --batches "${BATCHES:-1,16,32,64,128}" --prefill-lens "${PREFILL_LENS:-512,2048}"
+}
+step_prefill() { ab prefill "$1" --batches "" --prefill-lens "${PREFILL_LENS:-2048}" --repeats 5; }
+step_op_profile() {
+  local b=${1:-64} name args
+  name=op_profile_${b}_$(tag)
+  args=(--batches "$b" --decode-steps 3 --warmup 1 --repeats 1 --prefill-lens "")
+  [[ $b == prefill ]] && args=(--batches "" --prefill-lens "${PREFILL_LENS:-2048}" --repeats 1 --warmup 1)
+  ENVS="${ENVS:-} -x LLAMA2_OP_PROFILE=1" e2e "$name" "${args[@]}"
+  local rc=$?
+  grep op-profile "$O/$name.log" | tail -2 | add
+  return "$rc"
+}
+step_e2e_matrix() {
+  logged e2e_matrix 560 env SKIP_BUILD=1 RUN_TIMEOUT=150 bash benchmarks/e2e/run.sh "$O/e2e_matrix"
+  local rc=$?
+  add "$O/e2e_matrix/results.md"
+  return "$rc"
+}
+step_saturation() {
+  local var=LLAMA2_MIXED_DECODE values=1 r rc=0
+  [[ -z $1 ]] || { var=${1%%=*} values=${1#*=}; }
+  for ((r = 1; r <= ${ROUNDS:-1}; r++)); do sat "sat_$(tag)_$r" "$var" "${values//,/ }" || rc=1; done
+  return "$rc"
+}
+step_batch_offline() {
+  local name=batch_offline_${MODEL:-7b}${WEIGHT_DTYPE:+_$WEIGHT_DTYPE}${KV_DTYPE:+_kv$KV_DTYPE}
+  logged "$name" 300 env SKIP_BUILD=1 SYNTHETIC="${MODEL:-7b}" BATCH_ARGS="$(dtype_args "${BATCH_ARGS:-}")" \
+    bash benchmarks/serve/batch_offline.sh "$O/$name"
+  local rc=$?
+  head -1 "$O/$name/summary.txt" 2>&1 | add
+  rm -f "$O/$name/prompts.jsonl" "$O/$name/results.jsonl"
+  return "$rc"
+}
+step_prefix_ttft() { prefix "prefix_np${NP:-1}" "${SERVE_ENV:-}"; }
+step_prefix_split() {
+  local rc=0
+  prefix "prefix_np${NP:-1}_split" "${SERVE_ENV:-}" || rc=1
+  prefix "prefix_np${NP:-1}_nosplit" "${SERVE_ENV:-} -x LLAMA2_PREFILL_SPLIT=0" || rc=1
+  return "$rc"
+}
+step_http_vs_socket() {
+  # The script configures build-gpu/ with -DLLAMA2_HTTPLIB_DIR=.httplib itself (fails without it).
+  logged http 480 env NP="${NP:-1}" bash benchmarks/http/gpu_http_vs_socket.sh "$O/http"
+  local rc=$?
+  if ((rc == 0)); then grep -E '^\|' "$O/http/summary.md"; else tail -5 "$O/http.log"; fi | add
+  return "$rc"
+}
+step_kernels() { logged "bench_kernels_${1:-all}" 200 build-gpu/llama2_bench_kernels ${1:+"$1"}; }
+step_perplexity() {
+  local text=training/corpus/heldout.txt
+  [[ -f $text ]] || text=tests/reference/perplexity/heldout-excerpt.txt
+  note "perplexity of $text"
+  # shellcheck disable=SC2086  # PPL_ROWS is a list
+  logged ppl 300 bash benchmarks/accuracy/perplexity_matrix.sh build-gpu/llama2 models/docs-8m "$text" \
+    "$O/ppl" ${PPL_ROWS:-cuda:fp16:auto:1 cuda:fp16:auto:1:fp8 cuda:fp16:auto:1:int8 cuda:bf16:auto:1 \
+    cuda:bf16:auto:1:fp8 cuda:bf16:auto:1:int8}
+  local rc=$?
+  add "$O/ppl/table.md"
+  # perplexity_matrix.sh exits 0 with failed rows in its table.
+  grep -q '| failed |' "$O/ppl/table.md" && rc=1
+  return "$rc"
+}
+# watchdog CASE LAUNCHER: llama2_watchdog_test CASE on the CUDA backend, the job started by
+# tests/integration/mpirun.sh (LAUNCHER mpirun) or launch/llama2-mpirun (wrapper: wrapper_np.sh).
+watchdog() {
+  local sh=tests/integration/mpirun.sh
+  [[ $2 == wrapper ]] && sh=tests/integration/wrapper_np.sh
+  logged "watchdog_$1_$2" 180 env LLAMA2_TEST_TIMEOUT=150 build-gpu/tests/llama2_watchdog_test \
+    build-gpu/llama2 tests/models/small-d128-f16 "$sh" "$1" cuda
+  local rc=$?
+  tail -1 "$O/watchdog_$1_$2.log" | add
+  return "$rc"
+}
+step_watchdog() { watchdog hook mpirun; }
+soak() {
+  local np=${NP:-1}
+  logged "soak_np$np" 430 env LLAMA2_TEST_TIMEOUT=400 build-gpu/tests/llama2_serve_soak build-gpu/llama2 \
+    models/docs-8m tests/integration/mpirun.sh --np "$np" --backend cuda --record "$O/soak_np$np.txt"
+  local rc=$?
+  tail -2 "$O/soak_np$np.log" | add
+  return "$rc"
+}
+step_soak() { soak; }
+step_fp8_checkpoint() {
+  logged fp8ckpt 300 bash benchmarks/gpu/fp8_checkpoint.sh "$O/fp8ckpt"
+  local rc=$?
+  grep -E '^(RESULT|STEP)' "$O/fp8ckpt.log" | awk '!seen[$0]++' | add
+  return "$rc"
+}
+
+# The two-GPU calls prepared in sessions 17-18 (benchmarks/logs/next-h200x2/ in the history).
+step_two_gpu_allreduce() {
+  logged bench_allreduce 120 "${MPIRUN[@]}" -np 2 build-gpu/llama2_bench_allreduce
+  local rc=$?
+  tail -40 "$O/bench_allreduce.log" | add
+  return "$rc"
+}
+step_two_gpu_7b() {
+  local MODEL=7b WEIGHT_DTYPE="" KV_DTYPE="" ENVS="" r fuse rc=0
+  for ((r = 1; r <= ${ROUNDS:-2}; r++)); do
+    NP=1 e2e "7b_tp1_$r" --batches 1,8,64 --prefill-lens "" || rc=1
+    for fuse in 0 1; do
+      NP=2 ENVS="-x LLAMA2_FUSE_ALLREDUCE_NORM=$fuse" e2e "7b_tp2_fuse${fuse}_$r" --batches 1,8,64 \
+        --prefill-lens "" || rc=1
+    done
+    pack
+  done
+  return "$rc"
+}
+step_two_gpu_70b() {
+  local MODEL=70b NP=2 WEIGHT_DTYPE="" KV_DTYPE="" ENVS="" TL=300 rc=0
+  e2e 70b_tp2_fp16 --batches 1,8 --prefill-lens "" || rc=1
+  e2e 70b_tp2_fp8 --batches 1,8 --prefill-lens "" --weight-dtype fp8 || rc=1
+  return "$rc"
+}
+step_two_gpu_saturation() {
+  local MODEL=7b WEIGHT_DTYPE="" KV_DTYPE="" SERVE_ARGS="" rc=0 j=LLAMA2_MIXED_DECODE=1.json
+  NP=1 sat sat_tp1 LLAMA2_MIXED_DECODE 1 || rc=1
+  NP=2 sat sat_tp2 LLAMA2_MIXED_DECODE 1 || rc=1
+  NP=2 SERVE_ARGS="--tp 1" sat sat_dp2 LLAMA2_MIXED_DECODE 1 || rc=1
+  awk -v a="$(tok_s "$O/sat_tp1/$j")" -v b="$(tok_s "$O/sat_tp2/$j")" -v c="$(tok_s "$O/sat_dp2/$j")" \
+    'BEGIN { if (a > 0) printf "tok/s TP1 %d, TP2 %d (%.2fx), DP2 %d (%.2fx; target >= 1.9x)\n", a, b, b / a, c, c / a }' | add
+  return "$rc"
+}
+step_two_gpu_ref_check() { ref_check "${1:-fp8kv}" 2 "$([[ $1 == all ]] && echo 500 || echo 300)"; }
+step_two_gpu_kill() {
+  local l c rc=0
+  for l in ${LAUNCHERS:-mpirun wrapper}; do
+    for c in stall kill; do watchdog "$c" "$l" || rc=1; done
+  done
+  return "$rc"
+}
+step_two_gpu_soak() { NP=2 soak; }
+step_two_gpu_prefix_split() {
+  local NP=2 WEIGHT_DTYPE="" KV_DTYPE="" SERVE_ARGS="" SERVE_ENV=""
+  step_prefix_split
+}
+
+steps=("$@")
+status=0
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+for i in "${!steps[@]}"; do
+  a=${steps[i]} name=${steps[i]%%:*} arg=""
+  [[ $a == *:* ]] && arg=${a#*:}
+  missing=""
+  for t in $(targets "$name"); do
+    [[ -x build-gpu/$t || -x build-gpu/tests/$t ]] || missing+=" $t"
+  done
+  if (($(limit 9999) < 30)); then
+    note "$a: NOT RUN: the call's budget (BUDGET_S=$BUDGET_S) is spent"
+  elif [[ $name == two-gpu-* ]] && ((gpus < 2)); then
+    note "$a: NOT RUN: needs two GPUs, nvidia-smi lists $gpus (kind nvidia-h200-x2)"
+  elif [[ -n $missing ]]; then
+    note "$a: NOT RUN: not built:$missing (put the build step first)"
+  else
+    note "== $a"
+    "step_${name//-/_}" "$arg" && { pack; continue; }
+    note "$a: FAILED"
+    if [[ $name == build ]]; then
+      note "NOT RUN (the build failed): ${steps[*]:i+1}"
+      status=1
+      break
+    fi
+  fi
+  status=1
+  pack
+done
+note "done: $([[ $status == 0 ]] && echo "every step passed" || echo "FAILED or NOT RUN steps above")"
+pack
+echo "summary: $OUT/summary.txt; every log: $OUT/all.tgz (from $O)"
+exit $status

@@ -1,0 +1,309 @@
+"""The official OpenAI Python client against a real `mpirun -np 2 llama2 serve --http`.
+
+tests/http/openai_client.sh starts the server on the CPU backend and runs this file with pytest from
+the repository's .venv (openai and pytest pinned in launch/requirements-test.txt), passing BASE
+(http://127.0.0.1:PORT), API_KEY, MODEL and SERVER_PID (rank 0). The tests run in file order and
+depend on it: the 429 test fills the queue that /metrics later counts, and the last test drains the
+server with SIGTERM and checks 503.
+"""
+
+import math
+import os
+import re
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx2  # the openai client's own HTTP library, for the endpoints it has no method for
+import openai
+import pytest
+
+BASE = os.environ["BASE"]
+API_KEY = os.environ["API_KEY"]
+MODEL = os.environ["MODEL"]
+TIMEOUT = 60.0
+
+# No retries: a refusal (429, 503) must reach the test as it was sent, not be retried away.
+client = openai.OpenAI(base_url=f"{BASE}/v1", api_key=API_KEY, max_retries=0, timeout=TIMEOUT)
+# ignore_eos is llama2's extension (as vLLM's): the client sends what it does not know in extra_body.
+GREEDY = {"model": MODEL, "temperature": 0, "max_tokens": 24, "extra_body": {"ignore_eos": True}}
+CHAT = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "Tell me about the cache."}]
+# Long enough (~1 ms a token) to be cancelled, queued behind or drained while it runs.
+LONG = {"model": MODEL, "prompt": "Once", "max_tokens": 450, "extra_body": {"ignore_eos": True}}
+CANCELLED = 'llama2_requests_total{finish_reason="cancelled"}'
+
+
+def refused(call):
+    """The error of a call the server refuses: the client raises APIStatusError (status, body)."""
+    with pytest.raises(openai.APIStatusError) as info:
+        call()
+    return info.value
+
+
+class Metrics:
+    """One scrape of GET /metrics (Prometheus text; no key needed)."""
+
+    def __init__(self):
+        response = httpx2.get(f"{BASE}/metrics", timeout=TIMEOUT)
+        response.raise_for_status()
+        self.text = response.text
+
+    def value(self, name):
+        """The first sample of `name` (a bare name or one with its labels), None when absent."""
+        for line in self.text.splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                return float(line.split(" ")[-1])
+        return None
+
+
+def wait_for_cancel(before):
+    """The first scrape whose cancelled-requests counter passed `before` (20 s at most)."""
+    assert before is not None, f"/metrics lacks {CANCELLED}"
+    until = time.monotonic() + 20
+    while True:
+        metrics = Metrics()
+        if metrics.value(CANCELLED) > before:
+            return metrics
+        assert time.monotonic() < until, "the generation was not cancelled within 20 s"
+        time.sleep(0.05)
+
+
+def test_completions_non_streamed_greedy_usage():
+    r = client.completions.create(**GREEDY, prompt="Once upon a time")
+    assert r.object == "text_completion"
+    assert r.model == MODEL
+    assert len(r.choices) == 1
+    assert r.choices[0].finish_reason == "length"
+    assert r.usage.completion_tokens == 24
+    assert r.usage.prompt_tokens >= 5
+    assert len(r.choices[0].text) > 0
+
+
+def test_completions_token_id_prompt_streamed_text_equals_non_streamed():
+    whole = client.completions.create(**GREEDY, prompt=[1, 15, 27, 300])
+    assert whole.usage.prompt_tokens == 4
+    text, finish = "", None
+    for chunk in client.completions.create(**GREEDY, prompt=[1, 15, 27, 300], stream=True):
+        if chunk.choices:
+            text += chunk.choices[0].text or ""
+            finish = chunk.choices[0].finish_reason or finish
+    assert text == whole.choices[0].text
+    assert finish == "length"
+
+
+def test_chat_non_streamed_and_streamed_agree_include_usage_adds_usage_chunk():
+    whole = client.chat.completions.create(**GREEDY, messages=CHAT)
+    assert whole.object == "chat.completion"
+    assert whole.choices[0].message.role == "assistant"
+    assert whole.usage.completion_tokens == 24
+    stream = client.chat.completions.create(**GREEDY, messages=CHAT, stream=True,
+                                            stream_options={"include_usage": True})
+    text, role, usage, chunks = "", None, None, 0
+    for chunk in stream:
+        chunks += 1
+        assert chunk.object == "chat.completion.chunk"
+        if chunk.choices:
+            role = chunk.choices[0].delta.role or role
+            text += chunk.choices[0].delta.content or ""
+        if chunk.usage:
+            usage = chunk.usage
+    assert role == "assistant"
+    assert text == whole.choices[0].message.content
+    assert usage is not None, "no usage chunk"
+    assert usage.model_dump() == whole.usage.model_dump()
+    assert chunks > 3, f"a stream of {chunks} chunks"
+
+
+def test_stop_strings_end_the_text_before_the_stop_string_with_finish_reason_stop():
+    request = {**GREEDY, "prompt": "The cache", "max_tokens": 40}
+    text = client.completions.create(**request).choices[0].text
+    # A 3-character window from the middle on, with no whitespace (the model is random).
+    at = len(text) // 2
+    while at + 3 <= len(text) and re.search(r"\s", text[at:at + 3]):
+        at += 1
+    stop = text[at:at + 3]
+    assert len(stop) == 3, f"a stop string from {text!r}"
+    cut = client.completions.create(**request, stop=[stop, "zzzz"])
+    assert cut.choices[0].finish_reason == "stop"
+    assert cut.choices[0].text == text[:text.index(stop)]
+
+
+def test_seed_reproducibility_same_seed_same_text_another_seed_another():
+    request = {"model": MODEL, "messages": CHAT, "temperature": 1.0, "top_p": 0.95, "max_tokens": 32,
+               "extra_body": {"ignore_eos": True}}
+    a = client.chat.completions.create(**request, seed=1234)
+    b = client.chat.completions.create(**request, seed=1234)
+    c = client.chat.completions.create(**request, seed=99)
+    assert a.choices[0].message.content == b.choices[0].message.content
+    assert a.choices[0].message.content != c.choices[0].message.content
+
+
+def test_penalties_and_extensions_accepted_models_lists_the_served_name():
+    r = client.chat.completions.create(
+        **{**GREEDY, "extra_body": {"ignore_eos": True, "top_k": 5, "repetition_penalty": 1.1}},
+        messages=CHAT, presence_penalty=0.5, frequency_penalty=0.5, user="someone", n=1)
+    assert r.usage.completion_tokens == 24
+    assert [m.id for m in client.models.list().data] == [MODEL]
+
+
+def test_logprobs_chat_and_completions_streamed_and_not():
+    """Log-probabilities of the model: <= 0, top sorted, the chosen token first when greedy."""
+    r = client.chat.completions.create(**GREEDY, messages=CHAT, logprobs=True, top_logprobs=3)
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens
+    for t in content:
+        assert t.logprob <= 1e-6, t
+        assert len(t.top_logprobs) == 3
+        p = [a.logprob for a in t.top_logprobs]
+        assert p[0] >= p[1] >= p[2], p
+        assert sum(math.exp(x) for x in p) <= 1 + 1e-4
+        assert t.top_logprobs[0].token == t.token  # greedy: the chosen token is the most probable
+        assert abs(t.top_logprobs[0].logprob - t.logprob) < 1e-6
+    streamed = []
+    for chunk in client.chat.completions.create(**GREEDY, messages=CHAT, logprobs=True, top_logprobs=3,
+                                                stream=True):
+        if chunk.choices and chunk.choices[0].logprobs:
+            streamed += chunk.choices[0].logprobs.content
+    assert [t.logprob for t in streamed] == [t.logprob for t in content]
+    c = client.completions.create(**GREEDY, prompt="Once upon a time", logprobs=2)
+    lp = c.choices[0].logprobs
+    assert len(lp.tokens) == c.usage.completion_tokens
+    assert len(lp.token_logprobs) == len(lp.tokens)
+    assert all(1 <= len(top) <= 2 for top in lp.top_logprobs), lp.top_logprobs
+    plain = client.chat.completions.create(**GREEDY, messages=CHAT)
+    assert plain.choices[0].logprobs is None
+
+
+def test_400_unsupported_and_invalid_parameters_in_openai_error_shape_naming_the_parameter():
+    cases = [
+        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools"),
+        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"n": 2}, "n"),
+        ({"logprobs": False, "top_logprobs": 3}, None),
+        ({"logprobs": True, "top_logprobs": 21}, None),
+        ({"temperature": -1}, None),
+        ({"max_tokens": 0}, None),
+    ]
+    for extra, param in cases:
+        e = refused(lambda: client.chat.completions.create(**{**GREEDY, "messages": CHAT, **extra}))
+        assert e.status_code == 400, extra
+        assert e.type == "invalid_request_error", extra
+        assert len(e.body["message"]) > 0, extra
+        if param:
+            assert e.param == param
+    m = refused(lambda: client.chat.completions.create(**{**GREEDY, "messages": CHAT, "max_tokens": 0}))
+    assert re.search(r"max_tokens must be >= 1", m.body["message"]), m.body
+    echo = refused(lambda: client.completions.create(**GREEDY, prompt="x", echo=True))
+    assert echo.param == "echo"
+    best_of = refused(lambda: client.completions.create(**GREEDY, prompt="x", best_of=3))
+    assert best_of.param == "best_of"
+    order = refused(lambda: client.chat.completions.create(**GREEDY, messages=[{"role": "assistant", "content": "hi"}]))
+    assert order.status_code == 400
+    long = refused(lambda: client.completions.create(**GREEDY, prompt="word " * 600))
+    assert long.status_code == 400
+    assert long.code == "prompt_too_long"
+
+
+def test_401_a_wrong_or_missing_api_key():
+    bad = openai.OpenAI(base_url=f"{BASE}/v1", api_key="wrong-key", max_retries=0, timeout=TIMEOUT)
+    e = refused(lambda: bad.models.list())
+    assert e.status_code == 401
+    none = httpx2.get(f"{BASE}/v1/models", timeout=TIMEOUT)
+    assert none.status_code == 401
+    assert none.json()["error"]["code"] == "invalid_api_key"
+
+
+def test_404_an_unknown_model_and_an_unknown_path():
+    e = refused(lambda: client.chat.completions.create(**{**GREEDY, "model": "gpt-4"}, messages=CHAT))
+    assert e.status_code == 404
+    assert e.code == "model_not_found"
+    r = httpx2.post(f"{BASE}/v1/embeddings", headers={"Authorization": f"Bearer {API_KEY}"}, content="{}",
+                    timeout=TIMEOUT)
+    assert r.status_code == 404
+    assert r.json()["error"]["code"] == "not_found"
+
+
+def test_413_a_body_over_http_max_body_bytes():
+    e = refused(lambda: client.completions.create(**GREEDY, prompt="x" * 70000))
+    assert e.status_code == 413
+    assert e.code == "body_too_large"
+
+
+def test_429_queue_full_with_retry_after_when_the_batch_and_the_queue_are_full():
+    # --max-batch-size 2 --max-queue 2: of 8 long streams at once, at most 4 are taken.
+    request = {"model": MODEL, "prompt": "Once", "max_tokens": 400, "temperature": 0,
+               "extra_body": {"ignore_eos": True}}
+
+    def stream():
+        return sum(len(chunk.choices) for chunk in client.completions.create(**request, stream=True))
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        futures = [pool.submit(stream) for _ in range(8)]
+    refusals = [f.exception() for f in futures if f.exception() is not None]
+    assert len(refusals) >= 4, f"{len(refusals)} of 8 refused"
+    for e in refusals:
+        assert isinstance(e, openai.APIStatusError), repr(e)
+        assert e.status_code == 429
+        assert e.code == "queue_full"
+        assert e.response.headers.get("retry-after") == "1"
+    assert any(f.exception() is None for f in futures)
+
+
+def test_a_client_that_disconnects_mid_stream_cancels_its_generation_and_frees_its_kv_blocks():
+    before = Metrics().value(CANCELLED)
+    seen = 0
+    # Leaving the `with` closes the stream's response: the connection goes away mid-generation.
+    with client.completions.create(**LONG, stream=True) as stream:
+        for chunk in stream:
+            seen += len(chunk.choices)
+            if seen >= 3:
+                break
+    metrics = wait_for_cancel(before)
+    assert metrics.value("llama2_requests_running") == 0
+    assert metrics.value("llama2_kv_cache_usage_ratio") == 0
+    assert metrics.value("vllm:num_requests_running") == 0
+
+
+def test_a_non_streamed_request_whose_client_hangs_up_is_cancelled_too():
+    before = Metrics().value(CANCELLED)
+    # The client gives up after 100 ms and closes the connection, long before the 450 tokens are
+    # generated (a timeout is how the sync client abandons a call).
+    with pytest.raises(openai.APITimeoutError):
+        client.completions.create(**LONG, timeout=0.1)
+    wait_for_cancel(before)
+
+
+def test_health_is_200_when_ready_metrics_has_the_vllm_names():
+    h = httpx2.get(f"{BASE}/health", timeout=TIMEOUT)
+    assert h.status_code == 200
+    assert h.json()["status"] == "ready"
+    metrics = Metrics()
+    for name in ["vllm:num_requests_waiting", "vllm:gpu_cache_usage_perc", "vllm:time_to_first_token_seconds_bucket",
+                 "vllm:e2e_request_latency_seconds_count", "vllm:generation_tokens_total",
+                 "llama2_requests_rejected_total"]:
+        assert name in metrics.text, f"/metrics lacks {name}"
+    assert metrics.value('llama2_requests_rejected_total{code="queue_full"}') >= 4
+
+
+def test_503_while_draining_in_flight_streams_finish_new_requests_are_refused():
+    server_pid = int(os.environ["SERVER_PID"])
+    stream = client.completions.create(**{**LONG, "max_tokens": 300}, stream=True)
+    chunks = iter(stream)
+    next(chunks)
+    os.kill(server_pid, signal.SIGTERM)
+    until = time.monotonic() + 20
+    while True:
+        health = httpx2.get(f"{BASE}/health", timeout=TIMEOUT)
+        if health.status_code != 200:
+            break
+        assert time.monotonic() < until, "health never reported draining"
+    assert health.status_code == 503
+    assert health.json()["status"] == "draining"
+    e = refused(lambda: client.completions.create(**GREEDY, prompt="late"))
+    assert e.status_code == 503
+    assert e.code == "shutting_down"
+    finish = None
+    for chunk in chunks:
+        if chunk.choices:
+            finish = chunk.choices[0].finish_reason or finish
+    assert finish == "length"
