@@ -23,12 +23,14 @@
 #   e2e NAME ARGS..      llama2_bench_e2e --synthetic MODEL (7b) --prompt-len 128 --decode-steps
 #                        64 --repeats 3 [--weight-dtype WEIGHT_DTYPE] [--kv-cache-dtype KV_DTYPE]
 #                        ARGS at -np NP (1), ENVS ("-x VAR=V ...") for the ranks; later flags in
-#                        ARGS win; its decode / prefill lines noted
+#                        ARGS win; its decode / prefill lines noted; BUILD_DIR (build-gpu) holds
+#                        the binary (another tree's build for a before/after)
 #   ref_check CHECKS NP SECONDS   tests/reference/gpu_check.sh (CHECKS, NPS=NP) into $O/CHECKS_npNP;
 #                        RESULT / NOISE / STEP lines noted, fixtures and per-run logs removed
 #   sat NAME VAR VALUES  benchmarks/serve/saturation_ab.sh: a fresh server per value of VAR, at NP
 #                        ranks, SYNTHETIC=MODEL, SERVE_ARGS = the dtype flags + SERVE_ARGS; tok/s
-#                        and the step-kind summaries noted, the raw step logs removed
+#                        and the step-kind summaries noted, the raw step logs removed; BUILD_DIR
+#                        as for e2e, MAX_NEW / REQUESTS as saturation_ab.sh reads them
 #   prefix NAME SERVE_ENV   benchmarks/prefix/prefix_ttft.sh (7B) at NP ranks, SERVE_ARGS as for
 #                        sat; its summary noted
 #   dtype_args FLAGS     "--weight-dtype WEIGHT_DTYPE --kv-cache-dtype KV_DTYPE FLAGS" (those set)
@@ -110,7 +112,7 @@ e2e() {
   [[ -n ${WEIGHT_DTYPE:-} ]] && dtypes+=(--weight-dtype "$WEIGHT_DTYPE")
   [[ -n ${KV_DTYPE:-} ]] && dtypes+=(--kv-cache-dtype "$KV_DTYPE")
   # shellcheck disable=SC2086  # ENVS is a list of -x flags
-  TL=$tl mpi -np "${NP:-1}" ${ENVS:-} build-gpu/llama2_bench_e2e --synthetic "${MODEL:-7b}" \
+  TL=$tl mpi -np "${NP:-1}" ${ENVS:-} "${BUILD_DIR:-build-gpu}/llama2_bench_e2e" --synthetic "${MODEL:-7b}" \
     --prompt-len 128 --decode-steps 64 --repeats 3 "${dtypes[@]}" "$@" >"$O/$name.log" 2>&1
   rc=$?
   note "$name: rc=$rc $(grep -E 'batch +[0-9]+:|prefill' "$O/$name.log" | sed 's/ median of 3//' | tr '\n' ' ')"
@@ -134,6 +136,7 @@ sat() {
   local name=$1 n rc f
   n=$(wc -w <<<"$3")
   logged "$name" $((150 + 150 * n)) env NP="${NP:-1}" SYNTHETIC="${MODEL:-7b}" SKIP_BUILD=1 \
+    BUILD_DIR="${BUILD_DIR:-build-gpu}" \
     SERVE_ARGS="$(dtype_args "${SERVE_ARGS:-}")" bash benchmarks/serve/saturation_ab.sh "$O/$name" "$2" "$3"
   rc=$?
   grep -E 'tok/s' "$O/$name.log" | add

@@ -23,6 +23,12 @@
 #   e2e-matrix              benchmarks/e2e/run.sh: MODELS x TPS (7b 13b 70b x 1 2, what fits)
 #   saturation[:VAR=a,b]    serve, 1024 requests of 128 + 128 at once (saturation_ab.sh)
 #   batch-offline           `llama2 batch`, 1024 prompts of 128 + 128 (batch_offline.sh), one GPU
+#   before-after:DIR        a restructuring's perf guard against the older tree in DIR (carried;
+#                           `git archive BASE | tar -x -C DIR`, built here into DIR/build-gpu):
+#                           ROUNDS rounds, each side in turn: e2e batch 1, saturation (128 + 128),
+#                           and long requests (256 requests of 128 + 896 under --max-seq-len 1024:
+#                           what a request without max_tokens costs when admission counts
+#                           prompt + max_new_tokens)
 #   prefix-ttft             a 1,024-token cached prefix + 32-token suffix (prefix_ttft.sh)
 #   prefix-split            prefix-ttft with the prefill key split (default) and LLAMA2_PREFILL_SPLIT=0
 #   http-vs-socket          benchmarks/http/gpu_http_vs_socket.sh (needs .httplib/ carried)
@@ -62,7 +68,7 @@ targets() {
       perplexity | two-gpu-saturation | two-gpu-prefix-split) echo llama2 ;;
     gpu-tests) echo llama2_gpu_tests ;;
     ref-check | two-gpu-ref-check) echo llama2 llama2_reference_test llama2_gpu_tests ;;
-    e2e-matrix) echo llama2 llama2_bench_e2e ;;
+    e2e-matrix | before-after) echo llama2 llama2_bench_e2e ;;
     e2e-batch1 | e2e-batch64 | e2e-sweep | prefill | op-profile | two-gpu-7b | two-gpu-70b)
       echo llama2_bench_e2e ;;
     kernels) echo llama2_bench_kernels ;;
@@ -85,6 +91,7 @@ check() {
       [[ -z $arg || $arg =~ ^[A-Za-z_][A-Za-z0-9_]*=[^,]+(,[^,]+)*$ ]] || echo "$name:VAR=a,b expected" ;;
     op-profile) [[ $arg =~ ^([0-9]*|prefill)$ ]] || echo "op-profile:BATCH or op-profile:prefill" ;;
     kernels) [[ $arg =~ ^(|decode|prefill|qgemv|w8a16|fp8|overlap|skinny)$ ]] || echo "unknown kernels '$arg'" ;;
+    before-after) [[ -n $arg ]] || echo "before-after:DIR, DIR = the baseline tree" ;;
     build | gpu-tests) ;;
     *) [[ -z $arg ]] || echo "$name takes no argument" ;;
   esac
@@ -168,6 +175,23 @@ step_saturation() {
   local var=LLAMA2_MIXED_DECODE values=1 r rc=0
   [[ -z $1 ]] || { var=${1%%=*} values=${1#*=}; }
   for ((r = 1; r <= ${ROUNDS:-1}; r++)); do sat "sat_$(tag)_$r" "$var" "${values//,/ }" || rc=1; done
+  return "$rc"
+}
+step_before_after() {
+  local base=$1 r side dir rc=0
+  [[ -d $base ]] || { note "before-after: no baseline tree at $base"; return 1; }
+  base=$(cd "$base" && pwd)
+  logged build_baseline "${BUILD_TL:-240}" bash -c "cd '$base' && bash benchmarks/gpu/build.sh llama2 llama2_bench_e2e" || return 1
+  for ((r = 1; r <= ${ROUNDS:-1}; r++)); do
+    for side in before after; do
+      dir=build-gpu
+      [[ $side == before ]] && dir=$base/build-gpu
+      BUILD_DIR=$dir e2e "ba_${side}_batch1_$r" --batches 1 --prefill-lens "" || rc=1
+      BUILD_DIR=$dir sat "ba_${side}_sat_$r" LLAMA2_MIXED_DECODE 1 || rc=1
+      BUILD_DIR=$dir MAX_NEW=896 REQUESTS=256 SERVE_ARGS="${SERVE_ARGS:-} --max-seq-len 1024" \
+        sat "ba_${side}_long_$r" LLAMA2_MIXED_DECODE 1 || rc=1
+    done
+  done
   return "$rc"
 }
 step_batch_offline() {

@@ -7,6 +7,7 @@
 #   e.g. bash benchmarks/serve/saturation_ab.sh /tmp/ab LLAMA2_MIXED_DECODE "0 1"
 #
 # Environment (optional): NP=1 (ranks = GPUs), MAX_BATCH=512, PREFILL_CHUNK=2048, REQUESTS=1024,
+# MAX_NEW=128 (new tokens per request),
 # RATES=inf (bench_serve.py --rates: e.g. RATES=56 for Poisson arrivals at half of saturation),
 # SYNTHETIC=7b (13b, 70b), SERVE_ARGS (more `llama2 serve` flags, e.g. "--kv-cache-dtype fp8"), SKIP_BUILD=1 (use build-gpu/
 # as it is), BUILD_DIR=build-gpu (the build whose llama2 serves: an A/B of two builds). Writes OUT_DIR/<VAR>=<value>.{json,log,server.log}, the
@@ -39,7 +40,7 @@ for value in $VALUES; do
   [[ -S "$sock" ]] || { echo "$tag: server did not start" >&2; cat "$OUT_DIR/$tag.server.log" >&2; exit 1; }
   echo "$tag: server listening after $(awk -v a="$started" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s"
   python3 benchmarks/serve/bench_serve.py --socket "$sock" --rates "${RATES:-inf}" \
-    --requests "${REQUESTS:-1024}" --prompt-len 128 --max-new-tokens 128 \
+    --requests "${REQUESTS:-1024}" --prompt-len 128 --max-new-tokens "${MAX_NEW:-128}" \
     --json "$OUT_DIR/$tag.json" 2>&1 | tee "$OUT_DIR/$tag.log"
   kill -INT "$server" 2>/dev/null || true
   wait "$server" || true
