@@ -23,6 +23,11 @@
 #   e2e-matrix              benchmarks/e2e/run.sh: MODELS x TPS (7b 13b 70b x 1 2, what fits)
 #   saturation[:VAR=a,b]    serve, 1024 requests of 128 + 128 at once (saturation_ab.sh)
 #   batch-offline           `llama2 batch`, 1024 prompts of 128 + 128 (batch_offline.sh), one GPU
+#   rope-check              rope_scaling on CUDA against the CPU backend (rope_check.sh)
+#   logits-adjust-cuda      llama2_logits_adjust_test --backend cuda on small-d64: masked and
+#                           biased rows against the adjustment applied to full logits
+#   cpu-before-after:DIR    benchmarks/cpu_batch_throughput.sh on this node's CPUs, DIR's build
+#                           (see before-after) and this tree's, ROUNDS times, alternating
 #   before-after:DIR        a restructuring's perf guard against the older tree in DIR (carried;
 #                           `git archive BASE | tar -x -C DIR`, built here into DIR/build-gpu):
 #                           ROUNDS rounds, each side in turn: e2e batch 1, saturation (128 + 128),
@@ -69,6 +74,9 @@ targets() {
     gpu-tests) echo llama2_gpu_tests ;;
     ref-check | two-gpu-ref-check) echo llama2 llama2_reference_test llama2_gpu_tests ;;
     e2e-matrix | before-after) echo llama2 llama2_bench_e2e ;;
+    cpu-before-after) echo llama2 llama2_bench_cpu ;;
+    rope-check) echo llama2_logits_diff ;;
+    logits-adjust-cuda) echo llama2_logits_adjust_test ;;
     e2e-batch1 | e2e-batch64 | e2e-sweep | prefill | op-profile | two-gpu-7b | two-gpu-70b)
       echo llama2_bench_e2e ;;
     kernels) echo llama2_bench_kernels ;;
@@ -91,7 +99,7 @@ check() {
       [[ -z $arg || $arg =~ ^[A-Za-z_][A-Za-z0-9_]*=[^,]+(,[^,]+)*$ ]] || echo "$name:VAR=a,b expected" ;;
     op-profile) [[ $arg =~ ^([0-9]*|prefill)$ ]] || echo "op-profile:BATCH or op-profile:prefill" ;;
     kernels) [[ $arg =~ ^(|decode|prefill|qgemv|w8a16|fp8|overlap|skinny)$ ]] || echo "unknown kernels '$arg'" ;;
-    before-after) [[ -n $arg ]] || echo "before-after:DIR, DIR = the baseline tree" ;;
+    before-after | cpu-before-after) [[ -n $arg ]] || echo "$name:DIR, DIR = the baseline tree" ;;
     build | gpu-tests) ;;
     *) [[ -z $arg ]] || echo "$name takes no argument" ;;
   esac
@@ -192,6 +200,37 @@ step_before_after() {
         sat "ba_${side}_long_$r" LLAMA2_MIXED_DECODE 1 || rc=1
     done
   done
+  return "$rc"
+}
+step_cpu_before_after() {
+  local base=$1 r side dir rc=0
+  [[ -d $base ]] || { note "cpu-before-after: no baseline tree at $base"; return 1; }
+  base=$(cd "$base" && pwd)
+  [[ -x $base/build-gpu/llama2_bench_cpu ]] ||
+    logged build_baseline_cpu "${BUILD_TL:-240}" bash -c "cd '$base' && bash benchmarks/gpu/build.sh llama2 llama2_bench_cpu" || return 1
+  for ((r = 1; r <= ${ROUNDS:-1}; r++)); do
+    for side in before after; do
+      dir=$PWD/build-gpu
+      [[ $side == before ]] && dir=$base/build-gpu
+      logged "cpu_${side}_$r" 200 bash benchmarks/cpu_batch_throughput.sh "$dir" || rc=1
+      grep '^|' "$O/cpu_${side}_$r.log" | add
+    done
+    pack
+  done
+  return "$rc"
+}
+step_rope_check() {
+  logged rope_check 200 bash benchmarks/gpu/rope_check.sh
+  local rc=$?
+  add "$O/rope_check.log"
+  return "$rc"
+}
+step_logits_adjust_cuda() {
+  TL=120 mpi -np 1 build-gpu/tests/llama2_logits_adjust_test --model tests/models/small-d64 \
+    --backend cuda >"$O/logits_adjust_cuda.log" 2>&1
+  local rc=$?
+  note "logits_adjust_cuda rc=$rc"
+  tail -5 "$O/logits_adjust_cuda.log" | add
   return "$rc"
 }
 step_batch_offline() {

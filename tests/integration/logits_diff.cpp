@@ -1,14 +1,16 @@
 // Two model directories (or one under two --weight-dtype settings) give the same logits:
 //
 //   mpirun -np 2 llama2_logits_diff --model A [--weight-dtype W] --against B
-//       [--against-weight-dtype W2] [--backend cpu|cuda] [--dtype auto|fp16|bf16|fp32]
-//       [--tolerance T]
+//       [--against-weight-dtype W2] [--backend cpu|cuda] [--against-backend cpu|cuda]
+//       [--dtype auto|fp16|bf16|fp32] [--tolerance T]
 //
 // Each engine runs the same 19-token prompt token by token (logits at every position), as one
 // prefill, and in chunks of 5 (logits at each chunk end); the two sets of logit rows are compared
 // value by value. Used for FP8 checkpoints (tests/integration/fp8_checkpoint.sh): the FP8 file
 // against an F32 file of its dequantized weights on the CPU backend, and on the GPU against the
-// 16-bit model quantized at load by --weight-dtype fp8 (benchmarks/gpu/fp8_checkpoint.sh).
+// 16-bit model quantized at load by --weight-dtype fp8 (benchmarks/gpu/fp8_checkpoint.sh). With
+// --against-backend, B runs on that backend: CUDA against the CPU (checked against transformers)
+// for what has no fixture of a CUDA-sized head, e.g. rope_scaling (benchmarks/gpu/rope_check.sh).
 // Rank 0 prints each engine's start-up report and a last line:
 //   RESULT max_abs_diff=.. compared=.. tolerance=.. status=PASS|FAIL
 #include <mpi.h>
@@ -29,12 +31,12 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: llama2_logits_diff --model A [--weight-dtype W] --against B "
-    "[--against-weight-dtype W2] [--backend cpu|cuda] [--dtype auto|fp16|bf16|fp32] "
-    "[--tolerance T]";
+    "[--against-weight-dtype W2] [--backend cpu|cuda] [--against-backend cpu|cuda] "
+    "[--dtype auto|fp16|bf16|fp32] [--tolerance T]";
 
 struct Options {
   std::string model, against, weight_dtype = "auto", against_weight_dtype = "auto";
-  std::string backend = "cpu", dtype = "auto";
+  std::string backend = "cpu", against_backend, dtype = "auto";  // against_backend: backend
   double tolerance = 0.0;
 };
 
@@ -54,6 +56,8 @@ Options parse_options(int argc, char** argv) {
       o.against_weight_dtype = v;
     } else if (a == "--backend") {
       o.backend = v;
+    } else if (a == "--against-backend") {
+      o.against_backend = v;
     } else if (a == "--dtype") {
       o.dtype = v;
     } else if (a == "--tolerance") {
@@ -63,17 +67,18 @@ Options parse_options(int argc, char** argv) {
     }
   }
   if (o.model.empty() || o.against.empty()) throw llama2::Error(kUsage);
+  if (o.against_backend.empty()) o.against_backend = o.backend;
   return o;
 }
 
 // Every logit row the three paths produce for `ids`, in a fixed order (rank 0; empty elsewhere).
 std::vector<float> run_model(const Options& opt, const std::string& dir,
-                             const std::string& weight_dtype, const std::vector<int>& ids,
-                             int rank) {
+                             const std::string& weight_dtype, const std::string& backend,
+                             const std::vector<int>& ids, int rank) {
   const llama2::ModelConfig config = llama2::load_model_config(dir);
   llama2::EngineConfig cfg;
   cfg.model_dir = dir;
-  cfg.backend = llama2::parse_backend(opt.backend);
+  cfg.backend = llama2::parse_backend(backend);
   cfg.dtype = llama2::parse_compute_dtype(opt.dtype);
   cfg.weight_dtype = llama2::parse_weight_dtype(weight_dtype, &cfg.weight_dtype_named);
   cfg.max_batch = 1;
@@ -86,8 +91,8 @@ std::vector<float> run_model(const Options& opt, const std::string& dir,
     engine.worker_loop();
     return {};
   }
-  std::printf("%s --weight-dtype %s:\n%s", dir.c_str(), weight_dtype.c_str(),
-              engine.startup_report().c_str());
+  std::printf("%s --weight-dtype %s --backend %s:\n%s", dir.c_str(), weight_dtype.c_str(),
+              backend.c_str(), engine.startup_report().c_str());
   llama2::BlockAllocator blocks(cfg.kv_cache_blocks, cfg.block_size);
   std::vector<float> all;
   const int n = static_cast<int>(ids.size());
@@ -116,8 +121,8 @@ int run(int argc, char** argv, int rank, int size) {
   ids.push_back(config.bos_token_id);
   for (int i = 1; i < 19; ++i) ids.push_back(3 + (i * 37) % (config.vocab_size - 3));
 
-  const std::vector<float> a = run_model(opt, opt.model, opt.weight_dtype, ids, rank);
-  const std::vector<float> b = run_model(opt, opt.against, opt.against_weight_dtype, ids, rank);
+  const std::vector<float> a = run_model(opt, opt.model, opt.weight_dtype, opt.backend, ids, rank);
+  const std::vector<float> b = run_model(opt, opt.against, opt.against_weight_dtype, opt.against_backend, ids, rank);
   int ok = 1;
   if (rank == 0) {
     double max_diff = 0.0;
