@@ -38,6 +38,7 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using llama2_test::case_env;
 using llama2_test::check;
+using llama2_test::metric_sample;
 using llama2_test::ServerJob;
 
 namespace {
@@ -59,16 +60,6 @@ json generate_alone(const std::string& prompt) {
 }
 
 // The value of the Prometheus sample `name` (labels included); -1 when missing.
-double sample(const std::string& text, const std::string& name) {
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.compare(0, name.size() + 1, name + " ") == 0)
-      return std::stod(line.substr(name.size()));
-  }
-  return -1;
-}
-
 std::vector<std::string> job_args(int tp, std::vector<std::string> extra) {
   extra.insert(extra.begin(), {"--tp", std::to_string(tp), "--cpu-threads", "1"});
   return extra;
@@ -137,7 +128,7 @@ void case_greedy(int np, int tp, int clients, bool front = false) {
         "health: tp " + std::to_string(tp) + ", " + std::to_string(replicas) + " replicas");
   double total = 0;
   for (int r = 0; r < replicas; ++r) {
-    const double n = sample(
+    const double n = metric_sample(
         stats, "llama2_replica_requests_admitted_total{replica=\"" + std::to_string(r) + "\"}");
     total += n;
     check(n > 0, "replica " + std::to_string(r) + " admitted " + std::to_string(n));
@@ -234,8 +225,8 @@ void case_free() {
         "every replica back to 0 running, 0 KV blocks used: " + last.dump());
   // stats agree with health, per replica.
   const std::string stats = probe->stats(5000);
-  check(sample(stats, "llama2_replica_kv_blocks_used{replica=\"1\"}") == 0 &&
-            sample(stats, "llama2_replica_requests_admitted_total{replica=\"1\"}") == 2,
+  check(metric_sample(stats, "llama2_replica_kv_blocks_used{replica=\"1\"}") == 0 &&
+            metric_sample(stats, "llama2_replica_requests_admitted_total{replica=\"1\"}") == 2,
         "stats: replica 1 admitted 2, 0 KV blocks used");
 }
 

@@ -31,20 +31,11 @@
 
 using llama2_test::case_env;
 using llama2_test::check;
+using llama2_test::metric_sample;
 using llama2_test::ServerJob;
 using nlohmann::json;
 
 namespace {
-
-double sample(const std::string& text, const std::string& name) {
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.compare(0, name.size() + 1, name + " ") == 0)
-      return std::stod(line.substr(name.size()));
-  }
-  return -1;
-}
 
 std::vector<int> random_tokens(uint32_t seed, int n) {
   std::mt19937 rng(seed);
@@ -145,8 +136,8 @@ Outcome run_workload(const std::string& name, const std::string& caching) {
   }
   o.prompt_tokens += 2 * 105;
   std::string stats = c->stats(5000);
-  o.hits_after_step2 = sample(stats, "llama2_prefix_cache_hits_total");
-  o.evictions_after_step2 = sample(stats, "llama2_prefix_cache_evictions_total");
+  o.hits_after_step2 = metric_sample(stats, "llama2_prefix_cache_hits_total");
+  o.evictions_after_step2 = metric_sample(stats, "llama2_prefix_cache_evictions_total");
   // 3.
   for (const char* round : {"a", "b"}) {
     for (uint32_t family = 3; family <= 5; ++family) {
@@ -155,9 +146,9 @@ Outcome run_workload(const std::string& name, const std::string& caching) {
     }
   }
   stats = c->stats(5000);
-  o.queries = sample(stats, "llama2_prefix_cache_queries_total");
-  o.hits = sample(stats, "llama2_prefix_cache_hits_total");
-  o.evictions = sample(stats, "llama2_prefix_cache_evictions_total");
+  o.queries = metric_sample(stats, "llama2_prefix_cache_queries_total");
+  o.hits = metric_sample(stats, "llama2_prefix_cache_hits_total");
+  o.evictions = metric_sample(stats, "llama2_prefix_cache_evictions_total");
   o.health = c->health(5000);
   if (case_env().failures > 0) {
     std::printf("---- %s stats ----\n%s\n---- log ----\n%s\n----\n", name.c_str(), stats.c_str(),

@@ -28,21 +28,10 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using llama2_test::case_env;
 using llama2_test::check;
+using llama2_test::metric_sample;
 using llama2_test::ServerJob;
 
 namespace {
-
-// The value of the Prometheus sample `name` (the whole name, labels included) in `text`; -1 when
-// it is missing.
-double sample(const std::string& text, const std::string& name) {
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.compare(0, name.size() + 1, name + " ") == 0)
-      return std::stod(line.substr(name.size()));
-  }
-  return -1;
-}
 
 int queued(const json& health) {
   return health.is_object() && health.contains("queued") && health["queued"].is_number_integer()
@@ -102,7 +91,7 @@ void case_queue_depth() {
   const json health = b->health(3000);
   const std::string stats = b->stats(3000);
   const double took = std::chrono::duration<double>(Clock::now() - t0).count();
-  const double waiting = sample(stats, "llama2_requests_waiting");
+  const double waiting = metric_sample(stats, "llama2_requests_waiting");
   std::printf(
       "during the slow step (%.3f s for health + stats): health queued %d, stats "
       "llama2_requests_waiting %g\n",
@@ -118,7 +107,7 @@ void case_queue_depth() {
   }
   check(b_final.value("event", "") == "done", "B done: " + b_final.dump());
   const json h2 = b->health(3000);
-  const double w2 = sample(b->stats(3000), "llama2_requests_waiting");
+  const double w2 = metric_sample(b->stats(3000), "llama2_requests_waiting");
   check(queued(h2) == 0 && w2 == 0, "afterwards both report 0 queued (health " +
                                         std::to_string(queued(h2)) + ", stats " +
                                         std::to_string(w2) + ")");
@@ -145,7 +134,8 @@ void case_rejected() {
   for (const auto& [code, want] : {std::pair<std::string, double>{"invalid_request", 1},
                                    {"prompt_too_long", 1},
                                    {"queue_full", 2}}) {
-    const double got = sample(stats, "llama2_requests_rejected_total{code=\"" + code + "\"}");
+    const double got =
+        metric_sample(stats, "llama2_requests_rejected_total{code=\"" + code + "\"}");
     check(got == want, "llama2_requests_rejected_total{code=\"" + code + "\"} is " +
                            std::to_string(got) + " (want " + std::to_string(want) + ")");
   }

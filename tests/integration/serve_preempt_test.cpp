@@ -26,20 +26,11 @@
 
 using llama2_test::case_env;
 using llama2_test::check;
+using llama2_test::metric_sample;
 using llama2_test::ServerJob;
 using nlohmann::json;
 
 namespace {
-
-double sample(const std::string& text, const std::string& name) {
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.compare(0, name.size() + 1, name + " ") == 0)
-      return std::stod(line.substr(name.size()));
-  }
-  return -1;
-}
 
 void case_admission() {
   ServerJob job(case_env().mpirun, case_env().llama2, case_env().tmp, "admission", 1,
@@ -125,7 +116,7 @@ void case_preempt() {
                "8 streams ended"))
       return;
   }
-  const double preemptions = sample(c->stats(5000), "llama2_preemptions_total");
+  const double preemptions = metric_sample(c->stats(5000), "llama2_preemptions_total");
   check(preemptions > 0,
         "streams were preempted (llama2_preemptions_total " + std::to_string(preemptions) + ")");
   for (int i = 0; i < 8; ++i) {

@@ -21,6 +21,18 @@
 
 namespace llama2_test {
 
+// The value of the Prometheus sample `name` (the whole name, labels included) in `text`; -1 when
+// it is missing.
+inline double metric_sample(const std::string& text, const std::string& name) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.compare(0, name.size() + 1, name + " ") == 0)
+      return std::stod(line.substr(name.size()));
+  }
+  return -1;
+}
+
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path);
   std::stringstream s;
