@@ -108,6 +108,7 @@ EOF
 # A fake mpirun: prints its argv one per line, to check what is exec'ed (quoting included).
 cat >"$FAKEBIN/fake-mpirun" <<'EOF'
 #!/usr/bin/env bash
+[[ ${1-} == --version ]] && { echo "mpirun (Open MPI) ${FAKE_OMPI_VERSION:-4.1.4}"; exit 0; }
 printf '<%s>\n' "$@"
 EOF
 chmod +x "$FAKEBIN"/fake-*
@@ -187,6 +188,10 @@ mr mr.slurm1 SLURM_JOB_ID=5 SLURM_JOB_NUM_NODES=1 SLURMD_NODENAME=gpu1 _LLAMA2_T
 expect_out mr.slurm1 "--mca oob_tcp_if_include lo"
 mr mr.netlocal SLURM_JOB_ID=5 -- -n 2 --net local --dry-run -- generate
 expect_out mr.netlocal "--mca oob_tcp_if_include lo"
+# Open MPI 5 (Debian 13): its runtime refuses a loopback-only out-of-band channel.
+mr mr.ompi5 MPIRUN="$FAKEBIN/fake-mpirun" FAKE_OMPI_VERSION=5.0.7 _LLAMA2_TEST_UID=0 -- -n 2 --net local -- generate
+expect_not_out mr.ompi5 "oob_tcp_if_include"
+expect_out mr.ompi5 "<NCCL_SOCKET_IFNAME=lo>"
 mr mr.nettcp -- -n 2 --net tcp --dry-run -- generate
 expect_not_out mr.nettcp "oob_tcp_if_include"
 mr mr.netbad -- -n 2 --net wifi --dry-run -- generate

@@ -16,6 +16,7 @@ NO_SMI=$TMP/no-such-nvidia-smi
 # FAKE_MPIRUN_LINGER=1: on SIGTERM keep running (Open MPI 4.1 sleeps through its kill sequence).
 cat >"$FAKEBIN/sup-mpirun" <<'EOF'
 #!/usr/bin/env bash
+[[ ${1-} == --version ]] && { echo "mpirun (Open MPI) 4.1.4"; exit 0; }  # the wrapper's probe
 np=1 prog=()
 while (($#)); do case "$1" in -np) np=$2; shift 2 ;; */llama2-rank) prog=("$@"); break ;; *) shift ;; esac; done
 signalled=0
