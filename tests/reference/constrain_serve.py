@@ -79,7 +79,8 @@ def run_all(conn, requests):
     """Sends every request at once; returns id -> the `done` or `error` event."""
     for rid, fields in requests.items():
         conn.send(dict({"op": "generate", "id": rid, "prompt": "Answer in JSON:", "temperature": 0,
-                        "max_new_tokens": MAX_NEW, "stream": False}, **fields))
+                        "max_new_tokens": MAX_NEW, "stream": False, "logprobs": True,
+                        "top_logprobs": 2}, **fields))
     out = {}
     while len(out) < len(requests):
         ev = conn.recv()
@@ -137,13 +138,21 @@ def main():
                     valid = ev.get("finish_reason") == "stop" and bool(ok(text))
                     check(valid, f"np={np}: {list(fields)[0]} output {text!r} "
                                  f"({ev.get('finish_reason')}) matches")
-                ids = {k: v.get("token_ids") for k, v in got.items()}
+                ids = {k: (v.get("token_ids"), v.get("logprobs")) for k, v in got.items()}
+                # Logprobs of the masked distribution (each rank masks its slice before its
+                # log-sum-exp): a constrained token's logprob is <= 0 and equal across TP degrees.
+                check(all(x <= 1e-6 for _, lps in ids.values() for x in lps or []),
+                      f"np={np}: logprobs <= 0")
                 if first is None:
                     first = ids
                 else:
-                    diff = [k for k in ids if ids[k] != first[k]]
+                    diff = [k for k in ids if ids[k][0] != first[k][0]]
                     check(not diff, f"np={np}: token ids equal np={nps[0]}'s for all "
                                     f"{len(ids)} requests (differ: {diff[:5]})")
+                    far = [k for k in ids if ids[k][0] == first[k][0] and any(
+                        abs(x - y) > 1e-3 for x, y in zip(ids[k][1], first[k][1]))]
+                    check(not far, f"np={np}: logprobs within 1e-3 of np={nps[0]}'s "
+                                   f"(differ: {far[:5]})")
                 conn.send({"op": "generate", "id": "bad", "prompt": "x",
                            "response_format": {"type": "json_schema", "json_schema": {
                                "name": "bad", "schema": {"type": "integer", "not": {"const": 3}}}}})
