@@ -165,7 +165,7 @@ TEST_CASE("HTTP: OpenAI, vLLM and llama.cpp fields reach the one constraint") {
   CHECK(kind_of(http({{"response_format", {{"type", "text"}}}, {"guided_regex", "a"}})) ==
         ConstraintKind::kRegex);
   CHECK(http({{"response_format", {{"type", "text"}}}}).request.request.constraint == nullptr);
-  CHECK(http({}).request.request.constraint == nullptr);
+  CHECK(http(json::object()).request.request.constraint == nullptr);
 }
 
 TEST_CASE("HTTP: conflicting or malformed structured fields are a 400 naming the key") {
@@ -173,7 +173,7 @@ TEST_CASE("HTTP: conflicting or malformed structured fields are a 400 naming the
   REQUIRE(p.error);
   CHECK(p.error->status == 400);
   CHECK(p.error->message ==
-        "\"guided_choice\" and \"guided_regex\" both constrain the output: give at most one");
+        "\"guided_regex\" and \"guided_choice\" both constrain the output: give at most one");
   p = http({{"guided_json", "{not json"}});
   REQUIRE(p.error);
   CHECK(p.error->message == "\"guided_json\" is not valid JSON");
