@@ -13,8 +13,8 @@
 
 #include "common/frame.h"
 #include "common/model_config.h"
-#include "coordinator/requests/request_constraint.h"
 #include "coordinator/requests/request.h"
+#include "coordinator/requests/request_constraint.h"
 #include "coordinator/serving/protocol.h"
 #include "coordinator/serving/token_bound.h"
 #include "coordinator/text/tokenizer.h"

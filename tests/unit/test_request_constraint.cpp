@@ -57,15 +57,15 @@ llama2::ApiParse http(const json& extra, ApiKind kind = ApiKind::kChat) {
   return llama2::parse_api_request(body.dump(), kind, c);
 }
 
-const json kSchema = {{"type", "object"},
-                      {"properties", {{"a", {{"type", "integer"}}}}},
-                      {"required", {"a"}}};
+const json kSchema = {
+    {"type", "object"}, {"properties", {{"a", {{"type", "integer"}}}}}, {"required", {"a"}}};
 
 }  // namespace
 
 TEST_CASE("constraint fields: each key becomes its typed spec") {
   auto c = llama2::parse_constraint_fields(
-      {{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "n"}, {"schema", kSchema}}}}}});
+      {{"response_format",
+        {{"type", "json_schema"}, {"json_schema", {{"name", "n"}, {"schema", kSchema}}}}}});
   REQUIRE(c != nullptr);
   CHECK(c->spec.kind == ConstraintKind::kJsonSchema);
   CHECK(json::parse(c->spec.text) == kSchema);
@@ -81,9 +81,9 @@ TEST_CASE("constraint fields: each key becomes its typed spec") {
   c = llama2::parse_constraint_fields({{"grammar", "root ::= \"a\""}});
   CHECK(c->spec.kind == ConstraintKind::kGbnf);
   // Round trip through the replica wire's form.
-  for (const json& obj : {json{{"regex", "x+"}}, json{{"choice", {"a", "b"}}},
-                          json{{"grammar", "root ::= \"a\""}},
-                          json{{"response_format", {{"type", "json_object"}}}}}) {
+  for (const json& obj :
+       {json{{"regex", "x+"}}, json{{"choice", {"a", "b"}}}, json{{"grammar", "root ::= \"a\""}},
+        json{{"response_format", {{"type", "json_object"}}}}}) {
     json back = json::object();
     llama2::constraint_to_json(*llama2::parse_constraint_fields(obj), &back);
     CHECK(back == obj);
@@ -111,8 +111,9 @@ TEST_CASE("request fields: constraint keys are request keys; ignore_eos is refus
   REQUIRE(r.constraint != nullptr);
   r = llama2::parse_request_fields({{"prompt", "x"}, {"regex", "a+"}, {"ignore_eos", true}},
                                    defaults, config(), {});
-  CHECK(r.error_message ==
-        "\"ignore_eos\" cannot be true with \"regex\": the constraint decides where the output ends");
+  CHECK(
+      r.error_message ==
+      "\"ignore_eos\" cannot be true with \"regex\": the constraint decides where the output ends");
   r = llama2::parse_request_fields({{"prompt", "x"}, {"regex", 1}}, defaults, config(), {});
   CHECK(r.error_message == "\"regex\" must be a string");
 }
@@ -144,9 +145,10 @@ TEST_CASE("HTTP: OpenAI, vLLM and llama.cpp fields reach the one constraint") {
     REQUIRE(p.request.request.constraint != nullptr);
     return p.request.request.constraint->spec.kind;
   };
-  CHECK(kind_of(http({{"response_format",
-                       {{"type", "json_schema"},
-                        {"json_schema", {{"name", "x"}, {"schema", kSchema}, {"strict", true}}}}}})) ==
+  CHECK(kind_of(
+            http({{"response_format",
+                   {{"type", "json_schema"},
+                    {"json_schema", {{"name", "x"}, {"schema", kSchema}, {"strict", true}}}}}})) ==
         ConstraintKind::kJsonSchema);
   CHECK(kind_of(http({{"response_format", {{"type", "json_object"}}}})) ==
         ConstraintKind::kJsonObject);

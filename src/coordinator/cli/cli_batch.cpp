@@ -182,9 +182,9 @@ size_t submit_lines(const std::vector<BatchLine>& lines, LocalServing& serving, 
   for (size_t i = 0; i < lines.size(); ++i) {
     const BatchLine& b = lines[i];
     if (b.req.ok()) {
-      const std::optional<Refusal> refusal = serving.submit(
-          SubmitRequest{static_cast<int64_t>(i), b.req.prompt, b.req.params, *b.req.params.seed,
-                        b.req.constraint});
+      const std::optional<Refusal> refusal =
+          serving.submit(SubmitRequest{static_cast<int64_t>(i), b.req.prompt, b.req.params,
+                                       *b.req.params.seed, b.req.constraint});
       if (!refusal) continue;
       out.write(error_line(b, refusal->code, refusal->message));
     } else {

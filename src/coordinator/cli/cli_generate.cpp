@@ -68,9 +68,9 @@ cxxopts::Options generate_options() {
       cxxopts::value<std::string>())(
       "json", "Print one JSON object (ids, text, finish reason, timings) instead of streaming")(
       "json-schema", "Constrain the output to JSON valid under the JSON Schema in FILE",
-      cxxopts::value<std::string>(), "FILE")(
-      "regex", "Constrain the output to match the regular expression RE in full",
-      cxxopts::value<std::string>(), "RE")(
+      cxxopts::value<std::string>(),
+      "FILE")("regex", "Constrain the output to match the regular expression RE in full",
+              cxxopts::value<std::string>(), "RE")(
       "grammar", "Constrain the output to the GBNF grammar in FILE (llama.cpp's syntax)",
       cxxopts::value<std::string>(), "FILE");
   add_engine_options(opts);
@@ -215,8 +215,9 @@ int run_generate(int argc, char** argv, int rank) {
     if (!params.seed) params.seed = random_seed();
     constraint = read_constraint(cl.args, *start.tokenizer);
     if (constraint != nullptr && params.ignore_eos)
-      throw Error("--ignore-eos cannot be combined with a constraint: the constraint decides "
-                  "where the output ends");
+      throw Error(
+          "--ignore-eos cannot be combined with a constraint: the constraint decides "
+          "where the output ends");
     kv_blocks = BlockAllocator::blocks_for(static_cast<int>(prompt.size()) + params.max_new_tokens,
                                            start.cfg.block_size);
   });

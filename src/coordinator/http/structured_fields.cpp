@@ -10,9 +10,9 @@ namespace llama2 {
 using nlohmann::json;
 
 const std::set<std::string> kStructuredKeys = {
-    "response_format", "guided_json",        "guided_regex", "guided_choice",
-    "guided_grammar",  "guided_decoding_backend", "structured_outputs", "grammar",
-    "json_schema"};
+    "response_format",    "guided_json",    "guided_regex",
+    "guided_choice",      "guided_grammar", "guided_decoding_backend",
+    "structured_outputs", "grammar",        "json_schema"};
 
 namespace {
 
@@ -49,9 +49,10 @@ std::optional<ApiError> schema_format(const json& v, const std::string& key, jso
 std::optional<ApiError> from_structured_outputs(const json& so, std::vector<Asked>* asked) {
   const std::string key = "structured_outputs";
   if (!so.is_object())
-    return bad("\"structured_outputs\" must be an object with one of: json, regex, choice, "
-               "grammar, json_object",
-               key);
+    return bad(
+        "\"structured_outputs\" must be an object with one of: json, regex, choice, "
+        "grammar, json_object",
+        key);
   for (const auto& item : so.items()) {
     const std::string name = key + "." + item.key();
     if (item.value().is_null()) continue;
@@ -100,7 +101,8 @@ std::optional<ApiError> translate_structured_fields(const json& body, json* mine
   }
   // {"type": "text"} asks for nothing: it may sit beside another key.
   const auto is_text = [](const Asked& a) {
-    return a.field == "response_format" && a.value.is_object() && a.value.value("type", "") == "text";
+    return a.field == "response_format" && a.value.is_object() &&
+           a.value.value("type", "") == "text";
   };
   const Asked* chosen = nullptr;
   for (const Asked& a : asked) {

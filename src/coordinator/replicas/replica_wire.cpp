@@ -191,7 +191,8 @@ SubmitRequest read_submit(Reader& r) {
   req.params = sampling_from_json(nlohmann::json::parse(r.str()), SamplingParams{});
   req.seed = r.get<uint64_t>();
   const std::string constraint = r.str();
-  if (!constraint.empty()) req.constraint = parse_constraint_fields(nlohmann::json::parse(constraint));
+  if (!constraint.empty())
+    req.constraint = parse_constraint_fields(nlohmann::json::parse(constraint));
   return req;
 }
 

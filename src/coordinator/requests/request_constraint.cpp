@@ -8,8 +8,8 @@
 
 namespace llama2 {
 
-using nlohmann::json;
 using constrain::ConstraintKind;
+using nlohmann::json;
 
 const std::set<std::string> kConstraintKeys = {"response_format", "regex", "choice", "grammar"};
 
@@ -45,8 +45,9 @@ std::shared_ptr<RequestConstraint> parse_response_format(const json& f) {
   const json* js = given_value(f, "json_schema");
   const json* schema = js != nullptr && js->is_object() ? given_value(*js, "schema") : nullptr;
   if (schema == nullptr || !(schema->is_object() || schema->is_boolean())) {
-    throw Error("\"response_format\" of type json_schema needs \"json_schema\": {\"schema\": "
-                "{...}} (a JSON Schema object)");
+    throw Error(
+        "\"response_format\" of type json_schema needs \"json_schema\": {\"schema\": "
+        "{...}} (a JSON Schema object)");
   }
   auto c = make(ConstraintKind::kJsonSchema, "response_format");
   c->spec.text = schema->dump();

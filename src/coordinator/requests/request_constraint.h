@@ -7,7 +7,8 @@
 //   "regex": "..."            the whole output matches the regular expression
 //   "choice": ["a", "b"]      the output is exactly one of the strings
 //   "grammar": "root ::= ..." a GBNF grammar (llama.cpp's syntax)
-// The HTTP front maps OpenAI's, vLLM's and llama.cpp's fields onto these (http/structured_fields.h).
+// The HTTP front maps OpenAI's, vLLM's and llama.cpp's fields onto these
+// (http/structured_fields.h).
 #pragma once
 
 #include <memory>
