@@ -7,6 +7,7 @@ depend on it: the 429 test fills the queue that /metrics later counts, and the l
 server with SIGTERM and checks 503.
 """
 
+import json
 import math
 import os
 import re
@@ -15,7 +16,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx2  # the openai client's own HTTP library, for the endpoints it has no method for
+import jsonschema
 import openai
+import pydantic
 import pytest
 
 BASE = os.environ["BASE"]
@@ -177,7 +180,6 @@ def test_logprobs_chat_and_completions_streamed_and_not():
 def test_400_unsupported_and_invalid_parameters_in_openai_error_shape_naming_the_parameter():
     cases = [
         ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools"),
-        ({"response_format": {"type": "json_object"}}, "response_format"),
         ({"n": 2}, "n"),
         ({"logprobs": False, "top_logprobs": 3}, None),
         ({"logprobs": True, "top_logprobs": 21}, None),
@@ -202,6 +204,71 @@ def test_400_unsupported_and_invalid_parameters_in_openai_error_shape_naming_the
     long = refused(lambda: client.completions.create(**GREEDY, prompt="word " * 600))
     assert long.status_code == 400
     assert long.code == "prompt_too_long"
+
+
+# Structured output (docs/structured-output.md): bounded schemas, so that even random weights end
+# the output within max_tokens; greedy, so the streamed and the whole answers are the same.
+PERSON = {"type": "object",
+          "properties": {"name": {"type": "string", "maxLength": 8},
+                         "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+          "required": ["name", "age"], "additionalProperties": False}
+STRUCTURED = {"model": MODEL, "temperature": 0, "max_tokens": 80}
+
+
+def test_response_format_json_schema_output_validates_streamed_equals_whole():
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
+    r = client.chat.completions.create(**STRUCTURED, messages=CHAT, response_format=fmt)
+    assert r.choices[0].finish_reason == "stop", r
+    jsonschema.validate(json.loads(r.choices[0].message.content), PERSON)
+    chunks = client.chat.completions.create(**STRUCTURED, messages=CHAT, response_format=fmt, stream=True)
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert streamed == r.choices[0].message.content
+
+
+def test_response_format_json_object_starts_an_object_and_parses_when_it_stops():
+    r = client.chat.completions.create(**{**STRUCTURED, "max_tokens": 40}, messages=CHAT,
+                                       response_format={"type": "json_object"})
+    text = r.choices[0].message.content
+    assert text.startswith("{"), text
+    if r.choices[0].finish_reason == "stop":
+        assert isinstance(json.loads(text), dict)
+    else:
+        assert r.choices[0].finish_reason == "length"
+
+
+class Person(pydantic.BaseModel):
+    name: str = pydantic.Field(max_length=8)
+    age: int = pydantic.Field(ge=0, le=120)
+
+
+def test_parse_with_a_pydantic_model_returns_the_model():
+    r = client.chat.completions.parse(**STRUCTURED, messages=CHAT, response_format=Person)
+    person = r.choices[0].message.parsed
+    assert isinstance(person, Person), r
+    assert 0 <= person.age <= 120 and len(person.name) <= 8
+
+
+def test_vllm_guided_choice_regex_and_grammar():
+    r = client.completions.create(**STRUCTURED, prompt="Yes or no?", extra_body={"guided_choice": ["yes", "no"]})
+    assert r.choices[0].text in ("yes", "no") and r.choices[0].finish_reason == "stop"
+    r = client.completions.create(**STRUCTURED, prompt="A code:", extra_body={"guided_regex": "[A-F]{2}-[0-9]{3}"})
+    assert re.fullmatch("[A-F]{2}-[0-9]{3}", r.choices[0].text), r.choices[0].text
+    r = client.chat.completions.create(**STRUCTURED, messages=CHAT,
+                                       extra_body={"structured_outputs": {"choice": ["left", "right"]}})
+    assert r.choices[0].message.content in ("left", "right")
+    r = client.completions.create(**STRUCTURED, prompt="x", extra_body={"grammar": 'root ::= "ab" [0-9]{1,2}'})
+    assert re.fullmatch("ab[0-9]{1,2}", r.choices[0].text), r.choices[0].text
+
+
+def test_400_a_schema_with_an_unsupported_keyword_names_it():
+    bad = {"type": "object", "properties": {"a": {"type": "integer"}}, "patternProperties": {"^x": {}}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "bad", "schema": bad}}
+    e = refused(lambda: client.chat.completions.create(**STRUCTURED, messages=CHAT, response_format=fmt))
+    assert e.status_code == 400 and e.type == "invalid_request_error"
+    assert "patternProperties" in e.body["message"], e.body
+    two = refused(lambda: client.completions.create(**STRUCTURED, prompt="x",
+                                                    extra_body={"guided_regex": "a", "guided_choice": ["a"]}))
+    assert two.status_code == 400 and "give at most one" in two.body["message"]
 
 
 def test_401_a_wrong_or_missing_api_key():

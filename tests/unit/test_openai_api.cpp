@@ -93,7 +93,8 @@ TEST_SUITE("openai_api") {
     const std::pair<json, std::string> cases[] = {
         {{{"tools", {{{"type", "function"}}}}}, "tools"},
         {{{"tool_choice", "auto"}}, "tool_choice"},
-        {{{"response_format", {{"type", "json_object"}}}}, "response_format"},
+        {{{"guided_json", "{not json"}},
+         "guided_json"},  // structured output: test_request_constraint
         {{{"n", 2}}, "n"},
         {{{"logit_bias", {{"5", 1}}}}, "logit_bias"},
         {{{"frobnicate", 1}}, "frobnicate"},

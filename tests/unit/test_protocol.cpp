@@ -14,6 +14,7 @@
 #include "common/frame.h"
 #include "common/model_config.h"
 #include "coordinator/requests/request.h"
+#include "coordinator/requests/request_constraint.h"
 #include "coordinator/serving/protocol.h"
 #include "coordinator/serving/token_bound.h"
 #include "coordinator/text/tokenizer.h"
@@ -196,8 +197,9 @@ TEST_SUITE("protocol") {
         json{{"op", "generate"}, {"id", "m"}, {"prompt", mid}, {"max_new_tokens", 1}}.dump());
     REQUIRE(r.op == FrameRequest::Op::kGenerate);
     CHECK(r.request.text_pending);
+    llama2::ConstraintCompiler constraints(f.tok);
     const std::optional<llama2::Refusal> refusal =
-        llama2::prepare_prompt(r.request, f.tok, f.config, f.limits.prompt);
+        llama2::prepare_prompt(r.request, f.tok, f.config, f.limits.prompt, constraints);
     const auto tokens = f.tok.encode(mid, true).size();
     if (tokens + 1 > 64) {
       REQUIRE(refusal);
@@ -209,7 +211,7 @@ TEST_SUITE("protocol") {
     // A short prompt is tokenized and fits.
     r = f.decode(R"({"op":"generate","id":"s","prompt":"Hello","max_new_tokens":4})");
     REQUIRE(r.op == FrameRequest::Op::kGenerate);
-    CHECK_FALSE(llama2::prepare_prompt(r.request, f.tok, f.config, f.limits.prompt));
+    CHECK_FALSE(llama2::prepare_prompt(r.request, f.tok, f.config, f.limits.prompt, constraints));
     CHECK(r.request.prompt == f.tok.encode("Hello", true));
   }
 

@@ -14,6 +14,7 @@
 #include "client/client.h"
 #include "common/check.h"
 #include "common/model_config.h"
+#include "coordinator/requests/request_constraint.h"
 #include "coordinator/serving/socket_server.h"
 #include "coordinator/serving/watchdog.h"
 #include "coordinator/text/tokenizer.h"
@@ -206,6 +207,7 @@ TEST_SUITE("socket deadlines") {
     llama2::ModelConfig config =
         llama2::load_model_config(LLAMA2_SOURCE_DIR "/tests/models/tiny-gqa");
     llama2::Tokenizer tok{LLAMA2_SOURCE_DIR "/tests/models/tiny-gqa/tokenizer.model"};
+    llama2::ConstraintCompiler constraints{tok};
     std::unique_ptr<llama2::Admission> admission;
     llama2::EngineInbox inbox;
     std::unique_ptr<llama2::SocketServer> server;
@@ -219,7 +221,7 @@ TEST_SUITE("socket deadlines") {
       llama2::ServerOptions o;
       o.socket_path = dir.file("s.sock");
       server = std::make_unique<llama2::SocketServer>(
-          o, inbox, *admission, tok, config, llama2::SamplingParams{},
+          o, inbox, *admission, tok, constraints, config, llama2::SamplingParams{},
           [this] {
             return json{{"event", "health"}, {"status", server->stalled() ? "stalled" : "ready"}};
           },

@@ -16,6 +16,7 @@
 #include "coordinator/cli/replica_roles.h"
 #include "coordinator/cli/session.h"
 #include "coordinator/requests/request.h"
+#include "coordinator/requests/request_constraint.h"
 #include "coordinator/requests/request_owner.h"
 #include "coordinator/scheduler/block_allocator.h"
 
@@ -107,6 +108,9 @@ BatchInput read_batch_input(const cxxopts::ParseResult& args, const SamplingPara
                 "or choose another file");
   }
   std::set<std::string> seen;
+  // Lines' constraints compile here, before the engine opens, once per distinct text: a bad
+  // schema is that line's error line.
+  ConstraintCompiler constraints(tok);
   std::string text;
   for (size_t line_no = 1; std::getline(in, text); ++line_no) {
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -132,6 +136,7 @@ BatchInput read_batch_input(const cxxopts::ParseResult& args, const SamplingPara
     } else {
       b.custom_id = id;
       b.req = parse_request(j, defaults, tok, config, {"custom_id"});
+      compile_request_constraint(b.req, constraints);
       if (b.req.ok()) {
         if (!b.req.params.seed) b.req.params.seed = mix_seed(job_seed, id);
         input.max_blocks = std::max(
@@ -177,8 +182,9 @@ size_t submit_lines(const std::vector<BatchLine>& lines, LocalServing& serving, 
   for (size_t i = 0; i < lines.size(); ++i) {
     const BatchLine& b = lines[i];
     if (b.req.ok()) {
-      const std::optional<Refusal> refusal = serving.submit(
-          SubmitRequest{static_cast<int64_t>(i), b.req.prompt, b.req.params, *b.req.params.seed});
+      const std::optional<Refusal> refusal =
+          serving.submit(SubmitRequest{static_cast<int64_t>(i), b.req.prompt, b.req.params,
+                                       *b.req.params.seed, b.req.constraint});
       if (!refusal) continue;
       out.write(error_line(b, refusal->code, refusal->message));
     } else {

@@ -15,6 +15,7 @@
 #include "coordinator/cli/cli_common.h"
 #include "coordinator/cli/commands.h"
 #include "coordinator/cli/session.h"
+#include "coordinator/requests/request_constraint.h"
 #include "coordinator/requests/request_owner.h"
 #include "coordinator/scheduler/block_allocator.h"
 #include "coordinator/text/tokenizer.h"
@@ -49,9 +50,9 @@ std::vector<int> parse_token_list(const std::string& s, int vocab) {
   return ids;
 }
 
-std::string read_file(const std::string& path) {
+std::string read_file(const std::string& path, const char* flag = "--prompt-file") {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("--prompt-file: cannot open " + path);
+  if (!in) throw Error(std::string(flag) + ": cannot open " + path);
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
@@ -65,7 +66,13 @@ cxxopts::Options generate_options() {
       "prompt-file", "Read the prompt text from a file", cxxopts::value<std::string>())(
       "prompt-tokens", "Prompt as comma-separated token ids, used as given",
       cxxopts::value<std::string>())(
-      "json", "Print one JSON object (ids, text, finish reason, timings) instead of streaming");
+      "json", "Print one JSON object (ids, text, finish reason, timings) instead of streaming")(
+      "json-schema", "Constrain the output to JSON valid under the JSON Schema in FILE",
+      cxxopts::value<std::string>(),
+      "FILE")("regex", "Constrain the output to match the regular expression RE in full",
+              cxxopts::value<std::string>(), "RE")(
+      "grammar", "Constrain the output to the GBNF grammar in FILE (llama.cpp's syntax)",
+      cxxopts::value<std::string>(), "FILE");
   add_engine_options(opts);
   add_sampling_options(opts);
   add_generation_config_option(opts);
@@ -83,6 +90,38 @@ std::vector<int> read_prompt(const cxxopts::ParseResult& args, const ModelConfig
   return tok.encode(text, /*add_bos=*/true);
 }
 
+// --json-schema FILE, --regex RE or --grammar FILE (at most one), compiled over the tokenizer's
+// vocabulary; null when none is given. Error naming the flag and the compiler's message (the
+// keyword, rule or limit) when it does not compile.
+std::shared_ptr<const RequestConstraint> read_constraint(const cxxopts::ParseResult& args,
+                                                         const Tokenizer& tok) {
+  auto c = std::make_shared<RequestConstraint>();
+  int given = 0;
+  if (args.count("json-schema")) {
+    c->field = "--json-schema";
+    c->spec.kind = constrain::ConstraintKind::kJsonSchema;
+    c->spec.text = read_file(args["json-schema"].as<std::string>(), "--json-schema");
+    ++given;
+  }
+  if (args.count("regex")) {
+    c->field = "--regex";
+    c->spec.kind = constrain::ConstraintKind::kRegex;
+    c->spec.text = args["regex"].as<std::string>();
+    ++given;
+  }
+  if (args.count("grammar")) {
+    c->field = "--grammar";
+    c->spec.kind = constrain::ConstraintKind::kGbnf;
+    c->spec.text = read_file(args["grammar"].as<std::string>(), "--grammar");
+    ++given;
+  }
+  if (given == 0) return nullptr;
+  if (given > 1) throw Error("give at most one of --json-schema, --regex, --grammar");
+  ConstraintCompiler constraints(tok);
+  if (std::optional<Refusal> bad = constraints.compile(*c)) throw Error(bad->message);
+  return c;
+}
+
 // What the one request produced, and its timings.
 struct Generated {
   Finished result;
@@ -92,7 +131,8 @@ struct Generated {
 // Runs the one request through the same request owner -> scheduler path as `serve` and `batch`,
 // streaming its text to stdout unless `json_out`.
 Generated generate_one(Session& session, const std::vector<int>& prompt,
-                       const SamplingParams& params, bool json_out) {
+                       const SamplingParams& params,
+                       std::shared_ptr<const RequestConstraint> constraint, bool json_out) {
   struct Output final : RequestEvents {
     bool stream = false;
     Generated out;
@@ -112,7 +152,7 @@ Generated generate_one(Session& session, const std::vector<int>& prompt,
                        session.block_size, scheduler_options(session.settings), output, nullptr, {},
                        step_log.get());
   if (std::optional<Refusal> refusal =
-          serving.submit(SubmitRequest{0, prompt, params, *params.seed})) {
+          serving.submit(SubmitRequest{0, prompt, params, *params.seed, std::move(constraint)})) {
     session.engine->shutdown(1);  // the workers wait for a plan: release them before reporting
     throw ReportedError(refusal->message);
   }
@@ -165,6 +205,7 @@ int run_generate(int argc, char** argv, int rank) {
   SessionStart start = start_session(cl, kGenerateSteps, rank);
   std::vector<int> prompt;  // rank 0
   int kv_blocks = 0;        // rank 0: what the prompt and its new tokens need
+  std::shared_ptr<const RequestConstraint> constraint;  // rank 0
   start.on_rank0([&] {
     apply_generation_config(cl.args, &start, &params);
     prompt = read_prompt(cl.args, start.model, *start.tokenizer);
@@ -172,6 +213,11 @@ int run_generate(int argc, char** argv, int rank) {
                                               start.model.max_position_embeddings);
     if (!bad.empty()) throw Error(bad);
     if (!params.seed) params.seed = random_seed();
+    constraint = read_constraint(cl.args, *start.tokenizer);
+    if (constraint != nullptr && params.ignore_eos)
+      throw Error(
+          "--ignore-eos cannot be combined with a constraint: the constraint decides "
+          "where the output ends");
     kv_blocks = BlockAllocator::blocks_for(static_cast<int>(prompt.size()) + params.max_new_tokens,
                                            start.cfg.block_size);
   });
@@ -182,7 +228,7 @@ int run_generate(int argc, char** argv, int rank) {
   if (!quiet) std::cerr << engine.startup_report() << session.notes << std::flush;
 
   const auto t_gen = Clock::now();
-  const Generated result = generate_one(session, prompt, params, json_out);
+  const Generated result = generate_one(session, prompt, params, std::move(constraint), json_out);
   const double gen_s = std::chrono::duration<double>(Clock::now() - t_gen).count();
   engine.shutdown(0);
   report(result, prompt, engine, params, session.load_s, gen_s, json_out, quiet);

@@ -201,8 +201,9 @@ ModelConfig plan_model(const cxxopts::ParseResult& args, std::string* source) {
     return load_model_config(*source);
   }
   const std::string name = args["preset"].as<std::string>();
-  *source = (name.rfind("codellama-", 0) == 0 ? "CodeLlama-" + name.substr(10) : "Llama-2-" + name) +
-            " (preset)";
+  *source =
+      (name.rfind("codellama-", 0) == 0 ? "CodeLlama-" + name.substr(10) : "Llama-2-" + name) +
+      " (preset)";
   try {
     return preset_config(name);
   } catch (const Error& e) {

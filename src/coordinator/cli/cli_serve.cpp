@@ -20,6 +20,7 @@
 #include "coordinator/replicas/replica_board.h"
 #include "coordinator/replicas/replica_set.h"
 #include "coordinator/requests/admission.h"
+#include "coordinator/requests/request_constraint.h"
 #include "coordinator/requests/request_owner.h"
 #include "coordinator/scheduler/batch_scheduler.h"
 #include "coordinator/scheduler/block_allocator.h"
@@ -130,6 +131,8 @@ class Rank0Serve {
   EngineDispatch dispatch_;
   HealthInfo info_;
   ReplicaBoard board_;  // per replica in health and stats (one entry with one replica)
+  // Output constraints, compiled once per distinct text by both endpoints' threads at admission.
+  ConstraintCompiler constraints_;
   std::unique_ptr<SocketServer> server_;
   std::unique_ptr<StepLog> step_log_;
   // Replica 0 in process, unless rank 0 is a dedicated front.
@@ -157,12 +160,13 @@ Rank0Serve::Rank0Serve(Session& session, const ServeConfig& s, HttpFront* http)
             session.settings.max_batch,
             s.max_queue,
             s.max_seq_len},
-      board_(session.layout.replicas) {
+      board_(session.layout.replicas),
+      constraints_(*session.tokenizer) {
   if (!s_.quiet && engine_ != nullptr) {
     std::cerr << engine_->startup_report() << session_.notes << std::flush;
   }
   server_ = std::make_unique<SocketServer>(
-      s_.server, inbox_, admission_, *session.tokenizer, session.config, s_.defaults,
+      s_.server, inbox_, admission_, *session.tokenizer, constraints_, session.config, s_.defaults,
       [this] { return health(); }, [this] { return stats(); });
   if (http_ != nullptr) attach_http();
   build_replicas();
@@ -190,7 +194,7 @@ void Rank0Serve::attach_http() {
   http_->attach(HttpDeps{
       inbox_, admission_, *session_.tokenizer, ApiContext{name, s_.defaults, session_.config},
       limits, [this, name] { return stats() + metrics_.render_vllm(admission_.gauges(), name); },
-      [this] { return health(); }});
+      [this] { return health(); }, constraints_});
 }
 
 void Rank0Serve::build_replicas() {

@@ -35,6 +35,9 @@ class GrammarMatcher {
   bool is_accepting() const { return !terminated_ && state_.accepting; }
   // EOS has been accepted.
   bool is_terminated() const { return terminated_; }
+  // The text so far is complete and no byte can follow it: the only token left is EOS, so a
+  // server may end the output here without spending a step on it.
+  bool is_complete() const { return is_accepting() && state_.tops.empty(); }
   // Undoes the last `n` accepted steps; n must not exceed steps().
   void rollback(int n);
   int steps() const { return static_cast<int>(history_.size()); }

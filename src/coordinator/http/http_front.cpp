@@ -288,8 +288,8 @@ void HttpFront::Impl::generate(const httplib::Request& req, httplib::Response& r
   head.model = deps->api.served_model;
   // Tokenized here, on this connection's own thread, then the one prompt-length check.
   ParsedRequest& request = parsed.request.request;
-  std::optional<Refusal> refusal =
-      prepare_prompt(request, deps->tokenizer, deps->api.config, deps->limits.prompt);
+  std::optional<Refusal> refusal = prepare_prompt(request, deps->tokenizer, deps->api.config,
+                                                  deps->limits.prompt, deps->constraints);
   if (refusal || deps->inbox.draining()) {  // `place` goes back as it is dropped
     if (!refusal) refusal = Refusal{ErrorCode::kShuttingDown, "the server began shutting down"};
     return refuse(api_error(refusal->code, refusal->message));

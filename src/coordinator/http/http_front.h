@@ -52,6 +52,8 @@ struct HttpDeps {
   HttpLimits limits;
   std::function<std::string()> metrics;    // Prometheus text for GET /metrics
   std::function<nlohmann::json()> health;  // the `health` event (docs/PROTOCOL.md)
+  // Compiles output constraints (response_format, guided_*) on the connection's thread.
+  ConstraintCompiler& constraints;
 };
 
 // False when this binary was built without cpp-httplib.

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "common/frame.h"
+#include "coordinator/http/structured_fields.h"
 #include "coordinator/text/tokenizer.h"
 
 namespace llama2 {
@@ -113,11 +114,6 @@ std::optional<ApiError> refuse_unsupported(const json& j, ApiKind kind) {
     if (given(j, k) && !(j[k].is_string() && j[k] == "none"))
       return unsupported(k, std::string("\"") + k + "\" other than \"none\"");
   }
-  if (given(j, "response_format")) {
-    const json& f = j["response_format"];
-    if (!(f.is_object() && f.value("type", json()) == "text"))
-      return unsupported("response_format", "\"response_format\" other than {\"type\": \"text\"}");
-  }
   return std::nullopt;
 }
 
@@ -192,7 +188,8 @@ std::optional<ApiError> parse_envelope(const std::string& body, ApiKind kind, co
   if (!j->is_object()) return invalid("the body must be a JSON object", "");
   const std::set<std::string>& own = kind == ApiKind::kChat ? kChatKeys : kCompletionKeys;
   for (const auto& item : j->items()) {
-    if (!kCommonKeys.count(item.key()) && !own.count(item.key())) {
+    if (!kCommonKeys.count(item.key()) && !own.count(item.key()) &&
+        !kStructuredKeys.count(item.key())) {
       return invalid(
           "unknown parameter " + quote(item.key()) + " (allowed: " + list(kCommonKeys, own) + ")",
           item.key());
@@ -247,6 +244,7 @@ std::optional<ApiError> translate_fields(const json& j, ApiKind kind, json* mine
     (*mine)["logprobs"] = true;
     (*mine)["top_logprobs"] = j["logprobs"];
   }
+  if (auto e = translate_structured_fields(j, mine)) return e;  // structured_fields.h
   if (kind == ApiKind::kCompletion) return translate_prompt(j, mine);
   if (!given(j, "messages")) return invalid("\"messages\" is required", "messages");
   (*mine)["messages"] = j["messages"];

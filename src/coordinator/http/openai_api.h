@@ -5,7 +5,7 @@
 // max_tokens -> max_new_tokens, a token-id prompt -> prompt_tokens, ...) and validated by
 // parse_request_fields, the same code the socket protocol and `batch` use: every sampling range,
 // the chat order rule and the token-id checks have one place. What OpenAI defines and this server
-// does not do (tools, response_format other than text, echo, best_of, n > 1) is refused here by
+// does not do (tools, echo, best_of, n > 1) is refused here by
 // name.
 #pragma once
 

@@ -7,6 +7,7 @@
 #include "coordinator/replicas/nap.h"
 #include "coordinator/replicas/replica_set.h"
 #include "coordinator/replicas/replica_wire.h"
+#include "coordinator/requests/request_constraint.h"
 #include "coordinator/scheduler/step_runner.h"
 
 namespace llama2 {
@@ -20,6 +21,7 @@ class Leader final : public WireVisitor {
          BlockAllocator& blocks, SchedulerOptions opts, ReplicaLink& link)
       : blocks_(blocks),
         scheduler_(tok, config, blocks, opts),
+        constraints_(tok),
         runner_(scheduler_, exec),
         link_(link),
         out_(*this) {}
@@ -58,7 +60,10 @@ class Leader final : public WireVisitor {
     return code_;
   }
 
-  void on_submit(SubmitRequest&& req) override { pending_.push_back(std::move(req)); }
+  void on_submit(SubmitRequest&& req) override {
+    if (req.constraint != nullptr && !compile(req)) return;
+    pending_.push_back(std::move(req));
+  }
   void on_cancel(const CancelRequest& c) override {
     const auto it = std::find_if(pending_.begin(), pending_.end(),
                                  [&](const SubmitRequest& r) { return r.id == c.id; });
@@ -85,6 +90,20 @@ class Leader final : public WireVisitor {
     void on_finished(Finished&& done) override { writer.finished(done); }
     WireWriter writer;
   };
+  // The wire carries a constraint's spec; its grammar is compiled here, once per distinct text
+  // (the leader's own cache). The front compiled the same spec over the same vocabulary, so a
+  // failure means the two disagree: the request ends as cancelled rather than run unconstrained.
+  bool compile(SubmitRequest& req) {
+    auto c = std::make_shared<RequestConstraint>(*req.constraint);
+    if (constraints_.compile(*c)) {
+      Finished done = ended(req.id, req.prompt.size(), FinishReason::kCancelled);
+      done.seed = req.params.seed.value_or(req.seed);
+      out_.on_finished(std::move(done));
+      return false;
+    }
+    req.constraint = std::move(c);
+    return true;
+  }
   static Finished ended(int64_t id, size_t prompt, FinishReason reason) {
     Finished f;
     f.id = id;
@@ -109,6 +128,7 @@ class Leader final : public WireVisitor {
 
   BlockAllocator& blocks_;
   BatchScheduler scheduler_;
+  ConstraintCompiler constraints_;
   StepRunner runner_;
   ReplicaLink& link_;
   Out out_;

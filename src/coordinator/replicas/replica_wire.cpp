@@ -8,6 +8,7 @@
 
 #include "common/check.h"
 #include "common/sampling_params.h"
+#include "coordinator/requests/request_constraint.h"
 
 namespace llama2 {
 namespace {
@@ -107,6 +108,10 @@ void WireWriter::submit(const SubmitRequest& req) {
   put(buf_, req.prompt);
   put(buf_, sampling_to_json(req.params).dump());
   put(buf_, req.seed);
+  // The constraint as its protocol fields ("" when none); the leader compiles it.
+  nlohmann::json fields = nlohmann::json::object();
+  if (req.constraint != nullptr) constraint_to_json(*req.constraint, &fields);
+  put(buf_, req.constraint != nullptr ? fields.dump() : std::string());
 }
 
 void WireWriter::cancel(const CancelRequest& c) {
@@ -185,6 +190,9 @@ SubmitRequest read_submit(Reader& r) {
   req.prompt = r.ints();
   req.params = sampling_from_json(nlohmann::json::parse(r.str()), SamplingParams{});
   req.seed = r.get<uint64_t>();
+  const std::string constraint = r.str();
+  if (!constraint.empty())
+    req.constraint = parse_constraint_fields(nlohmann::json::parse(constraint));
   return req;
 }
 

@@ -1,13 +1,18 @@
 #include "coordinator/requests/request.h"
 
 #include "common/check.h"
+#include "coordinator/requests/request_constraint.h"
 #include "coordinator/text/tokenizer.h"
 
 namespace llama2 {
 
 using nlohmann::json;
 
-const std::set<std::string> kRequestKeys = {"prompt",
+const std::set<std::string> kRequestKeys = {"response_format",
+                                            "regex",
+                                            "choice",
+                                            "grammar",
+                                            "prompt",
                                             "prompt_tokens",
                                             "messages",
                                             "temperature",
@@ -162,8 +167,15 @@ ParsedRequest parse_request_fields(const json& obj, const SamplingParams& defaul
   ParsedRequest r;
   try {
     r.params = sampling_from_json(obj, defaults);
+    r.constraint = parse_constraint_fields(obj);
   } catch (const Error& e) {
     return invalid(ErrorCode::kInvalidRequest, e.what());
+  }
+  if (r.constraint != nullptr && r.params.ignore_eos) {
+    // The grammar decides where the output ends; EOS is its end (docs/structured-output.md).
+    return invalid(ErrorCode::kInvalidRequest,
+                   "\"ignore_eos\" cannot be true with \"" + r.constraint->field +
+                       "\": the constraint decides where the output ends");
   }
   const json* text = given_value(obj, "prompt");
   const json* ids = given_value(obj, "prompt_tokens");
@@ -203,7 +215,8 @@ void tokenize_request(ParsedRequest& r, const Tokenizer& tok, const ModelConfig&
 }
 
 std::optional<Refusal> prepare_prompt(ParsedRequest& r, const Tokenizer& tok,
-                                      const ModelConfig& config, const PromptLimits& limits) {
+                                      const ModelConfig& config, const PromptLimits& limits,
+                                      ConstraintCompiler& constraints) {
   try {
     tokenize_request(r, tok, config);
   } catch (const std::exception& e) {
@@ -213,7 +226,17 @@ std::optional<Refusal> prepare_prompt(ParsedRequest& r, const Tokenizer& tok,
   std::string too_long = prompt_length_error(limits, static_cast<int64_t>(r.prompt.size()), false,
                                              r.params.max_new_tokens);
   if (!too_long.empty()) return Refusal{ErrorCode::kPromptTooLong, std::move(too_long)};
+  compile_request_constraint(r, constraints);
+  if (!r.ok()) return Refusal{*r.error_code, r.error_message};
   return std::nullopt;
+}
+
+void compile_request_constraint(ParsedRequest& r, ConstraintCompiler& constraints) {
+  if (!r.ok() || r.constraint == nullptr) return;
+  if (std::optional<Refusal> bad = constraints.compile(*r.constraint)) {
+    r.error_code = bad->code;
+    r.error_message = std::move(bad->message);
+  }
 }
 
 ParsedRequest parse_request(const json& obj, const SamplingParams& defaults, const Tokenizer& tok,

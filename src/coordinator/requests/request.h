@@ -4,6 +4,7 @@
 // tokenizing a long text prompt, to another thread.
 #pragma once
 
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -19,6 +20,8 @@
 namespace llama2 {
 
 class Tokenizer;
+class ConstraintCompiler;
+struct RequestConstraint;
 
 struct ParsedRequest {
   std::vector<int> prompt;  // token ids (BOS added to text prompts), once known
@@ -31,6 +34,9 @@ struct ParsedRequest {
   // Bytes of text still to tokenize (the prompt, or every message's content).
   size_t pending_bytes() const;
   SamplingParams params;  // defaults overridden by the request's keys, validated
+  // The output constraint its keys ask for (request_constraint.h); null: none. Compiled by
+  // prepare_prompt.
+  std::shared_ptr<RequestConstraint> constraint;
   // Unset when valid; else kInvalidRequest | kPromptTooLong (batch lines: kInvalidJson,
   // kDuplicateCustomId) and a message naming the key or the limit.
   std::optional<ErrorCode> error_code;
@@ -38,7 +44,8 @@ struct ParsedRequest {
   bool ok() const { return !error_code.has_value(); }
 };
 
-// Keys every request may carry besides `extra_keys` (e.g. custom_id, id, stream).
+// Keys every request may carry besides `extra_keys` (e.g. custom_id, id, stream); the constraint
+// keys (kConstraintKeys) are among them.
 extern const std::set<std::string> kRequestKeys;
 
 // Client text quoted in an error message: at most this many bytes of it.
@@ -65,11 +72,17 @@ void tokenize_request(ParsedRequest& r, const Tokenizer& tok, const ModelConfig&
 
 // The one admission step both endpoints (the socket, the HTTP front) run on their own threads
 // before a request reaches the engine: tokenizes a pending prompt (tokenize_request), then checks
-// prompt + max_new_tokens against `limits` (the server's: --max-seq-len, the KV cache). nullopt
+// prompt + max_new_tokens against `limits` (the server's: --max-seq-len, the KV cache), then
+// compiles its constraint, if any, through `constraints` (its errors are invalid_request). nullopt
 // when the request can be queued, else why not: its own error, prompt_too_long, or internal when
 // the tokenizer failed. Any thread.
 std::optional<Refusal> prepare_prompt(ParsedRequest& r, const Tokenizer& tok,
-                                      const ModelConfig& config, const PromptLimits& limits);
+                                      const ModelConfig& config, const PromptLimits& limits,
+                                      ConstraintCompiler& constraints);
+
+// Compiles the request's constraint, if any, when it is ok(); a compilation error becomes its
+// error (invalid_request, the compiler's message naming the keyword or rule). Any thread.
+void compile_request_constraint(ParsedRequest& r, ConstraintCompiler& constraints);
 
 // Both steps (the batch command's path).
 ParsedRequest parse_request(const nlohmann::json& obj, const SamplingParams& defaults,

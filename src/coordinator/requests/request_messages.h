@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,8 @@
 
 namespace llama2 {
 
+struct RequestConstraint;  // request_constraint.h
+
 // Owner -> scheduler: run this request. Deadlines stay with the owner (one clock, rank 0's): it
 // ends a late request with CancelRequest{id, FinishReason::kTimeout}.
 struct SubmitRequest {
@@ -31,6 +34,10 @@ struct SubmitRequest {
   std::vector<int> prompt;  // token ids, BOS included when wanted; never empty (owner-checked)
   SamplingParams params;    // already validated
   uint64_t seed = 0;        // used when params.seed is unset
+  // Constrained decoding (request_constraint.h): null for an unconstrained request, which pays
+  // nothing more than this null check. Its spec travels to remote replicas; its compiled grammar
+  // is set by the front (or by a remote replica's leader) before the scheduler sees it.
+  std::shared_ptr<const RequestConstraint> constraint{};
 };
 
 // Owner -> scheduler: end a running request now with finish_reason `reason` (kCancelled,

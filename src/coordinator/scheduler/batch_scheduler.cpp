@@ -6,6 +6,8 @@
 
 #include "common/check.h"
 #include "common/rope_frequencies.h"
+#include "coordinator/constrain/matcher.h"
+#include "coordinator/requests/request_constraint.h"
 #include "coordinator/scheduler/logprobs.h"
 #include "coordinator/scheduler/sampler.h"
 #include "coordinator/text/stop_matcher.h"
@@ -22,6 +24,10 @@ struct BatchScheduler::Sequence {
   std::vector<int> context;  // prompt + generated: the repetition penalty, the prefix hashes
   int cached = 0;            // tokens already in the KV cache (found there, or computed)
   PrefixChain chain;         // full blocks of `context` hashed so far
+  // The constraint's parse of the tokens generated so far (null: unconstrained). It advances
+  // only in emit(), once per sampled token, so a preempted sequence recomputed from `context`
+  // resumes with it exactly as it was: nothing is accepted twice.
+  std::unique_ptr<constrain::GrammarMatcher> matcher;
   Finished result;
   bool done = false;
 
@@ -38,6 +44,10 @@ struct BatchScheduler::Sequence {
     result.id = req.id;
     result.seed = req.params.seed.value_or(req.seed);
     result.prompt_tokens = prompt_len();
+    if (req.constraint != nullptr) {
+      LLAMA2_CHECK(req.constraint->grammar != nullptr);  // compiled at admission
+      matcher = std::make_unique<constrain::GrammarMatcher>(req.constraint->grammar);
+    }
   }
   int prompt_len() const { return static_cast<int>(req.prompt.size()); }
   // Tokens known: the prompt and every token sampled so far. The KV cache holds the first
@@ -76,12 +86,14 @@ bool BatchScheduler::try_admit(SubmitRequest& req) {
   if (!hit) return false;
   running_.push_back(
       std::make_unique<Sequence>(std::move(req), tok_, std::move(table), *hit, chain));
+  if (running_.back()->matcher != nullptr) ++constrained_;
   return true;
 }
 
 void BatchScheduler::finish(Sequence& s, FinishReason reason, SchedulerEvents& events) {
   s.result.finish_reason = reason;
   s.done = true;
+  if (s.matcher != nullptr) --constrained_;
   blocks_.release(&s.table);
   events.on_finished(std::move(s.result));
 }
@@ -199,7 +211,33 @@ ScheduledStep BatchScheduler::schedule() {
     budget -= n;
   }
   step.plan.candidates = logit_candidates(step);
+  if (constrained_ > 0) add_constraint_masks(step);
   return step;
+}
+
+// Computed here, at plan time, on the engine thread: step t's mask needs step t-1's token, which
+// apply() has just accepted, and the plan carries the masks to every rank before the forward pass
+// (docs/structured-output.md, "Serving", says what overlapping them with the pass would take).
+// The matcher's words cover the tokenizer's vocabulary; the model's may be larger (synthetic
+// weights with a test tokenizer): the ids past it stay disallowed.
+void BatchScheduler::add_constraint_masks(ScheduledStep& step) {
+  const size_t words = static_cast<size_t>((config_.vocab_size + 31) / 32);
+  int row = 0;
+  for (size_t i = 0; i < step.plan.seqs.size(); ++i) {
+    const int n_logits = step.plan.seqs[i].n_logits;
+    if (n_logits == 0) continue;
+    Sequence& s = *running_[static_cast<size_t>(step.slots[i])];
+    if (s.matcher != nullptr) {
+      LLAMA2_CHECK(n_logits == 1);  // several rows (speculative verification) need rollback
+      mask_.allowed.resize(words);
+      const size_t filled = static_cast<size_t>(s.matcher->mask_words());
+      s.matcher->fill_mask(mask_.allowed.data());
+      std::fill(mask_.allowed.begin() + static_cast<std::ptrdiff_t>(filled), mask_.allowed.end(),
+                0u);
+      add_row_adjust(&step.plan, row, mask_, config_.vocab_size);
+    }
+    row += n_logits;
+  }
 }
 
 int BatchScheduler::sample_row(Sequence& s, const StepLogits& logits, int row) {
@@ -227,18 +265,20 @@ void BatchScheduler::emit(Sequence& s, int token, const StepLogits& logits, int 
   s.context.push_back(token);
   ev.index = static_cast<int>(s.result.tokens.size()) - 1;
   const bool eos = token == config_.eos_token_id && !s.req.params.ignore_eos;
+  // A complete constrained output ends here, without a step for the EOS that alone could follow.
+  const bool complete = s.matcher != nullptr && s.matcher->is_complete();
   // A model vocabulary larger than its tokenizer's (synthetic weights with a test tokenizer)
   // can produce ids with no piece: they read as <unk>, the ids themselves are still reported.
   std::string piece =
       eos ? std::string() : s.detok.push(token < tok_.vocab_size() ? token : tok_.unk_id());
-  const bool last = eos || ev.index + 1 >= s.req.params.max_new_tokens;
+  const bool last = eos || complete || ev.index + 1 >= s.req.params.max_new_tokens;
   if (last) piece += s.detok.finish();  // bytes of an unfinished character, as decode() shows them
   StopMatcher::Result m = s.stop.push(piece);
   if (last && !m.stopped) m.emit += s.stop.finish();
   s.result.text += m.emit;
   ev.text = std::move(m.emit);
   events.on_token(ev);
-  if (eos || m.stopped) {
+  if (eos || complete || m.stopped) {
     finish(s, FinishReason::kStop, events);
   } else if (last) {
     finish(s, FinishReason::kLength, events);
@@ -258,7 +298,14 @@ int BatchScheduler::apply(const ScheduledStep& step, const StepLogits& logits,
     // One row per sequence: the next token. (Speculative verification will ask several.)
     if (step.plan.seqs[i].n_logits == 0) continue;
     LLAMA2_CHECK(step.plan.seqs[i].n_logits == 1);
-    emit(s, sample_row(s, logits, row), logits, row, events);
+    const int token = sample_row(s, logits, row);
+    if (s.matcher != nullptr && !s.matcher->accept_token(token)) {
+      // Only when the mask allowed nothing (every logit -inf): a grammar state no token of this
+      // vocabulary can continue. The output so far is all there is.
+      finish(s, FinishReason::kStop, events);
+    } else {
+      emit(s, token, logits, row, events);
+    }
     ++row;
     ++generated;
   }

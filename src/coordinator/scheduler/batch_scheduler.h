@@ -105,6 +105,8 @@ class BatchScheduler {
   void grow_decoding();
   void preempt_newest();
   void add_to_plan(ScheduledStep& step, int slot, int n_tokens) const;
+  // Constrained decoding: each constrained row's allowed tokens, from its sequence's matcher.
+  void add_constraint_masks(ScheduledStep& step);
   int logit_candidates(const ScheduledStep& step) const;
   int sample_row(Sequence& s, const StepLogits& logits, int row);
   // The sampled `token` of `s` as a TokenEvent (logprobs, text cut at a stop string); ends `s`
@@ -121,6 +123,9 @@ class BatchScheduler {
   // while any is preempted, and the newest is always the one preempted).
   std::vector<std::unique_ptr<Sequence>> preempted_;
   int64_t preemptions_ = 0;
+  // Admitted sequences with a constraint (running or preempted): 0 skips the mask pass.
+  int constrained_ = 0;
+  VocabAdjust mask_;  // scratch of add_constraint_masks: allowed [ceil(vocab / 32)] words
   std::vector<float> row_logits_;  // [vocab] scratch of sample_row
 };
 

@@ -38,7 +38,8 @@ void EngineDispatch::submit(EngineCommand& cmd, RequestOwner& owner) {
   routes_[id] = Route{cmd.ticket, cmd.sink};
   tickets_[cmd.ticket] = id;
   std::optional<Refusal> refusal =
-      owner.submit(SubmitRequest{id, std::move(cmd.request.prompt), cmd.request.params, seed},
+      owner.submit(SubmitRequest{id, std::move(cmd.request.prompt), cmd.request.params, seed,
+                                 std::move(cmd.request.constraint)},
                    std::move(cmd.place), cmd.deadline, cmd.client);
   if (!refusal) return;
   // The endpoint checked the same limits: only a limit changed since gets here.

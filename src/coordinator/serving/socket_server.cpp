@@ -67,12 +67,14 @@ struct SocketServer::Conn {
 };
 
 SocketServer::SocketServer(ServerOptions opts, EngineInbox& inbox, Admission& admission,
-                           const Tokenizer& tok, const ModelConfig& config, SamplingParams defaults,
+                           const Tokenizer& tok, ConstraintCompiler& constraints,
+                           const ModelConfig& config, SamplingParams defaults,
                            std::function<json()> health, std::function<std::string()> stats)
     : opts_(std::move(opts)),
       inbox_(inbox),
       admission_(admission),
       tok_(tok),
+      constraints_(constraints),
       config_(config),
       defaults_(std::move(defaults)),
       health_(std::move(health)),
@@ -418,7 +420,10 @@ void SocketServer::handle_generate(Conn& c, FrameRequest r) {
   const Clock::time_point arrival = Clock::now();
   const uint64_t serial = track(c, r, arrival);
   TokenizeJob job{c.id, std::move(r), arrival, serial, std::move(place)};
-  if (job.request.request.pending_bytes() <= kInlineTokenizeBytes) {
+  // A constraint's first compilation takes about a millisecond (docs/structured-output.md): off
+  // the I/O thread, like a long prompt (a cached one is quick, but the cache is not asked here).
+  if (job.request.request.pending_bytes() <= kInlineTokenizeBytes &&
+      job.request.request.constraint == nullptr) {
     std::optional<Refusal> refusal = prepare(job);
     return enqueue_generate(c, std::move(job), std::move(refusal));
   }
@@ -430,7 +435,8 @@ void SocketServer::handle_generate(Conn& c, FrameRequest r) {
 }
 
 std::optional<Refusal> SocketServer::prepare(TokenizeJob& job) const {
-  return prepare_prompt(job.request.request, tok_, config_, admission_.options().limits);
+  return prepare_prompt(job.request.request, tok_, config_, admission_.options().limits,
+                        constraints_);
 }
 
 void SocketServer::enqueue_generate(Conn& c, TokenizeJob job, std::optional<Refusal> refusal) {

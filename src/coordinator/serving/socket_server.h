@@ -53,8 +53,9 @@ class SocketServer final : public SinkFlusher {
  public:
   // `inbox` takes its commands and holds the serve state (draining, stalled); `admission` decides
   // what is taken and counts it; `health` and `stats` build those events.
+  // `constraints` compiles requests' output constraints (on the tokenizer pool's threads).
   SocketServer(ServerOptions opts, EngineInbox& inbox, Admission& admission, const Tokenizer& tok,
-               const ModelConfig& config, SamplingParams defaults,
+               ConstraintCompiler& constraints, const ModelConfig& config, SamplingParams defaults,
                std::function<nlohmann::json()> health, std::function<std::string()> stats);
   ~SocketServer() override;
 
@@ -142,6 +143,7 @@ class SocketServer final : public SinkFlusher {
   EngineInbox& inbox_;
   Admission& admission_;
   const Tokenizer& tok_;
+  ConstraintCompiler& constraints_;
   ModelConfig config_;
   SamplingParams defaults_;
   std::function<nlohmann::json()> health_;
