@@ -38,6 +38,7 @@ struct BatchScheduler::Sequence {
     result.id = req.id;
     result.seed = req.params.seed.value_or(req.seed);
     result.prompt_tokens = prompt_len();
+    result.cached_tokens = std::min(hit_tokens, prompt_len());
   }
   int prompt_len() const { return static_cast<int>(req.prompt.size()); }
   // Tokens known: the prompt and every token sampled so far. The KV cache holds the first
