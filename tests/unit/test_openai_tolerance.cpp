@@ -110,6 +110,9 @@ TEST_SUITE("openai_tolerance") {
         CHECK(p.error->param == param);
       }
     }
+    const ApiParse guided = parse(with(kChat, {{"guided_choice", {"a", "b"}}}));
+    CHECK(guided.error->message ==
+          "\"guided_choice\" (vLLM's guided decoding) is not supported by this server");
     const ApiParse tools = parse(with(kChat, {{"tools", {{{"type", "function"}}}}}));
     CHECK(tools.error->code == ErrorCode::kUnsupportedParameter);
     CHECK(llama2::api_error_body(*tools.error)["error"]["code"] == "unsupported_parameter");

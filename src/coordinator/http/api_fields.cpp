@@ -1,5 +1,7 @@
 #include "coordinator/http/api_fields.h"
 
+#include "coordinator/requests/request.h"
+
 namespace llama2 {
 
 using nlohmann::json;
@@ -47,14 +49,14 @@ struct Refused {
   const char* name;
   bool prefix;  // every key starting with `name` (vLLM's guided_json, guided_regex, ...)
   Harmless harmless;
-  const char* what;  // the message's subject
+  const char* what;  // the message's subject (a prefix row: a note after the quoted key)
 };
 
 // Fields that would change the output if honoured, refused until implemented: delete a row when
 // its field is wired through.
 constexpr Refused kRefused[] = {
     // Structured output (the constrain/ work wires these).
-    {"guided_", true, Harmless::kNever, "vLLM's guided decoding"},
+    {"guided_", true, Harmless::kNever, "(vLLM's guided decoding)"},
     {"structured_outputs", false, Harmless::kNever, "\"structured_outputs\""},
     {"grammar", false, Harmless::kNever, "\"grammar\""},
     {"json_schema", false, Harmless::kNever, "\"json_schema\""},
@@ -152,7 +154,8 @@ std::optional<RefusedField> refused_field(const json& body) {
   for (const auto& item : body.items()) {
     const Refused* r = find_refused(item.key());
     if (r == nullptr || item.value().is_null() || harmless(item.value(), r->harmless)) continue;
-    return RefusedField{item.key(), r->what};
+    // A prefix row's subject is the key itself (quoted: client text), then the row's note.
+    return RefusedField{item.key(), r->prefix ? quote(item.key()) + " " + r->what : r->what};
   }
   return std::nullopt;
 }
