@@ -38,23 +38,23 @@ ApiError unsupported(const std::string& param, const std::string& what) {
 
 // Indexed by ErrorCode (the static_assert keeps it as long as the enum).
 constexpr HttpErrorClass kHttpErrors[] = {
-    {400, "invalid_request_error"},  // invalid_request
-    {400, "invalid_request_error"},  // prompt_too_long (OpenAI's context_length_exceeded)
-    {429, "rate_limit_error"},       // queue_full
-    {429, "rate_limit_error"},       // too_many_in_flight
-    {503, "server_error"},           // too_many_connections
-    {503, "server_error"},           // shutting_down
-    {500, "server_error"},           // internal
-    {400, "invalid_request_error"},  // unsupported_parameter
-    {404, "invalid_request_error"},  // model_not_found
-    {404, "invalid_request_error"},  // not_found
-    {413, "invalid_request_error"},  // body_too_large
-    {401, "invalid_request_error"},  // invalid_api_key
-    {503, "server_error"},           // starting
-    {503, "server_error"},           // stalled
-    {503, "server_error"},           // server_busy
-    {400, "invalid_request_error"},  // invalid_json
-    {400, "invalid_request_error"},  // duplicate_custom_id
+    {400, "invalid_request_error", nullptr},                    // invalid_request
+    {400, "invalid_request_error", "context_length_exceeded"},  // prompt_too_long
+    {429, "rate_limit_error", nullptr},                         // queue_full
+    {429, "rate_limit_error", nullptr},                         // too_many_in_flight
+    {503, "server_error", nullptr},                             // too_many_connections
+    {503, "server_error", nullptr},                             // shutting_down
+    {500, "server_error", nullptr},                             // internal
+    {400, "invalid_request_error", nullptr},                    // unsupported_parameter
+    {404, "invalid_request_error", nullptr},                    // model_not_found
+    {404, "invalid_request_error", nullptr},                    // not_found
+    {413, "invalid_request_error", nullptr},                    // body_too_large
+    {401, "invalid_request_error", nullptr},                    // invalid_api_key
+    {503, "server_error", nullptr},                             // starting
+    {503, "server_error", nullptr},                             // stalled
+    {503, "server_error", nullptr},                             // server_busy
+    {400, "invalid_request_error", nullptr},                    // invalid_json
+    {400, "invalid_request_error", nullptr},                    // duplicate_custom_id
 };
 static_assert(sizeof(kHttpErrors) / sizeof(kHttpErrors[0]) == kErrorCodeCount);
 
@@ -132,7 +132,8 @@ std::optional<ApiError> parse_json_object(const std::string& body, json* j) {
 }
 
 const char* api_error_code_name(ErrorCode code) {
-  return code == ErrorCode::kPromptTooLong ? "context_length_exceeded" : to_string(code);
+  const char* openai = http_error_class(code).openai_code;
+  return openai != nullptr ? openai : to_string(code);
 }
 
 json api_error_body(const ApiError& e) {

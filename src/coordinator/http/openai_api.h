@@ -29,14 +29,16 @@ namespace llama2 {
 struct HttpErrorClass {
   int status;
   const char* type;
+  // OpenAI's own "code" for the same error (prompt_too_long: "context_length_exceeded"); nullptr:
+  // the project's name (codes.h).
+  const char* openai_code;
 };
 // The one table (openai_api.cpp) of every ErrorCode's status and type: 400 for a bad request
 // (invalid_request, prompt_too_long, unsupported_parameter), 401 invalid_api_key, 404
 // model_not_found / not_found, 413 body_too_large, 429 queue_full / too_many_in_flight, 503 for
 // a server that cannot take it now (shutting_down, starting, stalled, server_busy), 500 internal.
 HttpErrorClass http_error_class(ErrorCode code);
-// The error object's "code": the project's name (codes.h), except where OpenAI has its own for
-// the same thing (prompt_too_long is OpenAI's "context_length_exceeded").
+// The error object's "code": the table's openai_code, else the project's name (codes.h).
 const char* api_error_code_name(ErrorCode code);
 
 // An error answered with OpenAI's shape {"error": {"message", "type", "param", "code"}}.
