@@ -12,6 +12,7 @@
 
 #include "common/model_config.h"
 #include "coordinator/http/api_fields.h"
+#include "coordinator/http/http_exchange.h"
 #include "coordinator/http/openai_api.h"
 #include "coordinator/http/server_api.h"
 #include "coordinator/text/chat_format.h"
@@ -204,6 +205,34 @@ TEST_SUITE("openai_tolerance") {
     CHECK_FALSE(mid["choices"][0].contains(llama2::kVendorFinishReason));
     CHECK(llama2::api_usage_chunk(h, 5, 2, 4)["usage"]["prompt_tokens_details"]["cached_tokens"] ==
           4);
+  }
+
+  TEST_CASE("a generation the drain ended: HTTP ends it with its text, the socket's default errs") {
+    struct NoFlusher final : llama2::SinkFlusher {
+      void flush(std::vector<std::shared_ptr<llama2::EventSink>>& t) override { t.clear(); }
+    } flusher;
+    llama2::HttpExchange ex(1, 1, /*logprobs=*/false, /*stream=*/false, flusher);
+    llama2::Finished f;
+    f.finish_reason = FinishReason::kShuttingDown;
+    f.text = "partial";
+    llama2::EventSink& sink = ex;
+    sink.on_shut_down(f, {});
+    const llama2::HttpExchange::News n = ex.take(std::chrono::milliseconds(0));
+    REQUIRE(n.end);
+    CHECK_FALSE(n.end->error_code);
+    CHECK(n.end->finished.text == "partial");
+    CHECK(std::string(llama2::api_finish_reason(n.end->finished.finish_reason)) == "length");
+    // An endpoint without its own answer (the socket's) gets the shutting_down error.
+    struct Erring final : llama2::EventSink {
+      std::optional<ErrorCode> code;
+      void on_token(const llama2::TokenEvent&) override {}
+      void on_finished(const llama2::Finished&, const llama2::Timings&) override {}
+      void on_error(ErrorCode c, const std::string&) override { code = c; }
+      llama2::SinkFlusher& flusher() override { return *f; }
+      llama2::SinkFlusher* f = nullptr;
+    } erring;
+    erring.on_shut_down(f, {});
+    CHECK(erring.code == ErrorCode::kShuttingDown);
   }
 
   TEST_CASE("an over-long prompt is context_length_exceeded naming prompt or messages") {

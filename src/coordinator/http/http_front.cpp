@@ -135,6 +135,7 @@ struct HttpFront::Impl {
   httplib::Server::HandlerResponse before_routing(const httplib::Request& req,
                                                   httplib::Response& res);
   void generate(const httplib::Request& req, httplib::Response& res, ApiKind kind);
+  ApiResponseHead response_head(const ApiRequest& r) const;
   void answer_whole(const httplib::Request& req, httplib::Response& res,
                     const std::shared_ptr<HttpExchange>& ex, const ApiResponseHead& head,
                     Clock::time_point deadline);
@@ -307,6 +308,16 @@ void HttpFront::Impl::info_routes() {
   });
 }
 
+ApiResponseHead HttpFront::Impl::response_head(const ApiRequest& r) const {
+  ApiResponseHead head;
+  head.kind = r.kind;
+  head.id = (r.kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-") + random_hex();
+  head.created = static_cast<int64_t>(std::time(nullptr));
+  head.model = r.model;  // the alias the client gave
+  head.system_fingerprint = deps->api.system_fingerprint;
+  return head;
+}
+
 void HttpFront::Impl::generate(const httplib::Request& req, httplib::Response& res, ApiKind kind) {
   Admission& admission = deps->admission;
   const auto refuse = [&](const ApiError& e) {
@@ -327,12 +338,7 @@ void HttpFront::Impl::generate(const httplib::Request& req, httplib::Response& r
   if (!place) {
     return send_error(res, api_error(place.refusal()->code, place.refusal()->message));  // counted
   }
-  ApiResponseHead head;
-  head.kind = kind;
-  head.id = (kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-") + random_hex();
-  head.created = static_cast<int64_t>(std::time(nullptr));
-  head.model = parsed.request.model;  // the alias the client gave
-  head.system_fingerprint = deps->api.system_fingerprint;
+  const ApiResponseHead head = response_head(parsed.request);
   // Tokenized here, on this connection's own thread, then the one prompt-length check.
   ParsedRequest& request = parsed.request.request;
   std::optional<Refusal> refusal =
