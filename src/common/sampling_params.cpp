@@ -154,7 +154,9 @@ std::string validate_sampling(const SamplingParams& p, int prompt_tokens,
   if (!(p.top_p > 0 && p.top_p <= 1)) {  // written so that NaN fails too
     return "top_p must be in (0, 1] (got " + fmt(p.top_p) + ")";
   }
-  if (p.top_k < 0) return "top_k must be >= 0 (got " + std::to_string(p.top_k) + ")";
+  if (p.top_k < 0) {
+    return "top_k must be >= 0 (0, or -1 in a request: off) (got " + std::to_string(p.top_k) + ")";
+  }
   if (!std::isfinite(p.repetition_penalty)) {
     return "repetition_penalty must be a finite number > 0 (got " + fmt(p.repetition_penalty) + ")";
   }
@@ -238,6 +240,7 @@ SamplingParams sampling_from_json(const nlohmann::json& obj, const SamplingParam
   if (const json* v = given("top_p")) p.top_p = json_float(*v, "top_p");
   if (const json* v = given("top_k")) {
     p.top_k = static_cast<int>(json_int(*v, "top_k", kIntMin, kIntMax));
+    if (p.top_k == -1) p.top_k = 0;  // vLLM's and OpenAI-style clients' spelling of "off"
   }
   if (const json* v = given("repetition_penalty")) {
     p.repetition_penalty = json_float(*v, "repetition_penalty");

@@ -15,7 +15,7 @@ namespace llama2 {
 struct SamplingParams {
   float temperature = 1.0f;         // 0 = greedy
   float top_p = 1.0f;               // (0, 1]; 1 = off
-  int top_k = 0;                    // 0 = disabled
+  int top_k = 0;                    // 0 = disabled (a request's -1 too: sampling_from_json)
   float repetition_penalty = 1.0f;  // > 0, 1 = off
   // OpenAI's penalties on the tokens generated so far (not the prompt): the logit of token j drops
   // by frequency_penalty * count(j) + presence_penalty * (count(j) > 0). [-2, 2], 0 = off.

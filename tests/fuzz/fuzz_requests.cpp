@@ -132,13 +132,23 @@ void serve_payload(const std::string& payload) {
 // answer or an error with an HTTP status and a bounded message, never a crash.
 void http_payload(const std::string& payload) {
   const Server& s = server();
-  static const llama2::ApiContext ctx{"fuzz-model", s.defaults, s.config};
-  for (llama2::ApiKind kind : {llama2::ApiKind::kChat, llama2::ApiKind::kCompletion}) {
-    const llama2::ApiParse p = llama2::parse_api_request(payload, kind, ctx);
-    if (!p.error) continue;
-    FUZZ_REQUIRE(p.error->status == 400 || p.error->status == 404);
-    FUZZ_REQUIRE(p.error->message.size() <= 4 * llama2::kMaxMessageBytes);
-    (void)llama2::api_error_body(*p.error).dump(-1, ' ', false, json::error_handler_t::replace);
+  const auto context = [&s](bool strict) {
+    llama2::ApiContext c;
+    c.served_models = {"fuzz-model", "fuzz-alias"};
+    c.defaults = s.defaults;
+    c.config = s.config;
+    c.strict = strict;  // --strict-api
+    return c;
+  };
+  static const llama2::ApiContext contexts[] = {context(false), context(true)};
+  for (const llama2::ApiContext& ctx : contexts) {
+    for (llama2::ApiKind kind : {llama2::ApiKind::kChat, llama2::ApiKind::kCompletion}) {
+      const llama2::ApiParse p = llama2::parse_api_request(payload, kind, ctx);
+      if (!p.error) continue;
+      FUZZ_REQUIRE(p.error->status == 400 || p.error->status == 404);
+      FUZZ_REQUIRE(p.error->message.size() <= 4 * llama2::kMaxMessageBytes);
+      (void)llama2::api_error_body(*p.error).dump(-1, ' ', false, json::error_handler_t::replace);
+    }
   }
 }
 

@@ -39,7 +39,8 @@ mkdir -p "$out/seeds" "$out/corpus"
 sources=(tests/fuzz/fuzz_requests.cpp src/coordinator/serving/protocol.cpp src/coordinator/requests/request.cpp
   src/coordinator/requests/codes.cpp
   src/coordinator/serving/token_bound.cpp src/coordinator/text/tokenizer.cpp
-  src/coordinator/text/chat_format.cpp src/coordinator/http/openai_api.cpp src/common/frame.cpp
+  src/coordinator/text/chat_format.cpp src/coordinator/http/openai_api.cpp
+  src/coordinator/http/api_fields.cpp src/common/frame.cpp
   src/common/check.cpp src/common/sampling_params.cpp src/common/model_config.cpp
   src/common/checkpoint_quant.cpp src/common/meta_params.cpp src/common/sentencepiece_model.cpp)
 if [[ $target == constrain ]]; then

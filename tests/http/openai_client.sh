@@ -24,19 +24,23 @@ expect_failure port "--http must be HOST:PORT or PORT with PORT in \[0, 65535\]"
 "$LLAMA2" make-test-model --out "$TMP/model" --hidden-size 512 --intermediate-size 1376 \
   --layers 4 --heads 8 --kv-heads 2 --vocab 512 --max-position-embeddings 1024 \
   --tokenizer "$MODELS/tiny-gqa/tokenizer.model" >"$TMP/make.log" 2>&1 || { fail "make-test-model"; cat "$TMP/make.log"; }
-export API_KEY=test-key-$RANDOM MODEL=test-model
+export API_KEY=test-key-$RANDOM MODEL=test-model ALIAS=test-model-alias MAX_SEQ_LEN=512
+export TOKENIZER=$MODELS/tiny-gqa/tokenizer.model
 # LLAMA2_TEST_HTTP_START_DELAY_MS holds rank 0 between binding the port and loading the model, as
 # a large model's load would: the front must answer 503 "starting" meanwhile, then serve.
 LLAMA2_TEST_HTTP_START_DELAY_MS=2000 LLAMA2_API_KEY=$API_KEY "$MPIRUN" 2 "$LLAMA2" serve --model "$TMP/model" --socket "$TMP/s.sock" \
-  --served-model-name "$MODEL" --http 127.0.0.1:0 --max-batch-size 2 --max-queue 2 --max-seq-len 512 \
+  --served-model-name "$MODEL,$ALIAS" --http 127.0.0.1:0 --max-batch-size 2 --max-queue 2 --max-seq-len "$MAX_SEQ_LEN" \
   --cpu-threads 1 --http-max-body-bytes 65536 --quiet >"$TMP/serve.log" 2>&1 &
 job=$!
 for _ in $(seq 300); do grep -q "HTTP bound to" "$TMP/serve.log" && break; sleep 0.1; done
 PORT=$(sed -n 's/.*HTTP bound to 127.0.0.1:\([0-9]*\).*/\1/p' "$TMP/serve.log")
 if [[ -n $PORT ]] && ! grep -q "HTTP on" "$TMP/serve.log"; then
   code=$(curl -s -m 10 -o "$TMP/h0.json" -w '%{http_code}' "http://127.0.0.1:$PORT/health")
-  [[ $code == 503 ]] && grep -q '"status":"starting"' "$TMP/h0.json" \
-    && pass "curl: GET /health 503 starting while the model loads" || fail "curl /health while starting: $code $(cat "$TMP/h0.json")"
+  [[ $code == 200 ]] && grep -q '"status":"starting"' "$TMP/h0.json" \
+    && pass "curl: GET /health (liveness) 200 starting while the model loads" || fail "curl /health while starting: $code $(cat "$TMP/h0.json")"
+  code=$(curl -s -m 10 -o "$TMP/r0.json" -w '%{http_code}' "http://127.0.0.1:$PORT/ready")
+  [[ $code == 503 ]] && grep -q '"status":"starting"' "$TMP/r0.json" \
+    && pass "curl: GET /ready 503 starting while the model loads" || fail "curl /ready while starting: $code $(cat "$TMP/r0.json")"
   code=$(curl -s -m 10 -o "$TMP/c0.json" -w '%{http_code}' -H "Authorization: Bearer $API_KEY" \
     "http://127.0.0.1:$PORT/v1/completions" -d '{"model":"test-model","prompt":"Hi"}')
   [[ $code == 503 ]] && grep -q '"code":"starting"' "$TMP/c0.json" \
@@ -110,6 +114,17 @@ else
   fail "slow reader:"; cat "$TMP/stall.out"
 fi
 
+# ---- a second server on the same model: --strict-api, and a 200 ms request timeout for the
+# timeout's finish_reason (tests that use it name STRICT_BASE).
+LLAMA2_API_KEY=$API_KEY "$MPIRUN" 2 "$LLAMA2" serve --model "$TMP/model" --socket "$TMP/strict.sock" \
+  --served-model-name "$MODEL" --http 127.0.0.1:0 --max-batch-size 2 --max-seq-len 1024 --strict-api \
+  --request-timeout-ms 200 --cpu-threads 1 --quiet >"$TMP/strict.log" 2>&1 &
+strict_job=$!
+for _ in $(seq 300); do grep -q "HTTP on" "$TMP/strict.log" && break; sleep 0.1; done
+STRICT_PORT=$(sed -n 's/.*HTTP on 127.0.0.1:\([0-9]*\).*/\1/p' "$TMP/strict.log")
+[[ -n $STRICT_PORT ]] || { fail "the strict server did not report its HTTP port"; cat "$TMP/strict.log"; }
+export STRICT_BASE=http://127.0.0.1:$STRICT_PORT
+
 # ---- the OpenAI Python client (drains the server at the end). -v lists each test's outcome;
 # no cache directory or bytecode is written into the source tree.
 if timeout 240 env PYTHONDONTWRITEBYTECODE=1 "$PYTHON" -m pytest -v -p no:cacheprovider \
@@ -119,6 +134,15 @@ else
   fail "openai python client:"; cat "$TMP/pytest.out"
 fi
 grep -E '::test_[a-z0-9_]+ (PASSED|FAILED|ERROR|SKIPPED)' "$TMP/pytest.out" | sed 's/ *\[ *[0-9]*%\]$//; s/^.*:://; s/^/    /'
+# The strict server: rank 0 drains on SIGTERM and the job exits 0.
+for p in $(pgrep -f -- "--socket $TMP/strict.sock"); do
+  tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=0 && kill -TERM "$p"
+done
+wait "$strict_job" && pass "strict server drained and exited 0" || fail "strict server exit $?"
+# Each ignored field is logged once, however many requests carried it (the suite sends `store`
+# in several).
+n=$(grep -c 'ignoring the request field "store"' "$TMP/serve.log")
+[[ $n == 1 ]] && pass "the ignored field \"store\" was logged once" || fail "\"store\" logged $n times: $(grep ignoring "$TMP/serve.log")"
 for _ in $(seq 300); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
 if kill -0 "$job" 2>/dev/null; then
   fail "the server did not exit after the drain"; kill -INT "$job"; wait "$job"

@@ -2,9 +2,11 @@
 
 tests/http/openai_client.sh starts the server on the CPU backend and runs this file with pytest from
 the repository's .venv (openai and pytest pinned in launch/requirements-test.txt), passing BASE
-(http://127.0.0.1:PORT), API_KEY, MODEL and SERVER_PID (rank 0). The tests run in file order and
-depend on it: the 429 test fills the queue that /metrics later counts, and the last test drains the
-server with SIGTERM and checks 503.
+(http://127.0.0.1:PORT), API_KEY, MODEL and its alias ALIAS (--served-model-name MODEL,ALIAS),
+MAX_SEQ_LEN (its --max-seq-len), TOKENIZER (the model's tokenizer.model), SERVER_PID (rank 0), and
+STRICT_BASE: a second server on the same model with --strict-api and --request-timeout-ms 200. The
+tests run in file order and depend on it: the 429 test fills the queue that /metrics later counts,
+and the last test drains the server with SIGTERM and checks 503.
 """
 
 import json
@@ -20,11 +22,16 @@ import jsonschema
 import openai
 import pydantic
 import pytest
+import sentencepiece
 
 BASE = os.environ["BASE"]
 API_KEY = os.environ["API_KEY"]
 MODEL = os.environ["MODEL"]
+ALIAS = os.environ["ALIAS"]
+MAX_SEQ_LEN = int(os.environ["MAX_SEQ_LEN"])
+STRICT_BASE = os.environ["STRICT_BASE"]
 TIMEOUT = 60.0
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
 
 # No retries: a refusal (429, 503) must reach the test as it was sent, not be retried away.
 client = openai.OpenAI(base_url=f"{BASE}/v1", api_key=API_KEY, max_retries=0, timeout=TIMEOUT)
@@ -113,7 +120,10 @@ def test_chat_non_streamed_and_streamed_agree_include_usage_adds_usage_chunk():
     assert role == "assistant"
     assert text == whole.choices[0].message.content
     assert usage is not None, "no usage chunk"
-    assert usage.model_dump() == whole.usage.model_dump()
+    # The same prompt again: its prefix is cached now, the rest of the usage is the same.
+    assert usage.prompt_tokens_details.cached_tokens > whole.usage.prompt_tokens_details.cached_tokens
+    assert usage.model_dump(exclude={"prompt_tokens_details"}) == whole.usage.model_dump(
+        exclude={"prompt_tokens_details"})
     assert chunks > 3, f"a stream of {chunks} chunks"
 
 
@@ -146,7 +156,140 @@ def test_penalties_and_extensions_accepted_models_lists_the_served_name():
         **{**GREEDY, "extra_body": {"ignore_eos": True, "top_k": 5, "repetition_penalty": 1.1}},
         messages=CHAT, presence_penalty=0.5, frequency_penalty=0.5, user="someone", n=1)
     assert r.usage.completion_tokens == 24
-    assert [m.id for m in client.models.list().data] == [MODEL]
+
+
+def test_unknown_and_bookkeeping_fields_are_ignored_top_k_minus_one_is_off():
+    """What Spring AI, LangChain and vLLM clients send besides the parameters: accepted (and each
+    name logged once: openai_client.sh counts the log lines after this file ran twice over them)."""
+    bookkeeping = {"store": True, "metadata": {"app": "test"}, "service_tier": "auto", "reasoning_effort": "low",
+                   "user": "someone", "parallel_tool_calls": False}
+    for _ in range(2):
+        r = client.chat.completions.create(
+            **{**GREEDY, "extra_body": {"ignore_eos": True, "top_k": -1, "priority": 0, "spaces_between_special_tokens": True}},
+            messages=CHAT, **bookkeeping)
+        assert r.usage.completion_tokens == 24
+    plain = client.chat.completions.create(**GREEDY, messages=CHAT)
+    assert r.choices[0].message.content == plain.choices[0].message.content  # top_k -1: off, as no top_k
+    c = client.completions.create(**{**GREEDY, "extra_body": {"ignore_eos": True, "store": True,
+                                                              "metadata": {"a": "b"}}}, prompt="Once")
+    assert c.usage.completion_tokens == 24
+
+
+def test_strict_api_refuses_unknown_fields_and_still_takes_the_known_ones():
+    strict = openai.OpenAI(base_url=f"{STRICT_BASE}/v1", api_key=API_KEY, max_retries=0, timeout=TIMEOUT)
+    e = refused(lambda: strict.chat.completions.create(**GREEDY, messages=CHAT, store=True))
+    assert e.status_code == 400
+    assert e.param == "store"
+    assert "--strict-api" in e.body["message"]
+    r = strict.chat.completions.create(**{**GREEDY, "max_tokens": 4}, messages=CHAT, user="someone", n=1)
+    assert r.usage.completion_tokens == 4
+
+
+def test_output_changing_fields_are_refused_naming_them():
+    cases = [({"use_beam_search": True}, "use_beam_search"),
+             ({"stop_token_ids": [7]}, "stop_token_ids"),
+             ({"tool_choice": "auto"}, "tool_choice"),
+             ({"min_tokens": 5}, "min_tokens")]
+    for extra, param in cases:
+        e = refused(lambda: client.chat.completions.create(**{**GREEDY, "extra_body": extra}, messages=CHAT))
+        assert (e.status_code, e.param, e.code) == (400, param, "unsupported_parameter"), extra
+    # Their harmless values change nothing and pass.
+    client.chat.completions.create(**{**GREEDY, "extra_body": {"min_p": 0}}, messages=CHAT, tool_choice="none",
+                                   response_format={"type": "text"})
+
+
+def test_absent_max_tokens_runs_to_the_end_of_the_context_with_finish_reason_length():
+    r = client.completions.create(model=MODEL, prompt="Once", temperature=0, extra_body={"ignore_eos": True})
+    assert r.choices[0].finish_reason == "length"
+    assert r.usage.completion_tokens > 128  # the old fixed default
+    assert r.usage.completion_tokens == MAX_SEQ_LEN - r.usage.prompt_tokens
+    chunks = list(client.chat.completions.create(model=MODEL, messages=CHAT, temperature=0, stream=True,
+                                                 stream_options={"include_usage": True},
+                                                 extra_body={"ignore_eos": True}))
+    assert chunks[-1].usage.completion_tokens == MAX_SEQ_LEN - chunks[-1].usage.prompt_tokens
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+
+
+def test_a_timeout_finishes_as_length_with_the_reason_in_llama2_finish_reason():
+    # The strict server's --request-timeout-ms 200 ends a 1000-token generation early.
+    strict = openai.OpenAI(base_url=f"{STRICT_BASE}/v1", api_key=API_KEY, max_retries=0, timeout=TIMEOUT)
+    r = strict.completions.create(model=MODEL, prompt="Once", max_tokens=1000, temperature=0,
+                                  extra_body={"ignore_eos": True})
+    assert r.choices[0].finish_reason == "length"
+    assert r.choices[0].model_extra["llama2_finish_reason"] == "timeout"
+    assert r.usage.completion_tokens < 1000
+    last = [c for c in strict.completions.create(model=MODEL, prompt="Once", max_tokens=1000, temperature=0,
+                                                 stream=True, extra_body={"ignore_eos": True}) if c.choices][-1]
+    assert last.choices[0].finish_reason == "length"
+    assert last.choices[0].model_extra["llama2_finish_reason"] == "timeout"
+    plain = client.completions.create(**GREEDY, prompt="Once")
+    assert plain.choices[0].model_extra["llama2_finish_reason"] == "length"
+
+
+def test_model_aliases_and_models_retrieve():
+    assert [m.id for m in client.models.list().data] == [MODEL, ALIAS]
+    assert client.models.retrieve(ALIAS).id == ALIAS
+    assert client.models.retrieve(MODEL).object == "model"
+    e = refused(lambda: client.models.retrieve("no-such-model"))
+    assert e.status_code == 404
+    assert e.code == "model_not_found"
+    assert set(e.body) == {"message", "type", "param", "code"}
+    r = client.chat.completions.create(**{**GREEDY, "model": ALIAS}, messages=CHAT)
+    assert r.model == ALIAS
+    assert r.usage.completion_tokens == 24
+
+
+def test_system_fingerprint_and_cached_tokens_of_a_repeated_prompt():
+    prompt = "The quick brown fox jumps over the lazy dog near the river bank. " * 6
+    first = client.completions.create(**GREEDY, prompt=prompt)
+    second = client.completions.create(**GREEDY, prompt=prompt)
+    assert re.fullmatch(r"fp_[0-9a-f]{16}", first.system_fingerprint)
+    assert second.system_fingerprint == first.system_fingerprint
+    assert second.usage.prompt_tokens_details.cached_tokens > 0
+    assert second.usage.prompt_tokens_details.cached_tokens < second.usage.prompt_tokens
+    chunks = list(client.completions.create(**GREEDY, prompt=prompt, stream=True,
+                                            stream_options={"include_usage": True}))
+    assert all(c.system_fingerprint == first.system_fingerprint for c in chunks)
+    assert chunks[-1].usage.prompt_tokens_details.cached_tokens > 0
+
+
+def test_tokenize_and_detokenize_round_trip_sentencepiece_ids():
+    sp = sentencepiece.SentencePieceProcessor(model_file=os.environ["TOKENIZER"])
+    text = "Hello world: tokens, round trips and caf\u00e9!"
+    r = httpx2.post(f"{BASE}/tokenize", headers=AUTH, json={"model": MODEL, "prompt": text}, timeout=TIMEOUT)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["tokens"] == [sp.bos_id()] + sp.encode(text)
+    assert body["count"] == len(body["tokens"])
+    assert body["max_model_len"] == MAX_SEQ_LEN
+    bare = httpx2.post(f"{BASE}/tokenize", headers=AUTH, json={"prompt": text, "add_special_tokens": False},
+                       timeout=TIMEOUT).json()
+    assert bare["tokens"] == sp.encode(text)
+    back = httpx2.post(f"{BASE}/detokenize", headers=AUTH, json={"model": MODEL, "tokens": body["tokens"]},
+                       timeout=TIMEOUT)
+    assert back.status_code == 200
+    assert back.json() == {"prompt": text}
+    # Messages: the prompt a chat completion runs, so "count" is its usage.prompt_tokens.
+    chat = httpx2.post(f"{BASE}/tokenize", headers=AUTH, json={"messages": CHAT}, timeout=TIMEOUT).json()
+    assert chat["count"] == client.chat.completions.create(**GREEDY, messages=CHAT).usage.prompt_tokens
+    for route, bad, param in [("tokenize", {"prompt": 5}, "prompt"),
+                              ("tokenize", {"messages": [{"role": "robot", "content": "x"}]}, "messages"),
+                              ("detokenize", {"tokens": [1, -3]}, "tokens"),
+                              ("detokenize", {"tokens": "1 2"}, "tokens")]:
+        e = httpx2.post(f"{BASE}/{route}", headers=AUTH, json=bad, timeout=TIMEOUT)
+        assert e.status_code == 400, (route, bad)
+        assert e.json()["error"]["param"] == param
+    assert httpx2.post(f"{BASE}/tokenize", json={"prompt": "x"}, timeout=TIMEOUT).status_code == 401
+
+
+def test_version_health_and_ready():
+    v = httpx2.get(f"{BASE}/version", timeout=TIMEOUT)
+    assert v.status_code == 200
+    assert re.fullmatch(r"\d+\.\d+\.\d+", v.json()["version"])
+    assert httpx2.get(f"{BASE}/health", timeout=TIMEOUT).status_code == 200
+    ready = httpx2.get(f"{BASE}/ready", timeout=TIMEOUT)
+    assert ready.status_code == 200
+    assert ready.json()["status"] == "ready"
 
 
 def test_logprobs_chat_and_completions_streamed_and_not():
@@ -203,7 +346,13 @@ def test_400_unsupported_and_invalid_parameters_in_openai_error_shape_naming_the
     assert order.status_code == 400
     long = refused(lambda: client.completions.create(**GREEDY, prompt="word " * 600))
     assert long.status_code == 400
-    assert long.code == "prompt_too_long"
+    assert long.code == "context_length_exceeded"
+    assert long.param == "prompt"
+    long_chat = refused(lambda: client.chat.completions.create(
+        **GREEDY, messages=[{"role": "user", "content": "word " * 600}]))
+    assert (long_chat.status_code, long_chat.code, long_chat.param) == (400, "context_length_exceeded", "messages")
+    top_p = refused(lambda: client.chat.completions.create(**GREEDY, messages=CHAT, top_p=1.5))
+    assert top_p.param == "top_p"
 
 
 # Structured output (docs/structured-output.md): bounded schemas, so that even random weights end
@@ -360,11 +509,15 @@ def test_503_while_draining_in_flight_streams_finish_new_requests_are_refused():
     os.kill(server_pid, signal.SIGTERM)
     until = time.monotonic() + 20
     while True:
-        health = httpx2.get(f"{BASE}/health", timeout=TIMEOUT)
-        if health.status_code != 200:
+        ready = httpx2.get(f"{BASE}/ready", timeout=TIMEOUT)
+        if ready.status_code != 200:
             break
-        assert time.monotonic() < until, "health never reported draining"
-    assert health.status_code == 503
+        assert time.monotonic() < until, "/ready never reported draining"
+    assert ready.status_code == 503
+    assert ready.json()["status"] == "draining"
+    # /health is liveness: the process still serves (its streams finish), so 200.
+    health = httpx2.get(f"{BASE}/health", timeout=TIMEOUT)
+    assert health.status_code == 200
     assert health.json()["status"] == "draining"
     e = refused(lambda: client.completions.create(**GREEDY, prompt="late"))
     assert e.status_code == 503

@@ -428,8 +428,10 @@ class KvEngine final : public llama2::StepExecutor {
 
 struct Outputs : llama2::RequestEvents {
   std::map<int64_t, std::vector<int>> tokens;
+  std::map<int64_t, int> cached_tokens;  // Finished::cached_tokens
   void on_finished(const llama2::Finished& f, const llama2::Timings&) override {
     tokens[f.id] = f.tokens;
+    cached_tokens[f.id] = f.cached_tokens;
   }
 };
 
@@ -477,7 +479,7 @@ TEST_SUITE("prefix_cache") {
     for (const bool caching : {true, false}) {
       CAPTURE(caching);
       RecordingEngine engine;
-      NoEvents events;
+      Outputs events;
       llama2::ModelConfig config;
       config.vocab_size = 512;
       config.eos_token_id = 2;
@@ -496,6 +498,9 @@ TEST_SUITE("prefix_cache") {
       const llama2::Gauges g = s.admission.gauges();
       CHECK(g.prefix_queried_tokens == (caching ? 21 : 0));
       CHECK(g.prefix_hit_tokens == (caching ? 8 : 0));
+      // Each request's own hit reaches its Finished (HTTP's usage cached_tokens).
+      CHECK(events.cached_tokens.at(1) == 0);
+      CHECK(events.cached_tokens.at(2) == (caching ? 8 : 0));
       // A's first two blocks at least (A's KV holds 12 tokens at its end: a third full block).
       CHECK((g.kv_blocks_cached >= 2) == caching);
       CHECK(g.kv_blocks_used == 0);

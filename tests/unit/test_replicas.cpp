@@ -126,6 +126,7 @@ TEST_SUITE("replicas") {
     done.finish_reason = llama2::FinishReason::kStop;
     done.seed = 0xfeedfacecafebeefULL;
     done.prompt_tokens = 12;
+    done.cached_tokens = 8;
     done.tokens = {5, 6, 2};
     done.text = std::string("a\0b", 3);
     done.logprobs = {-0.5f, -1.f, -0.125f};
@@ -158,6 +159,7 @@ TEST_SUITE("replicas") {
     REQUIRE(c.tokens[0].top_logprobs.size() == 2);
     CHECK(c.tokens[0].top_logprobs[1].token == 12);
     CHECK(c.tokens[0].top_logprobs[1].logprob == -2.5f);
+    CHECK(c.finished[0].cached_tokens == 8);
     CHECK(c.finished[0].tokens == done.tokens);
     CHECK(c.finished[0].seed == done.seed);
     CHECK(c.finished[0].logprobs == done.logprobs);

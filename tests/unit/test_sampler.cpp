@@ -324,7 +324,8 @@ TEST_SUITE("sampling") {
     CHECK(bad([](SamplingParams& p) { p.top_p = 1.5f; }) == "top_p must be in (0, 1] (got 1.5)");
     CHECK(bad([](SamplingParams& p) { p.top_p = 0.0f; }) == "top_p must be in (0, 1] (got 0)");
     CHECK(bad([](SamplingParams& p) { p.top_p = NAN; }) == "top_p must be in (0, 1] (got nan)");
-    CHECK(bad([](SamplingParams& p) { p.top_k = -3; }) == "top_k must be >= 0 (got -3)");
+    CHECK(bad([](SamplingParams& p) { p.top_k = -3; }) ==
+          "top_k must be >= 0 (0, or -1 in a request: off) (got -3)");
     CHECK(bad([](SamplingParams& p) { p.repetition_penalty = 0.0f; }) ==
           "repetition_penalty must be > 0 (got 0)");
     CHECK(bad([](SamplingParams& p) { p.repetition_penalty = -INFINITY; }) ==

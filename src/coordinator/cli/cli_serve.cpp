@@ -17,6 +17,7 @@
 #include "coordinator/cli/serve_config.h"
 #include "coordinator/cli/serve_http.h"
 #include "coordinator/cli/session.h"
+#include "coordinator/http/server_api.h"
 #include "coordinator/replicas/replica_board.h"
 #include "coordinator/replicas/replica_set.h"
 #include "coordinator/requests/admission.h"
@@ -188,13 +189,25 @@ std::string Rank0Serve::stats() const {
 void Rank0Serve::attach_http() {
   const HttpLimits limits{admission_.options().limits, s_.server.request_timeout_ms};
   const EngineConfig& settings = session_.settings;
-  const std::string name = s_.http.served_model.empty()
-                               ? default_served_model(settings.model_dir, settings.synthetic)
-                               : s_.http.served_model;
-  http_->attach(HttpDeps{
-      inbox_, admission_, *session_.tokenizer, ApiContext{name, s_.defaults, session_.config},
-      limits, [this, name] { return stats() + metrics_.render_vllm(admission_.gauges(), name); },
-      [this] { return health(); }, constraints_});
+  ApiContext api;
+  api.served_models = s_.http.served_models;
+  if (api.served_models.empty())
+    api.served_models = {default_served_model(settings.model_dir, settings.synthetic)};
+  api.defaults = s_.defaults;
+  api.config = session_.config;
+  api.strict = s_.http.strict_api;
+  api.max_tokens_cap = s_.http.max_tokens_cap;
+  // What fixes the output for given parameters: the build, the model, the dtypes, the sharding.
+  api.system_fingerprint = api_system_fingerprint(
+      llama2_version(), {{"model", model_config_to_json(session_.config)},
+                         {"dtype", to_string(session_.dtype)},
+                         {"kv_cache_dtype", kv_dtype_name(session_.kv_cache_dtype, session_.dtype)},
+                         {"tp", session_.layout.tp}});
+  const std::string name = api.served_models.front();  // /metrics' model_name label
+  http_->attach(
+      HttpDeps{inbox_, admission_, *session_.tokenizer, std::move(api), limits,
+               [this, name] { return stats() + metrics_.render_vllm(admission_.gauges(), name); },
+               [this] { return health(); }, constraints_});
 }
 
 void Rank0Serve::build_replicas() {

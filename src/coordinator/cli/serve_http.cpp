@@ -17,8 +17,12 @@ void add_http_options(cxxopts::Options& opts) {
       "listener llama2 opens, off unless given",
       cxxopts::value<std::string>())(
       "served-model-name",
-      "The model name HTTP requests give (default: the model directory's name)",
-      cxxopts::value<std::string>())(
+      "The model names HTTP requests may give, comma-separated or the flag repeated; /v1/models "
+      "lists them all, the first labels /metrics (default: the model directory's name)",
+      cxxopts::value<std::vector<std::string>>())(
+      "strict-api",
+      "HTTP: refuse request fields this server does not use with 400 (default: ignore them, "
+      "logging each name once)")(
       "api-key",
       "HTTP: require \"Authorization: Bearer KEY\" on /v1/ routes (default: $LLAMA2_API_KEY; "
       "prefer the variable: arguments are visible to other users in ps)",
@@ -36,7 +40,14 @@ void add_http_options(cxxopts::Options& opts) {
 HttpSettings http_settings_from(const cxxopts::ParseResult& args) {
   HttpSettings s;
   s.enabled = args.count("http") > 0;
-  if (args.count("served-model-name")) s.served_model = args["served-model-name"].as<std::string>();
+  if (args.count("served-model-name")) {
+    for (const std::string& name : args["served-model-name"].as<std::vector<std::string>>())
+      if (!name.empty()) s.served_models.push_back(name);
+  }
+  s.strict_api = args.count("strict-api") > 0;
+  // Only a value given on the command line caps an absent max_tokens (vLLM's rest-of-context
+  // default would otherwise be cut at the flag's built-in default).
+  if (args.count("max-new-tokens")) s.max_tokens_cap = args["max-new-tokens"].as<int>();
   if (args.count("api-key")) {
     s.front.api_key = args["api-key"].as<std::string>();
   } else if (const char* key = std::getenv("LLAMA2_API_KEY")) {

@@ -4,7 +4,9 @@
 
 #include <cxxopts.hpp>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "common/tuning_knobs.h"
 #include "coordinator/http/http_front.h"
@@ -15,8 +17,14 @@ struct HttpSettings {
   bool enabled = false;  // --http given
   std::string spec;      // its value, parsed into front.host / front.port by validate
   HttpOptions front;
-  std::string served_model;  // --served-model-name; "" until resolved against --model
+  // --served-model-name's names (comma-separated, or the flag repeated); empty: the default
+  // (default_served_model).
+  std::vector<std::string> served_models;
   bool allow_unauthenticated = false;
+  bool strict_api = false;  // --strict-api: unknown request fields get 400 instead of a log line
+  // --max-new-tokens when given on the command line: it caps an HTTP request without max_tokens
+  // (whose default is the rest of the context); unset otherwise.
+  std::optional<int> max_tokens_cap;
 };
 
 void add_http_options(cxxopts::Options& opts);
@@ -32,7 +40,7 @@ void validate_http_settings(HttpSettings& s);
 // stderr. knobs.test_http_start_delay_ms (tests only) then holds rank 0 that long, so a test can
 // see the "starting" answers of a model that loads in milliseconds.
 std::unique_ptr<HttpFront> start_http_front(const HttpSettings& s, const TuningKnobs& knobs);
-// The name /v1/models reports and requests must give: --served-model-name, else the model
+// The name /v1/models reports and requests may give without --served-model-name: the model
 // directory's last component (or "synthetic-NAME").
 std::string default_served_model(const std::string& model_dir, const std::string& synthetic);
 

@@ -56,6 +56,9 @@ class HttpExchange final : public EventSink {
   void on_token(const TokenEvent& ev) override;
   void on_finished(const Finished& done, const Timings& timings) override;
   void on_error(ErrorCode code, const std::string& message) override;
+  void on_shut_down(const Finished& done, const Timings& timings) override {
+    on_finished(done, timings);  // finish_reason "length" (api_finish_reason)
+  }
   void wake() override { cv_.notify_all(); }
   SinkFlusher& flusher() override { return flusher_; }
 

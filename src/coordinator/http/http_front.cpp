@@ -19,6 +19,7 @@
 #include "common/check.h"
 #include "coordinator/http/connection_pool.h"
 #include "coordinator/http/http_exchange.h"
+#include "coordinator/http/server_api.h"
 
 namespace llama2 {
 
@@ -118,14 +119,23 @@ struct HttpFront::Impl {
   // Streams whose last event has not been written yet: stop() lets them finish first (cpp-httplib
   // cuts a chunked response short once the server stops).
   std::atomic<int> open_streams{0};
-  int64_t started = 0;  // unix seconds, GET /v1/models' `created`
+  int64_t started = 0;          // unix seconds, GET /v1/models' `created`
+  IgnoredFieldLog ignored_log;  // each ignored request field's name, once per process
 
   explicit Impl(HttpOptions o) : opts(std::move(o)) {}
 
   void routes();
+  // GET /v1/models/{id}, /health, /ready, POST /tokenize, /detokenize: beside generation.
+  void info_routes();
+  void send_answer(httplib::Response& res, const ApiAnswer& a) {
+    ignored_log.note(a.ignored);
+    if (a.error) return send_error(res, *a.error);
+    res.set_content(dump(a.body), "application/json");
+  }
   httplib::Server::HandlerResponse before_routing(const httplib::Request& req,
                                                   httplib::Response& res);
   void generate(const httplib::Request& req, httplib::Response& res, ApiKind kind);
+  ApiResponseHead response_head(const ApiRequest& r) const;
   void answer_whole(const httplib::Request& req, httplib::Response& res,
                     const std::shared_ptr<HttpExchange>& ex, const ApiResponseHead& head,
                     Clock::time_point deadline);
@@ -188,18 +198,24 @@ httplib::Server::HandlerResponse HttpFront::Impl::before_routing(const httplib::
     return httplib::Server::HandlerResponse::Handled;
   }
   if (!ready.load(std::memory_order_acquire)) {  // the model is still loading
-    if (req.path == "/health") {
-      res.status = 503;
+    if (req.path == "/health" || req.path == "/ready") {
+      res.status =
+          probe_status(req.path == "/health" ? Probe::kLiveness : Probe::kReadiness, "starting");
       res.set_content(dump(json{{"status", "starting"}}), "application/json");
+    } else if (req.path == "/version") {
+      return httplib::Server::HandlerResponse::Unhandled;  // needs nothing of the engine
     } else {
       send_error(res, api_error(ErrorCode::kStarting,
                                 "the server is starting (the model is loading); retry when GET "
-                                "/health answers 200"));
+                                "/ready answers 200"));
     }
     return httplib::Server::HandlerResponse::Handled;
   }
-  // /health and /metrics stay open (load balancers and Prometheus carry no key), as vLLM does.
-  if (!opts.api_key.empty() && req.path.rfind("/v1/", 0) == 0) {
+  // /health, /ready, /version and /metrics stay open (load balancers and Prometheus carry no
+  // key), as vLLM does; /tokenize and /detokenize read client text, so they need the key.
+  const bool keyed =
+      req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize";
+  if (!opts.api_key.empty() && keyed) {
     const std::string auth = req.get_header_value("Authorization");
     const std::string prefix = "Bearer ";
     const bool ok =
@@ -225,15 +241,9 @@ void HttpFront::Impl::routes() {
     generate(req, res, ApiKind::kChat);
   });
   svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(dump(api_models(deps->api.served_model, started)), "application/json");
+    res.set_content(dump(api_models(deps->api.served_models, started)), "application/json");
   });
-  svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    json h = deps->health();
-    h.erase("event");
-    const std::string status = h.value("status", "ready");
-    res.status = status == "ready" ? 200 : 503;
-    res.set_content(dump(h), "application/json");
-  });
+  info_routes();
   svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(deps->metrics(), "text/plain; version=0.0.4");
   });
@@ -247,7 +257,8 @@ void HttpFront::Impl::routes() {
       e = api_error(ErrorCode::kNotFound, "");
       e.message = "no route " + req.method + " " + quote(req.path) +
                   " (routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, "
-                  "GET /health, GET /metrics)";
+                  "GET /v1/models/{id}, POST /tokenize, POST /detokenize, GET /version, "
+                  "GET /health, GET /ready, GET /metrics)";
     } else if (res.status == 413) {
       e = api_error(ErrorCode::kBodyTooLarge, "the request body exceeds --http-max-body-bytes (" +
                                                   std::to_string(opts.max_body_bytes) + ")");
@@ -262,6 +273,51 @@ void HttpFront::Impl::routes() {
   }));
 }
 
+void HttpFront::Impl::info_routes() {
+  svr.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+    const std::string id = req.matches[1];
+    if (serves_model(deps->api, id)) {
+      return res.set_content(dump(api_model(id, started)), "application/json");
+    }
+    send_error(res, api_error(ErrorCode::kModelNotFound,
+                              "the model " + quote(id) + " does not exist", "model"));
+  });
+  // Liveness and readiness read the same health state (one owner: serve's health()).
+  const auto probe = [this](Probe kind, httplib::Response& res) {
+    json h = deps->health();
+    h.erase("event");
+    res.status = probe_status(kind, h.value("status", "ready"));
+    res.set_content(dump(h), "application/json");
+  };
+  svr.Get("/health", [probe](const httplib::Request&, httplib::Response& res) {
+    probe(Probe::kLiveness, res);
+  });
+  svr.Get("/ready", [probe](const httplib::Request&, httplib::Response& res) {
+    probe(Probe::kReadiness, res);
+  });
+  svr.Get("/version", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(dump(json{{"version", llama2_version()}}), "application/json");
+  });
+  // On this connection's thread, with rank 0's tokenizer: never the engine thread's work.
+  svr.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    send_answer(
+        res, api_tokenize(req.body, deps->tokenizer, deps->api, deps->limits.prompt.max_tokens()));
+  });
+  svr.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    send_answer(res, api_detokenize(req.body, deps->tokenizer, deps->api));
+  });
+}
+
+ApiResponseHead HttpFront::Impl::response_head(const ApiRequest& r) const {
+  ApiResponseHead head;
+  head.kind = r.kind;
+  head.id = (r.kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-") + random_hex();
+  head.created = static_cast<int64_t>(std::time(nullptr));
+  head.model = r.model;  // the alias the client gave
+  head.system_fingerprint = deps->api.system_fingerprint;
+  return head;
+}
+
 void HttpFront::Impl::generate(const httplib::Request& req, httplib::Response& res, ApiKind kind) {
   Admission& admission = deps->admission;
   const auto refuse = [&](const ApiError& e) {
@@ -274,6 +330,7 @@ void HttpFront::Impl::generate(const httplib::Request& req, httplib::Response& r
                             "the server is shutting down and accepts no new generations"));
   }
   ApiParse parsed = parse_api_request(req.body, kind, deps->api);
+  ignored_log.note(parsed.request.ignored);
   if (parsed.error) return refuse(*parsed.error);
   // The request owner's admission, as the socket endpoint applies it: a place in the queue
   // (an HTTP/1.1 connection has one request in flight, so no per-connection limit applies).
@@ -281,18 +338,18 @@ void HttpFront::Impl::generate(const httplib::Request& req, httplib::Response& r
   if (!place) {
     return send_error(res, api_error(place.refusal()->code, place.refusal()->message));  // counted
   }
-  ApiResponseHead head;
-  head.kind = kind;
-  head.id = (kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-") + random_hex();
-  head.created = static_cast<int64_t>(std::time(nullptr));
-  head.model = deps->api.served_model;
+  const ApiResponseHead head = response_head(parsed.request);
   // Tokenized here, on this connection's own thread, then the one prompt-length check.
   ParsedRequest& request = parsed.request.request;
   std::optional<Refusal> refusal = prepare_prompt(request, deps->tokenizer, deps->api.config,
                                                   deps->limits.prompt, deps->constraints);
   if (refusal || deps->inbox.draining()) {  // `place` goes back as it is dropped
     if (!refusal) refusal = Refusal{ErrorCode::kShuttingDown, "the server began shutting down"};
-    return refuse(api_error(refusal->code, refusal->message));
+    return refuse(api_refusal(*refusal, parsed.request));
+  }
+  if (parsed.request.max_tokens_key.empty()) {  // no max_tokens: the rest of the context
+    request.params.max_new_tokens = api_default_max_tokens(
+        static_cast<int>(request.prompt.size()), deps->limits.prompt, deps->api.max_tokens_cap);
   }
   // An HTTP/1.1 connection has one request in flight: the exchange is its own client.
   const auto ex =
@@ -331,6 +388,7 @@ void HttpFront::Impl::answer_whole(const httplib::Request& req, httplib::Respons
       if (end.error_code) return send_error(res, api_error(*end.error_code, end.error_message));
       const Finished& f = end.finished;
       ApiResult r{f.finish_reason, f.prompt_tokens, static_cast<int>(f.tokens.size()), f.text};
+      r.cached_tokens = f.cached_tokens;
       if (ex->logprobs()) {
         std::vector<ApiTokenLogprobs> lp;
         for (size_t i = 0; i < f.logprobs.size() && i < f.tokens.size(); ++i) {
@@ -404,7 +462,8 @@ std::string HttpFront::Impl::closing_chunks(const StreamState& st,
     const Finished& f = end.finished;
     out += sse(api_chunk(st.head, "", false, &f.finish_reason, st.include_usage));
     if (st.include_usage) {
-      out += sse(api_usage_chunk(st.head, f.prompt_tokens, static_cast<int>(f.tokens.size())));
+      out += sse(api_usage_chunk(st.head, f.prompt_tokens, static_cast<int>(f.tokens.size()),
+                                 f.cached_tokens));
     }
   }
   return out + "data: [DONE]\n\n";

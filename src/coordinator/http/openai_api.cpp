@@ -1,5 +1,9 @@
 #include "coordinator/http/openai_api.h"
 
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <limits>
 #include <set>
 
 #include "common/frame.h"
@@ -12,30 +16,6 @@ using nlohmann::json;
 
 namespace {
 
-// Keys both endpoints take. `user` is accepted and ignored (OpenAI's abuse tracking id);
-// top_k, repetition_penalty and ignore_eos are the extensions vLLM also takes.
-const std::set<std::string> kCommonKeys = {"model",
-                                           "max_tokens",
-                                           "temperature",
-                                           "top_p",
-                                           "seed",
-                                           "stop",
-                                           "n",
-                                           "presence_penalty",
-                                           "frequency_penalty",
-                                           "user",
-                                           "stream",
-                                           "stream_options",
-                                           "logprobs",
-                                           "logit_bias",
-                                           "top_k",
-                                           "repetition_penalty",
-                                           "ignore_eos"};
-const std::set<std::string> kCompletionKeys = {"prompt", "echo", "best_of", "suffix"};
-const std::set<std::string> kChatKeys = {
-    "messages",      "max_completion_tokens", "top_logprobs",
-    "tools",         "tool_choice",           "functions",
-    "function_call", "response_format",       "parallel_tool_calls"};
 // Sampling keys whose name is the same in both protocols.
 const char* const kSameKeys[] = {"temperature",
                                  "top_p",
@@ -59,62 +39,29 @@ ApiError unsupported(const std::string& param, const std::string& what) {
 
 // Indexed by ErrorCode (the static_assert keeps it as long as the enum).
 constexpr HttpErrorClass kHttpErrors[] = {
-    {400, "invalid_request_error"},  // invalid_request
-    {400, "invalid_request_error"},  // prompt_too_long
-    {429, "rate_limit_error"},       // queue_full
-    {429, "rate_limit_error"},       // too_many_in_flight
-    {503, "server_error"},           // too_many_connections
-    {503, "server_error"},           // shutting_down
-    {500, "server_error"},           // internal
-    {400, "invalid_request_error"},  // unsupported_parameter
-    {404, "invalid_request_error"},  // model_not_found
-    {404, "invalid_request_error"},  // not_found
-    {413, "invalid_request_error"},  // body_too_large
-    {401, "invalid_request_error"},  // invalid_api_key
-    {503, "server_error"},           // starting
-    {503, "server_error"},           // stalled
-    {503, "server_error"},           // server_busy
-    {400, "invalid_request_error"},  // invalid_json
-    {400, "invalid_request_error"},  // duplicate_custom_id
+    {400, "invalid_request_error", nullptr},                    // invalid_request
+    {400, "invalid_request_error", "context_length_exceeded"},  // prompt_too_long
+    {429, "rate_limit_error", nullptr},                         // queue_full
+    {429, "rate_limit_error", nullptr},                         // too_many_in_flight
+    {503, "server_error", nullptr},                             // too_many_connections
+    {503, "server_error", nullptr},                             // shutting_down
+    {500, "server_error", nullptr},                             // internal
+    {400, "invalid_request_error", nullptr},                    // unsupported_parameter
+    {404, "invalid_request_error", nullptr},                    // model_not_found
+    {404, "invalid_request_error", nullptr},                    // not_found
+    {413, "invalid_request_error", nullptr},                    // body_too_large
+    {401, "invalid_request_error", nullptr},                    // invalid_api_key
+    {503, "server_error", nullptr},                             // starting
+    {503, "server_error", nullptr},                             // stalled
+    {503, "server_error", nullptr},                             // server_busy
+    {400, "invalid_request_error", nullptr},                    // invalid_json
+    {400, "invalid_request_error", nullptr},                    // duplicate_custom_id
 };
 static_assert(sizeof(kHttpErrors) / sizeof(kHttpErrors[0]) == kErrorCodeCount);
 
 bool given(const json& j, const char* key) {
   const auto it = j.find(key);
   return it != j.end() && !it->is_null();
-}
-
-std::string list(const std::set<std::string>& a, const std::set<std::string>& b) {
-  std::set<std::string> all = a;
-  all.insert(b.begin(), b.end());
-  std::string s;
-  for (const auto& k : all) s += (s.empty() ? "" : ", ") + k;
-  return s;
-}
-
-// What OpenAI defines and this server does not do; nullopt when the body asks for none of it.
-std::optional<ApiError> refuse_unsupported(const json& j, ApiKind kind) {
-  if (given(j, "n") && !(j["n"].is_number_integer() && j["n"].get<int64_t>() == 1))
-    return invalid("\"n\" must be 1 (one choice per request; got " + quote_json(j["n"]) + ")", "n");
-  if (given(j, "logit_bias") && !(j["logit_bias"].is_object() && j["logit_bias"].empty()))
-    return unsupported("logit_bias", "\"logit_bias\"");
-  if (kind == ApiKind::kCompletion) {
-    if (given(j, "echo") && !(j["echo"].is_boolean() && !j["echo"].get<bool>()))
-      return unsupported("echo", "\"echo\": true");
-    if (given(j, "best_of") && !(j["best_of"].is_number_integer() && j["best_of"] == 1))
-      return unsupported("best_of", "\"best_of\" other than 1");
-    if (given(j, "suffix")) return unsupported("suffix", "\"suffix\"");
-    return std::nullopt;
-  }
-  for (const char* k : {"tools", "functions"}) {
-    if (given(j, k) && !(j[k].is_array() && j[k].empty()))
-      return unsupported(k, std::string("\"") + k + "\" (tool calls)");
-  }
-  for (const char* k : {"tool_choice", "function_call"}) {
-    if (given(j, k) && !(j[k].is_string() && j[k] == "none"))
-      return unsupported(k, std::string("\"") + k + "\" other than \"none\"");
-  }
-  return std::nullopt;
 }
 
 // The prompt of /v1/completions: a string, an array of token ids, or an array of one of either.
@@ -141,13 +88,21 @@ const char* max_tokens_key(const json& j, ApiKind kind) {
   return given(j, "max_tokens") ? "max_tokens" : nullptr;
 }
 
-// parse_request_fields names the project's keys; the client wrote OpenAI's.
-std::string in_client_terms(std::string message, const char* max_key) {
-  if (max_key == nullptr) return message;
+// parse_request_fields names the project's keys; the client wrote OpenAI's (an absent one is
+// max_tokens: the message is about the one token the prompt must leave room for).
+std::string in_client_terms(std::string message, const std::string& max_key) {
   const std::string from = "max_new_tokens";
+  const std::string to = max_key.empty() ? "max_tokens" : max_key;
   for (size_t at = message.find(from); at != std::string::npos; at = message.find(from, at))
-    message.replace(at, from.size(), max_key);
+    message.replace(at, from.size(), to);
   return message;
+}
+
+// The served names, for messages: "a", "b".
+std::string served_list(const ApiContext& ctx) {
+  std::string s;
+  for (const std::string& m : ctx.served_models) s += (s.empty() ? "\"" : ", \"") + m + "\"";
+  return s;
 }
 
 }  // namespace
@@ -165,19 +120,7 @@ ApiError api_error(ErrorCode code, std::string message, std::string param) {
   return e;
 }
 
-json api_error_body(const ApiError& e) {
-  return json{{"error",
-               {{"message", e.message},
-                {"type", http_error_class(e.code).type},
-                {"param", e.param.empty() ? json(nullptr) : json(e.param)},
-                {"code", to_string(e.code)}}}};
-}
-
-namespace {
-
-// The body as a JSON object with only known keys and the served model; else the error.
-std::optional<ApiError> parse_envelope(const std::string& body, ApiKind kind, const ApiContext& ctx,
-                                       json* j) {
+std::optional<ApiError> parse_json_object(const std::string& body, json* j) {
   if (!is_valid_utf8(body)) return invalid("the body is not valid UTF-8", "");
   if (json_nesting_exceeds(body, kMaxJsonDepth)) {
     return invalid("the body nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels",
@@ -186,25 +129,58 @@ std::optional<ApiError> parse_envelope(const std::string& body, ApiKind kind, co
   *j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j->is_discarded()) return invalid("the body is not valid JSON", "");
   if (!j->is_object()) return invalid("the body must be a JSON object", "");
-  const std::set<std::string>& own = kind == ApiKind::kChat ? kChatKeys : kCompletionKeys;
+  return std::nullopt;
+}
+
+const char* api_error_code_name(ErrorCode code) {
+  const char* openai = http_error_class(code).openai_code;
+  return openai != nullptr ? openai : to_string(code);
+}
+
+json api_error_body(const ApiError& e) {
+  return json{{"error",
+               {{"message", e.message},
+                {"type", http_error_class(e.code).type},
+                {"param", e.param.empty() ? json(nullptr) : json(e.param)},
+                {"code", api_error_code_name(e.code)}}}};
+}
+
+bool serves_model(const ApiContext& ctx, const std::string& model) {
+  for (const std::string& m : ctx.served_models)
+    if (m == model) return true;
+  return false;
+}
+
+std::optional<ApiError> api_model_error(const json& j, const ApiContext& ctx, bool required) {
+  if (!given(j, "model") && !required) return std::nullopt;
+  if (!given(j, "model") || !j["model"].is_string())
+    return invalid("\"model\" is required (a string: " + served_list(ctx) + ")", "model");
+  const std::string& model = j["model"].get_ref<const std::string&>();
+  if (serves_model(ctx, model)) return std::nullopt;
+  return invalid(
+      "the model " + quote(model) + " does not exist (this server serves " + served_list(ctx) + ")",
+      "model", ErrorCode::kModelNotFound);
+}
+
+namespace {
+
+// The body as a JSON object naming a served model and no field that would change the output
+// unimplemented (under --strict-api, no unknown field either); else the error.
+std::optional<ApiError> parse_envelope(const std::string& body, ApiKind kind, const ApiContext& ctx,
+                                       json* j) {
+  if (std::optional<ApiError> e = parse_json_object(body, j)) return e;
   for (const auto& item : j->items()) {
-    if (!kCommonKeys.count(item.key()) && !own.count(item.key()) &&
-        !kStructuredKeys.count(item.key())) {
-      return invalid(
-          "unknown parameter " + quote(item.key()) + " (allowed: " + list(kCommonKeys, own) + ")",
-          item.key());
+    if (ctx.strict && !strict_api_key(item.key(), kind)) {
+      return invalid("unknown parameter " + quote(item.key()) +
+                         " (--strict-api; allowed: " + strict_api_keys(kind) + ")",
+                     item.key());
     }
   }
   // The model before any value: a client talking to the wrong server learns that first.
-  if (!given(*j, "model") || !(*j)["model"].is_string())
-    return invalid("\"model\" is required (a string: \"" + ctx.served_model + "\")", "model");
-  const std::string& model = (*j)["model"].get_ref<const std::string&>();
-  if (model != ctx.served_model) {
-    return invalid("the model " + quote(model) + " does not exist (this server serves \"" +
-                       ctx.served_model + "\")",
-                   "model", ErrorCode::kModelNotFound);
-  }
-  return refuse_unsupported(*j, kind);
+  if (std::optional<ApiError> e = api_model_error(*j, ctx, /*required=*/true)) return e;
+  if (const std::optional<RefusedField> r = refused_field(*j))
+    return unsupported(r->param, r->what);
+  return std::nullopt;
 }
 
 // "stream" and "stream_options" into `out`.
@@ -229,7 +205,10 @@ std::optional<ApiError> parse_streaming(const json& j, ApiRequest* out) {
 std::optional<ApiError> translate_fields(const json& j, ApiKind kind, json* mine) {
   for (const char* k : kSameKeys)
     if (given(j, k)) (*mine)[k] = j[k];
-  if (const char* max_key = max_tokens_key(j, kind)) (*mine)["max_new_tokens"] = j[max_key];
+  // Absent: the rest of the context once the prompt is tokenized (api_default_max_tokens); until
+  // then 1, the room the prompt must leave.
+  const char* max_key = max_tokens_key(j, kind);
+  (*mine)["max_new_tokens"] = max_key != nullptr ? j[max_key] : json(1);
   // Logprobs: chat's logprobs (bool) + top_logprobs are the project's keys; completions' logprobs
   // is the number of alternatives (0 = the chosen token's only). Validated with the others.
   if (kind == ApiKind::kChat) {
@@ -262,23 +241,81 @@ ApiParse parse_api_request(const std::string& body, ApiKind kind, const ApiConte
   if (out.error) return out;
   out.request.kind = kind;
   out.request.model = j["model"].get<std::string>();
+  const char* max_key = max_tokens_key(j, kind);
+  out.request.max_tokens_key = max_key != nullptr ? max_key : "";
+  out.request.ignored = ignored_fields(j, kind);
   out.request.request = parse_request_fields(mine, ctx.defaults, ctx.config, {});
   if (!out.request.request.ok()) {
     const ParsedRequest& r = out.request.request;
-    out.error =
-        invalid(in_client_terms(r.error_message, max_tokens_key(j, kind)), "", *r.error_code);
+    out.error = api_refusal(Refusal{*r.error_code, r.error_message}, out.request);
   }
   return out;
 }
 
-const char* api_finish_reason(FinishReason finish_reason) {
-  return to_string(finish_reason);  // stop | length | timeout | cancelled: OpenAI's names
+ApiError api_refusal(const Refusal& refusal, const ApiRequest& request) {
+  const std::string message = in_client_terms(refusal.message, request.max_tokens_key);
+  std::string param;
+  if (refusal.code == ErrorCode::kPromptTooLong) {
+    param = request.kind == ApiKind::kChat ? "messages" : "prompt";
+  } else if (refusal.code == ErrorCode::kInvalidRequest) {
+    param = api_error_param(refusal.message, request.kind, request.max_tokens_key);
+  }
+  return api_error(refusal.code, message, param);
 }
 
-json api_usage(int prompt_tokens, int completion_tokens) {
+int api_default_max_tokens(int prompt_tokens, const PromptLimits& limits, std::optional<int> cap) {
+  const int64_t rest =
+      std::min<int64_t>(limits.max_tokens(), std::numeric_limits<int>::max()) - prompt_tokens;
+  const int64_t n = cap ? std::min<int64_t>(rest, *cap) : rest;
+  return static_cast<int>(std::max<int64_t>(n, 1));
+}
+
+std::string api_error_param(const std::string& message, ApiKind kind, const std::string& max_key) {
+  size_t at = message.empty() || message[0] != '"' ? 0 : 1;
+  size_t end = at;
+  while (end < message.size() &&
+         (std::islower(static_cast<unsigned char>(message[end])) || message[end] == '_')) {
+    ++end;
+  }
+  const std::string key = message.substr(at, end - at);
+  if (key == "max_new_tokens") return max_key.empty() ? "max_tokens" : max_key;
+  if (key == "prompt_tokens") return "prompt";
+  // Completions' logprobs is the number of alternatives: the project's top_logprobs.
+  if (key == "top_logprobs" && kind == ApiKind::kCompletion) return "logprobs";
+  return field_use(key, kind) == FieldUse::kRead ? key : "";
+}
+
+const char* api_finish_reason(FinishReason finish_reason) {
+  switch (finish_reason) {
+    case FinishReason::kStop:
+    case FinishReason::kCancelled:
+      return "stop";
+    case FinishReason::kLength:
+    case FinishReason::kTimeout:
+    case FinishReason::kShuttingDown:
+      return "length";
+  }
+  return "stop";
+}
+
+std::string api_system_fingerprint(const std::string& build, const json& config) {
+  // FNV-1a, 64 bits: stable across runs and platforms (std::hash is neither), and collisions
+  // between configurations of one deployment are not a concern.
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : build + "\n" + config.dump()) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  char out[24];
+  std::snprintf(out, sizeof(out), "fp_%016llx", static_cast<unsigned long long>(h));
+  return out;
+}
+
+json api_usage(int prompt_tokens, int completion_tokens, int cached_tokens) {
   return json{{"prompt_tokens", prompt_tokens},
               {"completion_tokens", completion_tokens},
-              {"total_tokens", prompt_tokens + completion_tokens}};
+              {"total_tokens", prompt_tokens + completion_tokens},
+              {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
 }
 
 namespace {
@@ -286,7 +323,11 @@ json head_object(const ApiResponseHead& h, bool chunk) {
   const char* object = h.kind == ApiKind::kChat
                            ? (chunk ? "chat.completion.chunk" : "chat.completion")
                            : "text_completion";
-  return json{{"id", h.id}, {"object", object}, {"created", h.created}, {"model", h.model}};
+  return json{{"id", h.id},
+              {"object", object},
+              {"created", h.created},
+              {"model", h.model},
+              {"system_fingerprint", h.system_fingerprint}};
 }
 }  // namespace
 
@@ -344,6 +385,7 @@ json api_response(const ApiResponseHead& h, const ApiResult& r) {
   json out = head_object(h, false);
   json choice{{"index", 0},
               {"finish_reason", api_finish_reason(r.finish_reason)},
+              {kVendorFinishReason, to_string(r.finish_reason)},
               {"logprobs", r.logprobs}};
   if (h.kind == ApiKind::kChat) {
     choice["message"] = {{"role", "assistant"}, {"content", r.text}};
@@ -351,7 +393,7 @@ json api_response(const ApiResponseHead& h, const ApiResult& r) {
     choice["text"] = r.text;
   }
   out["choices"] = json::array({choice});
-  out["usage"] = api_usage(r.prompt_tokens, r.completion_tokens);
+  out["usage"] = api_usage(r.prompt_tokens, r.completion_tokens, r.cached_tokens);
   return out;
 }
 
@@ -362,6 +404,7 @@ json api_chunk(const ApiResponseHead& h, const std::string& text, bool first,
       {"index", 0},
       {"logprobs", logprobs},
       {"finish_reason", finish_reason ? json(api_finish_reason(*finish_reason)) : json(nullptr)}};
+  if (finish_reason) choice[kVendorFinishReason] = to_string(*finish_reason);
   if (h.kind == ApiKind::kChat) {
     json delta = json::object();
     if (first) delta["role"] = "assistant";
@@ -375,19 +418,22 @@ json api_chunk(const ApiResponseHead& h, const std::string& text, bool first,
   return out;
 }
 
-json api_usage_chunk(const ApiResponseHead& h, int prompt_tokens, int completion_tokens) {
+json api_usage_chunk(const ApiResponseHead& h, int prompt_tokens, int completion_tokens,
+                     int cached_tokens) {
   json out = head_object(h, true);
   out["choices"] = json::array();
-  out["usage"] = api_usage(prompt_tokens, completion_tokens);
+  out["usage"] = api_usage(prompt_tokens, completion_tokens, cached_tokens);
   return out;
 }
 
-json api_models(const std::string& served_model, int64_t created) {
-  return json{{"object", "list"},
-              {"data", json::array({{{"id", served_model},
-                                     {"object", "model"},
-                                     {"created", created},
-                                     {"owned_by", "llama2"}}})}};
+json api_model(const std::string& id, int64_t created) {
+  return json{{"id", id}, {"object", "model"}, {"created", created}, {"owned_by", "llama2"}};
+}
+
+json api_models(const std::vector<std::string>& served_models, int64_t created) {
+  json data = json::array();
+  for (const std::string& m : served_models) data.push_back(api_model(m, created));
+  return json{{"object", "list"}, {"data", data}};
 }
 
 }  // namespace llama2

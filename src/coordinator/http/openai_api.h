@@ -4,9 +4,8 @@
 // A request body is translated into the project's own request object (request.h's keys:
 // max_tokens -> max_new_tokens, a token-id prompt -> prompt_tokens, ...) and validated by
 // parse_request_fields, the same code the socket protocol and `batch` use: every sampling range,
-// the chat order rule and the token-id checks have one place. What OpenAI defines and this server
-// does not do (tools, echo, best_of, n > 1) is refused here by
-// name.
+// the chat order rule and the token-id checks have one place. Which fields are read, ignored or
+// refused is api_fields.h's table.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +16,7 @@
 
 #include "common/model_config.h"
 #include "common/sampling_params.h"
+#include "coordinator/http/api_fields.h"
 #include "coordinator/requests/codes.h"
 #include "coordinator/requests/request.h"
 #include "coordinator/requests/request_messages.h"
@@ -29,12 +29,17 @@ namespace llama2 {
 struct HttpErrorClass {
   int status;
   const char* type;
+  // OpenAI's own "code" for the same error (prompt_too_long: "context_length_exceeded"); nullptr:
+  // the project's name (codes.h).
+  const char* openai_code;
 };
 // The one table (openai_api.cpp) of every ErrorCode's status and type: 400 for a bad request
 // (invalid_request, prompt_too_long, unsupported_parameter), 401 invalid_api_key, 404
 // model_not_found / not_found, 413 body_too_large, 429 queue_full / too_many_in_flight, 503 for
 // a server that cannot take it now (shutting_down, starting, stalled, server_busy), 500 internal.
 HttpErrorClass http_error_class(ErrorCode code);
+// The error object's "code": the table's openai_code, else the project's name (codes.h).
+const char* api_error_code_name(ErrorCode code);
 
 // An error answered with OpenAI's shape {"error": {"message", "type", "param", "code"}}.
 struct ApiError {
@@ -47,22 +52,41 @@ struct ApiError {
 };
 ApiError api_error(ErrorCode code, std::string message, std::string param = "");
 nlohmann::json api_error_body(const ApiError& e);
-
-enum class ApiKind { kCompletion, kChat };
+// A body as a JSON object (valid UTF-8, nesting bounded, an object), or the 400 to answer.
+std::optional<ApiError> parse_json_object(const std::string& body, nlohmann::json* j);
 
 // What the front needs to judge a body.
 struct ApiContext {
-  std::string served_model;  // the only model name accepted
-  SamplingParams defaults;   // serve's sampling defaults
+  // The names a request's "model" may give (--served-model-name's aliases; the first is the one
+  // /metrics labels); /v1/models lists them all.
+  std::vector<std::string> served_models;
+  SamplingParams defaults;  // serve's sampling defaults
   ModelConfig config;
+  bool strict = false;  // --strict-api: unknown fields are refused (400) instead of ignored
+  // --max-new-tokens when given on the command line: it caps an absent max_tokens' rest of the
+  // context; unset, nothing does.
+  std::optional<int> max_tokens_cap;
+  std::string system_fingerprint;  // api_system_fingerprint(...)
 };
+
+// True when `model` is one of ctx.served_models.
+bool serves_model(const ApiContext& ctx, const std::string& model);
+// The error for a body whose "model" is not a served name (404 model_not_found), or missing when
+// `required` (400); nullopt when fine.
+std::optional<ApiError> api_model_error(const nlohmann::json& body, const ApiContext& ctx,
+                                        bool required);
 
 struct ApiRequest {
   ApiKind kind = ApiKind::kCompletion;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   std::string model;
-  ParsedRequest request;  // validated, text_pending until tokenized (tokenize_request)
+  // The client's max-tokens key (max_tokens, or chat's max_completion_tokens), "" when absent:
+  // then request.params.max_new_tokens is 1 until the prompt is tokenized (the prompt must leave
+  // room for one token) and api_default_max_tokens gives the rest of the context.
+  std::string max_tokens_key;
+  std::vector<std::string> ignored;  // fields ignored (api_fields.h), for the log
+  ParsedRequest request;             // validated, text_pending until tokenized (tokenize_request)
 };
 
 // Parses and validates one body; the request, or the error to answer with.
@@ -72,9 +96,34 @@ struct ApiParse {
 };
 ApiParse parse_api_request(const std::string& body, ApiKind kind, const ApiContext& ctx);
 
-// OpenAI's finish_reason for the project's ("stop", "length"; "timeout" and "cancelled" are
-// passed through: clients do not check the value, and calling a timeout "length" would lie).
+// The error for an admission refusal (prepare_prompt's) of `request`: prompt_too_long names
+// "prompt" / "messages" as its param, and messages use the client's key names.
+ApiError api_refusal(const Refusal& refusal, const ApiRequest& request);
+
+// max_new_tokens for a request without max_tokens, once its prompt is tokenized: the rest of the
+// context (the smallest of `limits`, as vLLM does with its max_model_len), capped by `cap`
+// (--max-new-tokens when given). At least 1: prepare_prompt refused a prompt that leaves no room.
+int api_default_max_tokens(int prompt_tokens, const PromptLimits& limits, std::optional<int> cap);
+
+// The request key a validation message is about, in the client's terms ("" when none): the
+// shared validators begin every message with the key (sampling_params.h), e.g. "top_p must be in
+// (0, 1] (got 1.5)" -> "top_p", "messages[1].role: ..." -> "messages"; max_new_tokens becomes
+// `max_key` (the client's), prompt_tokens "prompt".
+std::string api_error_param(const std::string& message, ApiKind kind, const std::string& max_key);
+
+// OpenAI's finish_reason for the project's: OpenAI's clients know only "stop", "length" (and
+// "tool_calls", "content_filter"), and some parse it into a closed enum. A timeout or the server's
+// shutdown cut the output short as a length limit does: "length"; a cancel ends it at the
+// client's wish: "stop". The project's own reason goes in kVendorFinishReason beside it.
 const char* api_finish_reason(FinishReason finish_reason);
+// The choice field that carries the project's finish reason (codes.h's names: stop, length,
+// cancelled, timeout, shutting_down), wherever "finish_reason" is set.
+constexpr const char* kVendorFinishReason = "llama2_finish_reason";
+
+// "fp_" and 16 hex digits of a hash of `build` (the server's version) and `config` (what
+// determines the output for given parameters: the model's config.json, the weights' and KV
+// cache's dtypes, ...): stable across restarts of the same build on the same model.
+std::string api_system_fingerprint(const std::string& build, const nlohmann::json& config);
 
 // One finished generation, as the engine reported it.
 struct ApiResult {
@@ -83,6 +132,7 @@ struct ApiResult {
   int completion_tokens = 0;
   std::string text;
   nlohmann::json logprobs = nullptr;  // api_logprobs(...) when the request asked, else null
+  int cached_tokens = 0;              // prompt tokens found in the prefix cache
 };
 
 // One generated token's log-probabilities (TokenEvent::logprob / top_logprobs).
@@ -104,10 +154,13 @@ struct ApiResponseHead {
   ApiKind kind = ApiKind::kCompletion;
   std::string id;  // cmpl-... / chatcmpl-...
   int64_t created = 0;
-  std::string model;
+  std::string model;               // the name the request gave
+  std::string system_fingerprint;  // ApiContext::system_fingerprint
 };
 
-nlohmann::json api_usage(int prompt_tokens, int completion_tokens);
+// {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details":
+// {"cached_tokens"}}.
+nlohmann::json api_usage(int prompt_tokens, int completion_tokens, int cached_tokens);
 // The non-streamed response object (text_completion / chat.completion).
 nlohmann::json api_response(const ApiResponseHead& h, const ApiResult& r);
 // One streamed chunk carrying `text` (for chat, `first` adds role "assistant" to the delta), or,
@@ -117,8 +170,11 @@ nlohmann::json api_chunk(const ApiResponseHead& h, const std::string& text, bool
                          const FinishReason* finish_reason, bool with_usage_null,
                          const nlohmann::json& logprobs = nullptr);
 // The usage chunk that ends a stream when include_usage is set (empty choices).
-nlohmann::json api_usage_chunk(const ApiResponseHead& h, int prompt_tokens, int completion_tokens);
-// GET /v1/models.
-nlohmann::json api_models(const std::string& served_model, int64_t created);
+nlohmann::json api_usage_chunk(const ApiResponseHead& h, int prompt_tokens, int completion_tokens,
+                               int cached_tokens);
+// GET /v1/models: every served name.
+nlohmann::json api_models(const std::vector<std::string>& served_models, int64_t created);
+// GET /v1/models/{id}: one model object.
+nlohmann::json api_model(const std::string& id, int64_t created);
 
 }  // namespace llama2

@@ -151,6 +151,7 @@ void WireWriter::finished(const Finished& done) {
   put(buf_, static_cast<uint8_t>(done.finish_reason));
   put(buf_, done.seed);
   put(buf_, static_cast<int32_t>(done.prompt_tokens));
+  put(buf_, static_cast<int32_t>(done.cached_tokens));
   put(buf_, done.tokens);
   put(buf_, done.text);
   put(buf_, static_cast<uint32_t>(done.logprobs.size()));  // logprobs: [n] or empty
@@ -224,6 +225,7 @@ Finished read_finished(Reader& r) {
   d.finish_reason = r.reason();
   d.seed = r.get<uint64_t>();
   d.prompt_tokens = r.get<int32_t>();
+  d.cached_tokens = r.get<int32_t>();
   d.tokens = r.ints();
   d.text = r.str();
   for (uint32_t i = 0, n = r.get<uint32_t>(); i < n; ++i) d.logprobs.push_back(r.get<float>());

@@ -18,7 +18,7 @@ enum class FinishReason : uint8_t {
   kLength,        // max_new_tokens reached
   kCancelled,     // a cancel, or the client went away
   kTimeout,       // its deadline passed
-  kShuttingDown,  // the server's drain ended it (answered as an error, not a `done`)
+  kShuttingDown,  // the server's drain ended it (the socket: an error, not a `done`)
 };
 constexpr int kFinishReasonCount = 5;
 

@@ -76,6 +76,10 @@ struct Finished {
   FinishReason finish_reason = FinishReason::kStop;
   uint64_t seed = 0;  // the seed its sampler used (params.seed, else SubmitRequest::seed)
   int prompt_tokens = 0;
+  // Of the prompt, the tokens whose KV blocks the prefix cache held when the request was admitted
+  // (not computed for it; usage.prompt_tokens_details.cached_tokens over HTTP). A resumption after
+  // a preemption does not change it.
+  int cached_tokens = 0;
   std::vector<int> tokens;  // generated ids (EOS included when it ended the sequence)
   std::string text;         // detokenized output, stop string excluded
   // Only when the request asked for logprobs (else empty): [tokens.size()] each token's

@@ -44,6 +44,7 @@ struct BatchScheduler::Sequence {
     result.id = req.id;
     result.seed = req.params.seed.value_or(req.seed);
     result.prompt_tokens = prompt_len();
+    result.cached_tokens = std::min(hit_tokens, prompt_len());
     if (req.constraint != nullptr) {
       LLAMA2_CHECK(req.constraint->grammar != nullptr);  // compiled at admission
       matcher = std::make_unique<constrain::GrammarMatcher>(req.constraint->grammar);

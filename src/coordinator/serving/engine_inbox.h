@@ -51,6 +51,14 @@ class EventSink {
   // The generation ends without a result: refused when submitted (a limit changed since the
   // endpoint checked it), or the server shut down before it finished.
   virtual void on_error(ErrorCode code, const std::string& message) = 0;
+  // The server's drain ended the generation unfinished (FinishReason::kShuttingDown): the socket
+  // answers an error (docs/PROTOCOL.md); HTTP ends the answer with what was generated and
+  // finish_reason "length", as vLLM's clients expect of an answer cut short.
+  virtual void on_shut_down(const Finished& done, const Timings& timings) {
+    (void)done;
+    (void)timings;
+    on_error(ErrorCode::kShuttingDown, "the server shut down before this generation finished");
+  }
   // Wakes whoever reads this sink's events (may be a no-op: the flusher wakes them all).
   virtual void wake() {}
   // Who flushes this sink after a step.

@@ -61,8 +61,7 @@ void EngineDispatch::on_finished(const Finished& done, const Timings& t) {
   routes_.erase(it);
   tickets_.erase(r.ticket);
   if (done.finish_reason == FinishReason::kShuttingDown) {
-    r.sink->on_error(ErrorCode::kShuttingDown,
-                     "the server shut down before this generation finished");
+    r.sink->on_shut_down(done, t);
   } else {
     r.sink->on_finished(done, t);
   }
