@@ -41,6 +41,7 @@
 #include "common/frame.h"
 #include "common/model_config.h"
 #include "coordinator/http/openai_api.h"
+#include "coordinator/requests/request_constraint.h"
 #include "coordinator/serving/protocol.h"
 #include "coordinator/serving/token_bound.h"
 #include "coordinator/text/tokenizer.h"
@@ -71,6 +72,8 @@ struct Server {
   llama2::Tokenizer tok{FUZZ_MODEL_DIR "/tokenizer.model"};
   llama2::SamplingParams defaults;
   llama2::ServeLimits limits;
+  // Compiles the constraints requests carry (its grammar cache is the only state that changes).
+  mutable llama2::ConstraintCompiler constraints{tok};
   Server() {
     defaults.max_new_tokens = 8;
     limits.prompt.max_seq_len = 64;
@@ -115,7 +118,7 @@ void serve_payload(const std::string& payload) {
   const bool text = r.request.text_pending;
   const size_t text_bytes = r.request.prompt_text.size();
   const std::optional<llama2::Refusal> refusal =
-      llama2::prepare_prompt(r.request, s.tok, s.config, s.limits.prompt);
+      llama2::prepare_prompt(r.request, s.tok, s.config, s.limits.prompt, s.constraints);
   if (text && r.request.ok()) {
     // Tokenized: the byte-length bound must not exceed the real count.
     FUZZ_REQUIRE(llama2::min_prompt_tokens(text_bytes, s.limits.max_piece_bytes) <=

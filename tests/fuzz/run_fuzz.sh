@@ -42,7 +42,9 @@ sources=(tests/fuzz/fuzz_requests.cpp src/coordinator/serving/protocol.cpp src/c
   src/coordinator/text/chat_format.cpp src/coordinator/http/openai_api.cpp
   src/coordinator/http/api_fields.cpp src/common/frame.cpp
   src/common/check.cpp src/common/sampling_params.cpp src/common/model_config.cpp
-  src/common/checkpoint_quant.cpp src/common/meta_params.cpp src/common/sentencepiece_model.cpp)
+  src/common/checkpoint_quant.cpp src/common/meta_params.cpp src/common/sentencepiece_model.cpp
+  src/coordinator/requests/request_constraint.cpp src/coordinator/http/structured_fields.cpp)
+for f in "$root"/src/coordinator/constrain/*.cpp; do sources+=("${f#"$root"/}"); done
 if [[ $target == constrain ]]; then
   sources=(tests/fuzz/fuzz_constrain.cpp src/coordinator/text/tokenizer.cpp src/common/frame.cpp
     src/common/check.cpp)

@@ -122,7 +122,8 @@ int run(int argc, char** argv, int rank, int size) {
   for (int i = 1; i < 19; ++i) ids.push_back(3 + (i * 37) % (config.vocab_size - 3));
 
   const std::vector<float> a = run_model(opt, opt.model, opt.weight_dtype, opt.backend, ids, rank);
-  const std::vector<float> b = run_model(opt, opt.against, opt.against_weight_dtype, opt.against_backend, ids, rank);
+  const std::vector<float> b =
+      run_model(opt, opt.against, opt.against_weight_dtype, opt.against_backend, ids, rank);
   int ok = 1;
   if (rank == 0) {
     double max_diff = 0.0;

@@ -52,7 +52,7 @@ llama2::ApiParse http(const json& extra, ApiKind kind = ApiKind::kChat) {
   if (kind == ApiKind::kCompletion) body = {{"model", "tiny"}, {"prompt", "Hi"}};
   body.update(extra);
   llama2::ApiContext c;
-  c.served_model = "tiny";
+  c.served_models = {"tiny"};
   c.config = config();
   return llama2::parse_api_request(body.dump(), kind, c);
 }

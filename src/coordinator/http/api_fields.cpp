@@ -1,6 +1,6 @@
 #include "coordinator/http/api_fields.h"
-#include "coordinator/http/structured_fields.h"
 
+#include "coordinator/http/structured_fields.h"
 #include "coordinator/requests/request.h"
 
 namespace llama2 {
