@@ -24,6 +24,9 @@
 #   saturation[:VAR=a,b]    serve, 1024 requests of 128 + 128 at once (saturation_ab.sh)
 #   batch-offline           `llama2 batch`, 1024 prompts of 128 + 128 (batch_offline.sh), one GPU
 #   rope-check              rope_scaling on CUDA against the CPU backend (rope_check.sh)
+#   constrained-ab          structured output's cost at batch 64: 64 requests of 128 + 256 at once,
+#                           unconstrained, then every one constrained (CONSTRAINT, a JSON object of
+#                           request fields; default a regex of lowercase words), ROUNDS times
 #   logits-adjust-cuda      llama2_logits_adjust_test --backend cuda on small-d64: masked and
 #                           biased rows against the adjustment applied to full logits
 #   cpu-before-after:DIR    benchmarks/cpu_batch_throughput.sh on this node's CPUs, DIR's build
@@ -76,6 +79,7 @@ targets() {
     e2e-matrix | before-after) echo llama2 llama2_bench_e2e ;;
     cpu-before-after) echo llama2 llama2_bench_cpu ;;
     rope-check) echo llama2_logits_diff ;;
+    constrained-ab) echo llama2 ;;
     logits-adjust-cuda) echo llama2_logits_adjust_test ;;
     e2e-batch1 | e2e-batch64 | e2e-sweep | prefill | op-profile | two-gpu-7b | two-gpu-70b)
       echo llama2_bench_e2e ;;
@@ -216,6 +220,14 @@ step_cpu_before_after() {
       grep '^|' "$O/cpu_${side}_$r.log" | add
     done
     pack
+  done
+  return "$rc"
+}
+step_constrained_ab() {
+  local r rc=0 c=${CONSTRAINT:-'{"regex": "[a-z]+( [a-z]+)*", "ignore_eos": null}'}
+  for ((r = 1; r <= ${ROUNDS:-1}; r++)); do
+    MAX_BATCH=64 REQUESTS=64 MAX_NEW=256 sat "free_b64_$r" LLAMA2_MIXED_DECODE 1 || rc=1
+    MAX_BATCH=64 REQUESTS=64 MAX_NEW=256 EXTRA=$c sat "constrained_b64_$r" LLAMA2_MIXED_DECODE 1 || rc=1
   done
   return "$rc"
 }

@@ -57,16 +57,18 @@ class Connection:
                 q.put_nowait((time.perf_counter(), {"event": "error", "code": "disconnected"}))
 
 
-async def one_request(conn, rid, prompt, max_new, t_send_target, t0, out):
+async def one_request(conn, rid, prompt, max_new, t_send_target, t0, out, extra=None):
     delay = t_send_target - (time.perf_counter() - t0)
     if delay > 0:
         await asyncio.sleep(delay)
     q = asyncio.Queue()
     conn.queues[rid] = q
     sent = time.perf_counter()
-    conn.writer.write(frame({"op": "generate", "id": rid, "prompt_tokens": prompt,
-                             "max_new_tokens": max_new, "temperature": 0, "ignore_eos": True,
-                             "stream": True}))
+    req = {"op": "generate", "id": rid, "prompt_tokens": prompt, "max_new_tokens": max_new,
+           "temperature": 0, "ignore_eos": True, "stream": True}
+    # --extra: more request fields; a null value removes one (a constraint refuses ignore_eos).
+    req.update(extra or {})
+    conn.writer.write(frame({k: v for k, v in req.items() if v is not None}))
     token_times, rec = [], {"id": rid, "sent": sent - t0}
     while True:
         now, ev = await q.get()
@@ -94,7 +96,7 @@ def pct(values, q):
     return s[min(len(s) - 1, max(0, math.ceil(q / 100 * len(s)) - 1))]
 
 
-async def run_rate(path, rate, n, prompt_len, max_new, vocab, seed, connections):
+async def run_rate(path, rate, n, prompt_len, max_new, vocab, seed, connections, extra=None):
     rng = random.Random(seed)
     t, arrivals = 0.0, []
     for _ in range(n):
@@ -108,7 +110,7 @@ async def run_rate(path, rate, n, prompt_len, max_new, vocab, seed, connections)
     out = []
     t0 = time.perf_counter()
     await asyncio.gather(*(one_request(conns[i % len(conns)], f"r{rate}-{i}", prompts[i], max_new,
-                                       arrivals[i], t0, out) for i in range(n)))
+                                       arrivals[i], t0, out, extra) for i in range(n)))
     for c in conns:
         c.writer.close()
         c.task.cancel()
@@ -124,6 +126,7 @@ async def run_rate(path, rate, n, prompt_len, max_new, vocab, seed, connections)
     e2e = [r["done"] - r["sent"] for r in ok]
     return {"rate_rps": None if rate == math.inf else rate, "requests": n, "completed": len(ok),
             "errors": errors, "duration_s": span, "generated_tok_s": tokens / span if span > 0 else 0,
+            "mean_tokens": tokens / len(ok) if ok else 0,
             "ttft_p50_s": pct(ttft, 50), "ttft_p99_s": pct(ttft, 99),
             "itl_p50_s": pct(itl, 50), "itl_p99_s": pct(itl, 99), "e2e_p50_s": pct(e2e, 50)}
 
@@ -143,12 +146,13 @@ async def main_async(args):
     results = []
     for i, rate in enumerate(rates):
         r = await run_rate(args.socket, rate, args.requests, args.prompt_len, args.max_new_tokens,
-                           args.vocab, args.seed + i, args.connections)
+                           args.vocab, args.seed + i, args.connections, args.extra)
         results.append(r)
         print(f"rate {'inf' if rate == math.inf else rate:>6} req/s: {r['completed']}/{r['requests']} done, "
               f"{r['generated_tok_s']:8.0f} tok/s, TTFT p50 {r['ttft_p50_s']*1e3:7.1f} ms "
               f"p99 {r['ttft_p99_s']*1e3:7.1f} ms, ITL p50 {r['itl_p50_s']*1e3:6.2f} ms "
-              f"p99 {r['itl_p99_s']*1e3:6.2f} ms, errors {r['errors']}", flush=True)
+              f"p99 {r['itl_p99_s']*1e3:6.2f} ms, {r['mean_tokens']:.1f} tokens per request, "
+              f"errors {r['errors']}", flush=True)
     return {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "host": platform.node(),
             "command": " ".join(sys.argv), "server": info, "prompt_len": args.prompt_len,
             "max_new_tokens": args.max_new_tokens, "results": results}
@@ -165,6 +169,9 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--connections", type=int, default=64, help="client connections (a pool)")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--extra", type=json.loads, default=None,
+                    help='JSON object merged into every request, e.g. \'{"regex": "[a-z]*", '
+                         '"ignore_eos": null}\' (null removes a field)')
     args = ap.parse_args()
     if min(args.requests, args.prompt_len, args.max_new_tokens, args.connections) < 1:
         ap.error("--requests, --prompt-len, --max-new-tokens and --connections must be >= 1")

@@ -7,7 +7,7 @@
 #   e.g. bash benchmarks/serve/saturation_ab.sh /tmp/ab LLAMA2_MIXED_DECODE "0 1"
 #
 # Environment (optional): NP=1 (ranks = GPUs), MAX_BATCH=512, PREFILL_CHUNK=2048, REQUESTS=1024,
-# MAX_NEW=128 (new tokens per request),
+# MAX_NEW=128 (new tokens per request), EXTRA (a JSON object of request fields, bench_serve.py --extra),
 # RATES=inf (bench_serve.py --rates: e.g. RATES=56 for Poisson arrivals at half of saturation),
 # SYNTHETIC=7b (13b, 70b), SERVE_ARGS (more `llama2 serve` flags, e.g. "--kv-cache-dtype fp8"), SKIP_BUILD=1 (use build-gpu/
 # as it is), BUILD_DIR=build-gpu (the build whose llama2 serves: an A/B of two builds). Writes OUT_DIR/<VAR>=<value>.{json,log,server.log}, the
@@ -41,7 +41,7 @@ for value in $VALUES; do
   echo "$tag: server listening after $(awk -v a="$started" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s"
   python3 benchmarks/serve/bench_serve.py --socket "$sock" --rates "${RATES:-inf}" \
     --requests "${REQUESTS:-1024}" --prompt-len 128 --max-new-tokens "${MAX_NEW:-128}" \
-    --json "$OUT_DIR/$tag.json" 2>&1 | tee "$OUT_DIR/$tag.log"
+    ${EXTRA:+--extra "$EXTRA"} --json "$OUT_DIR/$tag.json" 2>&1 | tee "$OUT_DIR/$tag.log"
   kill -INT "$server" 2>/dev/null || true
   wait "$server" || true
   python3 benchmarks/serve/step_log_summary.py "$OUT_DIR/$tag.steps" | tee "$OUT_DIR/$tag.steps.md"
