@@ -138,17 +138,18 @@ std::vector<std::pair<int32_t, float>> json_logit_bias(const json& v) {
   std::vector<std::pair<int32_t, float>> out;
   for (const auto& item : v.items()) {
     const std::string& key = item.key();
-    const bool digits = !key.empty() && key.size() <= 10 &&
-                        std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const bool digits =
+        !key.empty() && key.size() <= 10 &&
+        std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
     const int64_t id = digits ? std::stoll(key) : -1;
     if (id < 0 || id > std::numeric_limits<int32_t>::max()) {
       // Client text: shown only when short and plain ASCII, so that the message stays valid UTF-8.
       const bool plain = key.size() <= 40 && std::all_of(key.begin(), key.end(), [](char c) {
                            return c >= ' ' && c <= '~' && c != '"' && c != '\\';
                          });
-      throw Error("\"logit_bias\" keys must be token ids written in decimal (got " +
-                  (plain ? "\"" + key + "\"" : "a key of " + std::to_string(key.size()) + " bytes") +
-                  ")");
+      throw Error(
+          "\"logit_bias\" keys must be token ids written in decimal (got " +
+          (plain ? "\"" + key + "\"" : "a key of " + std::to_string(key.size()) + " bytes") + ")");
     }
     if (!item.value().is_number()) {
       throw Error("\"logit_bias\"[\"" + key + "\"] must be a number in [-100, 100] (got " +
@@ -339,7 +340,8 @@ SamplingParams sampling_from_json(const nlohmann::json& obj, const SamplingParam
     p.top_logprobs = static_cast<int>(json_int(*v, "top_logprobs", kIntMin, kIntMax));
   }
   if (const json* v = given("logit_bias")) p.logit_bias = json_logit_bias(*v);
-  if (const json* v = given("stop_token_ids")) p.stop_token_ids = json_token_ids(*v, "stop_token_ids");
+  if (const json* v = given("stop_token_ids"))
+    p.stop_token_ids = json_token_ids(*v, "stop_token_ids");
   if (const json* v = given("min_tokens")) {
     p.min_tokens = static_cast<int>(json_int(*v, "min_tokens", kIntMin, kIntMax));
   }

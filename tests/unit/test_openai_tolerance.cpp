@@ -121,9 +121,12 @@ TEST_SUITE("openai_tolerance") {
   }
 
   TEST_CASE("vLLM's sampling extensions are read; bad values are a 400 naming the parameter") {
-    const json extra = {{"logit_bias", {{"7", -100}}},  {"stop_token_ids", {9}},
-                        {"min_tokens", 2},              {"min_p", 0.1},
-                        {"include_stop_str_in_output", true}, {"skip_special_tokens", false}};
+    const json extra = {{"logit_bias", {{"7", -100}}},
+                        {"stop_token_ids", {9}},
+                        {"min_tokens", 2},
+                        {"min_p", 0.1},
+                        {"include_stop_str_in_output", true},
+                        {"skip_special_tokens", false}};
     for (const bool strict : {false, true}) {
       const ApiParse p = parse(with(kChat, extra), ApiKind::kChat, strict);
       REQUIRE_FALSE(p.error);

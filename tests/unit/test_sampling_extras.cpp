@@ -37,8 +37,7 @@ llama2::ModelConfig config() {
 std::string request_error(const json& extra) {
   json obj = {{"prompt_tokens", {1, 5, 6}}};
   obj.update(extra);
-  const llama2::ParsedRequest r =
-      llama2::parse_request_fields(obj, SamplingParams{}, config(), {});
+  const llama2::ParsedRequest r = llama2::parse_request_fields(obj, SamplingParams{}, config(), {});
   return r.ok() ? "" : r.error_message;
 }
 

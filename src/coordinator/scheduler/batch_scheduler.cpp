@@ -250,8 +250,7 @@ bool BatchScheduler::fill_row_adjust(Sequence& s) {
     mask_.allowed.resize(words);
     const size_t filled = static_cast<size_t>(s.matcher->mask_words());
     s.matcher->fill_mask(mask_.allowed.data());
-    std::fill(mask_.allowed.begin() + static_cast<std::ptrdiff_t>(filled), mask_.allowed.end(),
-              0u);
+    std::fill(mask_.allowed.begin() + static_cast<std::ptrdiff_t>(filled), mask_.allowed.end(), 0u);
   }
   if (s.generated() < p.min_tokens) {
     // Too early to end: EOS and the stop ids are masked out. A grammar that allows nothing else
@@ -268,8 +267,8 @@ bool BatchScheduler::fill_row_adjust(Sequence& s) {
     };
     if (!p.ignore_eos) clear(config_.eos_token_id);
     for (int32_t id : p.stop_token_ids) clear(id);
-    const bool none = std::all_of(mask_.allowed.begin(), mask_.allowed.end(),
-                                  [](uint32_t w) { return w == 0; });
+    const bool none =
+        std::all_of(mask_.allowed.begin(), mask_.allowed.end(), [](uint32_t w) { return w == 0; });
     if (none) mask_.allowed = grammar;
   }
   mask_.bias_ids.clear();
@@ -307,9 +306,9 @@ void BatchScheduler::emit(Sequence& s, int token, const StepLogits& logits, int 
   ev.index = static_cast<int>(s.result.tokens.size()) - 1;
   const SamplingParams& p = s.req.params;
   // EOS or a stop id: the end, reported as a token but adding no text.
-  const bool eos = (token == config_.eos_token_id && !p.ignore_eos) ||
-                   std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) !=
-                       p.stop_token_ids.end();
+  const bool eos =
+      (token == config_.eos_token_id && !p.ignore_eos) ||
+      std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end();
   // A complete constrained output ends here, without a step for the EOS that alone could follow.
   const bool complete = s.matcher != nullptr && s.matcher->is_complete();
   // A model vocabulary larger than its tokenizer's (synthetic weights with a test tokenizer)

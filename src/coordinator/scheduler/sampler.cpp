@@ -36,6 +36,7 @@ Sampler::Sampler(const SamplingParams& p, uint64_t seed) : params_(p), rng_(seed
   LLAMA2_CHECK(std::isfinite(p.repetition_penalty) && p.repetition_penalty > 0);
   LLAMA2_CHECK(p.presence_penalty >= -2 && p.presence_penalty <= 2);
   LLAMA2_CHECK(p.frequency_penalty >= -2 && p.frequency_penalty <= 2);
+  LLAMA2_CHECK(p.min_p >= 0 && p.min_p <= 1);
 }
 
 void Sampler::apply_openai_penalties(std::vector<float>& logits) const {
@@ -228,8 +229,8 @@ void Sampler::cut_top_k(Ranked& r) const {
 // other cuts keep groups (sampler.h), so a last-bit change of the logits never splits a group.
 void Sampler::cut_min_p(Ranked& r) const {
   if (params_.min_p <= 0.0f) return;
-  const double floor =
-      r.top + static_cast<double>(params_.temperature) * std::log(static_cast<double>(params_.min_p));
+  const double floor = r.top + static_cast<double>(params_.temperature) *
+                                   std::log(static_cast<double>(params_.min_p));
   r.keep_from(floor - r.tolerance(floor), /*strict=*/false);
 }
 
