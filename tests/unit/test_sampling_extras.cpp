@@ -4,12 +4,15 @@
 // VocabAdjust (biases and min_tokens' masks, one per row) and stop-id ends.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "common/model_config.h"
 #include "common/sampling_params.h"
+#include "common/step_plan.h"
 #include "coordinator/requests/request.h"
 #include "coordinator/scheduler/batch_scheduler.h"
 #include "coordinator/scheduler/block_allocator.h"
@@ -177,9 +180,18 @@ TEST_SUITE("sampling_extras") {
     p.temperature = 1.0f;
     p.top_k = 3;
     llama2::Sampler s(p, 11);
-    const std::vector<float> values = {std::log(0.5f), std::log(0.3f), std::log(0.01f)};
-    const std::vector<int32_t> ids = {40, 41, 42};
-    for (int i = 0; i < 300; ++i) CHECK(s.sample_candidates(values.data(), ids.data(), 3) != 42);
+    // kMaxCandidates entries, the slice's padding (id -1, -inf) after the three real ones.
+    std::vector<float> values(llama2::kMaxCandidates, -std::numeric_limits<float>::infinity());
+    std::vector<int32_t> ids(llama2::kMaxCandidates, -1);
+    values[0] = std::log(0.5f), values[1] = std::log(0.3f), values[2] = std::log(0.01f);
+    ids[0] = 40, ids[1] = 41, ids[2] = 42;
+    int seen41 = 0;
+    for (int i = 0; i < 300; ++i) {
+      const int t = s.sample_candidates(values.data(), ids.data(), llama2::kMaxCandidates);
+      CHECK(t != 42);
+      seen41 += t == 41 ? 1 : 0;
+    }
+    CHECK(seen41 > 0);
   }
 
   TEST_CASE("include_stop_str_in_output keeps the matched stop string, also across pieces") {
@@ -235,7 +247,11 @@ TEST_SUITE("sampling_extras") {
     CHECK(ev.finished[0].id == 1);
     CHECK(ev.finished[0].finish_reason == llama2::FinishReason::kStop);
     CHECK(ev.finished[0].tokens == std::vector<int>{7, 7, 9});
-    CHECK(ev.tokens.back().text.empty());
+    const auto last = std::find_if(ev.tokens.rbegin(), ev.tokens.rend(),
+                                   [](const llama2::TokenEvent& t) { return t.id == 1; });
+    REQUIRE(last != ev.tokens.rend());
+    CHECK(last->token == 9);
+    CHECK(last->text.empty());
     // Request 2 alone: no adjustment pass.
     CHECK(sched.schedule().plan.adjust.empty());
   }
