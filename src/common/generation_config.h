@@ -6,8 +6,8 @@
 //
 // Read but not applied, as in vLLM: do_sample (a value of false does not make requests greedy;
 // temperature 0 does), max_length (a total length, not a number of new tokens). min_p is named in
-// the start-up note as not applied: the engine has no min-p sampling. Other keys (bos/eos ids,
-// pad_token_id, transformers_version, ...) are not sampling defaults.
+// the start-up note as not applied as a default (requests set min_p themselves). Other keys
+// (bos/eos ids, pad_token_id, transformers_version, ...) are not sampling defaults.
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>

@@ -131,6 +131,55 @@ std::vector<std::string> json_stop(const json& v) {
   return out;
 }
 
+// OpenAI's logit_bias: {"token id": bias}, the id in decimal (JSON keys are strings). Ids are
+// checked against the vocabulary and biases against their range later (validate_sampling*).
+std::vector<std::pair<int32_t, float>> json_logit_bias(const json& v) {
+  if (!v.is_object()) type_error("logit_bias", "an object of token id -> bias", v);
+  std::vector<std::pair<int32_t, float>> out;
+  for (const auto& item : v.items()) {
+    const std::string& key = item.key();
+    const bool digits =
+        !key.empty() && key.size() <= 10 &&
+        std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const int64_t id = digits ? std::stoll(key) : -1;
+    if (id < 0 || id > std::numeric_limits<int32_t>::max()) {
+      // Client text: shown only when short and plain ASCII, so that the message stays valid UTF-8.
+      const bool plain = key.size() <= 40 && std::all_of(key.begin(), key.end(), [](char c) {
+                           return c >= ' ' && c <= '~' && c != '"' && c != '\\';
+                         });
+      throw Error(
+          "\"logit_bias\" keys must be token ids written in decimal (got " +
+          (plain ? "\"" + key + "\"" : "a key of " + std::to_string(key.size()) + " bytes") + ")");
+    }
+    if (!item.value().is_number()) {
+      throw Error("\"logit_bias\"[\"" + key + "\"] must be a number in [-100, 100] (got " +
+                  item.value().type_name() + ")");
+    }
+    out.emplace_back(static_cast<int32_t>(id), static_cast<float>(item.value().get<double>()));
+  }
+  std::sort(out.begin(), out.end());
+  for (size_t i = 1; i < out.size(); ++i) {
+    if (out[i].first == out[i - 1].first) {  // "7" and "07"
+      throw Error("\"logit_bias\" names token id " + std::to_string(out[i].first) + " twice");
+    }
+  }
+  return out;
+}
+
+std::vector<int32_t> json_token_ids(const json& v, const char* key) {
+  if (!v.is_array()) type_error(key, "an array of token ids", v);
+  std::vector<int32_t> out;
+  for (const json& id : v) {
+    out.push_back(static_cast<int32_t>(json_int(id, key, 0, std::numeric_limits<int32_t>::max())));
+  }
+  return out;
+}
+
+bool json_bool(const json& v, const char* key) {
+  if (!v.is_boolean()) type_error(key, "a boolean", v);
+  return v.get<bool>();
+}
+
 }  // namespace
 
 json float_as_json(float f) {
@@ -181,6 +230,18 @@ std::string validate_sampling(const SamplingParams& p, int prompt_tokens,
   if (p.max_new_tokens < 1) {
     return "max_new_tokens must be >= 1 (got " + std::to_string(p.max_new_tokens) + ")";
   }
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (!(bias >= -kMaxLogitBias && bias <= kMaxLogitBias)) {  // written so that NaN fails too
+      return "logit_bias values must be in [-100, 100] (got " + fmt(bias) + " for token " +
+             std::to_string(id) + ")";
+    }
+  }
+  if (p.min_tokens < 0) {
+    return "min_tokens must be >= 0 (got " + std::to_string(p.min_tokens) + ")";
+  }
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) {
+    return "min_p must be in [0, 1] (got " + fmt(p.min_p) + ")";
+  }
   for (size_t i = 0; i < p.stop.size(); ++i) {
     if (p.stop[i].empty()) {
       return "stop strings must be non-empty (got \"\" at stop[" + std::to_string(i) + "])";
@@ -195,6 +256,17 @@ std::string validate_sampling(const SamplingParams& p, int prompt_tokens,
   PromptLimits limits;
   limits.max_position_embeddings = max_position_embeddings;
   return prompt_length_error(limits, prompt_tokens, false, p.max_new_tokens);
+}
+
+std::string validate_sampling_tokens(const SamplingParams& p, int64_t vocab_size) {
+  const std::string range = " is not a token id in [0, " + std::to_string(vocab_size) + ")";
+  for (const auto& entry : p.logit_bias) {
+    if (entry.first >= vocab_size) return "logit_bias key " + std::to_string(entry.first) + range;
+  }
+  for (int32_t id : p.stop_token_ids) {
+    if (id >= vocab_size) return "stop_token_ids entry " + std::to_string(id) + range;
+  }
+  return "";
 }
 
 int64_t PromptLimits::max_tokens() const {
@@ -267,6 +339,19 @@ SamplingParams sampling_from_json(const nlohmann::json& obj, const SamplingParam
   if (const json* v = given("top_logprobs")) {
     p.top_logprobs = static_cast<int>(json_int(*v, "top_logprobs", kIntMin, kIntMax));
   }
+  if (const json* v = given("logit_bias")) p.logit_bias = json_logit_bias(*v);
+  if (const json* v = given("stop_token_ids"))
+    p.stop_token_ids = json_token_ids(*v, "stop_token_ids");
+  if (const json* v = given("min_tokens")) {
+    p.min_tokens = static_cast<int>(json_int(*v, "min_tokens", kIntMin, kIntMax));
+  }
+  if (const json* v = given("min_p")) p.min_p = json_float(*v, "min_p");
+  if (const json* v = given("include_stop_str_in_output")) {
+    p.include_stop_str_in_output = json_bool(*v, "include_stop_str_in_output");
+  }
+  if (const json* v = given("skip_special_tokens")) {
+    p.skip_special_tokens = json_bool(*v, "skip_special_tokens");
+  }
   return p;
 }
 
@@ -284,6 +369,14 @@ nlohmann::json sampling_to_json(const SamplingParams& p) {
   j["ignore_eos"] = p.ignore_eos;
   j["logprobs"] = p.logprobs;
   j["top_logprobs"] = p.top_logprobs;
+  json bias = json::object();
+  for (const auto& [id, value] : p.logit_bias) bias[std::to_string(id)] = float_as_json(value);
+  j["logit_bias"] = std::move(bias);
+  j["stop_token_ids"] = p.stop_token_ids;
+  j["min_tokens"] = p.min_tokens;
+  j["min_p"] = float_as_json(p.min_p);
+  j["include_stop_str_in_output"] = p.include_stop_str_in_output;
+  j["skip_special_tokens"] = p.skip_special_tokens;
   return j;
 }
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace llama2 {
@@ -32,7 +33,25 @@ struct SamplingParams {
   // token is sampled.
   bool logprobs = false;
   int top_logprobs = 0;
+  // vLLM's extensions. Token-level ones reach every rank as the step plan's per-row vocabulary
+  // adjustments (VocabAdjust), applied before any reduction, so tensor parallelism sees them too.
+  // logit_bias: (token id, bias in [-kMaxLogitBias, kMaxLogitBias]) added to the raw logits,
+  // ascending ids, each once (OpenAI's object {"id": bias} on the wire).
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  // Ids that end the sequence (finish "stop"); the id is reported but adds no text.
+  std::vector<int32_t> stop_token_ids;
+  // EOS (unless ignore_eos) and stop_token_ids are masked out until this many tokens were
+  // generated; [0, max_new_tokens].
+  int min_tokens = 0;
+  // [0, 1], 0 = off: after temperature, tokens whose probability is below min_p times the most
+  // probable token's are dropped (Sampler).
+  float min_p = 0.0f;
+  bool include_stop_str_in_output = false;  // a matched stop string stays in the text
+  bool skip_special_tokens = true;          // false: control pieces (<s>, </s>) appear in text
 };
+
+// OpenAI's bound on a logit_bias value.
+constexpr float kMaxLogitBias = 100.0f;
 
 // The most alternatives a request may ask for per token (OpenAI's limit).
 constexpr int kMaxTopLogprobs = 20;
@@ -64,9 +83,16 @@ std::string prompt_length_error(const PromptLimits& limits, int64_t prompt_token
 std::string validate_sampling(const SamplingParams& p, int prompt_tokens,
                               int max_position_embeddings);
 
+// "" when every token id `p` names (logit_bias, stop_token_ids) is in [0, vocab_size), else a
+// message naming the parameter and the range, e.g. "logit_bias key 32000 is not a token id in
+// [0, 32000)". Separate from validate_sampling: the vocabulary is the model's, known later.
+std::string validate_sampling_tokens(const SamplingParams& p, int64_t vocab_size);
+
 // Overrides the fields of `defaults` whose keys are present in the JSON object `obj`: temperature,
 // top_p, top_k, repetition_penalty, presence_penalty, frequency_penalty, max_new_tokens, seed, stop
-// (a string or an array of strings), ignore_eos, logprobs, top_logprobs. Other keys are ignored
+// (a string or an array of strings), ignore_eos, logprobs, top_logprobs, logit_bias (an object of
+// decimal token id -> number), stop_token_ids, min_tokens, min_p, include_stop_str_in_output,
+// skip_special_tokens. Other keys are ignored
 // (front ends pass whole request objects); a null value means "not given" (as OpenAI-style clients
 // send it). Throws llama2::Error naming the key and the expected type on a wrong type, e.g. "top_k"
 // must be an integer (got string). Ranges are left to validate_sampling so that every range error

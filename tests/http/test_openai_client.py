@@ -187,15 +187,103 @@ def test_strict_api_refuses_unknown_fields_and_still_takes_the_known_ones():
 
 def test_output_changing_fields_are_refused_naming_them():
     cases = [({"use_beam_search": True}, "use_beam_search"),
-             ({"stop_token_ids": [7]}, "stop_token_ids"),
+             ({"bad_words": ["x"]}, "bad_words"),
              ({"tool_choice": "auto"}, "tool_choice"),
-             ({"min_tokens": 5}, "min_tokens")]
+             ({"return_tokens_as_token_ids": True}, "return_tokens_as_token_ids")]
     for extra, param in cases:
         e = refused(lambda: client.chat.completions.create(**{**GREEDY, "extra_body": extra}, messages=CHAT))
         assert (e.status_code, e.param, e.code) == (400, param, "unsupported_parameter"), extra
     # Their harmless values change nothing and pass.
-    client.chat.completions.create(**{**GREEDY, "extra_body": {"min_p": 0}}, messages=CHAT, tool_choice="none",
+    client.chat.completions.create(**{**GREEDY, "extra_body": {"bad_words": []}}, messages=CHAT, tool_choice="none",
                                    response_format={"type": "text"})
+
+
+SP = sentencepiece.SentencePieceProcessor(model_file=os.environ["TOKENIZER"])
+PROMPT_IDS = [1, 45, 70, 33]
+
+
+def completion(n, **extra):
+    """A greedy completion of PROMPT_IDS (n tokens at most, EOS ignored) with logprobs: its tokens."""
+    return client.completions.create(model=MODEL, prompt=PROMPT_IDS, temperature=0, max_tokens=n, logprobs=0,
+                                     extra_body={"ignore_eos": True, **extra})
+
+
+def token_ids(choice):
+    """The ids of a choice's tokens, from their logprobs strings (the server writes U+2581 as a space and
+    ASCII byte pieces as their character). None where that is ambiguous: a one-character ASCII string is
+    both a piece and a byte token in this vocabulary."""
+    ids = []
+    for text in choice.logprobs.tokens:
+        i = SP.piece_to_id(text.replace(" ", "\u2581"))
+        if len(text) == 1 and ord(text) < 0x80:
+            ids.append(None)
+            continue
+        assert i != SP.unk_id(), text
+        ids.append(i)
+    return ids
+
+
+def test_logit_bias_forces_or_bans_a_token_through_two_ranks():
+    greedy = completion(6).choices[0]
+    first = token_ids(greedy)
+    assert len(first) == 6
+    # +100 on a token outside the greedy output: every step picks it (each rank biases its own slice of the
+    # vocabulary before the argmax, so the tensor-parallel reduction sees the bias).
+    forced = next(i for i in range(300, SP.get_piece_size())
+                  if i not in first and len(SP.id_to_piece(i)) > 1
+                  and not (SP.is_control(i) or SP.is_byte(i) or SP.is_unknown(i)))
+    r = completion(5, logit_bias={str(forced): 100}).choices[0]
+    assert token_ids(r) == [forced] * 5
+    # -100 on the greedy first token: another first token.
+    assert first[0] is not None, greedy.logprobs.tokens
+    banned = completion(6, logit_bias={str(first[0]): -100}).choices[0]
+    assert banned.logprobs.tokens[0] != greedy.logprobs.tokens[0]
+    # The openai client's own logit_bias argument is the same object.
+    typed = client.completions.create(model=MODEL, prompt=PROMPT_IDS, temperature=0, max_tokens=3, logprobs=0,
+                                      logit_bias={str(forced): 100}, extra_body={"ignore_eos": True})
+    assert token_ids(typed.choices[0]) == [forced] * 3
+    e = refused(lambda: completion(2, logit_bias={str(SP.get_piece_size() + 10**6): 1}))
+    assert (e.status_code, e.param) == (400, "logit_bias")
+    e = refused(lambda: completion(2, logit_bias={"5": 150}))
+    assert (e.status_code, e.param) == (400, "logit_bias")
+    assert "[-100, 100]" in e.body["message"]
+
+
+def test_stop_token_ids_end_with_stop_and_min_tokens_holds_them_back():
+    greedy = completion(6).choices[0]
+    ids = token_ids(greedy)
+    # The first token after the first that is new ends the output there: reported as stop, its text left out.
+    k = next(k for k in range(1, 6) if ids[k] is not None and ids[k] not in ids[:k])
+    r = completion(6, stop_token_ids=[ids[k]])
+    assert r.choices[0].finish_reason == "stop"
+    assert r.usage.completion_tokens == k + 1
+    assert r.choices[0].text == completion(k).choices[0].text
+    # The first greedy token as a stop id ends at once; with min_tokens 3 it cannot end before 3 tokens.
+    assert ids[0] is not None, greedy.logprobs.tokens
+    assert completion(6, stop_token_ids=[ids[0]]).usage.completion_tokens == 1
+    held = completion(8, stop_token_ids=[ids[0]], min_tokens=3)
+    assert held.usage.completion_tokens >= 3
+    assert ids[0] not in token_ids(held.choices[0])[:3]
+    for bad, param in [({"stop_token_ids": [-1]}, "stop_token_ids"), ({"min_tokens": -2}, "min_tokens"),
+                       ({"min_p": 1.5}, "min_p"), ({"skip_special_tokens": "no"}, "skip_special_tokens")]:
+        e = refused(lambda: completion(2, **bad))
+        assert (e.status_code, e.param) == (400, param), bad
+
+
+def test_include_stop_str_in_output_and_min_p_one_is_greedy():
+    text = completion(12).choices[0].text
+    stop = text.strip()[3:6]
+    assert len(stop) == 3
+    cut = client.completions.create(model=MODEL, prompt=PROMPT_IDS, temperature=0, max_tokens=12, stop=[stop],
+                                    extra_body={"ignore_eos": True})
+    kept = client.completions.create(model=MODEL, prompt=PROMPT_IDS, temperature=0, max_tokens=12, stop=[stop],
+                                     extra_body={"ignore_eos": True, "include_stop_str_in_output": True})
+    assert kept.choices[0].text == cut.choices[0].text + stop
+    assert kept.choices[0].finish_reason == "stop"
+    # min_p 1 keeps only the most probable token: sampling at any temperature is greedy.
+    hot = client.completions.create(model=MODEL, prompt=PROMPT_IDS, temperature=1.5, max_tokens=12, seed=3,
+                                    extra_body={"ignore_eos": True, "min_p": 1.0})
+    assert hot.choices[0].text == text
 
 
 def test_absent_max_tokens_runs_to_the_end_of_the_context_with_finish_reason_length():

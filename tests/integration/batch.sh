@@ -137,6 +137,37 @@ assert sum(int(r[3]) for r in rows) == 35, sum(int(r[3]) for r in rows)
 PY
 
 # Progress goes to stderr as plain lines when stderr is a file: no carriage returns.
+# vLLM's sampling extensions (issue 35) in batch lines at np=2: the biases and min_tokens' masks
+# reach both ranks' vocabulary slices through the step plan.
+echo '{"custom_id": "g", "prompt_tokens": [1, 5, 9], "max_new_tokens": 6, "temperature": 0, "ignore_eos": true}' >"$TMP/x0.jsonl"
+run_capture x0 2 batch --model "$M" --input "$TMP/x0.jsonl" --output "$TMP/x0.out.jsonl" --quiet
+python3 - "$TMP/x0.out.jsonl" "$TMP/x1.jsonl" <<'PY'
+import json, sys
+g = json.loads(open(sys.argv[1]).readline())["token_ids"]
+forced = next(i for i in range(300, 512) if i not in g)
+base = {"prompt_tokens": [1, 5, 9], "max_new_tokens": 6, "temperature": 0, "ignore_eos": True}
+lines = [{"custom_id": "bias", "logit_bias": {str(forced): 100}, "meta": [forced, g]},
+         {"custom_id": "ban", "logit_bias": {str(g[0]): -100}},
+         {"custom_id": "stop", "stop_token_ids": [g[0]]},
+         {"custom_id": "min", "stop_token_ids": [g[0]], "min_tokens": 3},
+         {"custom_id": "bad", "logit_bias": {"5": 101}}]
+with open(sys.argv[2], "w") as f:
+    for l in lines:
+        meta = l.pop("meta", None)
+        f.write(json.dumps({**base, **l}) + "\n")
+json.dump([forced, g], open(sys.argv[2] + ".meta", "w"))
+PY
+run_capture x1 2 batch --model "$M" --input "$TMP/x1.jsonl" --output "$TMP/x1.out.jsonl" --quiet
+python3 - "$TMP/x1.out.jsonl" "$TMP/x1.jsonl.meta" <<'PY' && pass "np=2 batch: logit_bias, stop_token_ids, min_tokens, a bad bias refused" || fail "np=2 batch sampling extensions"
+import json, sys
+forced, g = json.load(open(sys.argv[2]))
+rows = {r["custom_id"]: r for r in map(json.loads, open(sys.argv[1]))}
+assert rows["bias"]["token_ids"] == [forced] * 6, rows["bias"]
+assert rows["ban"]["token_ids"][0] != g[0], rows["ban"]
+assert rows["stop"]["token_ids"] == [g[0]] and rows["stop"]["finish_reason"] == "stop", rows["stop"]
+assert len(rows["min"]["token_ids"]) >= 3 and g[0] not in rows["min"]["token_ids"][:3], rows["min"]
+assert rows["bad"]["error"]["code"] == "invalid_request" and "logit_bias" in rows["bad"]["error"]["message"], rows["bad"]
+PY
 run_capture progress 2 batch --model "$M" --input "$TMP/greedy.jsonl" --output "$TMP/progress.jsonl" --quiet --progress-interval 0.01
 if grep -q $'\r' "$TMP/progress.err"; then fail "carriage return in non-tty progress"
 elif grep -q "12/12 prompts done" "$TMP/progress.err"; then pass "plain progress lines: $(grep -c 'prompts done' "$TMP/progress.err")"

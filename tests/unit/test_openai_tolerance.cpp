@@ -88,11 +88,9 @@ TEST_SUITE("openai_tolerance") {
     const std::pair<json, std::string> refused[] = {
         {{{"tools", {{{"type", "function"}}}}}, "tools"},
         {{{"tool_choice", "auto"}}, "tool_choice"},
-        {{{"min_p", 0.1}}, "min_p"},
-        {{{"min_tokens", 4}}, "min_tokens"},
-        {{{"stop_token_ids", {7}}}, "stop_token_ids"},
+        {{{"bad_words", {"x"}}}, "bad_words"},
+        {{{"return_tokens_as_token_ids", true}}, "return_tokens_as_token_ids"},
         {{{"use_beam_search", true}}, "use_beam_search"},
-        {{{"skip_special_tokens", false}}, "skip_special_tokens"},
         {{{"echo", true}}, "echo"},
     };
     for (const auto& [extra, param] : refused) {
@@ -114,13 +112,49 @@ TEST_SUITE("openai_tolerance") {
     CHECK(llama2::api_error_body(*tools.error)["error"]["code"] == "unsupported_parameter");
     // Null, or the value that changes nothing, is accepted without a log line.
     const ApiParse ok = parse(with(kChat, {{"guided_json", nullptr},
-                                           {"min_p", 0},
+                                           {"bad_words", json::array()},
                                            {"tool_choice", "none"},
                                            {"response_format", {{"type", "text"}}},
-                                           {"skip_special_tokens", true},
-                                           {"stop_token_ids", json::array()}}));
+                                           {"return_tokens_as_token_ids", false}}));
     REQUIRE_FALSE(ok.error);
     CHECK(ok.request.ignored.empty());
+  }
+
+  TEST_CASE("vLLM's sampling extensions are read; bad values are a 400 naming the parameter") {
+    const json extra = {{"logit_bias", {{"7", -100}}},
+                        {"stop_token_ids", {9}},
+                        {"min_tokens", 2},
+                        {"min_p", 0.1},
+                        {"include_stop_str_in_output", true},
+                        {"skip_special_tokens", false}};
+    for (const bool strict : {false, true}) {
+      const ApiParse p = parse(with(kChat, extra), ApiKind::kChat, strict);
+      REQUIRE_FALSE(p.error);
+      CHECK(p.request.ignored.empty());
+      const llama2::SamplingParams& s = p.request.request.params;
+      CHECK(s.logit_bias == std::vector<std::pair<int32_t, float>>{{7, -100.0f}});
+      CHECK(s.stop_token_ids == std::vector<int32_t>{9});
+      CHECK(s.min_tokens == 2);
+      CHECK(s.min_p == 0.1f);
+      CHECK(s.include_stop_str_in_output);
+      CHECK_FALSE(s.skip_special_tokens);
+    }
+    const std::pair<json, std::string> bad[] = {
+        {{{"logit_bias", {{"7", 101}}}}, "logit_bias"},
+        {{{"logit_bias", {{"99999999", 1}}}}, "logit_bias"},
+        {{{"stop_token_ids", {99999999}}}, "stop_token_ids"},
+        {{{"min_tokens", -1}}, "min_tokens"},
+        {{{"min_p", 2}}, "min_p"},
+        {{{"include_stop_str_in_output", "yes"}}, "include_stop_str_in_output"},
+        {{{"skip_special_tokens", 0}}, "skip_special_tokens"},
+    };
+    for (const auto& [fields, param] : bad) {
+      CAPTURE(fields.dump());
+      const ApiParse p = parse(with(kChat, fields), ApiKind::kChat);
+      REQUIRE(p.error);
+      CHECK(p.error->status == 400);
+      CHECK(p.error->param == param);
+    }
   }
 
   TEST_CASE("each ignored field name is logged once per process, and at most kMaxNames names") {

@@ -264,3 +264,51 @@ TEST_CASE("scheduler: constrained rows get masks; outputs match; complete output
     INFO(f.text);
   }
 }
+
+TEST_CASE("scheduler: min_tokens and logit_bias combine with a constraint in one VocabAdjust") {
+  const llama2::ModelConfig cfg = config();
+  llama2::BlockAllocator blocks(64, 16);
+  llama2::BatchScheduler sched(tokenizer(), cfg, blocks, llama2::SchedulerOptions{});
+  llama2::ConstraintCompiler compiler(tokenizer());
+  auto c = std::make_shared<RequestConstraint>();
+  c->spec.kind = ConstraintKind::kRegex;
+  c->spec.text = "[a-z]{1,6}";
+  c->field = "regex";
+  REQUIRE(!compiler.compile(*c));
+  // Request 0: the constraint, min_tokens with every even id as a stop id, one bias. Request 1:
+  // the constraint alone, whose row shows the grammar's own mask at the same state.
+  std::vector<int32_t> even;
+  for (int32_t id = 0; id < cfg.vocab_size; id += 2) even.push_back(id);
+  for (int64_t id = 0; id < 2; ++id) {
+    llama2::SubmitRequest req;
+    req.id = id;
+    req.prompt = {1, 50, 60};
+    req.params.temperature = 0;
+    req.params.max_new_tokens = 8;
+    if (id == 0) {
+      req.params.min_tokens = 4;
+      req.params.stop_token_ids = even;
+      req.params.logit_bias = {{5, -3.0f}};
+    }
+    req.constraint = c;
+    REQUIRE(sched.try_admit(req));
+  }
+  const llama2::ScheduledStep s = sched.schedule();
+  REQUIRE(s.plan.adjust.size() == 2);
+  const llama2::RowAdjust& both = s.plan.adjust[0];
+  const llama2::RowAdjust& grammar = s.plan.adjust[1];
+  REQUIRE(both.mask_begin >= 0);
+  REQUIRE(grammar.mask_begin >= 0);
+  CHECK(both.bias_count == 1);
+  CHECK(s.plan.bias_ids[static_cast<size_t>(both.bias_begin)] == 5);
+  CHECK(grammar.bias_count == 0);
+  // Row 0's mask is the grammar's with the even ids cleared (the stop ids of min_tokens).
+  const auto words = static_cast<size_t>(s.plan.mask_words_per_row);
+  bool any = false;
+  for (size_t w = 0; w < words; ++w) {
+    const uint32_t g = s.plan.mask_words[static_cast<size_t>(grammar.mask_begin) + w];
+    CHECK(s.plan.mask_words[static_cast<size_t>(both.mask_begin) + w] == (g & 0xAAAAAAAAu));
+    any = any || (g & 0xAAAAAAAAu) != 0;
+  }
+  CHECK(any);  // the regex allows odd ids too: the combined mask is not the fallback
+}

@@ -147,7 +147,7 @@ void apply_generation_config(const cxxopts::ParseResult& r, SessionStart* start,
                                      ")"
                                : "sampling defaults from generation_config.json: " + g.describe();
   if (!overridden.empty()) note += " (" + overridden + " given on the command line)";
-  if (g.min_p) note += "; its min_p is not applied (no min-p sampling)";
+  if (g.min_p) note += "; its min_p is not applied as a default (a request's min_p is)";
   start->notes += note + "\n";
 }
 

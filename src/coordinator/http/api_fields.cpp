@@ -9,8 +9,9 @@ using nlohmann::json;
 
 namespace {
 
-// The parameters both endpoints implement (top_k, repetition_penalty and ignore_eos are the
-// extensions vLLM also takes), then each endpoint's own.
+// The parameters both endpoints implement (top_k, repetition_penalty, ignore_eos, stop_token_ids,
+// min_tokens, min_p, include_stop_str_in_output and skip_special_tokens are the extensions vLLM
+// also takes), then each endpoint's own.
 const std::set<std::string> kReadCommon = {"model",
                                            "max_tokens",
                                            "temperature",
@@ -24,12 +25,18 @@ const std::set<std::string> kReadCommon = {"model",
                                            "logprobs",
                                            "top_k",
                                            "repetition_penalty",
-                                           "ignore_eos"};
+                                           "ignore_eos",
+                                           "logit_bias",
+                                           "stop_token_ids",
+                                           "min_tokens",
+                                           "min_p",
+                                           "include_stop_str_in_output",
+                                           "skip_special_tokens"};
 const std::set<std::string> kReadCompletion = {"prompt"};
 const std::set<std::string> kReadChat = {"messages", "max_completion_tokens", "top_logprobs"};
 // What --strict-api accepts besides the read keys and the table's: the keys taken before
 // tolerance existed.
-const std::set<std::string> kStrictCommon = {"user", "n", "logit_bias"};
+const std::set<std::string> kStrictCommon = {"user", "n"};
 const std::set<std::string> kStrictCompletion = {"echo", "best_of", "suffix"};
 const std::set<std::string> kStrictChat = {
     "tools", "tool_choice", "functions", "function_call", "response_format", "parallel_tool_calls"};
@@ -70,15 +77,10 @@ constexpr Refused kRefused[] = {
     {"echo", false, Harmless::kFalse, "\"echo\": true"},
     {"suffix", false, Harmless::kNever, "\"suffix\""},
     {"prompt_logprobs", false, Harmless::kNever, "\"prompt_logprobs\""},
-    // Sampling and text extensions of vLLM not implemented yet.
-    {"logit_bias", false, Harmless::kEmpty, "\"logit_bias\""},
-    {"min_p", false, Harmless::kZero, "\"min_p\" other than 0"},
-    {"min_tokens", false, Harmless::kZero, "\"min_tokens\" other than 0"},
-    {"stop_token_ids", false, Harmless::kEmpty, "\"stop_token_ids\""},
+    // Sampling and text extensions of vLLM not implemented yet (logit_bias, stop_token_ids,
+    // min_tokens, min_p, include_stop_str_in_output and skip_special_tokens are read).
     {"bad_words", false, Harmless::kEmpty, "\"bad_words\""},
     {"allowed_token_ids", false, Harmless::kNever, "\"allowed_token_ids\""},
-    {"include_stop_str_in_output", false, Harmless::kFalse, "\"include_stop_str_in_output\": true"},
-    {"skip_special_tokens", false, Harmless::kTrue, "\"skip_special_tokens\": false"},
     {"truncate_prompt_tokens", false, Harmless::kNever, "\"truncate_prompt_tokens\""},
     {"return_tokens_as_token_ids", false, Harmless::kFalse, "\"return_tokens_as_token_ids\": true"},
     // The prompt as the Llama-2 chat format writes it, always with the assistant's turn next.

@@ -25,7 +25,13 @@ const char* const kSameKeys[] = {"temperature",
                                  "repetition_penalty",
                                  "presence_penalty",
                                  "frequency_penalty",
-                                 "ignore_eos"};
+                                 "ignore_eos",
+                                 "logit_bias",
+                                 "stop_token_ids",
+                                 "min_tokens",
+                                 "min_p",
+                                 "include_stop_str_in_output",
+                                 "skip_special_tokens"};
 
 ApiError invalid(const std::string& message, const std::string& param,
                  ErrorCode code = ErrorCode::kInvalidRequest) {

@@ -26,7 +26,13 @@ const std::set<std::string> kRequestKeys = {"response_format",
                                             "stop",
                                             "ignore_eos",
                                             "logprobs",
-                                            "top_logprobs"};
+                                            "top_logprobs",
+                                            "logit_bias",
+                                            "stop_token_ids",
+                                            "min_tokens",
+                                            "min_p",
+                                            "include_stop_str_in_output",
+                                            "skip_special_tokens"};
 
 namespace {
 ParsedRequest invalid(ErrorCode code, const std::string& msg) {
@@ -171,6 +177,8 @@ ParsedRequest parse_request_fields(const json& obj, const SamplingParams& defaul
   } catch (const Error& e) {
     return invalid(ErrorCode::kInvalidRequest, e.what());
   }
+  const std::string bad_id = validate_sampling_tokens(r.params, config.vocab_size);
+  if (!bad_id.empty()) return invalid(ErrorCode::kInvalidRequest, bad_id);
   if (r.constraint != nullptr && r.params.ignore_eos) {
     // The grammar decides where the output ends; EOS is its end (docs/structured-output.md).
     return invalid(ErrorCode::kInvalidRequest,

@@ -35,8 +35,8 @@ struct BatchScheduler::Sequence {
            PrefixChain hit_chain)
       : req(std::move(r)),
         sampler(req.params, req.params.seed.value_or(req.seed)),
-        detok(tok),
-        stop(req.params.stop),
+        detok(tok, !req.params.skip_special_tokens),
+        stop(req.params.stop, req.params.include_stop_str_in_output),
         table(std::move(blocks)),
         context(req.prompt),
         cached(hit_tokens),
@@ -51,6 +51,11 @@ struct BatchScheduler::Sequence {
     }
   }
   int prompt_len() const { return static_cast<int>(req.prompt.size()); }
+  int generated() const { return static_cast<int>(result.tokens.size()); }
+  // Whether some row of this sequence may need a VocabAdjust (fixed at admission).
+  bool adjusted() const {
+    return matcher != nullptr || !req.params.logit_bias.empty() || req.params.min_tokens > 0;
+  }
   // Tokens known: the prompt and every token sampled so far. The KV cache holds the first
   // `cached`; the next step feeds context[cached, ...).
   int known() const { return static_cast<int>(context.size()); }
@@ -87,14 +92,14 @@ bool BatchScheduler::try_admit(SubmitRequest& req) {
   if (!hit) return false;
   running_.push_back(
       std::make_unique<Sequence>(std::move(req), tok_, std::move(table), *hit, chain));
-  if (running_.back()->matcher != nullptr) ++constrained_;
+  if (running_.back()->adjusted()) ++adjusted_;
   return true;
 }
 
 void BatchScheduler::finish(Sequence& s, FinishReason reason, SchedulerEvents& events) {
   s.result.finish_reason = reason;
   s.done = true;
-  if (s.matcher != nullptr) --constrained_;
+  if (s.adjusted()) --adjusted_;
   blocks_.release(&s.table);
   events.on_finished(std::move(s.result));
 }
@@ -212,33 +217,67 @@ ScheduledStep BatchScheduler::schedule() {
     budget -= n;
   }
   step.plan.candidates = logit_candidates(step);
-  if (constrained_ > 0) add_constraint_masks(step);
+  if (adjusted_ > 0) add_row_adjustments(step);
   return step;
 }
 
 // Computed here, at plan time, on the engine thread: step t's mask needs step t-1's token, which
 // apply() has just accepted, and the plan carries the masks to every rank before the forward pass
 // (docs/structured-output.md, "Serving", says what overlapping them with the pass would take).
-// The matcher's words cover the tokenizer's vocabulary; the model's may be larger (synthetic
-// weights with a test tokenizer): the ids past it stay disallowed.
-void BatchScheduler::add_constraint_masks(ScheduledStep& step) {
-  const size_t words = static_cast<size_t>((config_.vocab_size + 31) / 32);
+// Every rank applies them before its slice's reductions, so logit_bias and min_tokens hold under
+// tensor parallelism as on one rank.
+void BatchScheduler::add_row_adjustments(ScheduledStep& step) {
   int row = 0;
   for (size_t i = 0; i < step.plan.seqs.size(); ++i) {
     const int n_logits = step.plan.seqs[i].n_logits;
     if (n_logits == 0) continue;
     Sequence& s = *running_[static_cast<size_t>(step.slots[i])];
-    if (s.matcher != nullptr) {
+    if (s.adjusted()) {
       LLAMA2_CHECK(n_logits == 1);  // several rows (speculative verification) need rollback
-      mask_.allowed.resize(words);
-      const size_t filled = static_cast<size_t>(s.matcher->mask_words());
-      s.matcher->fill_mask(mask_.allowed.data());
-      std::fill(mask_.allowed.begin() + static_cast<std::ptrdiff_t>(filled), mask_.allowed.end(),
-                0u);
-      add_row_adjust(&step.plan, row, mask_, config_.vocab_size);
+      if (fill_row_adjust(s)) add_row_adjust(&step.plan, row, mask_, config_.vocab_size);
     }
     row += n_logits;
   }
+}
+
+// The matcher's words cover the tokenizer's vocabulary; the model's may be larger (synthetic
+// weights with a test tokenizer): the ids past it stay disallowed.
+bool BatchScheduler::fill_row_adjust(Sequence& s) {
+  const SamplingParams& p = s.req.params;
+  const size_t words = static_cast<size_t>((config_.vocab_size + 31) / 32);
+  mask_.allowed.clear();
+  if (s.matcher != nullptr) {
+    mask_.allowed.resize(words);
+    const size_t filled = static_cast<size_t>(s.matcher->mask_words());
+    s.matcher->fill_mask(mask_.allowed.data());
+    std::fill(mask_.allowed.begin() + static_cast<std::ptrdiff_t>(filled), mask_.allowed.end(), 0u);
+  }
+  if (s.generated() < p.min_tokens) {
+    // Too early to end: EOS and the stop ids are masked out. A grammar that allows nothing else
+    // keeps its own mask, as a vocabulary of stop ids only allows all (a row with no token
+    // allowed could not be sampled).
+    const std::vector<uint32_t> grammar = mask_.allowed;
+    if (mask_.allowed.empty()) {
+      mask_.allowed.assign(words, ~0u);
+      const int tail = config_.vocab_size % 32;  // no bits past the vocabulary
+      if (tail != 0) mask_.allowed.back() = (1u << tail) - 1u;
+    }
+    const auto clear = [&](int32_t id) {
+      if (id >= 0 && id < config_.vocab_size) mask_.allowed[id / 32] &= ~(1u << (id % 32));
+    };
+    if (!p.ignore_eos) clear(config_.eos_token_id);
+    for (int32_t id : p.stop_token_ids) clear(id);
+    const bool none =
+        std::all_of(mask_.allowed.begin(), mask_.allowed.end(), [](uint32_t w) { return w == 0; });
+    if (none) mask_.allowed = grammar;
+  }
+  mask_.bias_ids.clear();
+  mask_.bias_values.clear();
+  for (const auto& [id, bias] : p.logit_bias) {
+    mask_.bias_ids.push_back(id);
+    mask_.bias_values.push_back(bias);
+  }
+  return !mask_.allowed.empty() || !mask_.bias_ids.empty();
 }
 
 int BatchScheduler::sample_row(Sequence& s, const StepLogits& logits, int row) {
@@ -265,7 +304,11 @@ void BatchScheduler::emit(Sequence& s, int token, const StepLogits& logits, int 
   s.result.tokens.push_back(token);
   s.context.push_back(token);
   ev.index = static_cast<int>(s.result.tokens.size()) - 1;
-  const bool eos = token == config_.eos_token_id && !s.req.params.ignore_eos;
+  const SamplingParams& p = s.req.params;
+  // EOS or a stop id: the end, reported as a token but adding no text.
+  const bool eos =
+      (token == config_.eos_token_id && !p.ignore_eos) ||
+      std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end();
   // A complete constrained output ends here, without a step for the EOS that alone could follow.
   const bool complete = s.matcher != nullptr && s.matcher->is_complete();
   // A model vocabulary larger than its tokenizer's (synthetic weights with a test tokenizer)

@@ -105,8 +105,11 @@ class BatchScheduler {
   void grow_decoding();
   void preempt_newest();
   void add_to_plan(ScheduledStep& step, int slot, int n_tokens) const;
-  // Constrained decoding: each constrained row's allowed tokens, from its sequence's matcher.
-  void add_constraint_masks(ScheduledStep& step);
+  // Each adjusted row's VocabAdjust: one per row, combining the constraint's allowed tokens (from
+  // its sequence's matcher), min_tokens' masked stop ids and logit_bias.
+  void add_row_adjustments(ScheduledStep& step);
+  // Fills mask_ for `s`'s next row; false when the row needs no adjustment.
+  bool fill_row_adjust(Sequence& s);
   int logit_candidates(const ScheduledStep& step) const;
   int sample_row(Sequence& s, const StepLogits& logits, int row);
   // The sampled `token` of `s` as a TokenEvent (logprobs, text cut at a stop string); ends `s`
@@ -123,9 +126,10 @@ class BatchScheduler {
   // while any is preempted, and the newest is always the one preempted).
   std::vector<std::unique_ptr<Sequence>> preempted_;
   int64_t preemptions_ = 0;
-  // Admitted sequences with a constraint (running or preempted): 0 skips the mask pass.
-  int constrained_ = 0;
-  VocabAdjust mask_;  // scratch of add_constraint_masks: allowed [ceil(vocab / 32)] words
+  // Admitted sequences (running or preempted) with a constraint, a logit_bias or a min_tokens:
+  // 0 skips the adjustment pass.
+  int adjusted_ = 0;
+  VocabAdjust mask_;  // scratch of add_row_adjustments: allowed [ceil(vocab / 32)] words, biases
   std::vector<float> row_logits_;  // [vocab] scratch of sample_row
 };
 

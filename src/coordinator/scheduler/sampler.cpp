@@ -36,6 +36,7 @@ Sampler::Sampler(const SamplingParams& p, uint64_t seed) : params_(p), rng_(seed
   LLAMA2_CHECK(std::isfinite(p.repetition_penalty) && p.repetition_penalty > 0);
   LLAMA2_CHECK(p.presence_penalty >= -2 && p.presence_penalty <= 2);
   LLAMA2_CHECK(p.frequency_penalty >= -2 && p.frequency_penalty <= 2);
+  LLAMA2_CHECK(p.min_p >= 0 && p.min_p <= 1);
 }
 
 void Sampler::apply_openai_penalties(std::vector<float>& logits) const {
@@ -190,6 +191,7 @@ int Sampler::draw(const float* logits, const int32_t* ids, size_t n) {
   // Softmax weights relative to the largest logit (a last-bit change of it scales all alike).
   work_.resize(n);
   for (int i : r.order) work_[i] = std::exp((r.value(i) - r.top) / params_.temperature);
+  cut_min_p(r);
   cut_top_p(r);
   return inverse_cdf(r, ids, n);
 }
@@ -219,6 +221,17 @@ void Sampler::cut_top_k(Ranked& r) const {
     r.sort_head(kMaxCandidates);
     r.order.resize(kMaxCandidates);
   }
+}
+
+// min_p: a token's probability relative to the top one's is its weight in work_ (the softmax
+// relative to the largest logit, after temperature), so the cut is weight < min_p. In logit terms
+// the floor is top + T * log(min_p); tokens within the tie tolerance of it are kept with it, as the
+// other cuts keep groups (sampler.h), so a last-bit change of the logits never splits a group.
+void Sampler::cut_min_p(Ranked& r) const {
+  if (params_.min_p <= 0.0f) return;
+  const double floor = r.top + static_cast<double>(params_.temperature) *
+                                   std::log(static_cast<double>(params_.min_p));
+  r.keep_from(floor - r.tolerance(floor), /*strict=*/false);
 }
 
 // top-p (HF: in ascending order, remove tokens whose cumulative probability is <= 1 - top_p; the

@@ -3,8 +3,8 @@
 //   1. repetition penalty over the distinct ids of prompt + generated (also when greedy), then
 //      OpenAI's presence and frequency penalties over the ids this Sampler has returned so far;
 //   2. temperature == 0: argmax, ties to the lowest id (torch.argmax);
-//   3. else logits / temperature, then top-k, then top-p, then a draw from the softmax of the
-//      survivors.
+//   3. else logits / temperature, then top-k, then min_p (vLLM's: drop tokens whose probability is
+//      below min_p times the top one's), then top-p, then a draw from the softmax of the survivors.
 // A seed must give the same tokens whatever the rank count, and the rank count changes the
 // logits in their last bits (a different summation order in the tensor-parallel reductions). The
 // draw therefore depends on the logits only through quantities that such a change moves by a last
@@ -82,6 +82,7 @@ class Sampler {
   int draw(const float* logits, const int32_t* ids, size_t n);
   class Ranked;
   void cut_top_k(Ranked& r) const;
+  void cut_min_p(Ranked& r) const;
   void cut_top_p(Ranked& r) const;
   int inverse_cdf(Ranked& r, const int32_t* ids, size_t n);
 

@@ -7,7 +7,8 @@
 
 namespace llama2 {
 
-StopMatcher::StopMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {
+StopMatcher::StopMatcher(std::vector<std::string> stops, bool keep_stop)
+    : stops_(std::move(stops)), keep_stop_(keep_stop) {
   // An empty stop string would match before any text: validate_sampling rejects it for users.
   for (const auto& s : stops_) LLAMA2_CHECK(!s.empty());
 }
@@ -23,15 +24,19 @@ StopMatcher::Result StopMatcher::push(const std::string& piece) {
   held_.clear();
   text += piece;
 
-  size_t earliest = std::string::npos;
+  size_t earliest = std::string::npos, matched = 0;
   for (const auto& s : stops_) {
     const size_t at = text.find(s);
-    if (at < earliest) earliest = at;
+    // The earliest match; at one start, the longest stop string (the one a reader sees whole).
+    if (at < earliest || (at == earliest && at != std::string::npos && s.size() > matched)) {
+      earliest = at;
+      matched = s.size();
+    }
   }
   if (earliest != std::string::npos) {
     stopped_ = true;
     r.stopped = true;
-    text.resize(earliest);
+    text.resize(earliest + (keep_stop_ ? matched : 0));
     r.emit = std::move(text);
     return r;
   }

@@ -14,8 +14,10 @@ namespace llama2 {
 
 class StopMatcher {
  public:
-  // `stops` must be non-empty strings; an empty list makes push() a pass-through.
-  explicit StopMatcher(std::vector<std::string> stops);
+  // `stops` must be non-empty strings; an empty list makes push() a pass-through. `keep_stop`
+  // (vLLM's include_stop_str_in_output): the matched stop string is emitted with the text before
+  // it.
+  explicit StopMatcher(std::vector<std::string> stops, bool keep_stop = false);
 
   struct Result {
     std::string emit;      // text that may be shown now
@@ -34,6 +36,7 @@ class StopMatcher {
   std::vector<std::string> stops_;
   std::string held_;  // suffix of the output so far that is a proper prefix of some stop string
   bool stopped_ = false;
+  bool keep_stop_ = false;
 };
 
 }  // namespace llama2

@@ -148,7 +148,8 @@ std::string Tokenizer::continuation(int id) const {
   return continuation_[id];
 }
 
-StreamingDetokenizer::StreamingDetokenizer(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
+StreamingDetokenizer::StreamingDetokenizer(const Tokenizer& tokenizer, bool keep_special)
+    : tokenizer_(tokenizer), keep_special_(keep_special) {}
 
 std::string StreamingDetokenizer::emit_decided_bytes() {
   const auto* p = reinterpret_cast<const unsigned char*>(held_bytes_.data());
@@ -186,7 +187,7 @@ std::string StreamingDetokenizer::push(int id) {
     held_ids_.clear();
     held_bytes_.clear();
   }
-  if (tokenizer_.is_control(id)) return out;
+  if (tokenizer_.is_control(id)) return keep_special_ ? out + tokenizer_.id_to_piece(id) : out;
   if (!seen_non_control_) {
     seen_non_control_ = true;
     return out + tokenizer_.decode({id});  // first piece: its dummy-prefix space is dropped

@@ -75,8 +75,10 @@ class Tokenizer {
 // and the anchor's text is cut off, so they keep their space exactly as in a full decode.
 class StreamingDetokenizer {
  public:
-  // `tokenizer` must outlive this object.
-  explicit StreamingDetokenizer(const Tokenizer& tokenizer);
+  // `tokenizer` must outlive this object. `keep_special` (a request's skip_special_tokens false):
+  // control pieces such as <s> and </s> appear in the text as their piece strings; by default they
+  // add nothing, as in decode().
+  explicit StreamingDetokenizer(const Tokenizer& tokenizer, bool keep_special = false);
 
   // Text completed by `id` (possibly empty). Throws llama2::Error on an id out of range.
   std::string push(int id);
@@ -92,6 +94,7 @@ class StreamingDetokenizer {
   std::vector<int> held_ids_;      // byte pieces of a character not decided yet (at most 3)
   std::string held_bytes_;         // their byte values
   bool seen_non_control_ = false;  // whether the dummy-prefix space has been dropped already
+  bool keep_special_ = false;
 };
 
 }  // namespace llama2
