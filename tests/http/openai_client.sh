@@ -114,11 +114,13 @@ else
   fail "slow reader:"; cat "$TMP/stall.out"
 fi
 
-# ---- a second server on the same model: --strict-api, and a 200 ms request timeout for the
-# timeout's finish_reason (tests that use it name STRICT_BASE).
-LLAMA2_API_KEY=$API_KEY "$MPIRUN" 2 "$LLAMA2" serve --model "$TMP/model" --socket "$TMP/strict.sock" \
+# ---- a second server on the same model: --strict-api, and a 2 s request timeout for the
+# timeout's finish_reason (tests that use it name STRICT_BASE). Steps of 5 ms at least (the test
+# hook): 1000 tokens cannot finish within the timeout, 4 tokens always do, however loaded the
+# machine (a 200 ms timeout without the hook once cut a 4-token request short).
+LLAMA2_TEST_STEP_DELAY_MS=5 LLAMA2_API_KEY=$API_KEY "$MPIRUN" 2 "$LLAMA2" serve --model "$TMP/model" --socket "$TMP/strict.sock" \
   --served-model-name "$MODEL" --http 127.0.0.1:0 --max-batch-size 2 --max-seq-len 1024 --strict-api \
-  --request-timeout-ms 200 --cpu-threads 1 --quiet >"$TMP/strict.log" 2>&1 &
+  --request-timeout-ms 2000 --cpu-threads 1 --quiet >"$TMP/strict.log" 2>&1 &
 strict_job=$!
 for _ in $(seq 300); do grep -q "HTTP on" "$TMP/strict.log" && break; sleep 0.1; done
 STRICT_PORT=$(sed -n 's/.*HTTP on 127.0.0.1:\([0-9]*\).*/\1/p' "$TMP/strict.log")

@@ -4,7 +4,8 @@ tests/http/openai_client.sh starts the server on the CPU backend and runs this f
 the repository's .venv (openai and pytest pinned in launch/requirements-test.txt), passing BASE
 (http://127.0.0.1:PORT), API_KEY, MODEL and its alias ALIAS (--served-model-name MODEL,ALIAS),
 MAX_SEQ_LEN (its --max-seq-len), TOKENIZER (the model's tokenizer.model), SERVER_PID (rank 0), and
-STRICT_BASE: a second server on the same model with --strict-api and --request-timeout-ms 200. The
+STRICT_BASE: a second server on the same model with --strict-api and --request-timeout-ms 2000
+(steps of at least 5 ms). The
 tests run in file order and depend on it: the 429 test fills the queue that /metrics later counts,
 and the last test drains the server with SIGTERM and checks 503.
 """
@@ -299,7 +300,7 @@ def test_absent_max_tokens_runs_to_the_end_of_the_context_with_finish_reason_len
 
 
 def test_a_timeout_finishes_as_length_with_the_reason_in_llama2_finish_reason():
-    # The strict server's --request-timeout-ms 200 ends a 1000-token generation early.
+    # The strict server's --request-timeout-ms 2000 ends a 1000-token generation (5 ms steps) early.
     strict = openai.OpenAI(base_url=f"{STRICT_BASE}/v1", api_key=API_KEY, max_retries=0, timeout=TIMEOUT)
     r = strict.completions.create(model=MODEL, prompt="Once", max_tokens=1000, temperature=0,
                                   extra_body={"ignore_eos": True})
