@@ -149,7 +149,9 @@ TEST_SUITE("openai_tolerance") {
         {{{"skip_special_tokens", 0}}, "skip_special_tokens"},
     };
     for (const auto& [fields, param] : bad) {
-      CAPTURE(fields.dump());
+      // A copy: CAPTURE's lambda cannot name a structured binding before clang 16.
+      const std::string body = fields.dump();
+      CAPTURE(body);
       const ApiParse p = parse(with(kChat, fields), ApiKind::kChat);
       REQUIRE(p.error);
       CHECK(p.error->status == 400);
