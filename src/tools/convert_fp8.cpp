@@ -58,22 +58,6 @@ bool is_projection_name(const std::string& name) {
          name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-json read_json(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) throw Error(path.string() + ": cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  json j = json::parse(ss.str(), nullptr, false);
-  if (j.is_discarded()) throw Error(path.string() + ": not valid JSON");
-  return j;
-}
-
-void write_json(const fs::path& path, const json& j) {
-  std::ofstream out(path);
-  out << j.dump(2) << "\n";
-  if (!out) throw Error(path.string() + ": write failed");
-}
-
 json quantization_config(const std::string& format, bool per_channel, bool static_inputs) {
   if (format == "fp8") {
     return {{"quant_method", "fp8"},
@@ -168,7 +152,7 @@ int run_convert_fp8(int argc, char** argv) {
   const bool static_inputs = args.count("static-input-scales") > 0;
   const bool force = args.count("force") > 0;
 
-  json config = read_json(fs::path(in) / "config.json");
+  json config = read_json_file((fs::path(in) / "config.json").string());
   const ModelConfig c = parse_model_config(config, in + "/config.json");
   if (c.quant.fp8) throw Error(in + " is already an FP8 checkpoint (" + c.quant.describe() + ")");
   const WeightStore store = WeightStore::open(in);
@@ -215,7 +199,7 @@ int run_convert_fp8(int argc, char** argv) {
   write_safetensors((fs::path(out) / "model.safetensors").string(), fp8);
   json quantized = config;
   quantized["quantization_config"] = quantization_config(format, per_channel, static_inputs);
-  write_json(fs::path(out) / "config.json", quantized);
+  write_json_file((fs::path(out) / "config.json").string(), quantized);
   copy_side_files(in, out);
   std::cout << "wrote " << out << ": " << projections << " projections as F8_E4M3 with " << scales
             << " scales (" << format << ")" << std::endl;
@@ -225,7 +209,7 @@ int run_convert_fp8(int argc, char** argv) {
     prepare_dir(deq_dir, force);
     write_safetensors((fs::path(deq_dir) / "model.safetensors").string(), plain);
     config.erase("quantization_config");
-    write_json(fs::path(deq_dir) / "config.json", config);
+    write_json_file((fs::path(deq_dir) / "config.json").string(), config);
     copy_side_files(in, deq_dir);
     std::cout << "wrote " << deq_dir << ": the same weights dequantized to F32" << std::endl;
   }

@@ -206,22 +206,6 @@ std::vector<TensorToWrite> pack(const Settings& s, const std::string& module,
   return t;
 }
 
-json read_json(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) throw Error(path.string() + ": cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const json j = json::parse(ss.str(), nullptr, false);
-  if (j.is_discarded()) throw Error(path.string() + ": not valid JSON");
-  return j;
-}
-
-void write_json(const fs::path& path, const json& j) {
-  std::ofstream out(path);
-  out << j.dump(2) << "\n";
-  if (!out) throw Error(path.string() + ": write failed");
-}
-
 }  // namespace
 
 int run_quantize(int argc, char** argv) {
@@ -236,7 +220,7 @@ int run_quantize(int argc, char** argv) {
   }
   const Settings s = settings_from(args);
   const std::string in = args["model"].as<std::string>(), out = args["out"].as<std::string>();
-  json config = read_json(fs::path(in) / "config.json");
+  json config = read_json_file((fs::path(in) / "config.json").string());
   const ModelConfig c = parse_model_config(config, in + "/config.json");
   if (!c.quant.method.empty())
     throw Error(in + " is already quantized (" + c.quant.describe() + ")");
@@ -270,11 +254,11 @@ int run_quantize(int argc, char** argv) {
   fs::create_directories(out);
   write_safetensors((fs::path(out) / "model.safetensors").string(), tensors);
   if (s.quantize_config_file) {
-    write_json(fs::path(out) / "quantize_config.json", quantization_config(s));
+    write_json_file((fs::path(out) / "quantize_config.json").string(), quantization_config(s));
   } else {
     config["quantization_config"] = quantization_config(s);
   }
-  write_json(fs::path(out) / "config.json", config);
+  write_json_file((fs::path(out) / "config.json").string(), config);
   for (const char* f : {"tokenizer.model", "generation_config.json"}) {
     if (fs::exists(fs::path(in) / f)) {
       fs::copy_file(fs::path(in) / f, fs::path(out) / f, fs::copy_options::overwrite_existing);

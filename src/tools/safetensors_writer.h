@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
@@ -51,5 +52,10 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
 void write_safetensors_index(const std::string& path,
                              const std::map<std::string, std::string>& weight_map,
                              uint64_t total_size);
+
+// A checkpoint's JSON file (config.json, ...): Error naming the path when it cannot be read or
+// parsed; written indented, Error naming the path when the write fails.
+nlohmann::json read_json_file(const std::string& path);
+void write_json_file(const std::string& path, const nlohmann::json& j);
 
 }  // namespace llama2

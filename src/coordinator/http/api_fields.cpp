@@ -7,31 +7,34 @@ namespace llama2 {
 
 using nlohmann::json;
 
+// top_k, repetition_penalty, ignore_eos, stop_token_ids, min_tokens, min_p,
+// include_stop_str_in_output and skip_special_tokens are the extensions vLLM also takes.
+const std::vector<std::string> kSameNameKeys = {"temperature",
+                                                "top_p",
+                                                "seed",
+                                                "stop",
+                                                "top_k",
+                                                "repetition_penalty",
+                                                "presence_penalty",
+                                                "frequency_penalty",
+                                                "ignore_eos",
+                                                "logit_bias",
+                                                "stop_token_ids",
+                                                "min_tokens",
+                                                "min_p",
+                                                "include_stop_str_in_output",
+                                                "skip_special_tokens"};
+
 namespace {
 
-// The parameters both endpoints implement (top_k, repetition_penalty, ignore_eos, stop_token_ids,
-// min_tokens, min_p, include_stop_str_in_output and skip_special_tokens are the extensions vLLM
-// also takes), then each endpoint's own.
-const std::set<std::string> kReadCommon = {"model",
-                                           "max_tokens",
-                                           "temperature",
-                                           "top_p",
-                                           "seed",
-                                           "stop",
-                                           "presence_penalty",
-                                           "frequency_penalty",
-                                           "stream",
-                                           "stream_options",
-                                           "logprobs",
-                                           "top_k",
-                                           "repetition_penalty",
-                                           "ignore_eos",
-                                           "logit_bias",
-                                           "stop_token_ids",
-                                           "min_tokens",
-                                           "min_p",
-                                           "include_stop_str_in_output",
-                                           "skip_special_tokens"};
+// The parameters both endpoints implement: the sampling keys spelled as the socket spells them
+// (kSameNameKeys, outside this namespace), then the envelope's; then each endpoint's own.
+std::set<std::string> read_common() {
+  std::set<std::string> keys(kSameNameKeys.begin(), kSameNameKeys.end());
+  keys.insert({"model", "max_tokens", "stream", "stream_options", "logprobs"});
+  return keys;
+}
+const std::set<std::string> kReadCommon = read_common();
 const std::set<std::string> kReadCompletion = {"prompt"};
 const std::set<std::string> kReadChat = {"messages", "max_completion_tokens", "top_logprobs"};
 // What --strict-api accepts besides the read keys and the table's: the keys taken before
@@ -77,8 +80,8 @@ constexpr Refused kRefused[] = {
     {"echo", false, Harmless::kFalse, "\"echo\": true"},
     {"suffix", false, Harmless::kNever, "\"suffix\""},
     {"prompt_logprobs", false, Harmless::kNever, "\"prompt_logprobs\""},
-    // Sampling and text extensions of vLLM not implemented yet (logit_bias, stop_token_ids,
-    // min_tokens, min_p, include_stop_str_in_output and skip_special_tokens are read).
+    // vLLM's sampling and text extensions this server does not implement (the ones it does are
+    // in kSameNameKeys).
     {"bad_words", false, Harmless::kEmpty, "\"bad_words\""},
     {"allowed_token_ids", false, Harmless::kNever, "\"allowed_token_ids\""},
     {"truncate_prompt_tokens", false, Harmless::kNever, "\"truncate_prompt_tokens\""},

@@ -19,6 +19,9 @@
 
 namespace llama2 {
 
+// The sampling keys OpenAI/vLLM bodies and the socket protocol spell alike: copied as they are.
+extern const std::vector<std::string> kSameNameKeys;
+
 enum class ApiKind { kCompletion, kChat };
 
 // What the front does with one top-level key of a body.

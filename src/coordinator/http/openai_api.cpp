@@ -16,23 +16,6 @@ using nlohmann::json;
 
 namespace {
 
-// Sampling keys whose name is the same in both protocols.
-const char* const kSameKeys[] = {"temperature",
-                                 "top_p",
-                                 "seed",
-                                 "stop",
-                                 "top_k",
-                                 "repetition_penalty",
-                                 "presence_penalty",
-                                 "frequency_penalty",
-                                 "ignore_eos",
-                                 "logit_bias",
-                                 "stop_token_ids",
-                                 "min_tokens",
-                                 "min_p",
-                                 "include_stop_str_in_output",
-                                 "skip_special_tokens"};
-
 ApiError invalid(const std::string& message, const std::string& param,
                  ErrorCode code = ErrorCode::kInvalidRequest) {
   return api_error(code, message, param);
@@ -209,8 +192,8 @@ std::optional<ApiError> parse_streaming(const json& j, ApiRequest* out) {
 // socket protocol's and batch's: max_tokens -> max_new_tokens, a token-id prompt ->
 // prompt_tokens, logprobs in the project's two keys.
 std::optional<ApiError> translate_fields(const json& j, ApiKind kind, json* mine) {
-  for (const char* k : kSameKeys)
-    if (given(j, k)) (*mine)[k] = j[k];
+  for (const std::string& k : kSameNameKeys)
+    if (given(j, k.c_str())) (*mine)[k] = j[k];
   // Absent: the rest of the context once the prompt is tokenized (api_default_max_tokens); until
   // then 1, the room the prompt must leave.
   const char* max_key = max_tokens_key(j, kind);
