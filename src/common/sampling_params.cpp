@@ -227,7 +227,12 @@ std::string validate_sampling(const SamplingParams& p, int prompt_tokens,
     return "top_logprobs needs logprobs set to true (got top_logprobs " +
            std::to_string(p.top_logprobs) + " with logprobs false)";
   }
-  if (p.max_new_tokens < 1) {
+  if (p.prompt_logprobs && (*p.prompt_logprobs < 0 || *p.prompt_logprobs > kMaxTopLogprobs)) {
+    return "prompt_logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) +
+           "] (or null: off) (got " + std::to_string(*p.prompt_logprobs) + ")";
+  }
+  // 0 scores the prompt alone (OpenAI's echo with max_tokens 0).
+  if (p.max_new_tokens < 1 && !(p.max_new_tokens == 0 && p.prompt_logprobs)) {
     return "max_new_tokens must be >= 1 (got " + std::to_string(p.max_new_tokens) + ")";
   }
   for (const auto& [id, bias] : p.logit_bias) {
@@ -339,6 +344,10 @@ SamplingParams sampling_from_json(const nlohmann::json& obj, const SamplingParam
   if (const json* v = given("top_logprobs")) {
     p.top_logprobs = static_cast<int>(json_int(*v, "top_logprobs", kIntMin, kIntMax));
   }
+  if (const json* v = given("prompt_logprobs")) {
+    // -1 (vLLM's "the whole vocabulary") is refused by the range check, not taken as off.
+    p.prompt_logprobs = static_cast<int>(json_int(*v, "prompt_logprobs", kIntMin, kIntMax));
+  }
   if (const json* v = given("logit_bias")) p.logit_bias = json_logit_bias(*v);
   if (const json* v = given("stop_token_ids"))
     p.stop_token_ids = json_token_ids(*v, "stop_token_ids");
@@ -369,6 +378,7 @@ nlohmann::json sampling_to_json(const SamplingParams& p) {
   j["ignore_eos"] = p.ignore_eos;
   j["logprobs"] = p.logprobs;
   j["top_logprobs"] = p.top_logprobs;
+  j["prompt_logprobs"] = p.prompt_logprobs ? json(*p.prompt_logprobs) : json(nullptr);
   json bias = json::object();
   for (const auto& [id, value] : p.logit_bias) bias[std::to_string(id)] = float_as_json(value);
   j["logit_bias"] = std::move(bias);

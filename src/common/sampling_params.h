@@ -22,7 +22,7 @@ struct SamplingParams {
   // by frequency_penalty * count(j) + presence_penalty * (count(j) > 0). [-2, 2], 0 = off.
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
-  int max_new_tokens = 128;       // >= 1
+  int max_new_tokens = 128;       // >= 1; 0 only with prompt_logprobs (score the prompt alone)
   std::optional<uint64_t> seed;   // none: chosen at random by the caller and reported
   std::vector<std::string> stop;  // stop strings (not included in the output)
   bool ignore_eos = false;
@@ -33,6 +33,11 @@ struct SamplingParams {
   // token is sampled.
   bool logprobs = false;
   int top_logprobs = 0;
+  // vLLM's prompt_logprobs, for evaluations: unset = off; k in [0, kMaxTopLogprobs]: every prompt
+  // token after the first reports its log-probability given the tokens before it, its rank, and
+  // the k most probable tokens at its position (Finished::prompt_logprobs). The prompt is then
+  // computed in full (no prefix-cache reuse) with a logit row per prompt token.
+  std::optional<int> prompt_logprobs;
   // vLLM's extensions. Token-level ones reach every rank as the step plan's per-row vocabulary
   // adjustments (VocabAdjust), applied before any reduction, so tensor parallelism sees them too.
   // logit_bias: (token id, bias in [-kMaxLogitBias, kMaxLogitBias]) added to the raw logits,

@@ -427,8 +427,8 @@ def test_400_unsupported_and_invalid_parameters_in_openai_error_shape_naming_the
             assert e.param == param
     m = refused(lambda: client.chat.completions.create(**{**GREEDY, "messages": CHAT, "max_tokens": 0}))
     assert re.search(r"max_tokens must be >= 1", m.body["message"]), m.body
-    echo = refused(lambda: client.completions.create(**GREEDY, prompt="x", echo=True))
-    assert echo.param == "echo"
+    echo = refused(lambda: client.chat.completions.create(**{**GREEDY, "messages": CHAT, "extra_body": {"echo": True}}))
+    assert echo.param == "echo"  # completions only (test_openai_scoring.py)
     best_of = refused(lambda: client.completions.create(**GREEDY, prompt="x", best_of=3))
     assert best_of.param == "best_of"
     order = refused(lambda: client.chat.completions.create(**GREEDY, messages=[{"role": "assistant", "content": "hi"}]))

@@ -117,10 +117,9 @@ TEST_SUITE("openai_api") {
                                    {"logprobs", false}}))
                     .error);
     const json comp = {{"model", "tiny"}, {"prompt", "x"}};
-    for (const char* k : {"echo", "best_of", "suffix"}) {
-      json extra = {{k, std::string(k) == "best_of" ? json(2)
-                        : std::string(k) == "echo"  ? json(true)
-                                                    : json("s")}};
+    // (echo is read: test_prompt_scoring.)
+    for (const char* k : {"best_of", "suffix"}) {
+      json extra = {{k, std::string(k) == "best_of" ? json(2) : json("s")}};
       const ApiParse p = parse(with(comp, extra), ApiKind::kCompletion);
       REQUIRE(p.error);
       CHECK(p.error->param == k);

@@ -165,6 +165,7 @@ class ResultLines final : public RequestEvents {
         {"seed", *b.req.params.seed},
         {"usage", {{"prompt_tokens", r.prompt_tokens}, {"completion_tokens", r.tokens.size()}}}};
     if (b.req.params.logprobs) add_logprobs_json(r, &line);
+    if (b.req.params.prompt_logprobs) line["prompt_logprobs"] = prompt_logprobs_json(r);
     out_.write(line);
     ++finished;
   }

@@ -31,7 +31,8 @@ namespace {
 // (kSameNameKeys, outside this namespace), then the envelope's; then each endpoint's own.
 std::set<std::string> read_common() {
   std::set<std::string> keys(kSameNameKeys.begin(), kSameNameKeys.end());
-  keys.insert({"model", "max_tokens", "stream", "stream_options", "logprobs"});
+  keys.insert(
+      {"model", "max_tokens", "stream", "stream_options", "logprobs", "prompt_logprobs", "echo"});
   return keys;
 }
 const std::set<std::string> kReadCommon = read_common();
@@ -40,7 +41,7 @@ const std::set<std::string> kReadChat = {"messages", "max_completion_tokens", "t
 // What --strict-api accepts besides the read keys and the table's: the keys taken before
 // tolerance existed.
 const std::set<std::string> kStrictCommon = {"user", "n"};
-const std::set<std::string> kStrictCompletion = {"echo", "best_of", "suffix"};
+const std::set<std::string> kStrictCompletion = {"best_of", "suffix"};
 const std::set<std::string> kStrictChat = {
     "tools", "tool_choice", "functions", "function_call", "response_format", "parallel_tool_calls"};
 
@@ -77,9 +78,7 @@ constexpr Refused kRefused[] = {
     {"n", false, Harmless::kOne, "\"n\" other than 1"},
     {"best_of", false, Harmless::kOne, "\"best_of\" other than 1"},
     {"use_beam_search", false, Harmless::kFalse, "\"use_beam_search\""},
-    {"echo", false, Harmless::kFalse, "\"echo\": true"},
     {"suffix", false, Harmless::kNever, "\"suffix\""},
-    {"prompt_logprobs", false, Harmless::kNever, "\"prompt_logprobs\""},
     // vLLM's sampling and text extensions this server does not implement (the ones it does are
     // in kSameNameKeys).
     {"bad_words", false, Harmless::kEmpty, "\"bad_words\""},

@@ -19,6 +19,7 @@
 #include "common/check.h"
 #include "coordinator/http/connection_pool.h"
 #include "coordinator/http/http_exchange.h"
+#include "coordinator/http/prompt_scoring.h"
 #include "coordinator/http/server_api.h"
 
 namespace llama2 {
@@ -138,9 +139,10 @@ struct HttpFront::Impl {
   ApiResponseHead response_head(const ApiRequest& r) const;
   void answer_whole(const httplib::Request& req, httplib::Response& res,
                     const std::shared_ptr<HttpExchange>& ex, const ApiResponseHead& head,
-                    Clock::time_point deadline);
+                    const ApiScoring& scoring, Clock::time_point deadline);
   void answer_stream(httplib::Response& res, const std::shared_ptr<HttpExchange>& ex,
-                     const ApiResponseHead& head, bool include_usage, Clock::time_point deadline);
+                     const ApiResponseHead& head, bool include_usage, std::string echo,
+                     Clock::time_point deadline);
   // A stream's content provider, in named parts: one call writes what arrived (SSE chunks), or
   // its end ([DONE]); false ends the stream early.
   struct StreamState;
@@ -257,7 +259,8 @@ void HttpFront::Impl::routes() {
       e = api_error(ErrorCode::kNotFound, "");
       e.message = "no route " + req.method + " " + quote(req.path) +
                   " (routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, "
-                  "GET /v1/models/{id}, POST /tokenize, POST /detokenize, GET /version, "
+                  "GET /v1/models/{id}, POST /tokenize, POST /detokenize, GET /tokenizer_info, "
+                  "GET /version, "
                   "GET /health, GET /ready, GET /metrics)";
     } else if (res.status == 413) {
       e = api_error(ErrorCode::kBodyTooLarge, "the request body exceeds --http-max-body-bytes (" +
@@ -303,6 +306,10 @@ void HttpFront::Impl::info_routes() {
     send_answer(
         res, api_tokenize(req.body, deps->tokenizer, deps->api, deps->limits.prompt.max_tokens()));
   });
+  svr.Get("/tokenizer_info", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(dump(api_tokenizer_info(deps->tokenizer, deps->limits.prompt.max_tokens())),
+                    "application/json");
+  });
   svr.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
     send_answer(res, api_detokenize(req.body, deps->tokenizer, deps->api));
   });
@@ -347,6 +354,10 @@ void HttpFront::Impl::generate(const httplib::Request& req, httplib::Response& r
     if (!refusal) refusal = Refusal{ErrorCode::kShuttingDown, "the server began shutting down"};
     return refuse(api_refusal(*refusal, parsed.request));
   }
+  ApiScoring& scoring = parsed.request.scoring;
+  if (scoring.echo || scoring.prompt_logprobs) scoring.prompt = request.prompt;
+  if (scoring.echo && scoring.echo_text.empty())
+    scoring.echo_text = deps->tokenizer.decode(request.prompt);
   if (parsed.request.max_tokens_key.empty()) {  // no max_tokens: the rest of the context
     request.params.max_new_tokens = api_default_max_tokens(
         static_cast<int>(request.prompt.size()), deps->limits.prompt, deps->api.max_tokens_cap);
@@ -371,15 +382,17 @@ void HttpFront::Impl::generate(const httplib::Request& req, httplib::Response& r
   const Clock::time_point give_up =
       now + std::chrono::milliseconds(deps->limits.request_timeout_ms) + kDeadlineGrace;
   if (parsed.request.stream) {
-    answer_stream(res, ex, head, parsed.request.include_usage, give_up);
+    answer_stream(res, ex, head, parsed.request.include_usage,
+                  scoring.echo ? scoring.echo_text : std::string(), give_up);
   } else {
-    answer_whole(req, res, ex, head, give_up);
+    answer_whole(req, res, ex, head, scoring, give_up);
   }
 }
 
 void HttpFront::Impl::answer_whole(const httplib::Request& req, httplib::Response& res,
                                    const std::shared_ptr<HttpExchange>& ex,
-                                   const ApiResponseHead& head, Clock::time_point give_up) {
+                                   const ApiResponseHead& head, const ApiScoring& scoring,
+                                   Clock::time_point give_up) {
   const int fd = connection_fd(req);
   for (;;) {
     HttpExchange::News news = ex->take(kPollInterval);
@@ -397,6 +410,7 @@ void HttpFront::Impl::answer_whole(const httplib::Request& req, httplib::Respons
         }
         r.logprobs = api_logprobs(head.kind, lp, deps->tokenizer);
       }
+      apply_scoring(scoring, f, deps->tokenizer, &r);
       return res.set_content(dump(api_response(head, r)), "application/json");
     }
     if (auto trouble = server_trouble()) return send_error(res, *trouble);
@@ -417,6 +431,7 @@ struct HttpFront::Impl::StreamState {
   bool include_usage = false;
   bool started = false;  // the role chunk (chat) went out
   bool ended = false;    // [DONE] went out: nothing to cancel
+  std::string echo;      // completions' echo: the prompt, the first chunk's text
   int text_bytes = 0;    // text sent so far (completions' logprobs text_offset)
   Clock::time_point give_up;
 };
@@ -473,6 +488,10 @@ bool HttpFront::Impl::stream_once(StreamState& st, httplib::DataSink& sink) {
   std::string out;
   if (!st.started && st.head.kind == ApiKind::kChat)
     out += sse(api_chunk(st.head, "", true, nullptr, st.include_usage));
+  if (!st.started && !st.echo.empty()) {
+    out += sse(api_chunk(st.head, st.echo, false, nullptr, st.include_usage));
+    st.text_bytes += static_cast<int>(st.echo.size());
+  }
   st.started = true;
   HttpExchange::News news = st.ex->take(out.empty() ? kPollInterval : std::chrono::milliseconds(0));
   out += token_chunks(st, news.tokens);
@@ -491,8 +510,9 @@ bool HttpFront::Impl::stream_once(StreamState& st, httplib::DataSink& sink) {
 
 void HttpFront::Impl::answer_stream(httplib::Response& res, const std::shared_ptr<HttpExchange>& ex,
                                     const ApiResponseHead& head, bool include_usage,
-                                    Clock::time_point give_up) {
+                                    std::string echo, Clock::time_point give_up) {
   auto st = std::make_shared<StreamState>();
+  st->echo = std::move(echo);
   st->ex = ex;
   st->head = head;
   st->include_usage = include_usage;

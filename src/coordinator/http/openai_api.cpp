@@ -172,6 +172,47 @@ std::optional<ApiError> parse_envelope(const std::string& body, ApiKind kind, co
   return std::nullopt;
 }
 
+// "echo" (completions only) and "prompt_logprobs" into `out`, and the engine's prompt_logprobs
+// into `mine`: the most alternatives either asks for. Streams do not carry prompt logprobs.
+std::optional<ApiError> parse_scoring(const json& j, ApiKind kind, ApiRequest* req, json* mine) {
+  ApiScoring* out = &req->scoring;
+  if (given(j, "echo")) {
+    if (!j["echo"].is_boolean()) return invalid("\"echo\" must be true or false", "echo");
+    out->echo = j["echo"].get<bool>();
+  }
+  if (out->echo && kind == ApiKind::kChat)
+    return unsupported("echo", "\"echo\": true in chat completions");
+  if (given(j, "prompt_logprobs")) {
+    if (!j["prompt_logprobs"].is_number_integer())
+      return invalid(
+          "\"prompt_logprobs\" must be an integer: the alternatives per prompt token, 0.." +
+              std::to_string(kMaxTopLogprobs) + " (got " + quote_json(j["prompt_logprobs"]) + ")",
+          "prompt_logprobs");
+    const int64_t k = j["prompt_logprobs"].get<int64_t>();
+    if (k < 0 || k > kMaxTopLogprobs) {
+      return invalid("prompt_logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) +
+                         "] (got " + std::to_string(k) + ")",
+                     "prompt_logprobs");
+    }
+    out->prompt_logprobs = static_cast<int>(k);
+  }
+  if (out->echo && given(j, "logprobs") && j["logprobs"].is_number_integer())
+    out->echo_top = j["logprobs"].get<int>();
+  const char* max_key = max_tokens_key(j, kind);
+  const bool none = max_key != nullptr && j[max_key].is_number_integer() && j[max_key] == 0;
+  if (out->echo && mine->contains("prompt")) out->echo_text = (*mine)["prompt"].get<std::string>();
+  int k = std::max(out->echo_top, out->prompt_logprobs.value_or(-1));
+  if (k < 0 && out->echo && none) k = 0;  // echo alone with max_tokens 0: the prompt, unscored
+  if (k >= 0) {
+    if (req->stream) {
+      return unsupported(out->prompt_logprobs ? "prompt_logprobs" : "echo",
+                         "a prompt's logprobs in a stream (\"stream\": true)");
+    }
+    (*mine)["prompt_logprobs"] = k;
+  }
+  return std::nullopt;
+}
+
 // "stream" and "stream_options" into `out`.
 std::optional<ApiError> parse_streaming(const json& j, ApiRequest* out) {
   if (given(j, "stream")) {
@@ -227,6 +268,7 @@ ApiParse parse_api_request(const std::string& body, ApiKind kind, const ApiConte
   out.error = parse_envelope(body, kind, ctx, &j);
   if (!out.error) out.error = parse_streaming(j, &out.request);
   if (!out.error) out.error = translate_fields(j, kind, &mine);
+  if (!out.error) out.error = parse_scoring(j, kind, &out.request, &mine);
   if (out.error) return out;
   out.request.kind = kind;
   out.request.model = j["model"].get<std::string>();
@@ -338,6 +380,10 @@ std::pair<std::string, json> token_text(const Tokenizer& tok, int id) {
 }
 }  // namespace
 
+std::string api_token_string(const Tokenizer& tokenizer, int id) {
+  return token_text(tokenizer, id).first;
+}
+
 json api_logprobs(ApiKind kind, const std::vector<ApiTokenLogprobs>& tokens,
                   const Tokenizer& tokenizer, int text_offset) {
   if (kind == ApiKind::kChat) {
@@ -381,6 +427,9 @@ json api_response(const ApiResponseHead& h, const ApiResult& r) {
   } else {
     choice["text"] = r.text;
   }
+  // vLLM puts prompt_logprobs in the choice of a completion, beside the choices of a chat.
+  if (!r.prompt_logprobs.is_null())
+    (h.kind == ApiKind::kChat ? out : choice)["prompt_logprobs"] = r.prompt_logprobs;
   out["choices"] = json::array({choice});
   out["usage"] = api_usage(r.prompt_tokens, r.completion_tokens, r.cached_tokens);
   return out;

@@ -76,6 +76,18 @@ bool serves_model(const ApiContext& ctx, const std::string& model);
 std::optional<ApiError> api_model_error(const nlohmann::json& body, const ApiContext& ctx,
                                         bool required);
 
+// Scoring for evaluations (docs/serving.md): completions' echo puts the prompt before the
+// completion, and with logprobs k its tokens' logprobs (echo_top = k; -1: no logprobs); vLLM's
+// prompt_logprobs k adds its own field. The engine scores the prompt with the larger k
+// (SamplingParams::prompt_logprobs); prompt_scoring.h writes the answer.
+struct ApiScoring {
+  bool echo = false;
+  int echo_top = -1;
+  std::optional<int> prompt_logprobs;
+  std::string echo_text;    // a text prompt as the client wrote it (a token-id prompt: decoded)
+  std::vector<int> prompt;  // the prompt's ids, once tokenized (only when scoring)
+};
+
 struct ApiRequest {
   ApiKind kind = ApiKind::kCompletion;
   bool stream = false;
@@ -86,7 +98,8 @@ struct ApiRequest {
   // room for one token) and api_default_max_tokens gives the rest of the context.
   std::string max_tokens_key;
   std::vector<std::string> ignored;  // fields ignored (api_fields.h), for the log
-  ParsedRequest request;             // validated, text_pending until tokenized (tokenize_request)
+  ApiScoring scoring;
+  ParsedRequest request;  // validated, text_pending until tokenized (tokenize_request)
 };
 
 // Parses and validates one body; the request, or the error to answer with.
@@ -131,8 +144,9 @@ struct ApiResult {
   int prompt_tokens = 0;
   int completion_tokens = 0;
   std::string text;
-  nlohmann::json logprobs = nullptr;  // api_logprobs(...) when the request asked, else null
-  int cached_tokens = 0;              // prompt tokens found in the prefix cache
+  nlohmann::json logprobs = nullptr;         // api_logprobs(...) when the request asked, else null
+  int cached_tokens = 0;                     // prompt tokens found in the prefix cache
+  nlohmann::json prompt_logprobs = nullptr;  // vLLM's field when the request asked (else null)
 };
 
 // One generated token's log-probabilities (TokenEvent::logprob / top_logprobs).
@@ -148,6 +162,8 @@ struct ApiTokenLogprobs {
 // name as its string (a lone byte is not UTF-8) and gives the byte in "bytes".
 nlohmann::json api_logprobs(ApiKind kind, const std::vector<ApiTokenLogprobs>& tokens,
                             const Tokenizer& tokenizer, int text_offset = 0);
+// A token's string in those objects.
+std::string api_token_string(const Tokenizer& tokenizer, int id);
 
 // The identifiers and time stamp of one response (every chunk of a stream repeats them).
 struct ApiResponseHead {

@@ -147,6 +147,22 @@ ApiAnswer api_detokenize(const std::string& body, const Tokenizer& tok, const Ap
   return a;
 }
 
+json api_tokenizer_info(const Tokenizer& tok, int64_t max_model_len) {
+  const auto piece = [&tok](int id) { return id >= 0 ? json(tok.id_to_piece(id)) : json(nullptr); };
+  return json{{"tokenizer_class", "LlamaTokenizer"},
+              {"bos_token", piece(tok.bos_id())},
+              {"eos_token", piece(tok.eos_id())},
+              {"unk_token", piece(tok.unk_id())},
+              {"pad_token", nullptr},
+              {"add_bos_token", true},  // /v1/completions puts <s> before a text prompt
+              {"add_eos_token", false},
+              {"clean_up_tokenization_spaces", false},
+              {"legacy", false},
+              {"padding_side", "left"},
+              {"model_max_length", max_model_len},
+              {"vocab_size", tok.vocab_size()}};
+}
+
 int probe_status(Probe probe, const std::string& status) {
   if (probe == Probe::kReadiness) return status == "ready" ? 200 : 503;
   return status == "stalled" ? 503 : 200;

@@ -41,6 +41,13 @@ ApiAnswer api_tokenize(const std::string& body, const Tokenizer& tok, const ApiC
 // POST /detokenize: "tokens", ids in [0, vocab); control tokens (<s>, </s>) decode to nothing.
 ApiAnswer api_detokenize(const std::string& body, const Tokenizer& tok, const ApiContext& ctx);
 
+// GET /tokenizer_info: vLLM's shape, the tokenizer's configuration as Hugging Face's
+// tokenizer_config.json writes it for a Llama tokenizer ("tokenizer_class", "bos_token",
+// "eos_token", "unk_token", "pad_token", "add_bos_token", "add_eos_token", "model_max_length",
+// ...). lm-evaluation-harness's remote tokenizer reads it (with /tokenize and /detokenize). No
+// "chat_template": the Llama-2 chat format is the server's own (chat_format.h), not a template.
+nlohmann::json api_tokenizer_info(const Tokenizer& tok, int64_t max_model_len);
+
 // What a probe route answers for the server's health status ("starting" while the model loads,
 // "ready", "draining", "stalled").
 enum class Probe {

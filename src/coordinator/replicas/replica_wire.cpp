@@ -158,6 +158,13 @@ void WireWriter::finished(const Finished& done) {
   for (float x : done.logprobs) put(buf_, x);
   put(buf_, static_cast<uint32_t>(done.top_logprobs.size()));
   for (const auto& top : done.top_logprobs) put(buf_, top);
+  put(buf_, static_cast<uint32_t>(done.prompt_logprobs.size()));  // prompt_logprobs or empty
+  for (const PromptLogprob& p : done.prompt_logprobs) {
+    put(buf_, static_cast<int32_t>(p.token));
+    put(buf_, p.logprob);
+    put(buf_, static_cast<int32_t>(p.rank));
+    put(buf_, p.top);
+  }
 }
 
 std::string WireWriter::take() {
@@ -230,6 +237,14 @@ Finished read_finished(Reader& r) {
   d.text = r.str();
   for (uint32_t i = 0, n = r.get<uint32_t>(); i < n; ++i) d.logprobs.push_back(r.get<float>());
   for (uint32_t i = 0, n = r.get<uint32_t>(); i < n; ++i) d.top_logprobs.push_back(r.top());
+  for (uint32_t i = 0, n = r.get<uint32_t>(); i < n; ++i) {
+    PromptLogprob p;
+    p.token = r.get<int32_t>();
+    p.logprob = r.get<float>();
+    p.rank = r.get<int32_t>();
+    p.top = r.top();
+    d.prompt_logprobs.push_back(std::move(p));
+  }
   return d;
 }
 

@@ -27,6 +27,7 @@ const std::set<std::string> kRequestKeys = {"response_format",
                                             "ignore_eos",
                                             "logprobs",
                                             "top_logprobs",
+                                            "prompt_logprobs",
                                             "logit_bias",
                                             "stop_token_ids",
                                             "min_tokens",
@@ -63,7 +64,7 @@ size_t utf8_cut(const std::string& s, size_t max_bytes) {
 void check_lengths(ParsedRequest& r, int64_t prompt_tokens, const ModelConfig& config) {
   PromptLimits limits;
   limits.max_position_embeddings = config.max_position_embeddings;
-  if (r.params.max_new_tokens >= 1) {
+  if (r.params.max_new_tokens >= 0) {
     std::string too_long =
         prompt_length_error(limits, prompt_tokens, false, r.params.max_new_tokens);
     if (!too_long.empty()) {
@@ -258,6 +259,17 @@ json top_logprobs_json(const std::vector<TopLogprob>& top) {
   json out = json::array();
   for (const TopLogprob& t : top) {
     out.push_back(json{{"logprob", float_as_json(t.logprob)}, {"token_id", t.token}});
+  }
+  return out;
+}
+
+json prompt_logprobs_json(const Finished& done) {
+  json out = json::array({nullptr});  // the first token has nothing before it
+  for (const PromptLogprob& p : done.prompt_logprobs) {
+    out.push_back(json{{"token_id", p.token},
+                       {"logprob", float_as_json(p.logprob)},
+                       {"rank", p.rank},
+                       {"top_logprobs", top_logprobs_json(p.top)}});
   }
   return out;
 }

@@ -95,5 +95,8 @@ nlohmann::json top_logprobs_json(const std::vector<TopLogprob>& top);
 // A finished request's per-token arrays: (*out)["logprobs"] = [n] floats and
 // (*out)["top_logprobs"] = [n] arrays of top_logprobs_json (a non-streamed `done`, a batch line).
 void add_logprobs_json(const Finished& done, nlohmann::json* out);
+// A request with prompt_logprobs: [null, {"token_id", "logprob", "rank", "top_logprobs"}, ...],
+// one entry per prompt token (the first has no context: null).
+nlohmann::json prompt_logprobs_json(const Finished& done);
 
 }  // namespace llama2

@@ -53,6 +53,16 @@ struct TopLogprob {
   float logprob = 0;
 };
 
+// A prompt token's score (SamplingParams::prompt_logprobs): its log-probability given the tokens
+// before it, its rank in that distribution (1 = most probable; equal logits by lower id) and the
+// k most probable tokens there, most probable first.
+struct PromptLogprob {
+  int token = 0;
+  float logprob = 0;
+  int rank = 0;
+  std::vector<TopLogprob> top{};
+};
+
 // Scheduler -> owner: the token at `index` of request `id` was sampled; `text` is the piece of
 // output it completes (complete UTF-8, possibly empty; stop string excluded).
 // Only when the request asked (SamplingParams::logprobs; otherwise 0 and empty): `logprob`, the
@@ -86,6 +96,9 @@ struct Finished {
   // TokenEvent::logprob and TokenEvent::top_logprobs.
   std::vector<float> logprobs{};
   std::vector<std::vector<TopLogprob>> top_logprobs{};
+  // Only with prompt_logprobs (else empty): [prompt_tokens - 1], prompt tokens 1.. in order (the
+  // first has nothing before it). Empty too when the request ended before its prompt was scored.
+  std::vector<PromptLogprob> prompt_logprobs{};
 };
 
 // Measured by the owner from its own clock: from submit() to admission / first token / the end.

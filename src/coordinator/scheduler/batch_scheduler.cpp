@@ -1,6 +1,7 @@
 #include "coordinator/scheduler/batch_scheduler.h"
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -30,6 +31,10 @@ struct BatchScheduler::Sequence {
   std::unique_ptr<constrain::GrammarMatcher> matcher;
   Finished result;
   bool done = false;
+  // prompt_logprobs: prompt rows scored so far. Row p (the logits after token p) scores prompt
+  // token p + 1 into result.prompt_logprobs[p]; rows are scored in order, each once, also when a
+  // preemption makes the prompt run again.
+  int prompt_scored = 0;
 
   Sequence(SubmitRequest&& r, const Tokenizer& tok, std::vector<int>&& blocks, int hit_tokens,
            PrefixChain hit_chain)
@@ -62,6 +67,22 @@ struct BatchScheduler::Sequence {
   // One token to feed (the one sampled last) after a computed prompt: a decode row. Otherwise a
   // prefill, of the prompt or, after a preemption, of prompt + generated tokens again.
   bool decoding() const { return cached >= prompt_len() && cached == known() - 1; }
+  // The first prompt row still to score (prompt_logprobs); INT_MAX when none is left.
+  int unscored_row() const {
+    const bool left = req.params.prompt_logprobs && prompt_scored < prompt_len() - 1;
+    return left ? prompt_scored : std::numeric_limits<int>::max();
+  }
+  // Whether the prefix cache may stand in for computed prompt rows: not while some are unscored.
+  bool may_reuse_prefix() const { return unscored_row() == std::numeric_limits<int>::max(); }
+  // The logit rows a chunk of n tokens from `cached` needs: the last `n_logits` of the chunk.
+  // The unscored prompt rows in it, up to the chunk's end; else the next token's row when the
+  // chunk reaches the last known token. (Unscored rows exist only before the first sampled
+  // token, so they and that row are contiguous.)
+  int logit_rows(int n) const {
+    const int end = cached + n, from = std::max(cached, unscored_row());
+    if (from < std::min(end, prompt_len() - 1)) return end - from;
+    return end == known() ? 1 : 0;
+  }
 };
 
 BatchScheduler::BatchScheduler(const Tokenizer& tok, const ModelConfig& config,
@@ -87,8 +108,10 @@ bool BatchScheduler::try_admit(SubmitRequest& req) {
   // leaving what this step's decoding sequences need: a new sequence does not preempt at once.
   std::vector<int> table;
   PrefixChain chain;
-  const std::optional<int> hit = blocks_.allocate(req.prompt, prompt, opts_.prefix_caching, &table,
-                                                  &chain, growth_need(), /*count=*/true);
+  // A prompt to score is computed in full: cached blocks would skip the rows it needs.
+  const bool reuse = opts_.prefix_caching && !req.params.prompt_logprobs;
+  const std::optional<int> hit =
+      blocks_.allocate(req.prompt, prompt, reuse, &table, &chain, growth_need(), /*count=*/true);
   if (!hit) return false;
   running_.push_back(
       std::make_unique<Sequence>(std::move(req), tok_, std::move(table), *hit, chain));
@@ -142,8 +165,9 @@ void BatchScheduler::resume_preempted() {
     Sequence& s = *preempted_.front();
     std::vector<int> table;
     PrefixChain chain;
-    const std::optional<int> hit = blocks_.allocate(s.context, s.known(), opts_.prefix_caching,
-                                                    &table, &chain, growth_need(), /*count=*/false);
+    const std::optional<int> hit =
+        blocks_.allocate(s.context, s.known(), opts_.prefix_caching && s.may_reuse_prefix(), &table,
+                         &chain, growth_need(), /*count=*/false);
     if (!hit) return;
     s.table = std::move(table);
     s.cached = *hit;
@@ -174,9 +198,9 @@ void BatchScheduler::add_to_plan(ScheduledStep& step, int slot, int n_tokens) co
   const bool decode = s.decoding();
   // The logits after its last known token give the next one.
   append_seq(&step.plan, static_cast<int32_t>(s.req.id), s.cached, s.context.data() + s.cached,
-             n_tokens, s.cached + n_tokens == s.known() ? 1 : 0, s.table.data(),
+             n_tokens, s.logit_rows(n_tokens), s.table.data(),
              BlockAllocator::blocks_for(s.cached + n_tokens, blocks_.block_size()),
-             s.req.params.logprobs);
+             s.req.params.logprobs || s.req.params.prompt_logprobs);
   step.ids.push_back(s.req.id);
   step.slots.push_back(slot);
   step.decode_rows += decode ? 1 : 0;
@@ -193,7 +217,10 @@ int BatchScheduler::logit_candidates(const ScheduledStep& step) const {
   int most = 0;
   for (size_t i = 0; i < step.plan.seqs.size(); ++i) {
     if (step.plan.seqs[i].n_logits == 0) continue;
-    const SamplingParams& params = running_[static_cast<size_t>(step.slots[i])]->req.params;
+    const Sequence& s = *running_[static_cast<size_t>(step.slots[i])];
+    // A prompt row scores its prompt token, which may be any token: full rows.
+    if (s.unscored_row() != std::numeric_limits<int>::max()) return 0;
+    const SamplingParams& params = s.req.params;
     const int need = Sampler::candidates_needed(params);
     if (need == 0) return 0;
     most = std::max({most, need, params.logprobs ? params.top_logprobs : 0});
@@ -209,10 +236,17 @@ ScheduledStep BatchScheduler::schedule() {
     if (running_[i]->decoding()) add_to_plan(step, static_cast<int>(i), 1);
   }
   int budget = opts_.prefill_chunk;
+  // The engine holds as many logit rows per step as sequences (--max-batch-size): every running
+  // sequence may have one; prompt rows to score share what the free batch slots leave.
+  int extra_rows = opts_.max_batch_size - static_cast<int>(running_.size());
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     const Sequence& s = *running_[i];
     if (s.decoding()) continue;
-    const int n = std::min(budget, s.known() - s.cached);
+    int n = std::min(budget, s.known() - s.cached);
+    if (s.unscored_row() != std::numeric_limits<int>::max()) {
+      n = std::min(n, std::max(s.cached, s.unscored_row()) - s.cached + 1 + extra_rows);
+      extra_rows -= std::max(0, s.logit_rows(n) - 1);
+    }
     add_to_plan(step, static_cast<int>(i), n);
     budget -= n;
   }
@@ -229,14 +263,15 @@ ScheduledStep BatchScheduler::schedule() {
 void BatchScheduler::add_row_adjustments(ScheduledStep& step) {
   int row = 0;
   for (size_t i = 0; i < step.plan.seqs.size(); ++i) {
-    const int n_logits = step.plan.seqs[i].n_logits;
-    if (n_logits == 0) continue;
+    const SeqStep& q = step.plan.seqs[i];
+    if (q.n_logits == 0) continue;
     Sequence& s = *running_[static_cast<size_t>(step.slots[i])];
-    if (s.adjusted()) {
-      LLAMA2_CHECK(n_logits == 1);  // several rows (speculative verification) need rollback
-      if (fill_row_adjust(s)) add_row_adjust(&step.plan, row, mask_, config_.vocab_size);
-    }
-    row += n_logits;
+    // Only the row that samples (the chunk's last, when it reaches the last known token): prompt
+    // rows score the model's own distribution.
+    const int last = row + q.n_logits - 1;
+    if (s.adjusted() && q.pos_begin + q.n_tokens == s.known() && fill_row_adjust(s))
+      add_row_adjust(&step.plan, last, mask_, config_.vocab_size);
+    row += q.n_logits;
   }
 }
 
@@ -329,6 +364,19 @@ void BatchScheduler::emit(Sequence& s, int token, const StepLogits& logits, int 
   }
 }
 
+void BatchScheduler::score_prompt_rows(Sequence& s, const StepLogits& logits, int row, int n) {
+  const int first = s.cached - n;  // the position of the first row
+  for (int j = 0; j < n; ++j) {
+    const int p = first + j;
+    if (p != s.prompt_scored || s.unscored_row() == std::numeric_limits<int>::max()) continue;
+    PromptLogprob lp;
+    prompt_row_logprob(logits, row + j, s.context[static_cast<size_t>(p) + 1],
+                       *s.req.params.prompt_logprobs, &lp);
+    s.result.prompt_logprobs.push_back(std::move(lp));
+    ++s.prompt_scored;
+  }
+}
+
 int BatchScheduler::apply(const ScheduledStep& step, const StepLogits& logits,
                           SchedulerEvents& events) {
   int generated = 0, row = 0;
@@ -336,21 +384,27 @@ int BatchScheduler::apply(const ScheduledStep& step, const StepLogits& logits,
     const size_t slot = static_cast<size_t>(step.slots[i]);
     LLAMA2_CHECK(slot < running_.size() && running_[slot]->req.id == step.ids[i]);
     Sequence& s = *running_[slot];
-    s.cached += step.plan.seqs[i].n_tokens;
+    const SeqStep& q = step.plan.seqs[i];
+    s.cached += q.n_tokens;
     // Blocks this step filled are computed now: later prompts with the same prefix may share them.
     if (opts_.prefix_caching) blocks_.cache_full_blocks(s.context, s.cached, s.table, &s.chain);
-    // One row per sequence: the next token. (Speculative verification will ask several.)
-    if (step.plan.seqs[i].n_logits == 0) continue;
-    LLAMA2_CHECK(step.plan.seqs[i].n_logits == 1);
-    const int token = sample_row(s, logits, row);
+    if (q.n_logits == 0) continue;
+    score_prompt_rows(s, logits, row, q.n_logits);
+    row += q.n_logits;
+    if (s.cached != s.known()) continue;     // prompt rows only: the chunk ends inside the prompt
+    if (s.req.params.max_new_tokens == 0) {  // the prompt scored alone
+      finish(s, FinishReason::kLength, events);
+      continue;
+    }
+    // The chunk's last row: the next token. (Speculative verification will sample several.)
+    const int token = sample_row(s, logits, row - 1);
     if (s.matcher != nullptr && !s.matcher->accept_token(token)) {
       // Only when the mask allowed nothing (every logit -inf): a grammar state no token of this
       // vocabulary can continue. The output so far is all there is.
       finish(s, FinishReason::kStop, events);
     } else {
-      emit(s, token, logits, row, events);
+      emit(s, token, logits, row - 1, events);
     }
-    ++row;
     ++generated;
   }
   running_.erase(std::remove_if(running_.begin(), running_.end(),

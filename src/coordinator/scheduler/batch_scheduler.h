@@ -112,6 +112,9 @@ class BatchScheduler {
   bool fill_row_adjust(Sequence& s);
   int logit_candidates(const ScheduledStep& step) const;
   int sample_row(Sequence& s, const StepLogits& logits, int row);
+  // prompt_logprobs: records the unscored prompt rows among the `n` rows from `row` that end at
+  // s.cached (already advanced past the step's chunk).
+  void score_prompt_rows(Sequence& s, const StepLogits& logits, int row, int n);
   // The sampled `token` of `s` as a TokenEvent (logprobs, text cut at a stop string); ends `s`
   // when it stops.
   void emit(Sequence& s, int token, const StepLogits& logits, int row, SchedulerEvents& events);

@@ -49,4 +49,16 @@ void row_logprobs(const StepLogits& logits, int row, int token, int top_n, float
   }
 }
 
+void prompt_row_logprob(const StepLogits& logits, int row, int target, int top_n,
+                        PromptLogprob* out) {
+  LLAMA2_CHECK(logits.full());
+  out->token = target;
+  row_logprobs(logits, row, target, top_n, &out->logprob, &out->top);
+  const float* values = logits.values.data() + static_cast<int64_t>(row) * logits.width;
+  const float x = values[target];
+  int before = 0;
+  for (int j = 0; j < logits.width; ++j) before += values[j] > x || (values[j] == x && j < target);
+  out->rank = before + 1;
+}
+
 }  // namespace llama2

@@ -25,4 +25,11 @@ namespace llama2 {
 void row_logprobs(const StepLogits& logits, int row, int token, int top_n, float* logprob,
                   std::vector<TopLogprob>* top);
 
+// A prompt token's score from full row `row` (its lse set): log p(target), the target's rank (1 +
+// the tokens ranked before it: larger logit, or an equal one with a lower id) and the top_n most
+// probable tokens. Prompt rows are always full (BatchScheduler asks full rows for a step that
+// scores a prompt): the target is any token, not one of a few candidates.
+void prompt_row_logprob(const StepLogits& logits, int row, int target, int top_n,
+                        PromptLogprob* out);
+
 }  // namespace llama2

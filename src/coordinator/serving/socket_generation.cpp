@@ -11,14 +11,15 @@ namespace llama2 {
 using nlohmann::json;
 
 SocketGeneration::SocketGeneration(SocketServer& server, uint64_t conn, uint64_t ticket,
-                                   std::string id, bool stream, bool logprobs)
+                                   std::string id, bool stream, bool logprobs, bool prompt_logprobs)
     : server_(server),
       conn_(conn),
       ticket_(ticket),
       id_(std::move(id)),
       id_json_(json(id_).dump(-1, ' ', false, json::error_handler_t::replace)),
       stream_(stream),
-      logprobs_(logprobs) {}
+      logprobs_(logprobs),
+      prompt_logprobs_(prompt_logprobs) {}
 
 void SocketGeneration::on_token(const TokenEvent& ev) {
   if (!stream_) return;
@@ -42,6 +43,7 @@ void SocketGeneration::on_finished(const Finished& res, const Timings& t) {
     ev["token_ids"] = res.tokens;
     if (logprobs_) add_logprobs_json(res, &ev);
   }
+  if (prompt_logprobs_) ev["prompt_logprobs"] = prompt_logprobs_json(res);
   server_.send(conn_, ev, id_, ticket_, true);
 }
 
