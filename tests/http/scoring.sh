@@ -6,7 +6,8 @@
 #      prompts, echo, logprobs 1, the server's tokenizer through /tokenizer_info, /tokenize and
 #      /detokenize; no hub access: HF_DATASETS_OFFLINE=1, HF_HUB_OFFLINE=1);
 #   2. the official openai client (test_openai_scoring.py): echo, max_tokens 0, token-id prompts,
-#      prompt_logprobs and its 400s, /tokenizer_info.
+#      prompt_logprobs and its 400s, /tokenizer_info; and (test_openai_choices.py, point 2) `n`
+#      and batched prompts, streamed and not, seeded, the prompt prefilled once, admission.
 # Every document's log-likelihood must match `llama2 perplexity` on the same text (one BOS first,
 # one window), an independent path (kScore steps), within 1e-5 relative.
 #   usage: scoring.sh LLAMA2 MODELS_DIR (the repository's models/, where docs-8m is)
@@ -38,7 +39,7 @@ done <"$TMP/texts.txt"
 pass "llama2 perplexity: $i reference texts"
 
 "$MPIRUN" 2 "$LLAMA2" serve --model "$MODEL_DIR" --socket "$TMP/s.sock" --http 127.0.0.1:0 \
-  --max-batch-size 4 --cpu-threads 1 --quiet >"$TMP/serve.log" 2>&1 &
+  --max-batch-size 4 --max-queue 8 --cpu-threads 1 --quiet >"$TMP/serve.log" 2>&1 &
 job=$!
 for _ in $(seq 300); do grep -q "HTTP on" "$TMP/serve.log" && break; sleep 0.1; done
 PORT=$(sed -n 's/.*HTTP on 127.0.0.1:\([0-9]*\).*/\1/p' "$TMP/serve.log")
@@ -79,7 +80,7 @@ fi
 
 # 2. The openai client.
 if timeout 120 env PYTHONDONTWRITEBYTECODE=1 "$PY" -m pytest -v -p no:cacheprovider \
-  "$HERE/test_openai_scoring.py" >"$TMP/pytest.out" 2>&1; then
+  "$HERE/test_openai_scoring.py" "$HERE/test_openai_choices.py" >"$TMP/pytest.out" 2>&1; then
   pass "openai python client: $(tail -n1 "$TMP/pytest.out" | sed 's/^=* *//; s/ *=*$//')"
 else
   fail "openai python client:"; cat "$TMP/pytest.out"

@@ -412,7 +412,7 @@ def test_logprobs_chat_and_completions_streamed_and_not():
 def test_400_unsupported_and_invalid_parameters_in_openai_error_shape_naming_the_parameter():
     cases = [
         ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools"),
-        ({"n": 2}, "n"),
+        ({"n": 17}, "n"),
         ({"logprobs": False, "top_logprobs": 3}, None),
         ({"logprobs": True, "top_logprobs": 21}, None),
         ({"temperature": -1}, None),

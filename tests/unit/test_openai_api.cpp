@@ -71,7 +71,7 @@ TEST_SUITE("openai_api") {
     CHECK(p.request.request.is_chat);
   }
 
-  TEST_CASE("completion prompts: text, token ids, and an array of one of either") {
+  TEST_CASE("completion prompts: text, token ids, and arrays of either") {
     const json base = {{"model", "tiny"}, {"max_tokens", 4}};
     CHECK(
         parse(with(base, {{"prompt", "abc"}}), ApiKind::kCompletion).request.request.text_pending);
@@ -80,9 +80,10 @@ TEST_SUITE("openai_api") {
     CHECK(ids.request.request.prompt == std::vector<int>{1, 5, 9});
     CHECK(parse(with(base, {{"prompt", {"abc"}}}), ApiKind::kCompletion)
               .request.request.text_pending);
+    // Batched prompts (test_openai_choices): the first here, the others in more_prompts.
     const ApiParse two = parse(with(base, {{"prompt", {"a", "b"}}}), ApiKind::kCompletion);
-    REQUIRE(two.error);
-    CHECK(two.error->param == "prompt");
+    REQUIRE_FALSE(two.error);
+    CHECK(two.request.more_prompts.size() == 1);
     // Token ids are checked by the project's one rule: inside the vocabulary.
     const ApiParse bad = parse(with(base, {{"prompt", {1, 100000}}}), ApiKind::kCompletion);
     REQUIRE(bad.error);
@@ -94,8 +95,8 @@ TEST_SUITE("openai_api") {
         {{{"tools", {{{"type", "function"}}}}}, "tools"},
         {{{"tool_choice", "auto"}}, "tool_choice"},
         {{{"guided_json", "{not json"}},
-         "guided_json"},  // structured output: test_request_constraint
-        {{{"n", 2}}, "n"},
+         "guided_json"},     // structured output: test_request_constraint
+        {{{"n", 17}}, "n"},  // n is read: 1..16 (test_prompt_scoring)
         {{{"bad_words", {"x"}}}, "bad_words"},
         // Read now (test_openai_tolerance): a bias out of range is a 400 naming it.
         {{{"logit_bias", {{"5", 101}}}}, "logit_bias"},

@@ -31,8 +31,8 @@ namespace {
 // (kSameNameKeys, outside this namespace), then the envelope's; then each endpoint's own.
 std::set<std::string> read_common() {
   std::set<std::string> keys(kSameNameKeys.begin(), kSameNameKeys.end());
-  keys.insert(
-      {"model", "max_tokens", "stream", "stream_options", "logprobs", "prompt_logprobs", "echo"});
+  keys.insert({"model", "max_tokens", "stream", "stream_options", "logprobs", "prompt_logprobs",
+               "echo", "n"});
   return keys;
 }
 const std::set<std::string> kReadCommon = read_common();
@@ -40,7 +40,7 @@ const std::set<std::string> kReadCompletion = {"prompt"};
 const std::set<std::string> kReadChat = {"messages", "max_completion_tokens", "top_logprobs"};
 // What --strict-api accepts besides the read keys and the table's: the keys taken before
 // tolerance existed.
-const std::set<std::string> kStrictCommon = {"user", "n"};
+const std::set<std::string> kStrictCommon = {"user"};
 const std::set<std::string> kStrictCompletion = {"best_of", "suffix"};
 const std::set<std::string> kStrictChat = {
     "tools", "tool_choice", "functions", "function_call", "response_format", "parallel_tool_calls"};
@@ -75,7 +75,6 @@ constexpr Refused kRefused[] = {
     {"tool_choice", false, Harmless::kNone, "\"tool_choice\" other than \"none\""},
     {"function_call", false, Harmless::kNone, "\"function_call\" other than \"none\""},
     // More than one choice, or the prompt in the output.
-    {"n", false, Harmless::kOne, "\"n\" other than 1"},
     {"best_of", false, Harmless::kOne, "\"best_of\" other than 1"},
     {"use_beam_search", false, Harmless::kFalse, "\"use_beam_search\""},
     {"suffix", false, Harmless::kNever, "\"suffix\""},

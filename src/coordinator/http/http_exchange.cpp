@@ -3,6 +3,7 @@
 namespace llama2 {
 
 void HttpExchange::on_token(const TokenEvent& ev) {
+  started_.store(true, std::memory_order_release);
   if (stream_) push_token(ev);  // a non-streamed answer is built from the end's result
 }
 

@@ -5,6 +5,7 @@
 // blocks in a write until the write timeout, then the request is cancelled).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -50,6 +51,8 @@ class HttpExchange final : public EventSink {
   uint64_t client() const { return client_; }
   uint64_t ticket() const { return ticket_; }
   bool logprobs() const { return logprobs_; }  // the request asked for logprobs
+  // A token was generated: the prompt is computed (and its full blocks are in the prefix cache).
+  bool started() const { return started_.load(std::memory_order_acquire); }
 
   // EventSink, engine thread. Tokens are queued without waking the reader (the flusher wakes it
   // once per step; a non-streamed answer takes none); the end wakes it at once.
@@ -84,6 +87,7 @@ class HttpExchange final : public EventSink {
   size_t bytes_ = 0;
   bool overflowed_ = false;
   std::optional<End> end_;
+  std::atomic<bool> started_{false};
 };
 
 // Wakes, on its own thread, the connection threads of the HTTP generations that got tokens in a

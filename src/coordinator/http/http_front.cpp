@@ -18,8 +18,9 @@
 
 #include "common/check.h"
 #include "coordinator/http/connection_pool.h"
+#include "coordinator/http/connection_probe.h"
 #include "coordinator/http/http_exchange.h"
-#include "coordinator/http/prompt_scoring.h"
+#include "coordinator/http/http_samples.h"
 #include "coordinator/http/server_api.h"
 
 namespace llama2 {
@@ -31,6 +32,8 @@ namespace {
 
 // How often a waiting connection thread looks at its client and the server's state.
 constexpr std::chrono::milliseconds kPollInterval{100};
+// How long a request of several sequences waits on one of them before looking at the others.
+constexpr std::chrono::milliseconds kSamplesPoll{5};
 
 std::string dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -40,47 +43,6 @@ void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
   if (e.status == 429 || e.status == 503) res.set_header("Retry-After", "1");
   res.set_content(dump(api_error_body(e)), "application/json");
-}
-
-// cpp-httplib 0.11 does not tell a handler its socket; the connection's 4-tuple finds it, so that
-// a thread waiting for a non-streamed answer notices a client that hung up. -1 if not found.
-int connection_fd(const httplib::Request& req) {
-  for (int fd = 3; fd < 65536; ++fd) {
-    sockaddr_storage local{}, peer{};
-    socklen_t ll = sizeof(local), pl = sizeof(peer);
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) != 0) {
-      if (errno == EBADF && fd > 4096) break;
-      continue;
-    }
-    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0) continue;
-    char host[INET6_ADDRSTRLEN] = {};
-    int lport = -1, pport = -1;
-    if (peer.ss_family == AF_INET) {
-      const auto* p = reinterpret_cast<const sockaddr_in*>(&peer);
-      ::inet_ntop(AF_INET, &p->sin_addr, host, sizeof(host));
-      pport = ntohs(p->sin_port);
-      lport = ntohs(reinterpret_cast<const sockaddr_in*>(&local)->sin_port);
-    } else if (peer.ss_family == AF_INET6) {
-      const auto* p = reinterpret_cast<const sockaddr_in6*>(&peer);
-      ::inet_ntop(AF_INET6, &p->sin6_addr, host, sizeof(host));
-      pport = ntohs(p->sin6_port);
-      lport = ntohs(reinterpret_cast<const sockaddr_in6*>(&local)->sin6_port);
-    } else {
-      continue;
-    }
-    if (pport == req.remote_port && lport == req.local_port && req.remote_addr == host) return fd;
-  }
-  return -1;
-}
-
-// False once the client has closed its side (or the connection broke).
-bool client_alive(int fd) {
-  if (fd < 0) return true;
-  pollfd p{fd, static_cast<short>(POLLIN | POLLRDHUP), 0};
-  if (::poll(&p, 1, 0) <= 0) return true;
-  if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return false;
-  char c;
-  return ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) != 0;
 }
 
 std::string sse(const json& j) {
@@ -137,20 +99,28 @@ struct HttpFront::Impl {
                                                   httplib::Response& res);
   void generate(const httplib::Request& req, httplib::Response& res, ApiKind kind);
   ApiResponseHead response_head(const ApiRequest& r) const;
+  // Every sequence of the request (prompts x n), tokenized and ready to post; or the refusal.
+  std::optional<ApiError> make_samples(ApiRequest& api, std::vector<Reservation>& places,
+                                       std::vector<HttpSample>* samples);
   void answer_whole(const httplib::Request& req, httplib::Response& res,
-                    const std::shared_ptr<HttpExchange>& ex, const ApiResponseHead& head,
-                    const ApiScoring& scoring, Clock::time_point deadline);
-  void answer_stream(httplib::Response& res, const std::shared_ptr<HttpExchange>& ex,
-                     const ApiResponseHead& head, bool include_usage, std::string echo,
-                     Clock::time_point deadline);
+                    std::vector<HttpSample> samples, const ApiResponseHead& head,
+                    Clock::time_point deadline);
+  void answer_stream(httplib::Response& res, std::vector<HttpSample> samples,
+                     const ApiResponseHead& head, bool include_usage, Clock::time_point deadline);
   // A stream's content provider, in named parts: one call writes what arrived (SSE chunks), or
   // its end ([DONE]); false ends the stream early.
   struct StreamState;
   bool stream_once(StreamState& st, httplib::DataSink& sink);
-  std::string token_chunks(StreamState& st, const std::vector<HttpExchange::Token>& tokens) const;
+  std::string token_chunks(StreamState& st, HttpSample& s,
+                           const std::vector<HttpExchange::Token>& tokens) const;
   // The end a stream gets without the engine's: its deadline passed, or the server's trouble.
-  std::optional<HttpExchange::End> interruption(const StreamState& st);
+  std::optional<HttpExchange::End> interruption(StreamState& st);
   std::string closing_chunks(const StreamState& st, const HttpExchange::End& end) const;
+  // Ends the posted, unfinished samples' generations (kExpired or kDisconnect).
+  void end_all(EngineCommand::Kind kind, const std::vector<HttpSample>& samples) {
+    for (const HttpSample& s : samples)
+      if (s.posted() && !s.end) command(kind, s.ex);
+  }
   // kExpired (the exchange's generation) or kDisconnect (its connection).
   void command(EngineCommand::Kind kind, const std::shared_ptr<HttpExchange>& ex) {
     EngineCommand cmd;
@@ -339,124 +309,141 @@ void HttpFront::Impl::generate(const httplib::Request& req, httplib::Response& r
   ApiParse parsed = parse_api_request(req.body, kind, deps->api);
   ignored_log.note(parsed.request.ignored);
   if (parsed.error) return refuse(*parsed.error);
-  // The request owner's admission, as the socket endpoint applies it: a place in the queue
-  // (an HTTP/1.1 connection has one request in flight, so no per-connection limit applies).
-  Reservation place = admission.reserve(0);
-  if (!place) {
-    return send_error(res, api_error(place.refusal()->code, place.refusal()->message));  // counted
+  // The request owner's admission, as the socket endpoint applies it: a place in the queue for
+  // every sequence (prompts x n), or none (an HTTP/1.1 connection has one request in flight, so
+  // no per-connection limit applies).
+  ApiRequest& api = parsed.request;
+  const size_t total = (1 + api.more_prompts.size()) * static_cast<size_t>(api.n);
+  std::vector<Reservation> places;
+  for (size_t i = 0; i < total; ++i) {
+    places.push_back(admission.reserve(0));
+    const Reservation& place = places.back();
+    if (!place) return send_error(res, api_error(place.refusal()->code, place.refusal()->message));
   }
-  const ApiResponseHead head = response_head(parsed.request);
-  // Tokenized here, on this connection's own thread, then the one prompt-length check.
-  ParsedRequest& request = parsed.request.request;
-  std::optional<Refusal> refusal = prepare_prompt(request, deps->tokenizer, deps->api.config,
-                                                  deps->limits.prompt, deps->constraints);
-  if (refusal || deps->inbox.draining()) {  // `place` goes back as it is dropped
-    if (!refusal) refusal = Refusal{ErrorCode::kShuttingDown, "the server began shutting down"};
-    return refuse(api_refusal(*refusal, parsed.request));
-  }
-  ApiScoring& scoring = parsed.request.scoring;
-  if (scoring.echo || scoring.prompt_logprobs) scoring.prompt = request.prompt;
-  if (scoring.echo && scoring.echo_text.empty())
-    scoring.echo_text = deps->tokenizer.decode(request.prompt);
-  if (parsed.request.max_tokens_key.empty()) {  // no max_tokens: the rest of the context
-    request.params.max_new_tokens = api_default_max_tokens(
-        static_cast<int>(request.prompt.size()), deps->limits.prompt, deps->api.max_tokens_cap);
-  }
-  // An HTTP/1.1 connection has one request in flight: the exchange is its own client.
-  const auto ex =
-      std::make_shared<HttpExchange>(deps->inbox.new_client(), deps->inbox.new_ticket(),
-                                     request.params.logprobs, parsed.request.stream, *notifier);
-  const Clock::time_point now = Clock::now();
-  EngineCommand cmd;
-  cmd.kind = EngineCommand::Kind::kGenerate;
-  cmd.client = ex->client();
-  cmd.ticket = ex->ticket();
-  cmd.request = std::move(request);
-  cmd.place = std::move(place);
-  cmd.deadline = now + std::chrono::milliseconds(deps->limits.request_timeout_ms);
-  cmd.sink = ex;
-  deps->inbox.post(std::move(cmd));
+  const ApiResponseHead head = response_head(api);
+  std::vector<HttpSample> samples;
+  if (auto e = make_samples(api, places, &samples)) return refuse(*e);
+  post_ready(samples, deps->inbox);  // the leaders; each follower once its leader has news
   // Past the deadline the owner ends the generation itself ("timeout", with its text); only when
   // the engine is inside a stuck step does this thread answer alone, after the same grace as the
   // socket endpoint.
   const Clock::time_point give_up =
-      now + std::chrono::milliseconds(deps->limits.request_timeout_ms) + kDeadlineGrace;
-  if (parsed.request.stream) {
-    answer_stream(res, ex, head, parsed.request.include_usage,
-                  scoring.echo ? scoring.echo_text : std::string(), give_up);
+      Clock::now() + std::chrono::milliseconds(deps->limits.request_timeout_ms) + kDeadlineGrace;
+  if (api.stream) {
+    answer_stream(res, std::move(samples), head, api.include_usage, give_up);
   } else {
-    answer_whole(req, res, ex, head, scoring, give_up);
+    answer_whole(req, res, std::move(samples), head, give_up);
   }
 }
 
-void HttpFront::Impl::answer_whole(const httplib::Request& req, httplib::Response& res,
-                                   const std::shared_ptr<HttpExchange>& ex,
-                                   const ApiResponseHead& head, const ApiScoring& scoring,
-                                   Clock::time_point give_up) {
-  const int fd = connection_fd(req);
-  for (;;) {
-    HttpExchange::News news = ex->take(kPollInterval);
-    if (news.end) {
-      const HttpExchange::End& end = *news.end;
-      if (end.error_code) return send_error(res, api_error(*end.error_code, end.error_message));
-      const Finished& f = end.finished;
-      ApiResult r{f.finish_reason, f.prompt_tokens, static_cast<int>(f.tokens.size()), f.text};
-      r.cached_tokens = f.cached_tokens;
-      if (ex->logprobs()) {
-        std::vector<ApiTokenLogprobs> lp;
-        for (size_t i = 0; i < f.logprobs.size() && i < f.tokens.size(); ++i) {
-          lp.push_back({f.tokens[i], f.logprobs[i],
-                        i < f.top_logprobs.size() ? f.top_logprobs[i] : std::vector<TopLogprob>{}});
-        }
-        r.logprobs = api_logprobs(head.kind, lp, deps->tokenizer);
-      }
-      apply_scoring(scoring, f, deps->tokenizer, &r);
-      return res.set_content(dump(api_response(head, r)), "application/json");
+std::optional<ApiError> HttpFront::Impl::make_samples(ApiRequest& api,
+                                                      std::vector<Reservation>& places,
+                                                      std::vector<HttpSample>* samples) {
+  const Clock::time_point now = Clock::now();
+  for (size_t p = 0; p <= api.more_prompts.size(); ++p) {
+    ParsedRequest& request = p == 0 ? api.request : api.more_prompts[p - 1].request;
+    // Tokenized here, on this connection's own thread, then the one prompt-length check.
+    std::optional<Refusal> refusal = prepare_prompt(request, deps->tokenizer, deps->api.config,
+                                                    deps->limits.prompt, deps->constraints);
+    if (refusal || deps->inbox.draining()) {  // the places go back as they are dropped
+      if (!refusal) refusal = Refusal{ErrorCode::kShuttingDown, "the server began shutting down"};
+      return api_refusal(*refusal, api);
     }
+    if (api.max_tokens_key.empty()) {  // no max_tokens: the rest of the context
+      request.params.max_new_tokens = api_default_max_tokens(
+          static_cast<int>(request.prompt.size()), deps->limits.prompt, deps->api.max_tokens_cap);
+    }
+    ApiScoring scoring = api.scoring;
+    if (p > 0) scoring.echo_text = api.more_prompts[p - 1].echo_text;
+    if (scoring.echo || scoring.prompt_logprobs) scoring.prompt = request.prompt;
+    if (scoring.echo && scoring.echo_text.empty())
+      scoring.echo_text = deps->tokenizer.decode(request.prompt);
+    for (int j = 0; j < api.n; ++j) {
+      HttpSample s;
+      s.index = static_cast<int>(p) * api.n + j;
+      s.leader_at = s.index - j;
+      s.scoring = scoring;
+      // An HTTP/1.1 connection has one request in flight: each exchange is its own client.
+      s.ex = std::make_shared<HttpExchange>(deps->inbox.new_client(), deps->inbox.new_ticket(),
+                                            request.params.logprobs, api.stream, *notifier);
+      EngineCommand cmd;
+      cmd.kind = EngineCommand::Kind::kGenerate;
+      cmd.client = s.ex->client();
+      cmd.ticket = s.ex->ticket();
+      cmd.request = request;
+      if (cmd.request.params.seed) *cmd.request.params.seed += static_cast<uint64_t>(j);
+      cmd.place = std::move(places[static_cast<size_t>(s.index)]);
+      cmd.deadline = now + std::chrono::milliseconds(deps->limits.request_timeout_ms);
+      cmd.sink = s.ex;
+      s.pending = std::move(cmd);
+      samples->push_back(std::move(s));
+    }
+  }
+  return std::nullopt;
+}
+
+void HttpFront::Impl::answer_whole(const httplib::Request& req, httplib::Response& res,
+                                   std::vector<HttpSample> samples, const ApiResponseHead& head,
+                                   Clock::time_point give_up) {
+  const int fd = connection_fd(req.remote_addr, req.remote_port, req.local_port);
+  // One sample waits on its own mailbox; several poll theirs in turn.
+  const auto wait = samples.size() == 1 ? kPollInterval : kSamplesPoll;
+  for (;;) {
+    take_news(samples, wait, [](HttpSample&, const HttpExchange::News&) {});
+    post_ready(samples, deps->inbox);
+    if (all_ended(samples)) break;
     if (auto trouble = server_trouble()) return send_error(res, *trouble);
     if (Clock::now() >= give_up) {
-      command(EngineCommand::Kind::kExpired, ex);
-      return res.set_content(
-          dump(api_response(head, ApiResult{FinishReason::kTimeout, 0, 0, "", nullptr})),
-          "application/json");
+      end_all(EngineCommand::Kind::kExpired, samples);
+      std::vector<ApiResult> timed_out;
+      for (const HttpSample& s : samples) {
+        timed_out.push_back(ApiResult{FinishReason::kTimeout, 0, 0, "", nullptr});
+        timed_out.back().index = s.index;
+      }
+      return res.set_content(dump(api_response(head, timed_out, api_usage(0, 0, 0))),
+                             "application/json");
     }
-    if (!client_alive(fd)) return command(EngineCommand::Kind::kDisconnect, ex);
+    if (!client_alive(fd)) return end_all(EngineCommand::Kind::kDisconnect, samples);
   }
+  if (const HttpSample* f = failed_sample(samples))
+    return send_error(res, api_error(*f->end->error_code, f->end->error_message));
+  std::vector<ApiResult> choices;
+  for (const HttpSample& s : samples)
+    choices.push_back(sample_result(s, head.kind, deps->tokenizer));
+  res.set_content(dump(api_response(head, choices, samples_usage(samples))), "application/json");
 }
 
 // One stream's progress, shared by the content provider's calls and its releaser.
 struct HttpFront::Impl::StreamState {
-  std::shared_ptr<HttpExchange> ex;
+  std::vector<HttpSample> samples;
   ApiResponseHead head;
   bool include_usage = false;
-  bool started = false;  // the role chunk (chat) went out
+  bool started = false;  // the role chunks (chat) and echoed prompts went out
   bool ended = false;    // [DONE] went out: nothing to cancel
-  std::string echo;      // completions' echo: the prompt, the first chunk's text
-  int text_bytes = 0;    // text sent so far (completions' logprobs text_offset)
   Clock::time_point give_up;
 };
 
-std::string HttpFront::Impl::token_chunks(StreamState& st,
+std::string HttpFront::Impl::token_chunks(StreamState& st, HttpSample& s,
                                           const std::vector<HttpExchange::Token>& tokens) const {
   std::string out;
   const bool usage_null = st.include_usage;
   for (const HttpExchange::Token& t : tokens) {
-    if (st.ex->logprobs()) {  // every token, even one whose text is not complete yet
+    if (s.ex->logprobs()) {  // every token, even one whose text is not complete yet
       const json lp =
-          api_logprobs(st.head.kind, {{t.token, t.logprob, t.top}}, deps->tokenizer, st.text_bytes);
-      out += sse(api_chunk(st.head, t.text, false, nullptr, usage_null, lp));
+          api_logprobs(st.head.kind, {{t.token, t.logprob, t.top}}, deps->tokenizer, s.text_bytes);
+      out += sse(api_chunk(st.head, t.text, false, nullptr, usage_null, lp, s.index));
     } else if (!t.text.empty()) {
-      out += sse(api_chunk(st.head, t.text, false, nullptr, usage_null));
+      out += sse(api_chunk(st.head, t.text, false, nullptr, usage_null, nullptr, s.index));
     }
-    st.text_bytes += static_cast<int>(t.text.size());
+    s.text_bytes += static_cast<int>(t.text.size());
   }
   return out;
 }
 
-std::optional<HttpExchange::End> HttpFront::Impl::interruption(const StreamState& st) {
+std::optional<HttpExchange::End> HttpFront::Impl::interruption(StreamState& st) {
   HttpExchange::End end;
   if (Clock::now() >= st.give_up) {
-    command(EngineCommand::Kind::kExpired, st.ex);
+    end_all(EngineCommand::Kind::kExpired, st.samples);
     end.finished.finish_reason = FinishReason::kTimeout;
     return end;
   }
@@ -467,38 +454,66 @@ std::optional<HttpExchange::End> HttpFront::Impl::interruption(const StreamState
   return end;
 }
 
+// The stream's end: an error event, or each unfinished choice's finish chunk (a timeout) and the
+// usage chunk; then [DONE].
 std::string HttpFront::Impl::closing_chunks(const StreamState& st,
                                             const HttpExchange::End& end) const {
   std::string out;
   if (end.error_code) {
     // Headers (200) are out: the error travels as an event, as OpenAI's streams do.
     out += sse(api_error_body(api_error(*end.error_code, end.error_message)));
-  } else {
-    const Finished& f = end.finished;
-    out += sse(api_chunk(st.head, "", false, &f.finish_reason, st.include_usage));
-    if (st.include_usage) {
-      out += sse(api_usage_chunk(st.head, f.prompt_tokens, static_cast<int>(f.tokens.size()),
-                                 f.cached_tokens));
-    }
+    return out + "data: [DONE]\n\n";
+  }
+  for (const HttpSample& s : st.samples) {
+    if (s.end) continue;  // its finish chunk went out when it ended
+    out += sse(api_chunk(st.head, "", false, &end.finished.finish_reason, st.include_usage, nullptr,
+                         s.index));
+  }
+  if (st.include_usage) {
+    json chunk = api_usage_chunk(st.head, 0, 0, 0);
+    chunk["usage"] = samples_usage(st.samples);
+    out += sse(chunk);
   }
   return out + "data: [DONE]\n\n";
 }
 
 bool HttpFront::Impl::stream_once(StreamState& st, httplib::DataSink& sink) {
   std::string out;
-  if (!st.started && st.head.kind == ApiKind::kChat)
-    out += sse(api_chunk(st.head, "", true, nullptr, st.include_usage));
-  if (!st.started && !st.echo.empty()) {
-    out += sse(api_chunk(st.head, st.echo, false, nullptr, st.include_usage));
-    st.text_bytes += static_cast<int>(st.echo.size());
+  if (!st.started) {
+    for (HttpSample& s : st.samples) {
+      if (st.head.kind == ApiKind::kChat)
+        out += sse(api_chunk(st.head, "", true, nullptr, st.include_usage, nullptr, s.index));
+      if (!s.scoring.echo) continue;
+      out += sse(api_chunk(st.head, s.scoring.echo_text, false, nullptr, st.include_usage, nullptr,
+                           s.index));
+      s.text_bytes += static_cast<int>(s.scoring.echo_text.size());
+    }
   }
   st.started = true;
-  HttpExchange::News news = st.ex->take(out.empty() ? kPollInterval : std::chrono::milliseconds(0));
-  out += token_chunks(st, news.tokens);
-  if (news.overflowed) return false;  // the releaser cancels the generation
-  if (!news.end) news.end = interruption(st);
-  if (news.end) {
-    out += closing_chunks(st, *news.end);
+  bool overflowed = false;
+  std::optional<HttpExchange::End> failure;
+  const auto wait = !out.empty()             ? std::chrono::milliseconds(0)
+                    : st.samples.size() == 1 ? kPollInterval
+                                             : kSamplesPoll;
+  take_news(st.samples, wait, [&](HttpSample& s, const HttpExchange::News& news) {
+    out += token_chunks(st, s, news.tokens);
+    overflowed = overflowed || news.overflowed;
+    if (!news.end) return;
+    if (news.end->error_code) {
+      if (!failure) failure = news.end;
+      return;
+    }
+    const FinishReason reason = news.end->finished.finish_reason;
+    out += sse(api_chunk(st.head, "", false, &reason, st.include_usage, nullptr, s.index));
+  });
+  if (overflowed) return false;  // the releaser cancels the generations
+  post_ready(st.samples, deps->inbox);
+  std::optional<HttpExchange::End> end = failure;
+  if (!end && all_ended(st.samples)) end = HttpExchange::End{};
+  if (!end) end = interruption(st);
+  if (end) {
+    if (end->error_code) end_all(EngineCommand::Kind::kDisconnect, st.samples);
+    out += closing_chunks(st, *end);
     st.ended = true;
     if (!sink.write(out.data(), out.size())) return false;
     sink.done();
@@ -508,12 +523,11 @@ bool HttpFront::Impl::stream_once(StreamState& st, httplib::DataSink& sink) {
   return sink.is_writable();  // idle: a client that hung up ends the stream
 }
 
-void HttpFront::Impl::answer_stream(httplib::Response& res, const std::shared_ptr<HttpExchange>& ex,
+void HttpFront::Impl::answer_stream(httplib::Response& res, std::vector<HttpSample> samples,
                                     const ApiResponseHead& head, bool include_usage,
-                                    std::string echo, Clock::time_point give_up) {
+                                    Clock::time_point give_up) {
   auto st = std::make_shared<StreamState>();
-  st->echo = std::move(echo);
-  st->ex = ex;
+  st->samples = std::move(samples);
   st->head = head;
   st->include_usage = include_usage;
   st->give_up = give_up;
@@ -524,7 +538,7 @@ void HttpFront::Impl::answer_stream(httplib::Response& res, const std::shared_pt
       "text/event-stream",
       [this, st](size_t, httplib::DataSink& sink) { return stream_once(*st, sink); },
       [this, st](bool) {
-        if (!st->ended) command(EngineCommand::Kind::kDisconnect, st->ex);
+        if (!st->ended) end_all(EngineCommand::Kind::kDisconnect, st->samples);
         --open_streams;
       });
 }

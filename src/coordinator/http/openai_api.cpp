@@ -53,21 +53,40 @@ bool given(const json& j, const char* key) {
   return it != j.end() && !it->is_null();
 }
 
-// The prompt of /v1/completions: a string, an array of token ids, or an array of one of either.
-std::optional<ApiError> translate_prompt(const json& j, json* out) {
-  if (!given(j, "prompt")) return invalid("\"prompt\" is required", "prompt");
-  json p = j["prompt"];
-  if (p.is_array() && p.size() == 1 && (p[0].is_string() || p[0].is_array())) p = p[0];
+// One prompt of /v1/completions, a string or an array of token ids, as the project's key.
+std::optional<ApiError> prompt_entry(const json& p, json* out) {
+  out->erase("prompt");
+  out->erase("prompt_tokens");
   if (p.is_string()) {
     (*out)["prompt"] = p;
   } else if (p.is_array() && !p.empty() && p[0].is_number()) {
     (*out)["prompt_tokens"] = p;  // every id is checked by parse_request_fields
   } else {
-    return invalid(
-        "\"prompt\" must be a string or an array of token ids (one prompt per request; got " +
-            quote_json(p) + ")",
-        "prompt");
+    return invalid("\"prompt\" must be a string, an array of token ids, or an array of up to " +
+                       std::to_string(kMaxPrompts) + " of either (got " + quote_json(p) + ")",
+                   "prompt");
   }
+  return std::nullopt;
+}
+
+// The prompt of /v1/completions: one prompt, or an array of prompts (strings or token-id
+// arrays): the first into `out`, the others into `more` (OpenAI's batched prompts).
+std::optional<ApiError> translate_prompt(const json& j, json* out, std::vector<json>* more) {
+  if (!given(j, "prompt")) return invalid("\"prompt\" is required", "prompt");
+  const json& p = j["prompt"];
+  if (!(p.is_array() && !p.empty() && (p[0].is_string() || p[0].is_array())))
+    return prompt_entry(p, out);
+  if (p.size() > static_cast<size_t>(kMaxPrompts)) {
+    return invalid("\"prompt\" may hold at most " + std::to_string(kMaxPrompts) + " prompts (got " +
+                       std::to_string(p.size()) + ")",
+                   "prompt");
+  }
+  for (size_t i = 1; i < p.size(); ++i) {
+    json one = json::object();
+    if (auto e = prompt_entry(p[i], &one)) return e;
+    more->push_back(std::move(one));
+  }
+  return prompt_entry(p[0], out);
   return std::nullopt;
 }
 
@@ -213,6 +232,24 @@ std::optional<ApiError> parse_scoring(const json& j, ApiKind kind, ApiRequest* r
   return std::nullopt;
 }
 
+// "n": the choices per prompt, [1, kMaxChoicesPerPrompt], and at most kMaxChoices in all.
+std::optional<ApiError> parse_n(const json& j, size_t prompts, ApiRequest* out) {
+  if (!given(j, "n")) return std::nullopt;
+  const json& n = j["n"];
+  if (!n.is_number_integer() || n.get<int64_t>() < 1 || n.get<int64_t>() > kMaxChoicesPerPrompt) {
+    return invalid("n must be an integer in [1, " + std::to_string(kMaxChoicesPerPrompt) +
+                       "] (got " + quote_json(n) + ")",
+                   "n");
+  }
+  out->n = n.get<int>();
+  if (prompts * static_cast<size_t>(out->n) > static_cast<size_t>(kMaxChoices)) {
+    return invalid(std::to_string(prompts) + " prompts x n " + std::to_string(out->n) +
+                       " choices exceed " + std::to_string(kMaxChoices),
+                   "n");
+  }
+  return std::nullopt;
+}
+
 // "stream" and "stream_options" into `out`.
 std::optional<ApiError> parse_streaming(const json& j, ApiRequest* out) {
   if (given(j, "stream")) {
@@ -232,7 +269,8 @@ std::optional<ApiError> parse_streaming(const json& j, ApiRequest* out) {
 // The project's request object (request.h's keys) for an OpenAI body, validated there like the
 // socket protocol's and batch's: max_tokens -> max_new_tokens, a token-id prompt ->
 // prompt_tokens, logprobs in the project's two keys.
-std::optional<ApiError> translate_fields(const json& j, ApiKind kind, json* mine) {
+std::optional<ApiError> translate_fields(const json& j, ApiKind kind, json* mine,
+                                         std::vector<json>* more) {
   for (const std::string& k : kSameNameKeys)
     if (given(j, k.c_str())) (*mine)[k] = j[k];
   // Absent: the rest of the context once the prompt is tokenized (api_default_max_tokens); until
@@ -254,7 +292,7 @@ std::optional<ApiError> translate_fields(const json& j, ApiKind kind, json* mine
     (*mine)["top_logprobs"] = j["logprobs"];
   }
   if (auto e = translate_structured_fields(j, mine)) return e;  // structured_fields.h
-  if (kind == ApiKind::kCompletion) return translate_prompt(j, mine);
+  if (kind == ApiKind::kCompletion) return translate_prompt(j, mine, more);
   if (!given(j, "messages")) return invalid("\"messages\" is required", "messages");
   (*mine)["messages"] = j["messages"];
   return std::nullopt;
@@ -265,9 +303,11 @@ std::optional<ApiError> translate_fields(const json& j, ApiKind kind, json* mine
 ApiParse parse_api_request(const std::string& body, ApiKind kind, const ApiContext& ctx) {
   ApiParse out;
   json j, mine = json::object();
+  std::vector<json> more;  // the prompts after the first
   out.error = parse_envelope(body, kind, ctx, &j);
   if (!out.error) out.error = parse_streaming(j, &out.request);
-  if (!out.error) out.error = translate_fields(j, kind, &mine);
+  if (!out.error) out.error = translate_fields(j, kind, &mine, &more);
+  if (!out.error) out.error = parse_n(j, more.size() + 1, &out.request);
   if (!out.error) out.error = parse_scoring(j, kind, &out.request, &mine);
   if (out.error) return out;
   out.request.kind = kind;
@@ -276,9 +316,19 @@ ApiParse parse_api_request(const std::string& body, ApiKind kind, const ApiConte
   out.request.max_tokens_key = max_key != nullptr ? max_key : "";
   out.request.ignored = ignored_fields(j, kind);
   out.request.request = parse_request_fields(mine, ctx.defaults, ctx.config, {});
-  if (!out.request.request.ok()) {
-    const ParsedRequest& r = out.request.request;
-    out.error = api_refusal(Refusal{*r.error_code, r.error_message}, out.request);
+  for (const json& one : more) {
+    ApiPrompt p;
+    if (out.request.scoring.echo && one.contains("prompt")) p.echo_text = one["prompt"];
+    json m = mine;  // every field of the first prompt's request but the prompt
+    m.erase("prompt");
+    m.erase("prompt_tokens");
+    m.update(one);
+    p.request = parse_request_fields(m, ctx.defaults, ctx.config, {});
+    out.request.more_prompts.push_back(std::move(p));
+  }
+  for (size_t i = 0; i <= out.request.more_prompts.size() && !out.error; ++i) {
+    const ParsedRequest& r = i == 0 ? out.request.request : out.request.more_prompts[i - 1].request;
+    if (!r.ok()) out.error = api_refusal(Refusal{*r.error_code, r.error_message}, out.request);
   }
   return out;
 }
@@ -417,29 +467,39 @@ json api_logprobs(ApiKind kind, const std::vector<ApiTokenLogprobs>& tokens,
 }
 
 json api_response(const ApiResponseHead& h, const ApiResult& r) {
+  return api_response(h, std::vector<ApiResult>{r},
+                      api_usage(r.prompt_tokens, r.completion_tokens, r.cached_tokens));
+}
+
+json api_response(const ApiResponseHead& h, const std::vector<ApiResult>& choices,
+                  const json& usage) {
   json out = head_object(h, false);
-  json choice{{"index", 0},
-              {"finish_reason", api_finish_reason(r.finish_reason)},
-              {kVendorFinishReason, to_string(r.finish_reason)},
-              {"logprobs", r.logprobs}};
-  if (h.kind == ApiKind::kChat) {
-    choice["message"] = {{"role", "assistant"}, {"content", r.text}};
-  } else {
-    choice["text"] = r.text;
+  out["choices"] = json::array();
+  for (const ApiResult& r : choices) {
+    json choice{{"index", r.index},
+                {"finish_reason", api_finish_reason(r.finish_reason)},
+                {kVendorFinishReason, to_string(r.finish_reason)},
+                {"logprobs", r.logprobs}};
+    if (h.kind == ApiKind::kChat) {
+      choice["message"] = {{"role", "assistant"}, {"content", r.text}};
+    } else {
+      choice["text"] = r.text;
+    }
+    // vLLM puts prompt_logprobs in the choice of a completion, beside the choices of a chat.
+    if (!r.prompt_logprobs.is_null())
+      (h.kind == ApiKind::kChat ? out : choice)["prompt_logprobs"] = r.prompt_logprobs;
+    out["choices"].push_back(std::move(choice));
   }
-  // vLLM puts prompt_logprobs in the choice of a completion, beside the choices of a chat.
-  if (!r.prompt_logprobs.is_null())
-    (h.kind == ApiKind::kChat ? out : choice)["prompt_logprobs"] = r.prompt_logprobs;
-  out["choices"] = json::array({choice});
-  out["usage"] = api_usage(r.prompt_tokens, r.completion_tokens, r.cached_tokens);
+  out["usage"] = usage;
   return out;
 }
 
 json api_chunk(const ApiResponseHead& h, const std::string& text, bool first,
-               const FinishReason* finish_reason, bool with_usage_null, const json& logprobs) {
+               const FinishReason* finish_reason, bool with_usage_null, const json& logprobs,
+               int index) {
   json out = head_object(h, true);
   json choice{
-      {"index", 0},
+      {"index", index},
       {"logprobs", logprobs},
       {"finish_reason", finish_reason ? json(api_finish_reason(*finish_reason)) : json(nullptr)}};
   if (finish_reason) choice[kVendorFinishReason] = to_string(*finish_reason);

@@ -88,6 +88,17 @@ struct ApiScoring {
   std::vector<int> prompt;  // the prompt's ids, once tokenized (only when scoring)
 };
 
+// The limits on batched prompts and choices (OpenAI's `n`): each choice is a sequence of its own.
+constexpr int kMaxPrompts = 64;
+constexpr int kMaxChoicesPerPrompt = 16;
+constexpr int kMaxChoices = 256;  // prompts x n
+
+// A prompt after the first of a batched /v1/completions request.
+struct ApiPrompt {
+  ParsedRequest request;  // the same fields as ApiRequest::request, its own prompt
+  std::string echo_text;  // a text prompt as written (echo)
+};
+
 struct ApiRequest {
   ApiKind kind = ApiKind::kCompletion;
   bool stream = false;
@@ -99,6 +110,8 @@ struct ApiRequest {
   std::string max_tokens_key;
   std::vector<std::string> ignored;  // fields ignored (api_fields.h), for the log
   ApiScoring scoring;
+  int n = 1;  // choices per prompt, each a sequence (seeded: seed + its index within the prompt)
+  std::vector<ApiPrompt> more_prompts;  // completions' batched prompts after the first
   ParsedRequest request;  // validated, text_pending until tokenized (tokenize_request)
 };
 
@@ -147,6 +160,7 @@ struct ApiResult {
   nlohmann::json logprobs = nullptr;         // api_logprobs(...) when the request asked, else null
   int cached_tokens = 0;                     // prompt tokens found in the prefix cache
   nlohmann::json prompt_logprobs = nullptr;  // vLLM's field when the request asked (else null)
+  int index = 0;                             // the choice's index (prompt x n + j)
 };
 
 // One generated token's log-probabilities (TokenEvent::logprob / top_logprobs).
@@ -179,12 +193,15 @@ struct ApiResponseHead {
 nlohmann::json api_usage(int prompt_tokens, int completion_tokens, int cached_tokens);
 // The non-streamed response object (text_completion / chat.completion).
 nlohmann::json api_response(const ApiResponseHead& h, const ApiResult& r);
+// With several choices (n, batched prompts), in index order, and the request's usage.
+nlohmann::json api_response(const ApiResponseHead& h, const std::vector<ApiResult>& choices,
+                            const nlohmann::json& usage);
 // One streamed chunk carrying `text` (for chat, `first` adds role "assistant" to the delta), or,
 // with `finish_reason` set, the last choice chunk. `with_usage_null`: stream_options.include_usage
 // asks that every chunk carry "usage": null.
 nlohmann::json api_chunk(const ApiResponseHead& h, const std::string& text, bool first,
                          const FinishReason* finish_reason, bool with_usage_null,
-                         const nlohmann::json& logprobs = nullptr);
+                         const nlohmann::json& logprobs = nullptr, int index = 0);
 // The usage chunk that ends a stream when include_usage is set (empty choices).
 nlohmann::json api_usage_chunk(const ApiResponseHead& h, int prompt_tokens, int completion_tokens,
                                int cached_tokens);
