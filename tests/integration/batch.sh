@@ -168,6 +168,32 @@ assert rows["stop"]["token_ids"] == [g[0]] and rows["stop"]["finish_reason"] == 
 assert len(rows["min"]["token_ids"]) >= 3 and g[0] not in rows["min"]["token_ids"][:3], rows["min"]
 assert rows["bad"]["error"]["code"] == "invalid_request" and "logit_bias" in rows["bad"]["error"]["message"], rows["bad"]
 PY
+# prompt_logprobs (issue 35): a prompt scored alone (max_new_tokens 0) at np=2 gives the greedy
+# continuation's tokens rank 1 and the logprobs a greedy generation of them reports (candidate
+# rows there, full rows here).
+python3 - "$TMP/x1.jsonl.meta" "$TMP/x2.jsonl" <<'PY'
+import json, sys
+forced, g = json.load(open(sys.argv[1]))
+lines = [{"custom_id": "gen", "prompt_tokens": [1, 5, 9], "max_new_tokens": 2, "temperature": 0, "ignore_eos": True, "logprobs": True},
+         {"custom_id": "score", "prompt_tokens": [1, 5, 9] + g[:2], "max_new_tokens": 0, "prompt_logprobs": 2},
+         {"custom_id": "bad", "prompt_tokens": [1, 5], "prompt_logprobs": 1000}]
+open(sys.argv[2], "w").write("".join(json.dumps(l) + "\n" for l in lines))
+PY
+run_capture x2 2 batch --model "$M" --input "$TMP/x2.jsonl" --output "$TMP/x2.out.jsonl" --quiet
+python3 - "$TMP/x2.out.jsonl" "$TMP/x1.jsonl.meta" <<'PY' && pass "np=2 batch: prompt_logprobs agree with a greedy generation's logprobs" || fail "np=2 batch prompt_logprobs"
+import json, sys
+forced, g = json.load(open(sys.argv[2]))
+rows = {r["custom_id"]: r for r in map(json.loads, open(sys.argv[1]))}
+gen, score = rows["gen"], rows["score"]
+assert score["token_ids"] == [] and score["finish_reason"] == "length", score
+pl = score["prompt_logprobs"]
+assert len(pl) == 5 and pl[0] is None and all(len(e["top_logprobs"]) == 2 for e in pl[1:]), pl
+for i in range(2):
+    e = pl[3 + i]
+    assert e["token_id"] == g[i] and e["rank"] == 1, e
+    assert abs(e["logprob"] - gen["logprobs"][i]) <= 1e-5 * abs(gen["logprobs"][i]) + 1e-6, (e, gen["logprobs"])
+assert rows["bad"]["error"]["code"] == "invalid_request" and "prompt_logprobs must be in [0, 20]" in rows["bad"]["error"]["message"], rows["bad"]
+PY
 run_capture progress 2 batch --model "$M" --input "$TMP/greedy.jsonl" --output "$TMP/progress.jsonl" --quiet --progress-interval 0.01
 if grep -q $'\r' "$TMP/progress.err"; then fail "carriage return in non-tty progress"
 elif grep -q "12/12 prompts done" "$TMP/progress.err"; then pass "plain progress lines: $(grep -c 'prompts done' "$TMP/progress.err")"

@@ -12,6 +12,7 @@
 #include "common/step_executor.h"
 #include "coordinator/http/openai_api.h"
 #include "coordinator/http/prompt_scoring.h"
+#include "coordinator/replicas/replica_wire.h"
 #include "coordinator/scheduler/batch_scheduler.h"
 #include "coordinator/scheduler/block_allocator.h"
 #include "coordinator/text/tokenizer.h"
@@ -249,4 +250,34 @@ TEST_CASE("HTTP echo logprobs and vLLM prompt_logprobs shapes") {
   CHECK(v[1]["7"]["rank"] == 1);
   CHECK(v[2].size() == 1);  // the prompt token is the best one
   CHECK(v[2]["60"]["logprob"] == -0.25f);
+}
+
+namespace {
+struct FinishedOnly final : llama2::WireVisitor {
+  std::vector<llama2::Finished> finished;
+  std::vector<llama2::SubmitRequest> submits;
+  void on_finished(llama2::Finished&& d) override { finished.push_back(std::move(d)); }
+  void on_submit(llama2::SubmitRequest&& r) override { submits.push_back(std::move(r)); }
+};
+}  // namespace
+
+TEST_CASE("prompt_logprobs cross the replica wire (request and result)") {
+  llama2::WireWriter w;
+  llama2::SubmitRequest r = scored(7, 3, 0, 4);
+  w.submit(r);
+  llama2::Finished f;
+  f.id = 7;
+  f.prompt_logprobs = {{50, -1.5f, 3, {{7, -0.5f}}}, {60, -0.25f, 1, {}}};
+  w.finished(f);
+  const std::string bytes = w.take();
+  FinishedOnly c;
+  llama2::read_wire(bytes.data(), bytes.size(), c);
+  REQUIRE(c.submits.size() == 1);
+  CHECK(c.submits[0].params.prompt_logprobs == 4);
+  CHECK(c.submits[0].params.max_new_tokens == 0);
+  REQUIRE(c.finished.size() == 1);
+  REQUIRE(c.finished[0].prompt_logprobs.size() == 2);
+  CHECK(c.finished[0].prompt_logprobs[0].rank == 3);
+  CHECK(c.finished[0].prompt_logprobs[0].top[0].token == 7);
+  CHECK(c.finished[0].prompt_logprobs[1].logprob == -0.25f);
 }
