@@ -20,6 +20,7 @@
 #include "coordinator/http/connection_pool.h"
 #include "coordinator/http/http_exchange.h"
 #include "coordinator/http/server_api.h"
+#include "coordinator/http/tool_api.h"
 
 namespace llama2 {
 
@@ -315,6 +316,7 @@ ApiResponseHead HttpFront::Impl::response_head(const ApiRequest& r) const {
   head.created = static_cast<int64_t>(std::time(nullptr));
   head.model = r.model;  // the alias the client gave
   head.system_fingerprint = deps->api.system_fingerprint;
+  head.tools = r.request.tools != nullptr;
   return head;
 }
 
@@ -389,6 +391,7 @@ void HttpFront::Impl::answer_whole(const httplib::Request& req, httplib::Respons
       const Finished& f = end.finished;
       ApiResult r{f.finish_reason, f.prompt_tokens, static_cast<int>(f.tokens.size()), f.text};
       r.cached_tokens = f.cached_tokens;
+      if (head.tools) r.tool_calls = parse_tool_calls(f.text);  // else the text is content
       if (ex->logprobs()) {
         std::vector<ApiTokenLogprobs> lp;
         for (size_t i = 0; i < f.logprobs.size() && i < f.tokens.size(); ++i) {
@@ -415,9 +418,10 @@ struct HttpFront::Impl::StreamState {
   std::shared_ptr<HttpExchange> ex;
   ApiResponseHead head;
   bool include_usage = false;
-  bool started = false;  // the role chunk (chat) went out
-  bool ended = false;    // [DONE] went out: nothing to cancel
-  int text_bytes = 0;    // text sent so far (completions' logprobs text_offset)
+  bool started = false;                   // the role chunk (chat) went out
+  bool ended = false;                     // [DONE] went out: nothing to cancel
+  int text_bytes = 0;                     // text sent so far (completions' logprobs text_offset)
+  std::unique_ptr<ToolCallReader> tools;  // a request with tools: its text read for calls
   Clock::time_point give_up;
 };
 
@@ -426,7 +430,13 @@ std::string HttpFront::Impl::token_chunks(StreamState& st,
   std::string out;
   const bool usage_null = st.include_usage;
   for (const HttpExchange::Token& t : tokens) {
-    if (st.ex->logprobs()) {  // every token, even one whose text is not complete yet
+    if (st.tools) {
+      const json lp = st.ex->logprobs() ? api_logprobs(st.head.kind, {{t.token, t.logprob, t.top}},
+                                                       deps->tokenizer, st.text_bytes)
+                                        : json();
+      for (const json& c : api_tool_chunks(st.head, st.tools->feed(t.text), usage_null, lp))
+        out += sse(c);
+    } else if (st.ex->logprobs()) {  // every token, even one whose text is not complete yet
       const json lp =
           api_logprobs(st.head.kind, {{t.token, t.logprob, t.top}}, deps->tokenizer, st.text_bytes);
       out += sse(api_chunk(st.head, t.text, false, nullptr, usage_null, lp));
@@ -460,7 +470,13 @@ std::string HttpFront::Impl::closing_chunks(const StreamState& st,
     out += sse(api_error_body(api_error(*end.error_code, end.error_message)));
   } else {
     const Finished& f = end.finished;
-    out += sse(api_chunk(st.head, "", false, &f.finish_reason, st.include_usage));
+    if (st.tools) {
+      for (const json& c : api_tool_chunks(st.head, st.tools->finish(), st.include_usage))
+        out += sse(c);
+      out += sse(api_tool_last_chunk(st.head, *st.tools, f.finish_reason, st.include_usage));
+    } else {
+      out += sse(api_chunk(st.head, "", false, &f.finish_reason, st.include_usage));
+    }
     if (st.include_usage) {
       out += sse(api_usage_chunk(st.head, f.prompt_tokens, static_cast<int>(f.tokens.size()),
                                  f.cached_tokens));
@@ -497,6 +513,7 @@ void HttpFront::Impl::answer_stream(httplib::Response& res, const std::shared_pt
   st->head = head;
   st->include_usage = include_usage;
   st->give_up = give_up;
+  if (head.tools) st->tools = std::make_unique<ToolCallReader>();
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   ++open_streams;
