@@ -1,6 +1,5 @@
 #include "coordinator/constrain/tool_grammar.h"
 
-#include <cstring>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -47,11 +46,12 @@ Symbol text_without_trigger(Grammar& g) {
 
 }  // namespace
 
-void compile_tool_calls(Grammar& grammar, const std::string& spec_text,
-                        const JsonSchemaOptions& options) {
-  const Json spec = Json::parse(spec_text);  // written by the server itself: well formed
+namespace {
+
+void compile_spec(Grammar& grammar, const Json& spec, const JsonSchemaOptions& options) {
   const Json& tools = spec.at("tools");
-  if (tools.empty()) throw ConstraintError("tool calls need at least one tool");
+  if (!tools.is_array() || tools.empty())
+    throw ConstraintError("tool calls need at least one tool");
   JsonGrammar json(grammar, options.whitespace);
   std::vector<Sequence> calls;
   for (size_t i = 0; i < tools.size(); ++i)
@@ -68,6 +68,19 @@ void compile_tool_calls(Grammar& grammar, const std::string& spec_text,
   std::vector<Sequence> root{tool_calls};
   if (spec.at("mode").get<std::string>() == "auto") root.push_back({text_without_trigger(grammar)});
   grammar.set_root(grammar.intern("root", std::move(root)));
+}
+
+}  // namespace
+
+void compile_tool_calls(Grammar& grammar, const std::string& spec_text,
+                        const JsonSchemaOptions& options) {
+  // Written by the server itself (request_tools.cpp); a malformed one (only a fuzzer makes
+  // those) is refused like any other constraint.
+  try {
+    compile_spec(grammar, Json::parse(spec_text), options);
+  } catch (const nlohmann::json::exception& e) {
+    throw ConstraintError(std::string("malformed tool-call spec: ") + e.what());
+  }
 }
 
 }  // namespace llama2::constrain
