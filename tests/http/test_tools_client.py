@@ -87,6 +87,10 @@ def test_required_round_trip():
     assert after.choices[0].finish_reason in ("stop", "length")
     assert isinstance(after.choices[0].message.content, str)
     assert not after.choices[0].message.tool_calls
+    # "none" renders no tools: the same history costs fewer prompt tokens than under "auto".
+    auto = client.chat.completions.create(messages=history, tool_choice="auto", seed=2,
+                                          model=MODEL, max_tokens=1, tools=TOOLS)
+    assert after.usage.prompt_tokens < auto.usage.prompt_tokens
     again = client.chat.completions.create(messages=history, tool_choice="required", seed=3, **BASIC)
     check_calls(again.choices[0].message)
     # The history costs prompt tokens: the calls and results were rendered into the dialog.
@@ -169,6 +173,21 @@ def test_streamed_deltas_equal_the_whole_answer(choice):
             assert len(calls) > 0
         else:
             assert calls == [] and content == whole.message.content
+
+
+def test_streamed_logprobs_cover_every_token_of_a_call():
+    args = dict(messages=ASK, tool_choice="required", seed=7, logprobs=True, top_logprobs=2, **BASIC)
+    whole = client.chat.completions.create(**args)
+    tokens, calls = [], 0
+    for chunk in client.chat.completions.create(stream=True, stream_options={"include_usage": True},
+                                                **args):
+        if chunk.choices and chunk.choices[0].logprobs:
+            tokens += chunk.choices[0].logprobs.content
+        if chunk.choices and chunk.choices[0].delta.tool_calls:
+            calls += sum(1 for d in chunk.choices[0].delta.tool_calls if d.id)
+    assert [t.token for t in tokens] == [t.token for t in whole.choices[0].logprobs.content]
+    assert len(tokens) == whole.usage.completion_tokens
+    assert calls == len(whole.choices[0].message.tool_calls)
 
 
 def refusal(**kwargs):
