@@ -22,6 +22,7 @@
 #include "coordinator/http/http_exchange.h"
 #include "coordinator/http/http_samples.h"
 #include "coordinator/http/server_api.h"
+#include "coordinator/http/tool_api.h"
 
 namespace llama2 {
 
@@ -43,6 +44,12 @@ void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
   if (e.status == 429 || e.status == 503) res.set_header("Retry-After", "1");
   res.set_content(dump(api_error_body(e)), "application/json");
+}
+
+// A chunk made for one choice (tool_api.h's) given the index of choice `index`.
+json with_index(json chunk, int index) {
+  for (json& c : chunk["choices"]) c["index"] = index;
+  return chunk;
 }
 
 std::string sse(const json& j) {
@@ -99,9 +106,6 @@ struct HttpFront::Impl {
                                                   httplib::Response& res);
   void generate(const httplib::Request& req, httplib::Response& res, ApiKind kind);
   ApiResponseHead response_head(const ApiRequest& r) const;
-  // Every sequence of the request (prompts x n), tokenized and ready to post; or the refusal.
-  std::optional<ApiError> make_samples(ApiRequest& api, std::vector<Reservation>& places,
-                                       std::vector<HttpSample>* samples);
   void answer_whole(const httplib::Request& req, httplib::Response& res,
                     std::vector<HttpSample> samples, const ApiResponseHead& head,
                     Clock::time_point deadline);
@@ -116,6 +120,7 @@ struct HttpFront::Impl {
   // The end a stream gets without the engine's: its deadline passed, or the server's trouble.
   std::optional<HttpExchange::End> interruption(StreamState& st);
   std::string closing_chunks(const StreamState& st, const HttpExchange::End& end) const;
+  std::string finish_chunks(const StreamState& st, const HttpSample& s, FinishReason reason) const;
   // Ends the posted, unfinished samples' generations (kExpired or kDisconnect).
   void end_all(EngineCommand::Kind kind, const std::vector<HttpSample>& samples) {
     for (const HttpSample& s : samples)
@@ -292,6 +297,7 @@ ApiResponseHead HttpFront::Impl::response_head(const ApiRequest& r) const {
   head.created = static_cast<int64_t>(std::time(nullptr));
   head.model = r.model;  // the alias the client gave
   head.system_fingerprint = deps->api.system_fingerprint;
+  head.tools = r.request.tools != nullptr;
   return head;
 }
 
@@ -322,7 +328,7 @@ void HttpFront::Impl::generate(const httplib::Request& req, httplib::Response& r
   }
   const ApiResponseHead head = response_head(api);
   std::vector<HttpSample> samples;
-  if (auto e = make_samples(api, places, &samples)) return refuse(*e);
+  if (auto e = make_samples(api, places, *deps, *notifier, &samples)) return refuse(*e);
   post_ready(samples, deps->inbox);  // the leaders; each follower once its leader has news
   // Past the deadline the owner ends the generation itself ("timeout", with its text); only when
   // the engine is inside a stuck step does this thread answer alone, after the same grace as the
@@ -334,52 +340,6 @@ void HttpFront::Impl::generate(const httplib::Request& req, httplib::Response& r
   } else {
     answer_whole(req, res, std::move(samples), head, give_up);
   }
-}
-
-std::optional<ApiError> HttpFront::Impl::make_samples(ApiRequest& api,
-                                                      std::vector<Reservation>& places,
-                                                      std::vector<HttpSample>* samples) {
-  const Clock::time_point now = Clock::now();
-  for (size_t p = 0; p <= api.more_prompts.size(); ++p) {
-    ParsedRequest& request = p == 0 ? api.request : api.more_prompts[p - 1].request;
-    // Tokenized here, on this connection's own thread, then the one prompt-length check.
-    std::optional<Refusal> refusal = prepare_prompt(request, deps->tokenizer, deps->api.config,
-                                                    deps->limits.prompt, deps->constraints);
-    if (refusal || deps->inbox.draining()) {  // the places go back as they are dropped
-      if (!refusal) refusal = Refusal{ErrorCode::kShuttingDown, "the server began shutting down"};
-      return api_refusal(*refusal, api);
-    }
-    if (api.max_tokens_key.empty()) {  // no max_tokens: the rest of the context
-      request.params.max_new_tokens = api_default_max_tokens(
-          static_cast<int>(request.prompt.size()), deps->limits.prompt, deps->api.max_tokens_cap);
-    }
-    ApiScoring scoring = api.scoring;
-    if (p > 0) scoring.echo_text = api.more_prompts[p - 1].echo_text;
-    if (scoring.echo || scoring.prompt_logprobs) scoring.prompt = request.prompt;
-    if (scoring.echo && scoring.echo_text.empty())
-      scoring.echo_text = deps->tokenizer.decode(request.prompt);
-    for (int j = 0; j < api.n; ++j) {
-      HttpSample s;
-      s.index = static_cast<int>(p) * api.n + j;
-      s.leader_at = s.index - j;
-      s.scoring = scoring;
-      // An HTTP/1.1 connection has one request in flight: each exchange is its own client.
-      s.ex = std::make_shared<HttpExchange>(deps->inbox.new_client(), deps->inbox.new_ticket(),
-                                            request.params.logprobs, api.stream, *notifier);
-      EngineCommand cmd;
-      cmd.kind = EngineCommand::Kind::kGenerate;
-      cmd.client = s.ex->client();
-      cmd.ticket = s.ex->ticket();
-      cmd.request = request;
-      if (cmd.request.params.seed) *cmd.request.params.seed += static_cast<uint64_t>(j);
-      cmd.place = std::move(places[static_cast<size_t>(s.index)]);
-      cmd.deadline = now + std::chrono::milliseconds(deps->limits.request_timeout_ms);
-      cmd.sink = s.ex;
-      s.pending = std::move(cmd);
-      samples->push_back(std::move(s));
-    }
-  }
-  return std::nullopt;
 }
 
 void HttpFront::Impl::answer_whole(const httplib::Request& req, httplib::Response& res,
@@ -408,8 +368,7 @@ void HttpFront::Impl::answer_whole(const httplib::Request& req, httplib::Respons
   if (const HttpSample* f = failed_sample(samples))
     return send_error(res, api_error(*f->end->error_code, f->end->error_message));
   std::vector<ApiResult> choices;
-  for (const HttpSample& s : samples)
-    choices.push_back(sample_result(s, head.kind, deps->tokenizer));
+  for (const HttpSample& s : samples) choices.push_back(sample_result(s, head, deps->tokenizer));
   res.set_content(dump(api_response(head, choices, samples_usage(samples))), "application/json");
 }
 
@@ -428,7 +387,13 @@ std::string HttpFront::Impl::token_chunks(StreamState& st, HttpSample& s,
   std::string out;
   const bool usage_null = st.include_usage;
   for (const HttpExchange::Token& t : tokens) {
-    if (s.ex->logprobs()) {  // every token, even one whose text is not complete yet
+    if (s.tools) {
+      const json lp = s.ex->logprobs() ? api_logprobs(st.head.kind, {{t.token, t.logprob, t.top}},
+                                                      deps->tokenizer, s.text_bytes)
+                                       : json();
+      for (json c : api_tool_chunks(st.head, s.tools->feed(t.text), usage_null, lp))
+        out += sse(with_index(std::move(c), s.index));
+    } else if (s.ex->logprobs()) {  // every token, even one whose text is not complete yet
       const json lp =
           api_logprobs(st.head.kind, {{t.token, t.logprob, t.top}}, deps->tokenizer, s.text_bytes);
       out += sse(api_chunk(st.head, t.text, false, nullptr, usage_null, lp, s.index));
@@ -454,6 +419,19 @@ std::optional<HttpExchange::End> HttpFront::Impl::interruption(StreamState& st) 
   return end;
 }
 
+// A choice's last chunk(s): its finish_reason (with tools: the calls' last parts first).
+std::string HttpFront::Impl::finish_chunks(const StreamState& st, const HttpSample& s,
+                                           FinishReason reason) const {
+  if (!s.tools) {
+    return sse(api_chunk(st.head, "", false, &reason, st.include_usage, nullptr, s.index));
+  }
+  std::string out;
+  for (json c : api_tool_chunks(st.head, s.tools->finish(), st.include_usage))
+    out += sse(with_index(std::move(c), s.index));
+  return out +
+         sse(with_index(api_tool_last_chunk(st.head, *s.tools, reason, st.include_usage), s.index));
+}
+
 // The stream's end: an error event, or each unfinished choice's finish chunk (a timeout) and the
 // usage chunk; then [DONE].
 std::string HttpFront::Impl::closing_chunks(const StreamState& st,
@@ -465,9 +443,7 @@ std::string HttpFront::Impl::closing_chunks(const StreamState& st,
     return out + "data: [DONE]\n\n";
   }
   for (const HttpSample& s : st.samples) {
-    if (s.end) continue;  // its finish chunk went out when it ended
-    out += sse(api_chunk(st.head, "", false, &end.finished.finish_reason, st.include_usage, nullptr,
-                         s.index));
+    if (!s.end) out += finish_chunks(st, s, end.finished.finish_reason);  // the others' went out
   }
   if (st.include_usage) {
     json chunk = api_usage_chunk(st.head, 0, 0, 0);
@@ -503,8 +479,7 @@ bool HttpFront::Impl::stream_once(StreamState& st, httplib::DataSink& sink) {
       if (!failure) failure = news.end;
       return;
     }
-    const FinishReason reason = news.end->finished.finish_reason;
-    out += sse(api_chunk(st.head, "", false, &reason, st.include_usage, nullptr, s.index));
+    out += finish_chunks(st, s, news.end->finished.finish_reason);
   });
   if (overflowed) return false;  // the releaser cancels the generations
   post_ready(st.samples, deps->inbox);
@@ -531,6 +506,9 @@ void HttpFront::Impl::answer_stream(httplib::Response& res, std::vector<HttpSamp
   st->head = head;
   st->include_usage = include_usage;
   st->give_up = give_up;
+  if (head.tools) {
+    for (HttpSample& s : st->samples) s.tools = std::make_shared<ToolCallReader>();
+  }
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   ++open_streams;

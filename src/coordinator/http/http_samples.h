@@ -14,12 +14,14 @@
 #include <vector>
 
 #include "coordinator/http/http_exchange.h"
+#include "coordinator/http/http_front.h"
 #include "coordinator/http/openai_api.h"
 #include "coordinator/serving/engine_inbox.h"
 
 namespace llama2 {
 
 class Tokenizer;
+class ToolCallReader;  // tool_api.h
 
 struct HttpSample {
   std::shared_ptr<HttpExchange> ex;
@@ -28,10 +30,19 @@ struct HttpSample {
   ApiScoring scoring;  // its prompt's echo text and ids, when asked
   std::optional<EngineCommand> pending;  // a follower not posted yet
   std::optional<HttpExchange::End> end;
-  // Streams: the text sent so far (completions' text_offset).
+  // Streams: the text sent so far (completions' text_offset), and with tools, its text read for
+  // calls.
   int text_bytes = 0;
+  std::shared_ptr<ToolCallReader> tools;
   bool posted() const { return !pending.has_value(); }
 };
+
+// Every sequence of `api` (prompts x n) as a sample ready to post (pending), each with its place
+// from `places` (one per sequence, in index order), tokenized and length-checked here
+// (prepare_prompt, on the connection's thread) and seeded seed + j; or the refusal to answer.
+std::optional<ApiError> make_samples(ApiRequest& api, std::vector<Reservation>& places,
+                                     const HttpDeps& deps, SinkFlusher& notifier,
+                                     std::vector<HttpSample>* samples);
 
 // Posts every pending sample whose leader has a token (HttpExchange::started) or has ended.
 void post_ready(std::vector<HttpSample>& samples, EngineInbox& inbox);
@@ -54,9 +65,10 @@ void take_news(std::vector<HttpSample>& samples, std::chrono::milliseconds wait,
   }
 }
 
-// A finished sample's choice: its text, logprobs (when asked) and scoring (echo,
-// prompt_logprobs).
-ApiResult sample_result(const HttpSample& s, ApiKind kind, const Tokenizer& tokenizer);
+// A finished sample's choice: its text (or, with tools, its calls), logprobs (when asked) and
+// scoring (echo, prompt_logprobs).
+ApiResult sample_result(const HttpSample& s, const ApiResponseHead& head,
+                        const Tokenizer& tokenizer);
 
 // The request's usage: each prompt's tokens once (its leader's, cached tokens too), every
 // choice's completion tokens.

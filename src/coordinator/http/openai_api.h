@@ -20,6 +20,7 @@
 #include "coordinator/requests/codes.h"
 #include "coordinator/requests/request.h"
 #include "coordinator/requests/request_messages.h"
+#include "coordinator/requests/request_tools.h"
 #include "coordinator/text/tokenizer.h"
 
 namespace llama2 {
@@ -157,8 +158,11 @@ struct ApiResult {
   int prompt_tokens = 0;
   int completion_tokens = 0;
   std::string text;
-  nlohmann::json logprobs = nullptr;         // api_logprobs(...) when the request asked, else null
-  int cached_tokens = 0;                     // prompt tokens found in the prefix cache
+  nlohmann::json logprobs = nullptr;  // api_logprobs(...) when the request asked, else null
+  int cached_tokens = 0;              // prompt tokens found in the prefix cache
+  // The answer's tool calls (parse_tool_calls) when it made some: then the message has
+  // "tool_calls", "content": null, and finish_reason is "tool_calls" (tool_api.h).
+  std::optional<std::vector<ToolCall>> tool_calls = std::nullopt;
   nlohmann::json prompt_logprobs = nullptr;  // vLLM's field when the request asked (else null)
   int index = 0;                             // the choice's index (prompt x n + j)
 };
@@ -186,6 +190,7 @@ struct ApiResponseHead {
   int64_t created = 0;
   std::string model;               // the name the request gave
   std::string system_fingerprint;  // ApiContext::system_fingerprint
+  bool tools = false;              // the request has callable tools: its answer is read for calls
 };
 
 // {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details":

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "coordinator/requests/request.h"
+#include "coordinator/requests/request_tools.h"
 #include "coordinator/serving/protocol.h"
 #include "coordinator/serving/socket_server.h"
 
@@ -11,7 +12,8 @@ namespace llama2 {
 using nlohmann::json;
 
 SocketGeneration::SocketGeneration(SocketServer& server, uint64_t conn, uint64_t ticket,
-                                   std::string id, bool stream, bool logprobs, bool prompt_logprobs)
+                                   std::string id, bool stream, bool logprobs, bool tools,
+                                   bool prompt_logprobs)
     : server_(server),
       conn_(conn),
       ticket_(ticket),
@@ -19,6 +21,7 @@ SocketGeneration::SocketGeneration(SocketServer& server, uint64_t conn, uint64_t
       id_json_(json(id_).dump(-1, ' ', false, json::error_handler_t::replace)),
       stream_(stream),
       logprobs_(logprobs),
+      tools_(tools),
       prompt_logprobs_(prompt_logprobs) {}
 
 void SocketGeneration::on_token(const TokenEvent& ev) {
@@ -43,6 +46,7 @@ void SocketGeneration::on_finished(const Finished& res, const Timings& t) {
     ev["token_ids"] = res.tokens;
     if (logprobs_) add_logprobs_json(res, &ev);
   }
+  if (tools_) add_tool_calls_json(res.text, &ev);
   if (prompt_logprobs_) ev["prompt_logprobs"] = prompt_logprobs_json(res);
   server_.send(conn_, ev, id_, ticket_, true);
 }
