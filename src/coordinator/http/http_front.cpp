@@ -1,9 +1,7 @@
 // The HTTP front on cpp-httplib (compiled only where its header was found; see http_front.h).
 #include "coordinator/http/http_front.h"
 
-#include <arpa/inet.h>
 #include <httplib.h>
-#include <poll.h>
 #include <sys/socket.h>
 
 #include <atomic>
