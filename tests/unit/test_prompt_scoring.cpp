@@ -281,3 +281,27 @@ TEST_CASE("prompt_logprobs cross the replica wire (request and result)") {
   CHECK(c.finished[0].prompt_logprobs[0].top[0].token == 7);
   CHECK(c.finished[0].prompt_logprobs[1].logprob == -0.25f);
 }
+
+TEST_CASE("prompt_logprobs survive a preemption mid-prompt: each row scored once, in order") {
+  BlockAllocator blocks(6, 4);
+  llama2::SchedulerOptions opts;
+  opts.max_batch_size = 2;  // beside the decoding sequence: one scored row a step
+  opts.prefix_caching = true;
+  BatchScheduler s(tokenizer(), config(), blocks, opts);
+  llama2::SubmitRequest a = scored(1, 4, 14, 0);
+  a.params.prompt_logprobs.reset();
+  a.params.ignore_eos = true;
+  llama2::SubmitRequest b = scored(2, 12, 2, 3);
+  const llama2::SubmitRequest copy = b;
+  REQUIRE(s.try_admit(a));
+  Events ev;
+  const ScheduledStep first = s.schedule();
+  s.apply(first, full_rows(first), ev);
+  REQUIRE(s.try_admit(b));
+  CHECK(run(s, ev) <= 2);
+  CHECK(s.preemptions() >= 1);
+  REQUIRE(ev.finished.size() == 2);
+  const llama2::Finished& f = ev.finished[0].id == 2 ? ev.finished[0] : ev.finished[1];
+  CHECK(f.tokens.size() == 2);
+  check_scored(copy, f, 3);
+}
