@@ -32,6 +32,7 @@
 #include "kernels/dtype.cuh"
 #include "kernels/gemm_w8a16.cuh"
 #include "kernels/mma.cuh"
+#include "kernels/w4_convert.cuh"
 
 namespace llama2::kernels {
 namespace {
@@ -41,23 +42,30 @@ constexpr int kBK = kW8A16BlockK;
 constexpr int kStages = 4;
 constexpr int kMinSplitTiles = 4;  // stages per split at least: fills the pipeline once
 
-template <typename T, int BM>
+template <typename W>
+constexpr bool kIsW4 = std::is_same_v<W, W4Word>;
+
+// kW4: W's stage is 128 rows x 32 bytes (64 4-bit columns) plus the stage's group (scale, bias)
+// words of the 128 rows.
+template <typename T, int BM, bool kW4 = false>
 struct W8A16Shape {
   static constexpr int kWarpsM = BM == 128 ? 2 : 1;
   static constexpr int kThreads = 128 * kWarpsM;
   static constexpr int kWarpRows = BM / kWarpsM;
   static constexpr int kMT = kWarpRows / 16;  // m16 tiles per warp
   static constexpr int kLdX = kBK + 8;        // T per x row in shared memory (16 bytes padding)
-  static constexpr int kWBytes = kBN * kBK;
+  static constexpr int kWRowBytes = kW4 ? kBK / 2 : kBK;
+  static constexpr int kWBytes = kBN * kWRowBytes;
+  static constexpr int kSzBytes = kW4 ? kBN * 4 : 0;
   static constexpr int kXBytes = BM * kLdX * static_cast<int>(sizeof(T));
-  static constexpr int kStageBytes = kWBytes + kXBytes;
+  static constexpr int kStageBytes = kWBytes + kSzBytes + kXBytes;
   static constexpr int kSmem = kStages * kStageBytes;
   // Blocks per SM that the shared memory allows (228 KB): registers are capped to match (the
   // [gate; up] epilogue otherwise took 168-174 registers at bm 64 and cost a third of the blocks).
   static constexpr int kMinBlocks = BM == 128 ? 2 : BM == 64 ? 3 : BM == 32 ? 4 : 5;
   static_assert(kMinBlocks * (kSmem + 1024) <= 232448, "the blocks fit an SM's shared memory");
   static_assert(kWarpRows % 16 == 0 && kStageBytes % 16 == 0, "whole m16 tiles, aligned stages");
-  static_assert((kBN * kBK / 16) % kThreads == 0 && (BM * kBK / 8) % kThreads == 0,
+  static_assert((kWBytes / 16) % kThreads == 0 && (BM * kBK / 8) % kThreads == 0,
                 "every thread copies the same number of 16-byte pieces");
 };
 
@@ -65,7 +73,9 @@ template <typename T, typename W>
 struct W8A16Params {
   const T* x;
   const W* w;
-  const float* scale;
+  const float* scale;  // [N]; W4: nullptr (the scales are in sz)
+  const uint32_t* sz;  // W4: [ceil(K / group), N] (kernels/w4_convert.cuh)
+  int group;           // W4: columns per group, a multiple of kBK
   T* y;
   int M, N, K;
   int k_tiles_per_split;
@@ -73,6 +83,16 @@ struct W8A16Params {
   int* counters;    // [m tiles x n tiles]
   bool pair_store;  // y rows hold whole (even, odd) column pairs at 4-byte alignment
 };
+
+// The factor of output column n's sums: its row scale; 4-bit weights carry theirs per group.
+template <typename T, typename W>
+__device__ __forceinline__ float col_scale(const W8A16Params<T, W>& p, int n) {
+  if constexpr (kIsW4<W>) {
+    return 1.f;
+  } else {
+    return p.scale[n];
+  }
+}
 
 // Four weights (one 32-bit word, the first in the low byte) as two registers of T pairs (the
 // first two, the last two), exactly.
@@ -127,10 +147,12 @@ __device__ __forceinline__ void weights_to_pairs(uint32_t w, uint32_t& lo, uint3
 // a block's 128 W rows are then gate rows j0 .. j0+63 and up rows F + j0 .. F + j0 + 63 of its 64
 // act columns, so gate and up of one column meet in the block.
 template <typename T, typename W, int BM, bool kSwiGLU>
-static __global__ void __launch_bounds__(W8A16Shape<T, BM>::kThreads, W8A16Shape<T, BM>::kMinBlocks)
+static __global__ void __launch_bounds__(W8A16Shape<T, BM, kIsW4<W>>::kThreads,
+                                         W8A16Shape<T, BM, kIsW4<W>>::kMinBlocks)
     gemm_w8a16_kernel(const W8A16Params<T, W> p) {
   wait_for_previous_grid();
-  using S = W8A16Shape<T, BM>;
+  constexpr bool kW4 = kIsW4<W>;
+  using S = W8A16Shape<T, BM, kW4>;
   constexpr int kThreads = S::kThreads, kMT = S::kMT, kLdX = S::kLdX;
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -157,14 +179,30 @@ static __global__ void __launch_bounds__(W8A16Shape<T, BM>::kThreads, W8A16Shape
   auto load = [&](int kt, int st) {
     const int k0 = kt * kBK;
     unsigned char* ws = smem + st * S::kStageBytes;
+    // 16-byte pieces of a W row per stage: 4 (bytes) or 2 (4-bit: 32 columns each).
+    constexpr int kPieces = S::kWRowBytes / 16, kCols = kBK / kPieces;
+    const auto* wb = reinterpret_cast<const unsigned char*>(p.w);
+    const int64_t row_bytes = kW4 ? int64_t{p.K} / 2 : p.K;
 #pragma unroll
-    for (int i = 0; i < kBN * kBK / 16 / kThreads; ++i) {
-      const int c = tid + i * kThreads, r = c >> 2, piece = c & 3;
-      const int n = w_row(r), k = k0 + piece * 16;
+    for (int i = 0; i < S::kWBytes / 16 / kThreads; ++i) {
+      const int c = tid + i * kThreads, r = c / kPieces, piece = c % kPieces;
+      const int n = w_row(r), k = k0 + piece * kCols;
       const bool ok = w_row_ok(r) && k < p.K;
-      cp_async16_or_zero(ws + r * kBK + piece * 16, ok ? p.w + int64_t{n} * p.K + k : p.w, ok);
+      cp_async16_or_zero(ws + r * S::kWRowBytes + piece * 16,
+                         ok ? wb + n * row_bytes + k * S::kWRowBytes / kBK : wb, ok);
     }
-    T* xs = reinterpret_cast<T*>(ws + S::kWBytes);
+    if constexpr (kW4) {
+      // The (scale, bias) words of the stage's group for the 128 rows: 4 rows per piece (N % 8
+      // == 0, so the 4 rows of a piece are all in or all out, and gate|up's halves split on a
+      // piece boundary).
+      if (tid < kBN / 4) {
+        const int r = tid * 4;
+        const bool ok = w_row_ok(r) && k0 < p.K;
+        const uint32_t* src = p.sz + int64_t{k0 / p.group} * p.N + w_row(r);
+        cp_async16_or_zero(ws + S::kWBytes + r * 4, ok ? src : p.sz, ok);
+      }
+    }
+    T* xs = reinterpret_cast<T*>(ws + S::kWBytes + S::kSzBytes);
 #pragma unroll
     for (int i = 0; i < BM * kBK / 8 / kThreads; ++i) {
       const int c = tid + i * kThreads, r = c >> 3, piece = c & 7;
@@ -194,15 +232,33 @@ static __global__ void __launch_bounds__(W8A16Shape<T, BM>::kThreads, W8A16Shape
     cp_async_commit();
 
     const unsigned char* ws = smem + (i % kStages) * S::kStageBytes;
-    const T* xs = reinterpret_cast<const T*>(ws + S::kWBytes);
+    const T* xs = reinterpret_cast<const T*>(ws + S::kWBytes + S::kSzBytes);
     uint32_t b[4][4][2];  // [n8 tile][k16 step][b0, b1]
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(ws + (wn * 32 + nt * 8 + g) * kBK + t * 16);
-      weights_to_pairs<T, W>(raw.x, b[nt][0][0], b[nt][0][1]);
-      weights_to_pairs<T, W>(raw.y, b[nt][1][0], b[nt][1][1]);
-      weights_to_pairs<T, W>(raw.z, b[nt][2][0], b[nt][2][1]);
-      weights_to_pairs<T, W>(raw.w, b[nt][3][0], b[nt][3][1]);
+      const int r = wn * 32 + nt * 8 + g;
+      if constexpr (kW4) {
+        // The lane's 16 columns 16t .. 16t+15 are two words; step s takes columns 4s .. 4s+3 of
+        // them: pairs 2 (s % 2) and 2 (s % 2) + 1 of word s / 2, times 16 s (w4_convert.cuh).
+        const uint2 raw = *reinterpret_cast<const uint2*>(ws + r * S::kWRowBytes + t * 8);
+        W4Pair<T> bias2, scale16;
+        w4_group<T>(*reinterpret_cast<const uint32_t*>(ws + S::kWBytes + r * 4), bias2, scale16);
+        const uint32_t words[2] = {raw.x, raw.y};
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            b[nt][s][h] =
+                w4_as_bits<T>(__hmul2(w4_pair<T>(words[s / 2], 2 * (s % 2) + h, bias2), scale16));
+          }
+        }
+      } else {
+        const uint4 raw = *reinterpret_cast<const uint4*>(ws + r * kBK + t * 16);
+        weights_to_pairs<T, W>(raw.x, b[nt][0][0], b[nt][0][1]);
+        weights_to_pairs<T, W>(raw.y, b[nt][1][0], b[nt][1][1]);
+        weights_to_pairs<T, W>(raw.z, b[nt][2][0], b[nt][2][1]);
+        weights_to_pairs<T, W>(raw.w, b[nt][3][0], b[nt][3][1]);
+      }
     }
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
@@ -241,7 +297,7 @@ static __global__ void __launch_bounds__(W8A16Shape<T, BM>::kThreads, W8A16Shape
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int c = c0 + nt * 8 + (e & 1), r = row0 - m0 + mt * 16 + 8 * (e >> 1);
-            const float s = w_row_ok(c) ? p.scale[j0 + c] : 0.f;
+            const float s = w_row_ok(c) ? col_scale(p, j0 + c) : 0.f;
             gs[r * kLdG + c] = round_to<T>(acc[mt][nt][e] * s);
           }
         }
@@ -258,7 +314,7 @@ static __global__ void __launch_bounds__(W8A16Shape<T, BM>::kThreads, W8A16Shape
             const int c = c0 - kBN / 2 + nt * 8 + (e & 1), r = row0 - m0 + mt * 16 + 8 * (e >> 1);
             const int j = j0 + c, m = m0 + r;
             if (j >= F || m >= p.M) continue;
-            const float u = round_to<T>(acc[mt][nt][e] * p.scale[F + j]);
+            const float u = round_to<T>(acc[mt][nt][e] * col_scale(p, F + j));
             p.y[int64_t{m} * F + j] = from_float<T>(silu_mul<T>(gs[r * kLdG + c], u));
           }
         }
@@ -273,7 +329,7 @@ static __global__ void __launch_bounds__(W8A16Shape<T, BM>::kThreads, W8A16Shape
       for (int nt = 0; nt < 4; ++nt) {
         const int n = col0 + nt * 8;
         if (n >= p.N) continue;
-        const float s0 = p.scale[n], s1 = n + 1 < p.N ? p.scale[n + 1] : 0.f;
+        const float s0 = col_scale(p, n), s1 = n + 1 < p.N ? col_scale(p, n + 1) : 0.f;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int m = row0 + mt * 16 + 8 * h;
@@ -344,7 +400,7 @@ static __global__ void __launch_bounds__(W8A16Shape<T, BM>::kThreads, W8A16Shape
         }
       }
     }
-    const float sg = p.scale[j], su = p.scale[F + j];
+    const float sg = col_scale(p, j), su = col_scale(p, F + j);
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
       const int m = r0 + i * kStep;
@@ -389,7 +445,9 @@ static __global__ void __launch_bounds__(W8A16Shape<T, BM>::kThreads, W8A16Shape
       if (m >= p.M) continue;
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        if (n + c < p.N) p.y[int64_t{m} * p.N + n + c] = from_float<T>(sum[i][c] * p.scale[n + c]);
+        if (n + c < p.N) {
+          p.y[int64_t{m} * p.N + n + c] = from_float<T>(sum[i][c] * col_scale(p, n + c));
+        }
       }
     }
   }
@@ -423,7 +481,7 @@ int blocks_per_sm(int bm) {
 template <typename T, typename W, int BM>
 cudaError_t allow_smem() {
   static std::atomic<bool> done{false};
-  constexpr int kSmem = W8A16Shape<T, BM>::kSmem;
+  constexpr int kSmem = W8A16Shape<T, BM, kIsW4<W>>::kSmem;
   if constexpr (kSmem <= 48 * 1024) return cudaSuccess;
   if (done.load(std::memory_order_acquire)) return cudaSuccess;
   for (const cudaError_t rc :
@@ -448,7 +506,7 @@ cudaError_t allow_smem_all() {
 
 template <typename T, typename W, int BM>
 cudaError_t launch_bm(const W8A16Params<T, W>& p, bool swiglu, int splits, cudaStream_t stream) {
-  using S = W8A16Shape<T, BM>;
+  using S = W8A16Shape<T, BM, kIsW4<W>>;
   auto* kernel = swiglu ? gemm_w8a16_kernel<T, W, BM, true> : gemm_w8a16_kernel<T, W, BM, false>;
   const cudaError_t rc = allow_smem<T, W, BM>();
   if (rc != cudaSuccess) return rc;
@@ -462,7 +520,8 @@ cudaError_t launch_bm(const W8A16Params<T, W>& p, bool swiglu, int splits, cudaS
 cudaError_t prepare_gemm_w8a16() {
   for (const cudaError_t rc :
        {allow_smem_all<__half, int8_t>(), allow_smem_all<__nv_bfloat16, int8_t>(),
-        allow_smem_all<__half, __nv_fp8_e4m3>(), allow_smem_all<__nv_bfloat16, __nv_fp8_e4m3>()}) {
+        allow_smem_all<__half, __nv_fp8_e4m3>(), allow_smem_all<__nv_bfloat16, __nv_fp8_e4m3>(),
+        allow_smem_all<__half, W4Word>(), allow_smem_all<__nv_bfloat16, W4Word>()}) {
     if (rc != cudaSuccess) return rc;
   }
   return cudaSuccess;
@@ -507,9 +566,19 @@ cudaError_t launch_gemm_w8a16(const GemmW8A16Args<T, W>& a, const GemmW8A16Tilin
                               const GemmW8A16Workspace& ws, cudaStream_t stream) {
   LLAMA2_LAUNCH_REQUIRE(a.M >= 1 && a.N >= 1,
                         "M " + std::to_string(a.M) + ", N " + std::to_string(a.N));
-  LLAMA2_LAUNCH_REQUIRE(a.K >= 16 && a.K % 16 == 0,
-                        "K " + std::to_string(a.K) +
-                            " must be a positive multiple of 16 (16-byte pieces of a weight row)");
+  if constexpr (kIsW4<W>) {
+    LLAMA2_LAUNCH_REQUIRE(a.K >= 32 && a.K % 32 == 0 && a.group >= kBK && a.group % kBK == 0 &&
+                              a.N % 8 == 0 && a.sz != nullptr,
+                          "4-bit: K " + std::to_string(a.K) + " (a multiple of 32), group " +
+                              std::to_string(a.group) + " (a multiple of 64), N " +
+                              std::to_string(a.N) + " (a multiple of 8), sz given");
+  } else {
+    LLAMA2_LAUNCH_REQUIRE(
+        a.K >= 16 && a.K % 16 == 0,
+        "K " + std::to_string(a.K) +
+            " must be a positive multiple of 16 (16-byte pieces of a weight row)");
+    LLAMA2_LAUNCH_REQUIRE(a.scale != nullptr, "row scales");
+  }
   LLAMA2_LAUNCH_REQUIRE(t.bm == 16 || t.bm == 32 || t.bm == 64 || t.bm == 128,
                         "bm " + std::to_string(t.bm) + ", allowed 16, 32, 64, 128");
   LLAMA2_LAUNCH_REQUIRE(!a.gate_up_swiglu || a.N % 2 == 0,
@@ -531,12 +600,13 @@ cudaError_t launch_gemm_w8a16(const GemmW8A16Args<T, W>& a, const GemmW8A16Tilin
       "split K needs " + std::to_string(int64_t{t.splits} * a.M * a.N) + " partial sums and " +
           std::to_string(tiles) + " counters; the workspace has " +
           std::to_string(ws.partial_elems) + " and " + std::to_string(ws.n_counters));
-  LLAMA2_LAUNCH_REQUIRE(a.x != nullptr && a.w != nullptr && a.scale != nullptr && a.y != nullptr,
-                        "");
+  LLAMA2_LAUNCH_REQUIRE(a.x != nullptr && a.w != nullptr && a.y != nullptr, "");
   LLAMA2_LAUNCH_REQUIRE(is_aligned(a.x, 16) && is_aligned(a.w, 16), "x and w 16-byte aligned");
   W8A16Params<T, W> p{a.x,
                       a.w,
                       a.scale,
+                      a.sz,
+                      a.group,
                       a.y,
                       a.M,
                       a.N,
@@ -564,6 +634,8 @@ LLAMA2_INSTANTIATE(__half, int8_t)
 LLAMA2_INSTANTIATE(__nv_bfloat16, int8_t)
 LLAMA2_INSTANTIATE(__half, __nv_fp8_e4m3)
 LLAMA2_INSTANTIATE(__nv_bfloat16, __nv_fp8_e4m3)
+LLAMA2_INSTANTIATE(__half, W4Word)
+LLAMA2_INSTANTIATE(__nv_bfloat16, W4Word)
 #undef LLAMA2_INSTANTIATE
 
 }  // namespace llama2::kernels

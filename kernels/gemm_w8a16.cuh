@@ -6,17 +6,21 @@
 //   y[m, n] = round_T(w_scale[n] * sum_k x[m, k] * W[n, k])      fp32 accumulation
 //
 // W is int8 (--weight-dtype int8) or fp8 e4m3 (an A/B against the cuBLASLt FP8 GEMM, which
-// quantizes x too). Its bytes go to shared memory with cp.async and are converted to T in
-// registers, in the layout of the mma.sync.m16n8k16 B operand: every int8 and every e4m3 value is
-// exact in fp16 and bf16, so the products are those of the dequantized weights and the scale is
-// applied once per output column at the end, as the GEMV does (kernels/gemv.cuh, launch_gemv_q).
-// The same numbers as the GEMV up to the order of the fp32 additions.
+// quantizes x too), or W4Word: 4-bit weights with a scale and zero point per group of 64k
+// columns (AWQ / GPTQ / --weight-dtype int4; kernels/w4_convert.cuh), formed into T in registers
+// as (q - z) * s, no scale at the end. Its bytes go to shared memory with cp.async and are
+// converted to T in registers, in the layout of the mma.sync.m16n8k16 B operand: every int8 and
+// every e4m3 value is exact in fp16 and bf16, so the products are those of the dequantized weights
+// and the scale is applied once per output column at the end, as the GEMV does (kernels/gemv.cuh,
+// launch_gemv_q). The same numbers as the GEMV up to the order of the fp32 additions.
 #pragma once
 
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+#include "kernels/w4_convert.cuh"
 
 namespace llama2::kernels {
 
@@ -65,15 +69,22 @@ inline bool gemm_w8a16_fits(const X* x, const W* w, int K) {
 
 template <typename T, typename W>
 struct GemmW8A16Args {
-  const T* x = nullptr;          // [M, K] row-major, fp16 or bf16
-  const W* w = nullptr;          // [N, K] row-major, int8_t or __nv_fp8_e4m3
-  const float* scale = nullptr;  // [N] per output row of W
+  const T* x = nullptr;  // [M, K] row-major, fp16 or bf16
+  // [N, K] row-major, int8_t or __nv_fp8_e4m3; W4Word: [N, K / 8] words of 4-bit weights
+  // (kernels/w4_convert.cuh), with K a multiple of 32 and N of 8.
+  const W* w = nullptr;
+  const float* scale = nullptr;  // [N] per output row of W; W4Word: unused
   T* y = nullptr;                // [M, N]; gate_up_swiglu: act [M, N / 2]
   int M = 0, N = 0, K = 0;
   // true: W is the fused [gate; up] projection [N = 2F, K] and y is act [M, F] with
   // act[m, j] = round_T(silu_mul(round_T(gate sum), round_T(up sum))) (kernels/activation.cuh):
   // the numbers of the plain product into [M, 2F] followed by launch_swiglu, in one launch.
   bool gate_up_swiglu = false;
+  // W4Word: [ceil(K / group), N] (scale, bias) pairs and the group (a multiple of
+  // kW8A16BlockK): W[n, k] = (q - z) * s, formed in registers as T (one rounding) before the
+  // tensor cores take it.
+  const uint32_t* sz = nullptr;
+  int group = 0;
 };
 
 // Raises the shared-memory limit of every instantiation (the larger tiles take 51-104 KB), once

@@ -57,6 +57,11 @@ uint64_t default_reserve_bytes(uint64_t gpu_mem_bytes) {
   return std::max<uint64_t>(2 * kGiB, gpu_mem_bytes / 10);
 }
 
+int int4_group(const ModelConfig& c) {
+  if (c.quant.int4 == Int4Format::kNone) return kInt4LoadGroup;
+  return c.quant.group_size > 0 ? c.quant.group_size : std::max(c.hidden_size, c.intermediate_size);
+}
+
 uint64_t shard_weight_bytes(const ModelConfig& c, const ShardPlan& s, int dtype_bytes,
                             int linear_bytes) {
   const uint64_t H = static_cast<uint64_t>(c.hidden_size);
@@ -69,12 +74,10 @@ uint64_t shard_weight_bytes(const ModelConfig& c, const ShardPlan& s, int dtype_
                                + 2 * ffn * H  // gate_proj, up_proj rows [ffn, H]
                                + H * ffn;     // down_proj columns [H, ffn]
   if (linear_bytes == kInt4LinearBytes) {
-    // [n out, k in] packed: n k / 2 bytes, groups x n (fp16 scale + 4-bit zero), g_idx.
-    const bool gptq = c.quant.int4 == Int4Format::kGptq;
+    // [n out, k in] as q [n, k / 8] words and sz [groups, n] pairs of the compute dtype.
+    const uint64_t G = static_cast<uint64_t>(int4_group(c));
     auto packed = [&](uint64_t n, uint64_t k) {
-      const uint64_t groups =
-          c.quant.group_size > 0 ? (k + c.quant.group_size - 1) / c.quant.group_size : 1;
-      return n * k / 2 + groups * n * 2 + groups * n / 2 + (gptq ? 4 * k : 0);
+      return n * k / 2 + (k + G - 1) / G * n * 2 * static_cast<uint64_t>(dtype_bytes);
     };
     const uint64_t layer = packed(q, H) + 2 * packed(kv, H) + packed(H, q) + 2 * packed(ffn, H) +
                            packed(H, ffn) + 2 * H * static_cast<uint64_t>(dtype_bytes);
@@ -138,13 +141,10 @@ CapacityPlan plan_capacity(const ModelConfig& c, const CapacityRequest& req) {
         std::to_string(kv_bytes) + "-byte KV elements with " + std::to_string(req.dtype_bytes) +
         "-byte weights)");
   }
-  if (req.linear_bytes == kInt4LinearBytes && c.quant.int4 == Int4Format::kNone) {
-    throw Error("4-bit projections are planned only for a 4-bit AWQ/GPTQ checkpoint");
-  }
-  if (req.linear_bytes != 0 && req.linear_bytes != kInt4LinearBytes &&
-      (req.linear_bytes != 1 || req.dtype_bytes != 2)) {
+  if (req.linear_bytes != 0 &&
+      ((req.linear_bytes != 1 && req.linear_bytes != kInt4LinearBytes) || req.dtype_bytes != 2)) {
     throw Error(
-        "--weight-dtype must be auto (same as --dtype) or fp8 / int8 (1 byte, fp16/bf16 "
+        "--weight-dtype must be auto (same as --dtype), fp8 / int8 (1 byte) or int4 (fp16/bf16 "
         "models only) (got " +
         std::to_string(req.linear_bytes) + "-byte projections with " +
         std::to_string(req.dtype_bytes) + "-byte weights)");

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/engine_config.h"
 #include "common/model_config.h"
 #include "common/shard_plan.h"
 
@@ -27,10 +28,12 @@ constexpr int kMaxKvBlockSize = 1024;
 // Degrees up to which plan lists the valid TP degrees (the largest 8-GPU node times 8).
 constexpr int kPlanMaxTp = 64;
 
-// linear_bytes of a 4-bit AWQ/GPTQ checkpoint's projections as stored: half a byte per weight,
-// and per group of input rows and output column an fp16 scale and a 4-bit zero point (GPTQ adds
-// its int32 g_idx per input row).
-constexpr int kInt4LinearBytes = -4;
+// 4-bit projections (linear_bytes kInt4LinearBytes, common/engine_config.h) as the CUDA kernels
+// hold them (kernels/w4_convert.cuh): half a byte per weight and, per group of input columns and
+// output row, a (scale, bias) pair of the compute dtype. The group: a 4-bit checkpoint's
+// group_size, or kInt4LoadGroup for --weight-dtype int4 (kernels::kW4LoadGroup).
+constexpr int kInt4LoadGroup = 128;
+int int4_group(const ModelConfig& c);
 
 // What to plan for. Defaults are the CLI's defaults.
 struct CapacityRequest {
@@ -38,7 +41,7 @@ struct CapacityRequest {
   int dtype_bytes = 2;                    // weights: 2 fp16/bf16, 4 fp32
   int kv_dtype_bytes = 0;                 // KV cache: 0 same as dtype_bytes; 1 fp8 (e4m3)
   int linear_bytes = 0;                   // projections: 0 same as dtype_bytes; 1 fp8/int8;
-                                          // kInt4LinearBytes: the checkpoint's 4-bit packing
+                                          // kInt4LinearBytes: 4 bits (int4_group)
   int block_size = 16;                    // tokens per KV block
   uint64_t gpu_mem_bytes = 80 * kGiB;     // memory of ONE GPU
   std::optional<uint64_t> reserve_bytes;  // held back per GPU; unset: default_reserve_bytes()

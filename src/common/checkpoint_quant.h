@@ -44,6 +44,12 @@ struct CheckpointQuant {
   std::string describe() const;
   // Whether a row's group is its index / group_size, so shards can be cut on group boundaries.
   bool int4_contiguous_groups() const { return int4 != Int4Format::kNone && !desc_act; }
+  // Whether the CUDA 4-bit kernels take this packing as it is (repacked at load): contiguous
+  // groups of a multiple of 64 input columns (kernels/gemv_w4.cuh, w4_shape_fits). Otherwise
+  // (desc_act, one group per column, other sizes) cuda dequantizes it at load.
+  bool int4_runs_packed() const {
+    return int4_contiguous_groups() && group_size > 0 && group_size % 64 == 0;
+  }
 };
 
 // The "quantization_config" of a config.json object (absent or null: not quantized). Error naming

@@ -35,10 +35,21 @@ const char* kv_dtype_name(KvCacheDType kv, ComputeDType dtype) {
 }
 
 const char* weight_dtype_name(WeightDType w, ComputeDType dtype) {
-  return w == WeightDType::kFp8 ? "fp8_e4m3" : w == WeightDType::kInt8 ? "int8" : to_string(dtype);
+  switch (w) {
+    case WeightDType::kFp8:
+      return "fp8_e4m3";
+    case WeightDType::kInt8:
+      return "int8";
+    case WeightDType::kInt4:
+      return "int4";
+    case WeightDType::kAuto:
+      break;
+  }
+  return to_string(dtype);
 }
 
 int weight_dtype_bytes(WeightDType w, ComputeDType dtype) {
+  if (w == WeightDType::kInt4) return kInt4LinearBytes;
   if (w != WeightDType::kAuto) return 1;
   return dtype == ComputeDType::kFp32 ? 4 : 2;
 }
@@ -79,8 +90,9 @@ WeightDType parse_weight_dtype(const std::string& s, ComputeDType* requested) {
   }
   if (s == "fp8" || s == "fp8_e4m3") return WeightDType::kFp8;
   if (s == "int8") return WeightDType::kInt8;
-  throw Error("--weight-dtype must be one of auto, fp16, bf16, fp8, fp8_e4m3, int8 (got \"" + s +
-              "\")");
+  if (s == "int4") return WeightDType::kInt4;
+  throw Error("--weight-dtype must be one of auto, fp16, bf16, fp8, fp8_e4m3, int8, int4 (got \"" +
+              s + "\")");
 }
 
 }  // namespace llama2

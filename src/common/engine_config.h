@@ -23,16 +23,26 @@ enum class KvCacheDType { kAuto, kFp8E4m3 };
 // in fp16/bf16 for the GEMV's few rows (W8A16) and quantized per token above (W8A8 on FP8 tensor
 // cores; src/rank/cuda/linear.h); kInt8 is int8 with a scale per output channel and
 // fp16/bf16 activations (W8A16). Both are quantized at load, on the GPU, each rank its shard.
-enum class WeightDType { kAuto, kFp8, kInt8 };
+// kInt4 is 4 bits with a scale and zero point per group of input columns and fp16/bf16
+// activations (W4A16, kernels/gemv_w4.cuh): a 4-bit AWQ/GPTQ checkpoint's packing as stored
+// (repacked), or --weight-dtype int4, quantized at load by AWQ's round-to-nearest rule in groups
+// of 128.
+enum class WeightDType { kAuto, kFp8, kInt8, kInt4 };
+// weight_dtype_bytes of kInt4 (and CapacityRequest::linear_bytes): not a whole number of bytes;
+// the size is half a byte per weight plus a (scale, bias) pair per group and output row
+// (common/capacity.h, shard_weight_bytes).
+constexpr int kInt4LinearBytes = -4;
 
 // The names used on the command line and in reports: "auto", "cpu", "cuda", "fp16", ...
 const char* to_string(Backend b);
 const char* to_string(ComputeDType d);
 // The KV cache's element name given the resolved compute dtype: "fp8_e4m3", or the dtype's.
 const char* kv_dtype_name(KvCacheDType kv, ComputeDType dtype);
-// The weights' element name given the resolved compute dtype: "fp8_e4m3", "int8", or the dtype's.
+// The weights' element name given the resolved compute dtype: "fp8_e4m3", "int8", "int4", or the
+// dtype's.
 const char* weight_dtype_name(WeightDType w, ComputeDType dtype);
-// Bytes per projection-weight element (1 for fp8/int8, else the compute dtype's).
+// Bytes per projection-weight element (1 for fp8/int8, kInt4LinearBytes for int4, else the
+// compute dtype's).
 int weight_dtype_bytes(WeightDType w, ComputeDType dtype);
 
 // Flag values to enums; Error naming the flag and its allowed values otherwise.
@@ -40,7 +50,7 @@ Backend parse_backend(const std::string& s);              // cpu | cuda | auto
 ComputeDType parse_compute_dtype(const std::string& s);   // auto | fp16 | bf16 | fp32
 KvCacheDType parse_kv_cache_dtype(const std::string& s);  // auto | fp8 | fp8_e4m3
 bool parse_prefix_caching(const std::string& s);          // on | off
-// auto | fp16 | bf16 | fp8 | fp8_e4m3 | int8; fp16/bf16 must then equal the resolved --dtype
+// auto | fp16 | bf16 | fp8 | fp8_e4m3 | int8 | int4; fp16/bf16 must then equal the resolved --dtype
 // (checked by choose_weight_dtype in rank/engine.cpp, which knows it): `requested` keeps the name.
 WeightDType parse_weight_dtype(const std::string& s, ComputeDType* requested);
 

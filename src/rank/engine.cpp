@@ -23,13 +23,17 @@ namespace {
 // Validates every tensor's presence, dtype and shape before any rank copies a byte, so that a
 // defect is reported identically by every rank rather than by whichever reaches it first. Returns
 // a note for the start-up report about an FP8 checkpoint ("" otherwise).
-std::string validate_checkpoint(const WeightStore& w, const ModelConfig& c) {
+std::string validate_checkpoint(const WeightStore& w, const ModelConfig& c, WeightDType wd,
+                                ComputeDType dtype) {
   for (const TensorSlice& t : all_full_tensors(c)) {
     if (!is_int4_slice(c, t)) w.expect_shape(t.name, t.full_shape);
   }
   if (c.quant.int4 != Int4Format::kNone) {
     validate_int4_checkpoint(w, c);
-    return "checkpoint " + c.quant.describe() + ", dequantized to fp32 at load";
+    return "checkpoint " + c.quant.describe() +
+           (wd == WeightDType::kInt4
+                ? ", run by the 4-bit kernels"
+                : std::string(", dequantized to ") + to_string(dtype) + " at load");
   }
   const int input_scales = validate_fp8_checkpoint(w, c);
   if (!c.quant.fp8) return "";
@@ -82,15 +86,10 @@ void stall_for_test(const StallHook& hook, int rank) {
 
 }  // namespace
 
-Backend choose_backend(Backend requested, int visible_devices, int head_dim, std::string* note,
-                       bool int4) {
+Backend choose_backend(Backend requested, int visible_devices, int head_dim, std::string* note) {
   const std::string head_reason =
-      int4 ? std::string(
-                 "4-bit AWQ/GPTQ checkpoints are dequantized on the cpu backend (the CUDA "
-                 "4-bit kernels are not written yet)")
-           : "the CUDA kernels support head_dim 64 and 128, this model has " +
-                 std::to_string(head_dim);
-  const bool cuda_can = cuda_supports_head_dim(head_dim) && !int4;
+      "the CUDA kernels support head_dim 64 and 128, this model has " + std::to_string(head_dim);
+  const bool cuda_can = cuda_supports_head_dim(head_dim);
   switch (requested) {
     case Backend::kCpu:
       return Backend::kCpu;
@@ -158,6 +157,21 @@ WeightDType choose_weight_dtype(const EngineConfig& cfg, Backend backend, Comput
                 "fp8 or int8, or --dtype " +
                 to_string(cfg.weight_dtype_named) + ")");
   }
+  const bool half = dtype == ComputeDType::kFp16 || dtype == ComputeDType::kBf16;
+  if (quant.int4 != Int4Format::kNone && backend == Backend::kCuda && half &&
+      (cfg.weight_dtype == WeightDType::kInt4 ||
+       (cfg.weight_dtype == WeightDType::kAuto && cfg.weight_dtype_named == ComputeDType::kAuto))) {
+    // A 4-bit checkpoint on cuda: its packing through the 4-bit kernels where they take it,
+    // else dequantized to the compute dtype at load (auto) or refused (int4 asked for).
+    if (quant.int4_runs_packed()) return WeightDType::kInt4;
+    if (cfg.weight_dtype == WeightDType::kInt4) {
+      throw Error(
+          "--weight-dtype int4: the 4-bit kernels need contiguous groups of a multiple "
+          "of 64 columns; this checkpoint is " +
+          quant.describe() + " (use --weight-dtype auto: dequantized at load)");
+    }
+    return WeightDType::kAuto;
+  }
   if (quant.fp8 && cfg.weight_dtype == WeightDType::kAuto &&
       cfg.weight_dtype_named == ComputeDType::kAuto) {
     // An FP8 checkpoint: its e4m3 values as stored where the fp8 path runs (cuda, fp16/bf16
@@ -183,8 +197,7 @@ WeightDType choose_weight_dtype(const EngineConfig& cfg, Backend backend, Comput
 ResolvedConfig resolve_config(const EngineConfig& cfg, const ModelConfig& model,
                               int visible_devices, std::string* note) {
   ResolvedConfig r;
-  r.backend = choose_backend(cfg.backend, visible_devices, model.head_dim(), note,
-                             model.quant.int4 != Int4Format::kNone);
+  r.backend = choose_backend(cfg.backend, visible_devices, model.head_dim(), note);
   r.dtype = choose_dtype(cfg.dtype, r.backend, model.torch_dtype);
   r.kv_cache_dtype = choose_kv_dtype(cfg.kv_cache_dtype, r.backend, r.dtype);
   r.weight_dtype = choose_weight_dtype(cfg, r.backend, r.dtype, model.quant);
@@ -234,7 +247,8 @@ RankEngine::RankEngine(const EngineConfig& cfg, const ModelConfig& config, MPI_C
     }
     if (cfg.synthetic.empty()) {
       weights = std::make_unique<WeightStore>(open_checkpoint(cfg.model_dir, config_, shard_));
-      checkpoint_note_ = validate_checkpoint(*weights, config_);
+      checkpoint_note_ =
+          validate_checkpoint(*weights, config_, settings_.weight_dtype, settings_.dtype);
     }
   } catch (const std::exception& e) {
     error = e.what();

@@ -29,9 +29,8 @@ ResolvedConfig resolve_config(const EngineConfig& cfg, const ModelConfig& model,
 // kCpu or kCuda for a requested backend given the visible devices and the model's head size;
 // Error for a cuda request this build, machine or model cannot honour. When kAuto falls back to
 // cpu although a GPU is visible, *note says why.
-// `int4`: a 4-bit AWQ/GPTQ checkpoint, which only the cpu backend runs (auto picks it).
 Backend choose_backend(Backend requested, int visible_devices, int head_dim,
-                       std::string* note = nullptr, bool int4 = false);
+                       std::string* note = nullptr);
 // fp16 | bf16 | fp32 for a requested dtype on a resolved backend (kAuto: the config's
 // torch_dtype on cuda, fp32 on cpu); Error naming the allowed values otherwise.
 ComputeDType choose_dtype(ComputeDType requested, Backend backend, const std::string& torch_dtype);
@@ -41,6 +40,10 @@ KvCacheDType choose_kv_dtype(KvCacheDType requested, Backend backend, ComputeDTy
 // --weight-dtype: fp8/int8 only on cuda with fp16/bf16; a named fp16/bf16 must be the dtype.
 // An FP8 checkpoint (quant.fp8): auto is fp8 (the stored values) on cuda with fp16/bf16, else the
 // compute dtype (dequantized on load), as a named fp16/bf16 is; int8 requantizes on load.
+// A 4-bit checkpoint (quant.int4): auto or int4 is int4 (its packing through the 4-bit kernels)
+// on cuda with fp16/bf16 when quant.int4_runs_packed(), else auto dequantizes at load and int4 is
+// refused; fp8/int8 requantize the dequantized weights. int4 on other checkpoints: AWQ's RTN
+// rule at load, groups of 128.
 WeightDType choose_weight_dtype(const EngineConfig& cfg, Backend backend, ComputeDType dtype,
                                 const CheckpointQuant& quant = CheckpointQuant{});
 

@@ -120,8 +120,12 @@ void validate_int4_checkpoint(const WeightStore& w, const ModelConfig& c) {
   }
 }
 
-void read_int4_slice_f32(const WeightStore& w, const ModelConfig& c, const TensorSlice& s,
-                         float* out) {
+namespace {
+
+// Calls emit(o - o0, i - i0, q, zero, scale, group - g0) for every weight of the slice, after
+// reading its packed words, zero points and scales (the whole decoding of both formats).
+template <typename Emit>
+void decode_slice(const WeightStore& w, const ModelConfig& c, const TensorSlice& s, Emit&& emit) {
   const Module m = module_of(c, s);
   const int64_t o0 = s.row_begin, o1 = s.row_end, i0 = s.col_begin, i1 = s.col_end;
   const int64_t no = o1 - o0, ni = i1 - i0;
@@ -155,9 +159,44 @@ void read_int4_slice_f32(const WeightStore& w, const ModelConfig& c, const Tenso
     for (int64_t o = o0; o < o1; ++o) {
       const int v = awq ? nibble(q[i * width + (o - o0) / 8], kAwqNibble[o % 8])
                         : nibble(q[(row / 8 - r0) * width + (o - o0)], static_cast<int>(row % 8));
-      out[(o - o0) * ni + i] = static_cast<float>(v - zero_of(c, zrow, o, o0)) * srow[o - o0];
+      emit(o - o0, i, v, zero_of(c, zrow, o, o0), srow[o - o0], g);
     }
   }
+}
+
+}  // namespace
+
+void read_int4_slice_f32(const WeightStore& w, const ModelConfig& c, const TensorSlice& s,
+                         float* out) {
+  const int64_t ni = s.col_end - s.col_begin;
+  decode_slice(w, c, s, [&](int64_t o, int64_t i, int q, int zero, float scale, int64_t) {
+    out[o * ni + i] = static_cast<float>(q - zero) * scale;
+  });
+}
+
+int64_t int4_slice_groups(const ModelConfig& c, const TensorSlice& s) {
+  const int64_t G = module_of(c, s).group;
+  return (s.col_end - s.col_begin + G - 1) / G;
+}
+
+void read_int4_slice_w4(const WeightStore& w, const ModelConfig& c, const TensorSlice& s,
+                        uint32_t* q, float* scale, int32_t* zero) {
+  const int64_t no = s.row_end - s.row_begin, ni = s.col_end - s.col_begin;
+  const int64_t G = module_of(c, s).group;
+  if (!c.quant.int4_contiguous_groups() || s.col_begin % G != 0 || ni % 8 != 0) {
+    throw Error(s.name + ": input columns [" + std::to_string(s.col_begin) + ", " +
+                std::to_string(s.col_end) + ") are not whole contiguous groups of " +
+                std::to_string(G) + " in whole words of 8 (the 4-bit kernels' layout)");
+  }
+  std::fill(q, q + no * ni / 8, 0u);
+  decode_slice(w, c, s, [&](int64_t o, int64_t i, int v, int z, float sc, int64_t g) {
+    // Element i % 8 of word i / 8 in nibble (i % 8 even: (i % 8) / 2, odd: 4 + (i % 8) / 2), as
+    // kernels/w4_convert.cuh lays words out.
+    const int e = static_cast<int>(i % 8);
+    q[o * (ni / 8) + i / 8] |= static_cast<uint32_t>(v) << (4 * ((e & 1) * 4 + (e >> 1)));
+    scale[g * no + o] = sc;
+    zero[g * no + o] = z;
+  });
 }
 
 }  // namespace llama2

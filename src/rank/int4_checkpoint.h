@@ -22,6 +22,7 @@
 // g_idx entries first, then the scale and zero rows of the groups they name.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "common/model_config.h"
@@ -43,5 +44,16 @@ void validate_int4_checkpoint(const WeightStore& w, const ModelConfig& c);
 // col_begin] dequantized to fp32. Output ranges must be multiples of 8 (the shard plan's).
 void read_int4_slice_f32(const WeightStore& w, const ModelConfig& c, const TensorSlice& s,
                          float* out);
+
+// Groups of input columns in the slice (its columns start on a group boundary).
+int64_t int4_slice_groups(const ModelConfig& c, const TensorSlice& s);
+
+// The slice as the CUDA 4-bit kernels hold it (kernels/w4_convert.cuh), with rows no = row_end -
+// row_begin and columns ni = col_end - col_begin: q [no, ni / 8] words, and per local group g and
+// row o the scale [groups, no] and zero point [groups, no] (0..15; GPTQ v1's stored zero + 1).
+// Needs contiguous groups with the slice's columns starting on a group boundary and ni % 8 == 0
+// (quant.int4_runs_packed() and the shard plan's cuts); Error otherwise.
+void read_int4_slice_w4(const WeightStore& w, const ModelConfig& c, const TensorSlice& s,
+                        uint32_t* q, float* scale, int32_t* zero);
 
 }  // namespace llama2

@@ -347,6 +347,51 @@ TEST_SUITE("capacity") {
     }
   }
 
+  TEST_CASE(
+      "4-bit projections: half a byte per weight and a (scale, bias) pair per group and row") {
+    using llama2::LayerTensor;
+    for (const char* name : {"7b", "70b"}) {
+      const ModelConfig c = llama2::preset_config(name);  // --weight-dtype int4: groups of 128
+      for (int tp : {1, 2, 8}) {
+        for (int r = 0; r < tp; ++r) {
+          const llama2::ShardPlan s = llama2::make_shard_plan(c, tp, r);
+          uint64_t want = 2 * (loader_elems(c, tp, r));
+          for (int l = 0; l < c.num_layers; ++l) {
+            for (LayerTensor t :
+                 {LayerTensor::kWq, LayerTensor::kWk, LayerTensor::kWv, LayerTensor::kWo,
+                  LayerTensor::kWgate, LayerTensor::kWup, LayerTensor::kWdown}) {
+              const llama2::TensorSlice sl = llama2::layer_slice(c, s, l, t);
+              const uint64_t rows = static_cast<uint64_t>(sl.row_end - sl.row_begin);
+              const uint64_t cols = static_cast<uint64_t>(sl.col_end - sl.col_begin);
+              want -= 2 * sl.numel();
+              want += rows * cols / 2 + (cols + 127) / 128 * rows * 4;
+            }
+          }
+          CAPTURE(name);
+          CAPTURE(tp);
+          CHECK(llama2::shard_weight_bytes(c, s, 2, llama2::kInt4LinearBytes) == want);
+        }
+      }
+    }
+  }
+
+  TEST_CASE("70B with 4-bit projections fits one 48 GiB card and one 80 GiB card") {
+    const ModelConfig c = llama2::preset_config("70b");
+    llama2::CapacityRequest req;
+    req.linear_bytes = llama2::kInt4LinearBytes;
+    for (const uint64_t gib : {48, 80}) {
+      CAPTURE(gib);
+      req.gpu_mem_bytes = gib * kGiB;
+      const llama2::CapacityPlan p = llama2::plan_capacity(c, req);
+      CHECK(p.fits);
+      // At least one full-length (4096-token) sequence; 80 GiB: more than ten.
+      CHECK(p.max_sequences >= (gib == 48 ? 1 : 10));
+    }
+    req.gpu_mem_bytes = 48 * kGiB;
+    req.linear_bytes = 1;  // 8-bit projections (~65 GiB) do not fit
+    CHECK_FALSE(llama2::plan_capacity(c, req).fits);
+  }
+
   TEST_CASE("13B fits one 24 GiB card with 1-byte projections, not in fp16") {
     const ModelConfig c = llama2::preset_config("13b");
     llama2::CapacityRequest req;

@@ -5,10 +5,12 @@
 
 #include <cxxopts.hpp>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "common/check.h"
+#include "common/checkpoint_quant.h"
 #include "common/engine_config.h"
 #include "common/model_config.h"
 #include "common/tuning_knobs.h"
@@ -113,10 +115,15 @@ TEST_SUITE("engine_config") {
     CHECK(llama2::parse_weight_dtype("fp8", &named) == WeightDType::kFp8);
     CHECK(llama2::parse_weight_dtype("fp8_e4m3", &named) == WeightDType::kFp8);
     CHECK(llama2::parse_weight_dtype("int8", &named) == WeightDType::kInt8);
+    CHECK(llama2::parse_weight_dtype("int4", &named) == WeightDType::kInt4);
     CHECK_THROWS_WITH_AS(
-        llama2::parse_weight_dtype("int4", &named),
-        "--weight-dtype must be one of auto, fp16, bf16, fp8, fp8_e4m3, int8 (got \"int4\")",
+        llama2::parse_weight_dtype("int3", &named),
+        "--weight-dtype must be one of auto, fp16, bf16, fp8, fp8_e4m3, int8, int4 (got \"int3\")",
         llama2::Error);
+    CHECK(std::string(llama2::weight_dtype_name(WeightDType::kInt4, ComputeDType::kFp16)) ==
+          "int4");
+    CHECK(llama2::weight_dtype_bytes(WeightDType::kInt4, ComputeDType::kBf16) ==
+          llama2::kInt4LinearBytes);
     CHECK(std::string(llama2::weight_dtype_name(WeightDType::kInt8, ComputeDType::kFp16)) ==
           "int8");
     CHECK(std::string(llama2::weight_dtype_name(WeightDType::kAuto, ComputeDType::kBf16)) ==
@@ -143,6 +150,40 @@ TEST_SUITE("engine_config") {
         llama2::choose_weight_dtype(cfg, Backend::kCuda, ComputeDType::kBf16),
         doctest::Contains("--weight-dtype fp16 differs from this run's --dtype bf16"),
         llama2::Error);
+  }
+
+  TEST_CASE("int4: a 4-bit checkpoint's packing on cuda where the kernels take it") {
+    const auto q = [](const nlohmann::json& j) {
+      return llama2::parse_checkpoint_quant(nlohmann::json{{"quantization_config", j}}, "c.json");
+    };
+    const llama2::CheckpointQuant awq = q({{"quant_method", "awq"}, {"group_size", 128}});
+    const llama2::CheckpointQuant act =
+        q({{"quant_method", "gptq"}, {"group_size", 128}, {"desc_act", true}});
+    const llama2::CheckpointQuant g32 = q({{"quant_method", "gptq"}, {"group_size", 32}});
+    llama2::EngineConfig cfg;
+    CHECK(llama2::choose_weight_dtype(cfg, Backend::kCuda, ComputeDType::kFp16, awq) ==
+          WeightDType::kInt4);
+    CHECK(llama2::choose_weight_dtype(cfg, Backend::kCuda, ComputeDType::kBf16, awq) ==
+          WeightDType::kInt4);
+    // Dequantized at load: the cpu backend, fp32, act order, groups the kernels do not take.
+    CHECK(llama2::choose_weight_dtype(cfg, Backend::kCpu, ComputeDType::kFp32, awq) ==
+          WeightDType::kAuto);
+    CHECK(llama2::choose_weight_dtype(cfg, Backend::kCuda, ComputeDType::kFp32, awq) ==
+          WeightDType::kAuto);
+    CHECK(llama2::choose_weight_dtype(cfg, Backend::kCuda, ComputeDType::kFp16, act) ==
+          WeightDType::kAuto);
+    CHECK(llama2::choose_weight_dtype(cfg, Backend::kCuda, ComputeDType::kFp16, g32) ==
+          WeightDType::kAuto);
+    cfg.weight_dtype = WeightDType::kInt4;
+    CHECK_THROWS_WITH_AS(llama2::choose_weight_dtype(cfg, Backend::kCuda, ComputeDType::kFp16, act),
+                         doctest::Contains("contiguous groups of a multiple of 64 columns"),
+                         llama2::Error);
+    // An fp16 checkpoint quantized at load; only on cuda.
+    CHECK(llama2::choose_weight_dtype(cfg, Backend::kCuda, ComputeDType::kFp16) ==
+          WeightDType::kInt4);
+    CHECK_THROWS_WITH_AS(llama2::choose_weight_dtype(cfg, Backend::kCpu, ComputeDType::kFp32),
+                         doctest::Contains("--weight-dtype int4 needs the cuda backend"),
+                         llama2::Error);
   }
 
   TEST_CASE("resolve_config fills every default from the model") {

@@ -104,6 +104,33 @@ void check_block(const llama2::WeightStore& w, const ModelConfig& c, const std::
   CHECK(differ == 0);
 }
 
+// Reads the block [0, kOut) x [i0, i1) (whole groups) in the CUDA kernels' layout and compares
+// every nibble, scale and zero point with the formula.
+void check_w4_block(const llama2::WeightStore& w, const ModelConfig& c, int i0, int i1) {
+  llama2::TensorSlice s{"model.layers.0.self_attn.q_proj.weight", {kOut, kIn}, 0, kOut, i0, i1};
+  const int64_t groups = llama2::int4_slice_groups(c, s);
+  CHECK(groups == (i1 - i0) / kGroup);
+  std::vector<uint32_t> q(static_cast<size_t>(kOut * (i1 - i0) / 8));
+  std::vector<float> scale(static_cast<size_t>(groups * kOut));
+  std::vector<int32_t> zero(scale.size());
+  llama2::read_int4_slice_w4(w, c, s, q.data(), scale.data(), zero.data());
+  const int extra = c.quant.int4 == Int4Format::kGptq && !c.quant.gptq_v2 ? 1 : 0;
+  constexpr int nibble_of[8] = {0, 4, 1, 5, 2, 6, 3, 7};  // kernels/w4_convert.cuh's order
+  int differ = 0;
+  for (int o = 0; o < kOut; ++o) {
+    for (int i = i0; i < i1; ++i) {
+      const uint32_t word = q[o * (i1 - i0) / 8 + (i - i0) / 8];
+      differ += static_cast<int>((word >> (4 * nibble_of[(i - i0) % 8])) & 0xfu) != q_of(i, o);
+    }
+    for (int g = 0; g < groups; ++g) {
+      const int gg = i0 / kGroup + g;
+      differ += zero[g * kOut + o] != z_of(gg, o) + extra;
+      differ += scale[g * kOut + o] != s_of(gg, o);
+    }
+  }
+  CHECK(differ == 0);
+}
+
 }  // namespace
 
 TEST_SUITE("int4_checkpoint") {
@@ -214,6 +241,21 @@ TEST_SUITE("int4_checkpoint") {
       check_block(w, c, *k.group, 0, kOut, 0, kIn);  // whole
       check_block(w, c, *k.group, 0, kOut, 8, 16);   // a row-parallel shard: the second group
       check_block(w, c, *k.group, 0, kOut, 3, 11);   // rows crossing groups (act order's case)
+      if (c.quant.int4_runs_packed() || c.quant.int4_contiguous_groups()) {
+        check_w4_block(w, c, 0, kIn);  // the 4-bit kernels' layout, whole and one shard
+        check_w4_block(w, c, 8, 16);
+      } else {
+        CHECK(contains(
+            error_of([&] {
+              std::vector<uint32_t> q(kOut * kIn / 8);
+              std::vector<float> sc(2 * kOut);
+              std::vector<int32_t> z(2 * kOut);
+              llama2::read_int4_slice_w4(
+                  w, c, {"model.layers.0.self_attn.q_proj.weight", {kOut, kIn}, 0, kOut, 0, kIn},
+                  q.data(), sc.data(), z.data());
+            }),
+            "not whole contiguous groups"));
+      }
       const std::string msg = error_of([&] {
         std::vector<float> out(4 * kIn);
         llama2::read_int4_slice_f32(

@@ -235,26 +235,30 @@ WeightDType plan_weights(const cxxopts::ParseResult& args, const ModelConfig& co
                 args["dtype"].as<std::string>() +
                 " (allowed: auto, fp8, fp8_e4m3, int8, or the --dtype itself)");
   }
-  // An FP8 checkpoint's projections stay fp8 under auto, as the engine keeps them on cuda with
-  // fp16/bf16 (choose_weight_dtype); with fp32 they are dequantized.
-  const bool stored_fp8 = config.quant.fp8 && weights == WeightDType::kAuto &&
-                          weight_named == ComputeDType::kAuto && dtype != ComputeDType::kFp32;
-  return stored_fp8 ? WeightDType::kFp8 : weights;
+  // An FP8 or 4-bit checkpoint's projections stay as stored under auto where the engine keeps
+  // them so on cuda (fp16/bf16; 4-bit: a packing the kernels take, choose_weight_dtype); else
+  // they are dequantized.
+  const bool as_stored = weights == WeightDType::kAuto && weight_named == ComputeDType::kAuto &&
+                         dtype != ComputeDType::kFp32;
+  if (config.quant.fp8 && as_stored) return WeightDType::kFp8;
+  if (config.quant.int4_runs_packed() && as_stored) return WeightDType::kInt4;
+  if (weights == WeightDType::kInt4 && config.quant.int4 != Int4Format::kNone &&
+      !config.quant.int4_runs_packed()) {
+    throw Error("--weight-dtype int4: the 4-bit kernels need contiguous groups of a multiple of " +
+                std::string("64 columns; this checkpoint is ") + config.quant.describe() +
+                " (use --weight-dtype auto: dequantized at load)");
+  }
+  return weights;
 }
 
-// A 4-bit checkpoint under auto is counted as stored (the size its GPU kernels will hold).
-bool stored_int4(const ModelConfig& config, WeightDType weights) {
-  return config.quant.int4 != Int4Format::kNone && weights == WeightDType::kAuto;
-}
-
-CapacityRequest plan_request(const cxxopts::ParseResult& args, const ModelConfig& config,
-                             WeightDType weights) {
+CapacityRequest plan_request(const cxxopts::ParseResult& args, WeightDType weights) {
   CapacityRequest req;
   req.tp = args["tp"].as<int>();
   req.dtype_bytes = dtype_bytes_of(args["dtype"].as<std::string>());
   req.kv_dtype_bytes = kv_dtype_bytes_of(args["kv-cache-dtype"].as<std::string>(), req.dtype_bytes);
-  req.linear_bytes = weights == WeightDType::kAuto ? 0 : 1;
-  if (stored_int4(config, weights)) req.linear_bytes = kInt4LinearBytes;
+  // 1 (fp8, int8) or kInt4LinearBytes; the dtype does not matter for a quantized dtype.
+  req.linear_bytes =
+      weights == WeightDType::kAuto ? 0 : weight_dtype_bytes(weights, ComputeDType::kFp16);
   req.block_size = args["block-size"].as<int>();
   req.gpu_mem_bytes = bytes_flag(args, "gpu-mem");
   if (args.count("reserve")) req.reserve_bytes = bytes_flag(args, "reserve");
@@ -280,12 +284,13 @@ int run_plan(int argc, char** argv) {
   const int dp = args["dp"].as<int>();
   if (dp < 1) throw Error("--dp must be >= 1 (got " + std::to_string(dp) + ")");
   const WeightDType weights = plan_weights(args, config, parsed);
-  const CapacityPlan plan = plan_capacity(config, plan_request(args, config, weights));
+  const CapacityPlan plan = plan_capacity(config, plan_request(args, weights));
   // Output shows the resolved name, so "auto" never reaches a script that reads the JSON.
   const std::string kv_dtype = plan.kv_dtype_bytes == 1 ? "fp8_e4m3" : dtype;
-  const std::string weight_dtype = stored_int4(config, weights)
-                                       ? std::string("int4 (") + config.quant.method + ")"
-                                       : std::string(weight_dtype_name(weights, parsed));
+  const std::string weight_dtype =
+      weights == WeightDType::kInt4 && config.quant.int4 != Int4Format::kNone
+          ? std::string("int4 (") + config.quant.method + ")"
+          : std::string(weight_dtype_name(weights, parsed));
 
   if (args.count("json")) {
     nlohmann::json j = plan_json(plan, source, dtype, kv_dtype, dp);

@@ -2,11 +2,19 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
 
+#include "common/capacity.h"
 #include "kernels/convert.cuh"
+#include "kernels/dtype.cuh"
+#include "kernels/gemv_w4.cuh"
 #include "kernels/quant.cuh"
+#include "kernels/w4_convert.cuh"
 #include "rank/cuda/cuda_weights.h"
 #include "rank/fp8_checkpoint.h"
+#include "rank/int4_checkpoint.h"
 #include "rank/weight_layout.h"
 #include "rank/weight_store.h"
 
@@ -30,13 +38,16 @@ kernels::SourceType source_type(DType d) {
 template <typename T>
 class Filler {
  public:
-  Filler(const WeightStore* store, uint64_t seed, cudaStream_t stream, WeightDType wd,
-         bool fp8_checkpoint)
-      : store_(store),
+  Filler(const ModelConfig& c, const WeightStore* store, uint64_t seed, cudaStream_t stream,
+         WeightDType wd)
+      : c_(c),
+        store_(store),
         seed_(seed),
         stream_(stream),
         wd_(wd),
-        stored_fp8_(store != nullptr && fp8_checkpoint && wd == WeightDType::kFp8) {}
+        stored_fp8_(store != nullptr && c.quant.fp8 && wd == WeightDType::kFp8),
+        stored_int4_(store != nullptr && c.quant.int4 != Int4Format::kNone &&
+                     wd == WeightDType::kInt4) {}
 
   // Allocates [elems] T for `what` and returns it.
   DeviceBuffer alloc(int64_t elems, const std::string& what) {
@@ -62,21 +73,33 @@ class Filler {
   // A projection [N, K]: in T, or quantized with its scales (scratch_ holds the T matrix until
   // finish_linear quantizes it; an FP8 checkpoint read as fp8 needs no scratch).
   LinearWeight alloc_linear(int64_t N, int64_t K, const std::string& what) {
-    if (wd_ == WeightDType::kAuto) return LinearWeight{alloc(N * K, what), DeviceBuffer()};
-    if (!stored_fp8_ && scratch_.bytes() < static_cast<size_t>(N * K) * sizeof(T)) {
+    if (wd_ == WeightDType::kAuto) {
+      LinearWeight L;
+      L.w = alloc(N * K, what);
+      L.rows = N;
+      return L;
+    }
+    if (!stored_fp8_ && !stored_int4_ &&
+        scratch_.bytes() < static_cast<size_t>(N * K) * sizeof(T)) {
       CUDA_CHECK(cudaStreamSynchronize(stream_));
       scratch_ =
           DeviceBuffer(static_cast<size_t>(N * K) * sizeof(T), "weight quantization scratch");
     }
+    if (wd_ == WeightDType::kInt4) return alloc_int4(N, K, what);
     bytes_ += static_cast<uint64_t>(N * K) + static_cast<uint64_t>(N) * sizeof(float);
-    return LinearWeight{DeviceBuffer(static_cast<size_t>(N * K), what),
-                        DeviceBuffer(static_cast<size_t>(N) * sizeof(float), what + " scales")};
+    LinearWeight L;
+    L.w = DeviceBuffer(static_cast<size_t>(N * K), what);
+    L.scale = DeviceBuffer(static_cast<size_t>(N) * sizeof(float), what + " scales");
+    L.rows = N;
+    return L;
   }
   // Rows [row0, row0 + slice rows) of projection L (K columns).
   void fill_linear(const TensorSlice& slice, const LinearWeight& L, int64_t row0, int64_t K,
                    float scale) {
     if (store_ != nullptr && is_fp8_slice(*store_, slice)) {
       fill_fp8(slice, L, row0, K);
+    } else if (store_ != nullptr && is_int4_slice(c_, slice)) {
+      fill_int4(slice, L, row0, K);
     } else {
       fill(slice, wd_ == WeightDType::kAuto ? L.w : scratch_, row0 * K, 0.f, scale);
     }
@@ -90,6 +113,12 @@ class Filler {
       CUDA_CHECK((kernels::launch_quantize_rows<int8_t, T>(scratch_.as<T>(), L.w.as<int8_t>(),
                                                            L.scale.as<float>(), N,
                                                            static_cast<int>(K), stream_)));
+    } else if (wd_ == WeightDType::kInt4 && !stored_int4_) {
+      if constexpr (kHalfType) {
+        CUDA_CHECK(kernels::launch_quantize_w4<T>(scratch_.as<T>(), L.w.as<uint32_t>(),
+                                                  L.sz.as<uint32_t>(), static_cast<int>(N),
+                                                  static_cast<int>(K), L.group, stream_));
+      }
     }
   }
 
@@ -97,18 +126,88 @@ class Filler {
   uint64_t file_bytes() const { return file_bytes_; }
 
  private:
+  // fp16 / bf16: the compute dtypes of the quantized paths (choose_weight_dtype).
+  static constexpr bool kHalfType = !std::is_same_v<T, float>;
+
+  // int4: q [N, K / 8] words and sz [groups, N] pairs; K and the group must suit the kernels.
+  LinearWeight alloc_int4(int64_t N, int64_t K, const std::string& what) {
+    const int G = int4_group(c_);
+    if (!kernels::w4_shape_fits(K, G)) {
+      throw Error("--weight-dtype int4: " + what + " has " + std::to_string(K) +
+                  " input columns per rank and groups of " + std::to_string(G) +
+                  "; the 4-bit kernels need a multiple of 32 columns and groups of a multiple "
+                  "of 64 (use another tensor-parallel degree or --weight-dtype int8)");
+    }
+    const int64_t groups = kernels::w4_groups(static_cast<int>(K), G);
+    bytes_ += static_cast<uint64_t>(N * K / 2 + groups * N * 4);
+    LinearWeight L;
+    L.w = DeviceBuffer(static_cast<size_t>(N * K / 2), what);
+    L.sz = DeviceBuffer(static_cast<size_t>(groups * N * 4), what + " group scales");
+    L.group = G;
+    L.rows = N;
+    return L;
+  }
+
+  // A 4-bit checkpoint's slice: repacked into L (int4), or dequantized to fp32 on the host and
+  // converted into T (the weights, or the scratch of another quantized dtype).
+  void fill_int4(const TensorSlice& slice, const LinearWeight& L, int64_t row0, int64_t K) {
+    const int64_t rows = slice.row_end - slice.row_begin;
+    if (!stored_int4_) {
+      std::vector<float> w(static_cast<size_t>(rows * K));
+      read_int4_slice_f32(*store_, c_, slice, w.data());
+      upload_host(w.data(), w.size() * sizeof(float));
+      T* out = (wd_ == WeightDType::kAuto ? L.w : scratch_).as<T>() + row0 * K;
+      CUDA_CHECK(kernels::launch_convert<T>(staging_.as<void>(), kernels::SourceType::kF32,
+                                            rows * K, out, stream_));
+      return;
+    }
+    if constexpr (kHalfType) {
+      const int64_t groups = int4_slice_groups(c_, slice);
+      std::vector<uint32_t> q(static_cast<size_t>(rows * K / 8));
+      std::vector<float> scale(static_cast<size_t>(groups * rows));
+      std::vector<int32_t> zero(scale.size());
+      read_int4_slice_w4(*store_, c_, slice, q.data(), scale.data(), zero.data());
+      std::vector<uint32_t> sz(scale.size());
+      for (size_t i = 0; i < sz.size(); ++i) {
+        const T pair[2] = {kernels::from_float<T>(scale[i]),
+                           kernels::from_float<T>(kernels::w4_bias<T>(zero[i]))};
+        std::memcpy(&sz[i], pair, 4);
+      }
+      file_bytes_ += q.size() * 4 + scale.size() * 3;  // words, fp16 scales, 4-bit zeros
+      // From pageable memory the copies have read q and sz when they return.
+      CUDA_CHECK(cudaMemcpyAsync(L.w.as<uint32_t>() + row0 * K / 8, q.data(), q.size() * 4,
+                                 cudaMemcpyHostToDevice, stream_));
+      CUDA_CHECK(cudaMemcpy2DAsync(L.sz.as<uint32_t>() + row0, static_cast<size_t>(L.rows) * 4,
+                                   sz.data(), static_cast<size_t>(rows) * 4,
+                                   static_cast<size_t>(rows) * 4, static_cast<size_t>(groups),
+                                   cudaMemcpyHostToDevice, stream_));
+    }
+  }
+
+  // Copies `bytes` of host memory into staging_ (through the pinned buffer).
+  void upload_host(const void* data, size_t bytes) {
+    ensure_staging(bytes);
+    std::memcpy(pinned_.as<void>(), data, bytes);
+    CUDA_CHECK(cudaMemcpyAsync(staging_.as<void>(), pinned_.as<void>(), bytes,
+                               cudaMemcpyHostToDevice, stream_));
+  }
+
+  // Room for `bytes` in pinned_ and staging_, after the previous slice's conversion (which reads
+  // staging_) has finished.
+  void ensure_staging(size_t bytes) {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (bytes > pinned_.bytes()) {
+      pinned_ = PinnedBuffer(bytes);
+      staging_ = DeviceBuffer(bytes, "weight upload staging");
+    }
+  }
+
   // Copies the slice's stored bytes from the file into staging_ (through the pinned buffer);
   // returns their dtype.
   DType upload(const TensorSlice& slice) {
     const TensorInfo& info = store_->get(slice.name);
     const size_t bytes = static_cast<size_t>(slice.numel()) * dtype_size(info.dtype);
-    if (bytes > pinned_.bytes()) {
-      CUDA_CHECK(cudaStreamSynchronize(stream_));
-      pinned_ = PinnedBuffer(bytes);
-      staging_ = DeviceBuffer(bytes, "weight upload staging");
-    }
-    // The previous slice's conversion reads staging_: wait before overwriting the pinned copy.
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    ensure_staging(bytes);
     store_->read_block_raw(slice.name, slice.row_begin, slice.row_end, slice.col_begin,
                            slice.col_end, pinned_.as<void>());
     file_bytes_ += bytes;
@@ -148,11 +247,13 @@ class Filler {
     }
   }
 
+  const ModelConfig& c_;
   const WeightStore* store_;
   uint64_t seed_;
   cudaStream_t stream_;
   WeightDType wd_;
   bool stored_fp8_;       // an FP8 checkpoint read as fp8: projections copied as stored
+  bool stored_int4_;      // a 4-bit checkpoint read as int4: projections repacked as stored
   uint64_t counter_ = 0;  // synthetic: one seed per tensor slice
   uint64_t bytes_ = 0, file_bytes_ = 0;
   PinnedBuffer pinned_;
@@ -168,7 +269,7 @@ CudaWeights load_cuda_weights(const ModelConfig& c, const ShardPlan& s, const We
                               uint64_t seed, cudaStream_t stream, WeightDType weight_dtype) {
   // Uniform in [-a, a] has std a / sqrt(3): a = 0.0346 gives the std 0.02 of Llama's init.
   constexpr float kMat = 0.0346f, kNormMean = 1.f, kNormScale = 0.05f;
-  Filler<T> f(store, seed, stream, weight_dtype, c.quant.fp8);
+  Filler<T> f(c, store, seed, stream, weight_dtype);
   const int64_t H = c.hidden_size, d = s.head_dim;
   const int64_t q = s.num_heads * d, kv = s.num_kv_heads * d, F = s.ffn_size;
   CudaWeights w;

@@ -17,10 +17,14 @@ namespace llama2 {
 class WeightStore;
 
 // A projection's weight [N, K] in the compute dtype T, or quantized (--weight-dtype fp8 | int8;
-// kernels/quant.cuh) with one fp32 scale per row: W ~= scale[n] * w[n, k].
+// kernels/quant.cuh) with one fp32 scale per row: W ~= scale[n] * w[n, k], or in 4 bits (int4:
+// kernels/w4_convert.cuh) with a (scale, bias) pair per group of `group` columns and row.
 struct LinearWeight {
-  DeviceBuffer w;      // [N, K] of T, int8 or e4m3
-  DeviceBuffer scale;  // [N] fp32; empty when w is T
+  DeviceBuffer w;      // [N, K] of T, int8 or e4m3; int4: q [N, K / 8] uint32
+  DeviceBuffer scale;  // [N] fp32; empty when w is T or int4
+  DeviceBuffer sz;     // int4: [ceil(K / group), N] (scale, bias) T pairs; else empty
+  int group = 0;       // int4: input columns per group
+  int64_t rows = 0;    // N
 };
 
 struct CudaLayerWeights {
@@ -51,6 +55,10 @@ struct CudaWeights {
 // An FP8 checkpoint (c.quant.fp8, rank/fp8_checkpoint.h): with fp8 its e4m3 bytes and scales are
 // uploaded as stored; with the compute dtype (kAuto) or int8 they are dequantized on the device
 // first (int8 then quantizes that as above).
+// weight_dtype int4: a 4-bit checkpoint's words, zero points and scales repacked on the host into
+// the kernels' layout (rank/int4_checkpoint.h, read_int4_slice_w4); any other source filled in T
+// and quantized in groups of 128 by launch_quantize_w4. A 4-bit checkpoint read as another dtype
+// is dequantized on the host (fp32) first.
 template <typename T>
 CudaWeights load_cuda_weights(const ModelConfig& c, const ShardPlan& s, const WeightStore* store,
                               uint64_t seed, cudaStream_t stream,

@@ -21,6 +21,14 @@ using E4m3 = __nv_fp8_e4m3;
 template <typename T>
 constexpr bool kQuantizable = !std::is_same_v<T, float>;
 
+bool is_aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+kernels::W4Matrix w4(const LinearWeight& w) {
+  return {w.w.as<uint32_t>(), w.sz.as<uint32_t>(), w.group};
+}
+
 // LLAMA2_QGEMV as the GEMV's arithmetic for 1-byte weights (kernels/gemv.cuh).
 template <typename T>
 kernels::GemvMath gemv_math(QgemvChoice q) {
@@ -62,7 +70,10 @@ CudaLinear<T>::CudaLinear(WeightDType wd, const LinearRouting& r, int max_rows,
   }
   const int64_t max_k = std::max({d.hidden, d.q, d.ffn});
   const bool w8a16 = wd == WeightDType::kInt8 || (wd == WeightDType::kFp8 && fp8_w8a16_);
-  if (w8a16 && kQuantizable<T> && std::min(max_rows, w8a16_rows_) > gemv_rows_) {
+  // int4: the GEMM takes every product above the GEMV's rows.
+  if (wd == WeightDType::kInt4) w8a16_rows_ = max_rows;
+  if ((w8a16 || wd == WeightDType::kInt4) && kQuantizable<T> &&
+      std::min(max_rows, w8a16_rows_) > gemv_rows_) {
     CUDA_CHECK(kernels::prepare_gemm_w8a16());  // before any graph capture
     // Split-K scratch for the largest need of any product the W8A16 GEMM may take (a few MB).
     int device = 0;
@@ -166,12 +177,18 @@ bool CudaLinear<T>::use_gemv(const void* x, const void* w, int M, int K) const {
   if (wd_ == WeightDType::kAuto) {
     return kernels::gemv_fits(static_cast<const T*>(x), static_cast<const T*>(w), M, K);
   }
+  if (wd_ == WeightDType::kInt4) {  // the group suits the kernels (checked at load)
+    return M <= kernels::kGemvMaxRows && K % 32 == 0 && is_aligned16(x) && is_aligned16(w);
+  }
   return kernels::gemv_fits(static_cast<const T*>(x), static_cast<const int8_t*>(w), M, K);
 }
 
 template <typename T>
 bool CudaLinear<T>::use_w8a16(const void* x, const void* w, int M, int K) const {
   if (M <= gemv_rows_ || M > w8a16_rows_) return false;
+  if (wd_ == WeightDType::kInt4) {
+    return K % 32 == 0 && is_aligned16(x) && is_aligned16(w);
+  }
   if (wd_ != WeightDType::kInt8 && !(wd_ == WeightDType::kFp8 && fp8_w8a16_)) return false;
   return kernels::gemm_w8a16_fits(static_cast<const T*>(x), static_cast<const int8_t*>(w), K);
 }
@@ -181,8 +198,9 @@ template <typename W>
 void CudaLinear<T>::gemm_w8a16(const T* x, const LinearWeight& w, T* y, int M, int N, int K,
                                bool swiglu) {
   if constexpr (kQuantizable<T>) {
-    const kernels::GemmW8A16Args<T, W> args{x, w.w.as<W>(), w.scale.as<float>(), y, M, N,
-                                            K, swiglu};
+    kernels::GemmW8A16Args<T, W> args{x, w.w.as<W>(), w.scale.as<float>(), y, M, N, K, swiglu};
+    args.sz = w.sz.as<uint32_t>();  // int4's group scales (empty otherwise)
+    args.group = w.group;
     CUDA_CHECK((kernels::launch_gemm_w8a16<T, W>(args, kernels::plan_gemm_w8a16(M, N, K, w8a16_ws_),
                                                  w8a16_ws_, stream_)));
   }
@@ -252,11 +270,16 @@ void CudaLinear<T>::matmul_quantized(const T* x, const LinearWeight& w, T* y, in
     const bool gemv = use_gemv(x, w.w.as<void>(), M, K);
     if (!gemv && use_w8a16(x, w.w.as<void>(), M, K)) {
       if (wd_ == WeightDType::kInt8) return gemm_w8a16<int8_t>(x, w, y, M, N, K);
+      if (wd_ == WeightDType::kInt4) return gemm_w8a16<kernels::W4Word>(x, w, y, M, N, K);
       return gemm_w8a16<E4m3>(x, w, y, M, N, K);
     }
     switch (wd_) {
       case WeightDType::kAuto:
         break;
+      case WeightDType::kInt4:  // use_w8a16 takes every M the GEMV does not
+        LLAMA2_CHECK(gemv);
+        CUDA_CHECK(kernels::launch_gemv_w4<T>(x, w4(w), y, M, N, K, stream_, fuse));
+        return;
       case WeightDType::kInt8:
         if (gemv) {
           CUDA_CHECK((kernels::launch_gemv_q<T, T, int8_t>(x, nullptr, w.w.as<int8_t>(),
@@ -308,6 +331,8 @@ bool CudaLinear<T>::gate_up_swiglu(const T* x, const LinearWeight& w, T* act, in
   if (use_w8a16(x, w.w.as<void>(), M, K)) {  // SwiGLU in the W8A16 GEMM's epilogue
     if (wd_ == WeightDType::kInt8) {
       gemm_w8a16<int8_t>(x, w, act, M, 2 * F, K, true);
+    } else if (wd_ == WeightDType::kInt4) {
+      gemm_w8a16<kernels::W4Word>(x, w, act, M, 2 * F, K, true);
     } else {
       gemm_w8a16<E4m3>(x, w, act, M, 2 * F, K, true);
     }
@@ -328,6 +353,10 @@ void CudaLinear<T>::gate_up_quantized(const T* x, const LinearWeight& w, T* act,
   if constexpr (kQuantizable<T>) {
     switch (wd_) {
       case WeightDType::kAuto:
+        break;
+      case WeightDType::kInt4:
+        CUDA_CHECK(
+            kernels::launch_gemv_w4_gate_up_swiglu<T>(x, w4(w), act, M, F, K, stream_, fuse));
         break;
       case WeightDType::kInt8:
         CUDA_CHECK((kernels::launch_gemv_q_gate_up_swiglu<T, T, int8_t>(

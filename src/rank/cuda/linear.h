@@ -17,6 +17,9 @@
 //         LLAMA2_W8A16_FP8=1 (an A/B, off by default): the W8A16 GEMM with x in T instead of
 //         cuBLASLt for products of more rows than the GEMV takes and at most LLAMA2_W8A16_ROWS
 //         (W8A16 numbers there, W8A8 in the GEMV and above).
+//   int4  W4A16 (kernels/gemv_w4.cuh): the 4-bit GEMV for up to LLAMA2_GEMV rows, the tensor-core
+//         GEMM with the 4-bit weights formed into T in registers (kernels/gemm_w8a16.cuh, W =
+//         W4Word) for every larger product, prefill included: no dequantized copy of W.
 // LLAMA2_QGEMV (TuningKnobs::qgemv) picks the GEMV's arithmetic for 1-byte weights; =old is the
 // path before 2026-12-02 (generic conversions, fp8 always W8A8), kept for the A/B.
 #pragma once
@@ -31,6 +34,7 @@
 #include "common/tuning_knobs.h"
 #include "kernels/gemm_w8a16.cuh"
 #include "kernels/gemv.cuh"
+#include "kernels/gemv_w4.cuh"
 #include "kernels/quant.cuh"
 #include "rank/cuda/cuda_weights.h"
 #include "rank/cuda/device_buffer.h"
@@ -111,7 +115,8 @@ class CudaLinear {
   bool use_gemv(const void* x, const void* w, int M, int K) const;
   // M rows of a 16-bit-weight product go to the skinny GEMM (kernels/gemm_skinny.cuh).
   bool use_skinny(const T* x, const T* w, const T* y, int M, int N, int K) const;
-  // M rows go to the W8A16 GEMM (int8 weights, or fp8 with LLAMA2_W8A16_FP8=1).
+  // M rows go to the W8A16 GEMM (int8 weights, or fp8 with LLAMA2_W8A16_FP8=1; int4: every M
+  // above the GEMV's).
   bool use_w8a16(const void* x, const void* w, int M, int K) const;
   // swiglu: W is [gate; up] (N = 2F) and y is act [M, F].
   template <typename W>

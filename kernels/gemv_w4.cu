@@ -1,0 +1,255 @@
+// The W4A16 GEMV and the 4-bit quantizer / dequantizer (kernels/gemv_w4.cuh). Rows, lanes and the
+// epilogue are the other GEMVs' (kernels/gemv_common.cuh): a warp per row (two rows above 8192
+// rows, or gate and up), lane j reads the 16-byte pieces j, j + 32, ... of its rows: 32 weights of
+// one group per piece, a quarter of what a 16-bit row costs in bytes.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+#include "common/check.h"
+#include "kernels/gemv_common.cuh"
+#include "kernels/gemv_w4.cuh"
+#include "kernels/mma.cuh"
+#include "kernels/w4_convert.cuh"
+
+namespace llama2::kernels {
+namespace {
+
+using gemv_detail::kWarps;
+
+// x[m, k .. k + 7] (16 bytes) as 4 T pairs, or 8 floats.
+template <typename T>
+__device__ __forceinline__ void load_x8(const T* p, uint32_t (&out)[4]) {
+  const uint4 v = *reinterpret_cast<const uint4*>(p);
+  out[0] = v.x;
+  out[1] = v.y;
+  out[2] = v.z;
+  out[3] = v.w;
+}
+
+// The sum over one word of x[k .. k + 7] * (q - z) / 16 for every row m, added to acc[m] times
+// the group's 16 s. fp16: 4 HFMA2 into one f16x2; bf16: fp32 FMAs.
+template <typename T, int M>
+__device__ __forceinline__ void word_dot(uint32_t word, uint32_t sz, const T* x, int64_t K,
+                                         float (&acc)[M]) {
+  W4Pair<T> bias2, scale16;
+  w4_group<T>(sz, bias2, scale16);
+  const float s16 = to_float(w4_as_pair<T>(sz).x) * 16.f;
+  W4Pair<T> d[4];
+#pragma unroll
+  for (int p = 0; p < 4; ++p) d[p] = w4_pair<T>(word, p, bias2);
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    uint32_t xv[4];
+    load_x8<T>(x + m * K, xv);
+    if constexpr (std::is_same_v<T, __half>) {
+      __half2 s = __hmul2(d[0], w4_as_pair<T>(xv[0]));
+#pragma unroll
+      for (int p = 1; p < 4; ++p) s = __hfma2(d[p], w4_as_pair<T>(xv[p]), s);
+      const float2 f = __half22float2(s);
+      acc[m] = fmaf(f.x + f.y, s16, acc[m]);
+    } else {
+      float sum = 0.f;
+#pragma unroll
+      for (int p = 0; p < 4; ++p) {
+        const float2 w = __bfloat1622float2(d[p]);
+        const float2 xf = __bfloat1622float2(w4_as_pair<T>(xv[p]));
+        sum = fmaf(w.x, xf.x, sum);
+        sum = fmaf(w.y, xf.y, sum);
+      }
+      acc[m] = fmaf(sum, s16, acc[m]);
+    }
+  }
+}
+
+// W rows n0 / n1 as words (WarpRows over [N, K / 8] uint32). F: the fusions (one row only).
+template <typename T, int M, bool kGateUp, int R, int F>
+__global__ void __launch_bounds__(kWarps * 32)
+    gemv_w4_kernel(const T* __restrict__ x, const uint32_t* __restrict__ q,
+                   const uint32_t* __restrict__ sz, T* __restrict__ y, int N, int K, int group,
+                   const GemvFusion<T> fuse, int prefetch) {
+  using namespace gemv_detail;
+  static_assert(F == 0 || M == 1, "fusions: one row");
+  static_assert(R == 2 || (R == 1 && !kGateUp), "gate|up reads two rows per output");
+  constexpr int kUnroll = R == 1 ? 4 : 2;  // ~4 16-byte loads of W in flight per lane
+  const int lane = threadIdx.x & 31;
+  const int words = K / 8;
+  const WarpRows<uint32_t, kGateUp, R, (F & kFuseRope) != 0> rows(q, N, words,
+                                                                  fuse.rope.head_dim / 2);
+  const int n0 = rows.n0, n1 = rows.n1;
+  const bool two = rows.two;
+  const T* xin = gemv_begin<T, T, uint32_t, F>(x, rows.w0, rows.w1, n0 < N, two, K, prefetch, fuse);
+  if (n0 >= N) return;
+  const int n_rows = kGateUp ? 2 * N : N;  // sz's row stride
+  float acc[R][M] = {};
+#pragma unroll kUnroll
+  for (int j = lane * 4; j < words; j += 32 * 4) {
+    uint4 p[R];
+    p[0] = *reinterpret_cast<const uint4*>(rows.w0 + j);
+    if constexpr (R == 2) p[1] = *reinterpret_cast<const uint4*>(rows.w1 + j);
+    const int64_t g = static_cast<int64_t>(j) * 8 / group;
+    uint32_t s[R];
+    s[0] = sz[g * n_rows + n0];
+    if constexpr (R == 2) s[1] = sz[g * n_rows + n1];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint32_t w4[4] = {p[r].x, p[r].y, p[r].z, p[r].w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) word_dot<T, M>(w4[i], s[r], xin + (j + i) * 8, K, acc[r]);
+    }
+  }
+  auto factor = [](int, int) { return 1.f; };
+  gemv_end<T, M, kGateUp, R, F>(acc, factor, y, N, n0, n1, two, lane, fuse);
+}
+
+template <typename T, int M, bool kGateUp, int F>
+cudaError_t launch_rows(const T* x, const W4Matrix& w, T* y, int N, int K, cudaStream_t stream,
+                        const GemvFusion<T>& fuse) {
+  using namespace gemv_detail;
+  const size_t smem = (F & kFuseNorm) != 0 ? static_cast<size_t>(K) * sizeof(T) : 0;
+  const int prefetch = prefetch_row_bytes(int64_t{K} / 2, kGateUp ? 2 * int64_t{N} : N);
+  if constexpr ((F & kFuseRope) != 0) {  // a warp per rotation pair (WarpRows, kPairs)
+    return launch_kernel(gemv_w4_kernel<T, M, false, 2, F>,
+                         static_cast<int>(ceil_div(N / 2, kWarps)), kWarps * 32, smem, stream, x,
+                         w.q, w.sz, y, N, K, w.group, fuse, prefetch);
+  } else if (!kGateUp && N <= kOneRowMaxN) {
+    return launch_kernel(gemv_w4_kernel<T, M, false, 1, F>, static_cast<int>(ceil_div(N, kWarps)),
+                         kWarps * 32, smem, stream, x, w.q, w.sz, y, N, K, w.group, fuse, prefetch);
+  } else {
+    return launch_kernel(gemv_w4_kernel<T, M, kGateUp, 2, F>,
+                         static_cast<int>(ceil_div(N, kGateUp ? kWarps : kWarps * 2)), kWarps * 32,
+                         smem, stream, x, w.q, w.sz, y, N, K, w.group, fuse, prefetch);
+  }
+}
+
+template <typename T, bool kGateUp>
+cudaError_t launch_w4(const T* x, const W4Matrix& w, T* y, int M, int N, int K, cudaStream_t stream,
+                      const GemvFusion<T>& fuse) {
+  using namespace gemv_detail;
+  LLAMA2_LAUNCH_REQUIRE(gemv_w4_fits(x, w, M, K),
+                        "M " + std::to_string(M) + " (1.." + std::to_string(kGemvMaxRows) +
+                            "), K " + std::to_string(K) + " (a multiple of 32), group " +
+                            std::to_string(w.group) + " (a multiple of 64), 16-byte aligned");
+  LLAMA2_LAUNCH_REQUIRE(N >= 1 && w.sz != nullptr && y != nullptr, "N " + std::to_string(N));
+  LLAMA2_LAUNCH_REQUIRE(!fuse.any() || M == 1, "fusions take one row");
+  LLAMA2_LAUNCH_REQUIRE(fuse.norm_weight == nullptr ||
+                            int64_t{K} * static_cast<int64_t>(sizeof(T)) <= kGemvNormMaxBytes,
+                        "the fused norm's row must fit shared memory");
+  LLAMA2_LAUNCH_REQUIRE(!fuse.rope.on() || (N % fuse.rope.head_dim == 0 && !kGateUp),
+                        "RoPE: whole heads, plain products");
+  if (fuse.any()) {
+    cudaError_t rc = cudaSuccess;
+    with_fusion<kGateUp>(fusion_bits(fuse), [&](auto f) {
+      rc = launch_rows<T, 1, kGateUp, decltype(f)::value>(x, w, y, N, K, stream, fuse);
+    });
+    return rc;
+  }
+  cudaError_t rc = cudaSuccess;
+  with_rows(M, [&](auto m) {
+    rc = launch_rows<T, decltype(m)::value, kGateUp, 0>(x, w, y, N, K, stream, fuse);
+  });
+  return rc;
+}
+
+// One thread per (row, group): the group's range, its grid by AWQ's rule, then its words.
+template <typename T>
+__global__ void quantize_w4_kernel(const T* __restrict__ w, uint32_t* __restrict__ q,
+                                   uint32_t* __restrict__ sz, int N, int K, int group) {
+  wait_for_previous_grid();
+  const int groups = w4_groups(K, group);
+  const int64_t id = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (id >= int64_t{N} * groups) return;
+  const int n = static_cast<int>(id % N), g = static_cast<int>(id / N);  // n fastest: sz coalesced
+  const int k0 = g * group, k1 = min(K, k0 + group);
+  const T* row = w + static_cast<int64_t>(n) * K;
+  float lo = INFINITY, hi = -INFINITY;
+  for (int k = k0; k < k1; ++k) {
+    lo = fminf(lo, to_float(row[k]));
+    hi = fmaxf(hi, to_float(row[k]));
+  }
+  const float s = __half2float(__float2half_rn(fmaxf(hi - lo, 1e-5f) / 15.f));
+  const int z = static_cast<int>(fminf(fmaxf(rintf(-lo / s), 0.f), 15.f));
+  const float packed[2] = {to_float(from_float<T>(s)), w4_bias<T>(z)};
+  sz[static_cast<int64_t>(g) * N + n] = pack2<T>(packed[0], packed[1]);
+  for (int k = k0; k < k1; k += 8) {
+    uint32_t word = 0;
+    for (int e = 0; e < 8; ++e) {
+      const float v =
+          fminf(fmaxf(rintf(to_float(row[k + e]) / s) + static_cast<float>(z), 0.f), 15.f);
+      word |= static_cast<uint32_t>(v) << (4 * w4_nibble(e));
+    }
+    q[static_cast<int64_t>(n) * (K / 8) + k / 8] = word;
+  }
+}
+
+template <typename T>
+__global__ void dequantize_w4_kernel(const uint32_t* __restrict__ q,
+                                     const uint32_t* __restrict__ sz, T* __restrict__ out, int N,
+                                     int K, int group) {
+  wait_for_previous_grid();
+  const int64_t id = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (id >= int64_t{N} * (K / 8)) return;
+  const int64_t n = id / (K / 8), k = id % (K / 8) * 8;
+  const uint32_t word = q[id], pair = sz[k / group * N + n];
+  const W4Pair<T> v = w4_as_pair<T>(pair);
+  const float s = to_float(v.x);
+  const int z = static_cast<int>(-to_float(v.y) * 16.f - kW4Base<T>);
+  for (int e = 0; e < 8; ++e) {
+    const int qv = static_cast<int>((word >> (4 * w4_nibble(e))) & 0xfu);
+    out[n * K + k + e] = from_float<T>(static_cast<float>(qv - z) * s);
+  }
+}
+
+}  // namespace
+
+template <typename T>
+cudaError_t launch_gemv_w4(const T* x, const W4Matrix& w, T* y, int M, int N, int K,
+                           cudaStream_t stream, const GemvFusion<T>& fuse) {
+  return launch_w4<T, false>(x, w, y, M, N, K, stream, fuse);
+}
+
+template <typename T>
+cudaError_t launch_gemv_w4_gate_up_swiglu(const T* x, const W4Matrix& w, T* act, int M, int F,
+                                          int K, cudaStream_t stream, const GemvFusion<T>& fuse) {
+  LLAMA2_LAUNCH_REQUIRE(!fuse.rope.on() && !fuse.add_to_y, "gate|up fuses the norm only");
+  return launch_w4<T, true>(x, w, act, M, F, K, stream, fuse);
+}
+
+template <typename T>
+cudaError_t launch_quantize_w4(const T* w, uint32_t* q, uint32_t* sz, int N, int K, int group,
+                               cudaStream_t stream) {
+  LLAMA2_LAUNCH_REQUIRE(
+      w4_shape_fits(K, group) && N >= 1,
+      "N " + std::to_string(N) + ", K " + std::to_string(K) + ", group " + std::to_string(group));
+  const int64_t threads = int64_t{N} * w4_groups(K, group);
+  return launch_kernel(quantize_w4_kernel<T>, static_cast<unsigned>(ceil_div(threads, 256)), 256, 0,
+                       stream, w, q, sz, N, K, group);
+}
+
+template <typename T>
+cudaError_t launch_dequantize_w4(const W4Matrix& w, T* out, int N, int K, cudaStream_t stream) {
+  LLAMA2_LAUNCH_REQUIRE(
+      w4_shape_fits(K, w.group) && N >= 1,
+      "N " + std::to_string(N) + ", K " + std::to_string(K) + ", group " + std::to_string(w.group));
+  const int64_t threads = int64_t{N} * (K / 8);
+  return launch_kernel(dequantize_w4_kernel<T>, static_cast<unsigned>(ceil_div(threads, 256)), 256,
+                       0, stream, w.q, w.sz, out, N, K, w.group);
+}
+
+#define LLAMA2_INSTANTIATE(T)                                                                     \
+  template cudaError_t launch_gemv_w4<T>(const T*, const W4Matrix&, T*, int, int, int,            \
+                                         cudaStream_t, const GemvFusion<T>&);                     \
+  template cudaError_t launch_gemv_w4_gate_up_swiglu<T>(const T*, const W4Matrix&, T*, int, int,  \
+                                                        int, cudaStream_t, const GemvFusion<T>&); \
+  template cudaError_t launch_quantize_w4<T>(const T*, uint32_t*, uint32_t*, int, int, int,       \
+                                             cudaStream_t);                                       \
+  template cudaError_t launch_dequantize_w4<T>(const W4Matrix&, T*, int, int, cudaStream_t);
+LLAMA2_INSTANTIATE(__half)
+LLAMA2_INSTANTIATE(__nv_bfloat16)
+#undef LLAMA2_INSTANTIATE
+
+}  // namespace llama2::kernels
