@@ -49,8 +49,10 @@ run_capture kvdtype 2 generate --model "$MODELS/tiny-mha" --prompt hi --kv-cache
 expect_failure kvdtype "kv-cache-dtype must be one of auto, fp8, fp8_e4m3 (got \"int8\")"
 run_capture kvfp8cpu 2 generate --model "$MODELS/tiny-mha" --prompt hi --backend cpu --kv-cache-dtype fp8
 expect_failure kvfp8cpu "kv-cache-dtype fp8 needs the cuda backend"
-run_capture wdtype 2 generate --model "$MODELS/tiny-mha" --prompt hi --weight-dtype int4
-expect_failure wdtype "weight-dtype must be one of auto, fp16, bf16, fp8, fp8_e4m3, int8 (got \"int4\")"
+run_capture wdtype 2 generate --model "$MODELS/tiny-mha" --prompt hi --weight-dtype int3
+expect_failure wdtype "weight-dtype must be one of auto, fp16, bf16, fp8, fp8_e4m3, int8, int4 (got \"int3\")"
+run_capture wdtype4 2 generate --model "$MODELS/tiny-mha" --prompt hi --backend cpu --weight-dtype int4
+expect_failure wdtype4 "--weight-dtype int4 needs the cuda backend"
 run_capture wint8cpu 2 generate --model "$MODELS/tiny-mha" --prompt hi --backend cpu --weight-dtype int8
 expect_failure wint8cpu "weight-dtype int8 needs the cuda backend"
 

@@ -79,10 +79,11 @@ void add_engine_options(cxxopts::Options& opts) {
       "of fp16 per cached token; cuda with fp16/bf16)",
       cxxopts::value<std::string>()->default_value("auto"))(
       "weight-dtype",
-      "auto | fp16 | bf16 | fp8 | fp8_e4m3 | int8: projection weights (auto: as --dtype, or an "
-      "FP8 checkpoint's e4m3 values as stored; fp8: e4m3 weights per output channel, activations "
-      "per token on FP8 tensor cores above the GEMV's rows; int8: weight-only; both quantized at "
-      "load, cuda with fp16/bf16; fp16/bf16 dequantize an FP8 checkpoint)",
+      "auto | fp16 | bf16 | fp8 | fp8_e4m3 | int8 | int4: projection weights (auto: as --dtype, "
+      "or an FP8 / 4-bit checkpoint's values as stored; fp8: e4m3 weights per output channel, "
+      "activations per token on FP8 tensor cores above the GEMV's rows; int8: weight-only; int4: "
+      "4 bits in groups of 128, weight-only; quantized at load, cuda with fp16/bf16; fp16/bf16 "
+      "dequantize an FP8 checkpoint)",
       cxxopts::value<std::string>()->default_value("auto"))(
       "block-size", "KV cache block size in tokens", cxxopts::value<int>()->default_value("16"))(
       "gpu-memory-fraction",

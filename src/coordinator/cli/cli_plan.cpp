@@ -45,7 +45,8 @@ cxxopts::Options plan_options() {
        "element, fp16/bf16 weights only)", cxxopts::value<std::string>()->default_value("auto"))
       ("weight-dtype", "Projection weights: auto (same as --dtype; fp8 for an FP8 checkpoint) | "
        "fp8 | fp8_e4m3 | int8 (1 "
-       "byte per weight plus a 4-byte scale per output row, fp16/bf16 only)",
+       "byte per weight plus a 4-byte scale per output row, fp16/bf16 only) | int4 (half a byte "
+       "per weight plus a 4-byte pair per group of 128 and row; a 4-bit checkpoint's own groups)",
        cxxopts::value<std::string>()->default_value("auto"))
       ("block-size", "KV cache block size in tokens", cxxopts::value<int>()->default_value("16"))
       ("reserve", "Memory per GPU held back for CUDA context, workspaces, activations; default "
