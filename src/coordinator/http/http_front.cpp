@@ -1,9 +1,11 @@
 // The HTTP front on cpp-httplib (compiled only where its header was found; see http_front.h).
 #include "coordinator/http/http_front.h"
 
-#include <arpa/inet.h>
+// A header line may hold 16 KB (cpp-httplib's default: 8 KB), so that an X-Request-Id of 10 KB
+// reaches the front and gets its 400 naming the header (http_ops.h) rather than the library's
+// unexplained one. (Debian's compiled libcpp-httplib keeps its own limit.)
+#define CPPHTTPLIB_HEADER_MAX_LENGTH 16384
 #include <httplib.h>
-#include <poll.h>
 #include <sys/socket.h>
 
 #include <atomic>
@@ -13,11 +15,11 @@
 #include <cstring>
 #include <ctime>
 #include <optional>
-#include <random>
 #include <thread>
 
 #include "common/check.h"
 #include "coordinator/http/connection_pool.h"
+#include "coordinator/http/connection_probe.h"
 #include "coordinator/http/http_exchange.h"
 #include "coordinator/http/server_api.h"
 
@@ -41,58 +43,28 @@ void send_error(httplib::Response& res, const ApiError& e) {
   res.set_content(dump(api_error_body(e)), "application/json");
 }
 
-// cpp-httplib 0.11 does not tell a handler its socket; the connection's 4-tuple finds it, so that
-// a thread waiting for a non-streamed answer notices a client that hung up. -1 if not found.
-int connection_fd(const httplib::Request& req) {
-  for (int fd = 3; fd < 65536; ++fd) {
-    sockaddr_storage local{}, peer{};
-    socklen_t ll = sizeof(local), pl = sizeof(peer);
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) != 0) {
-      if (errno == EBADF && fd > 4096) break;
-      continue;
-    }
-    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0) continue;
-    char host[INET6_ADDRSTRLEN] = {};
-    int lport = -1, pport = -1;
-    if (peer.ss_family == AF_INET) {
-      const auto* p = reinterpret_cast<const sockaddr_in*>(&peer);
-      ::inet_ntop(AF_INET, &p->sin_addr, host, sizeof(host));
-      pport = ntohs(p->sin_port);
-      lport = ntohs(reinterpret_cast<const sockaddr_in*>(&local)->sin_port);
-    } else if (peer.ss_family == AF_INET6) {
-      const auto* p = reinterpret_cast<const sockaddr_in6*>(&peer);
-      ::inet_ntop(AF_INET6, &p->sin6_addr, host, sizeof(host));
-      pport = ntohs(p->sin6_port);
-      lport = ntohs(reinterpret_cast<const sockaddr_in6*>(&local)->sin6_port);
-    } else {
-      continue;
-    }
-    if (pport == req.remote_port && lport == req.local_port && req.remote_addr == host) return fd;
-  }
-  return -1;
-}
-
-// False once the client has closed its side (or the connection broke).
-bool client_alive(int fd) {
-  if (fd < 0) return true;
-  pollfd p{fd, static_cast<short>(POLLIN | POLLRDHUP), 0};
-  if (::poll(&p, 1, 0) <= 0) return true;
-  if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return false;
-  char c;
-  return ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) != 0;
-}
-
 std::string sse(const json& j) {
   return "data: " + dump(j) + "\n\n";
 }
 
-std::string random_hex() {
-  static std::atomic<uint64_t> counter{0};
-  thread_local std::mt19937_64 gen(std::random_device{}());
-  char b[40];
-  std::snprintf(b, sizeof(b), "%016llx%08llx", static_cast<unsigned long long>(gen()),
-                static_cast<unsigned long long>(counter.fetch_add(1) & 0xffffffffu));
-  return b;
+// The request a connection thread is answering, as its access line will report it. cpp-httplib
+// runs a request's pre-routing, handler, content provider (a stream), post-routing and logger
+// hooks on one thread, one request at a time: the record lives there from the first hook that
+// sees the request to the logger, which hands it to the access log.
+struct CurrentRequest {
+  const httplib::Request* req = nullptr;
+  Clock::time_point start;
+  AccessRecord rec;
+  std::optional<ApiError> id_error;  // an X-Request-Id too large to be an id: 400
+};
+thread_local CurrentRequest t_current;
+
+// Ends a generation's line: its tokens and time to the first token.
+void record_end(AccessRecord* rec, const Finished& f, const Timings& t) {
+  rec->prompt_tokens = f.prompt_tokens;
+  rec->completion_tokens = static_cast<int>(f.tokens.size());
+  rec->cached_tokens = f.cached_tokens;
+  if (!f.tokens.empty()) rec->ttft_s = t.ttft_s;
 }
 
 }  // namespace
@@ -119,8 +91,9 @@ struct HttpFront::Impl {
   // Streams whose last event has not been written yet: stop() lets them finish first (cpp-httplib
   // cuts a chunked response short once the server stops).
   std::atomic<int> open_streams{0};
-  int64_t started = 0;          // unix seconds, GET /v1/models' `created`
-  IgnoredFieldLog ignored_log;  // each ignored request field's name, once per process
+  int64_t started = 0;           // unix seconds, GET /v1/models' `created`
+  IgnoredFieldLog ignored_log;   // each ignored request field's name, once per process
+  std::unique_ptr<HttpOps> ops;  // request ids, keys, CORS, access log (made by start())
 
   explicit Impl(HttpOptions o) : opts(std::move(o)) {}
 
@@ -128,12 +101,18 @@ struct HttpFront::Impl {
   // GET /v1/models/{id}, /health, /ready, POST /tokenize, /detokenize: beside generation.
   void info_routes();
   void send_answer(httplib::Response& res, const ApiAnswer& a) {
-    ignored_log.note(a.ignored);
+    ignored_log.note(a.ignored, t_current.rec.request_id);
     if (a.error) return send_error(res, *a.error);
     res.set_content(dump(a.body), "application/json");
   }
   httplib::Server::HandlerResponse before_routing(const httplib::Request& req,
                                                   httplib::Response& res);
+  // The operations hooks (http_ops.h): the request's record and id from its first hook on; a
+  // CORS preflight; every response's X-Request-Id and CORS headers; its access line.
+  CurrentRequest& begin(const httplib::Request& req);
+  bool preflight(const httplib::Request& req, httplib::Response& res);
+  void after_routing(const httplib::Request& req, httplib::Response& res);
+  void log_response(const httplib::Request& req, const httplib::Response& res);
   void generate(const httplib::Request& req, httplib::Response& res, ApiKind kind);
   ApiResponseHead response_head(const ApiRequest& r) const;
   void answer_whole(const httplib::Request& req, httplib::Response& res,
@@ -188,8 +167,76 @@ int HttpFront::port() const {
   return impl_->bound_port;
 }
 
+int HttpFront::reload_fd() const {
+  return impl_->ops ? impl_->ops->reload_fd() : -1;
+}
+
+CurrentRequest& HttpFront::Impl::begin(const httplib::Request& req) {
+  CurrentRequest& c = t_current;
+  if (c.req == &req) return c;
+  c.req = &req;
+  c.start = Clock::now();
+  c.rec = AccessRecord{};
+  c.rec.time = std::chrono::system_clock::now();
+  c.rec.method = req.method;
+  c.rec.route = req.path;
+  // Unknown for a request the library could not read.
+  c.rec.client =
+      req.remote_addr.empty() ? "-" : req.remote_addr + ":" + std::to_string(req.remote_port);
+  const auto it = req.headers.find("X-Request-Id");
+  RequestIdChoice id = choose_request_id(it == req.headers.end() ? nullptr : &it->second);
+  c.rec.request_id = std::move(id.id);
+  c.id_error = std::move(id.error);
+  if (!id.replaced_because.empty()) {
+    ops->note(c.rec.request_id, id.replaced_because + ": replaced by a generated id");
+  }
+  return c;
+}
+
+bool HttpFront::Impl::preflight(const httplib::Request& req, httplib::Response& res) {
+  if (req.method != "OPTIONS" || !opts.cors.enabled()) return false;
+  const std::string origin = req.get_header_value("Origin");
+  if (!cors_allow_origin(opts.cors, origin)) {
+    send_error(res,
+               api_error(ErrorCode::kInvalidRequest,
+                         "CORS: the origin " + quote(origin) + " is not one of --allowed-origins",
+                         "Origin"));
+    return true;
+  }
+  res.status = 204;
+  res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+  const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+  res.set_header("Access-Control-Allow-Headers",
+                 asked.empty() ? "Authorization, Content-Type, X-Request-Id" : asked);
+  res.set_header("Access-Control-Max-Age", "600");
+  return true;  // Allow-Origin and Vary: after_routing, as on every response
+}
+
+void HttpFront::Impl::after_routing(const httplib::Request& req, httplib::Response& res) {
+  const CurrentRequest& c = begin(req);  // a request refused before routing (413) starts here
+  res.set_header("X-Request-Id", c.rec.request_id);
+  if (!opts.cors.enabled()) return;
+  res.set_header("Vary", "Origin");
+  if (const auto allow = cors_allow_origin(opts.cors, req.get_header_value("Origin"))) {
+    res.set_header("Access-Control-Allow-Origin", *allow);
+    res.set_header("Access-Control-Expose-Headers", "X-Request-Id");
+  }
+}
+
+void HttpFront::Impl::log_response(const httplib::Request& req, const httplib::Response& res) {
+  CurrentRequest& c = begin(req);
+  c.rec.status = res.status;
+  c.rec.total_s = std::chrono::duration<double>(Clock::now() - c.start).count();
+  ops->finished(std::move(c.rec));
+  c.req = nullptr;  // the next request on this thread may reuse the address
+}
+
 httplib::Server::HandlerResponse HttpFront::Impl::before_routing(const httplib::Request& req,
                                                                  httplib::Response& res) {
+  if (const CurrentRequest& c = begin(req); c.id_error) {
+    send_error(res, *c.id_error);
+    return httplib::Server::HandlerResponse::Handled;
+  }
   if (ConnectionPool::refusing()) {  // no thread free and the waiting list full
     res.set_header("Connection", "close");
     send_error(res, api_error(ErrorCode::kServerBusy,
@@ -197,6 +244,8 @@ httplib::Server::HandlerResponse HttpFront::Impl::before_routing(const httplib::
                                   std::to_string(opts.threads) + "); retry later"));
     return httplib::Server::HandlerResponse::Handled;
   }
+  // A browser's preflight carries no key and may come while the model loads.
+  if (preflight(req, res)) return httplib::Server::HandlerResponse::Handled;
   if (!ready.load(std::memory_order_acquire)) {  // the model is still loading
     if (req.path == "/health" || req.path == "/ready") {
       res.status =
@@ -215,15 +264,9 @@ httplib::Server::HandlerResponse HttpFront::Impl::before_routing(const httplib::
   // key), as vLLM does; /tokenize and /detokenize read client text, so they need the key.
   const bool keyed =
       req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize";
-  if (!opts.api_key.empty() && keyed) {
-    const std::string auth = req.get_header_value("Authorization");
-    const std::string prefix = "Bearer ";
-    const bool ok =
-        auth.rfind(prefix, 0) == 0 && same_secret(auth.substr(prefix.size()), opts.api_key);
-    if (!ok) {
-      send_error(res, api_error(ErrorCode::kInvalidApiKey,
-                                auth.empty() ? "missing \"Authorization: Bearer <key>\" header"
-                                             : "invalid API key"));
+  if (keyed) {
+    if (auto refused = ops->check_key(req.get_header_value("Authorization"))) {
+      send_error(res, *refused);
       return httplib::Server::HandlerResponse::Handled;
     }
   }
@@ -233,6 +276,11 @@ httplib::Server::HandlerResponse HttpFront::Impl::before_routing(const httplib::
 void HttpFront::Impl::routes() {
   svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     return before_routing(req, res);
+  });
+  svr.set_post_routing_handler(
+      [this](const httplib::Request& req, httplib::Response& res) { after_routing(req, res); });
+  svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    log_response(req, res);
   });
   svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     generate(req, res, ApiKind::kCompletion);
@@ -245,7 +293,7 @@ void HttpFront::Impl::routes() {
   });
   info_routes();
   svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(deps->metrics(), "text/plain; version=0.0.4");
+    res.set_content(deps->metrics() + ops->status_metrics(), "text/plain; version=0.0.4");
   });
   // Every other error (unknown path 404, wrong method, body over the limit 413, unreadable
   // request 400) in OpenAI's shape; the handlers' own errors already have a body.
@@ -311,7 +359,9 @@ void HttpFront::Impl::info_routes() {
 ApiResponseHead HttpFront::Impl::response_head(const ApiRequest& r) const {
   ApiResponseHead head;
   head.kind = r.kind;
-  head.id = (r.kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-") + random_hex();
+  // The request id (X-Request-Id, or generated) as the suffix, as vLLM does: a client's id finds
+  // its completion in the access log and the completion's id finds the request.
+  head.id = (r.kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-") + t_current.rec.request_id;
   head.created = static_cast<int64_t>(std::time(nullptr));
   head.model = r.model;  // the alias the client gave
   head.system_fingerprint = deps->api.system_fingerprint;
@@ -330,7 +380,8 @@ void HttpFront::Impl::generate(const httplib::Request& req, httplib::Response& r
                             "the server is shutting down and accepts no new generations"));
   }
   ApiParse parsed = parse_api_request(req.body, kind, deps->api);
-  ignored_log.note(parsed.request.ignored);
+  ignored_log.note(parsed.request.ignored, t_current.rec.request_id);
+  t_current.rec.model = parsed.request.model;
   if (parsed.error) return refuse(*parsed.error);
   // The request owner's admission, as the socket endpoint applies it: a place in the queue
   // (an HTTP/1.1 connection has one request in flight, so no per-connection limit applies).
@@ -380,13 +431,14 @@ void HttpFront::Impl::generate(const httplib::Request& req, httplib::Response& r
 void HttpFront::Impl::answer_whole(const httplib::Request& req, httplib::Response& res,
                                    const std::shared_ptr<HttpExchange>& ex,
                                    const ApiResponseHead& head, Clock::time_point give_up) {
-  const int fd = connection_fd(req);
+  const int fd = connection_fd(req.remote_addr, req.remote_port, req.local_port);
   for (;;) {
     HttpExchange::News news = ex->take(kPollInterval);
     if (news.end) {
       const HttpExchange::End& end = *news.end;
       if (end.error_code) return send_error(res, api_error(*end.error_code, end.error_message));
       const Finished& f = end.finished;
+      record_end(&t_current.rec, f, end.timings);
       ApiResult r{f.finish_reason, f.prompt_tokens, static_cast<int>(f.tokens.size()), f.text};
       r.cached_tokens = f.cached_tokens;
       if (ex->logprobs()) {
@@ -415,9 +467,10 @@ struct HttpFront::Impl::StreamState {
   std::shared_ptr<HttpExchange> ex;
   ApiResponseHead head;
   bool include_usage = false;
-  bool started = false;  // the role chunk (chat) went out
-  bool ended = false;    // [DONE] went out: nothing to cancel
-  int text_bytes = 0;    // text sent so far (completions' logprobs text_offset)
+  bool started = false;         // the role chunk (chat) went out
+  AccessRecord* rec = nullptr;  // the connection thread's t_current.rec
+  bool ended = false;           // [DONE] went out: nothing to cancel
+  int text_bytes = 0;           // text sent so far (completions' logprobs text_offset)
   Clock::time_point give_up;
 };
 
@@ -460,6 +513,7 @@ std::string HttpFront::Impl::closing_chunks(const StreamState& st,
     out += sse(api_error_body(api_error(*end.error_code, end.error_message)));
   } else {
     const Finished& f = end.finished;
+    record_end(st.rec, f, end.timings);
     out += sse(api_chunk(st.head, "", false, &f.finish_reason, st.include_usage));
     if (st.include_usage) {
       out += sse(api_usage_chunk(st.head, f.prompt_tokens, static_cast<int>(f.tokens.size()),
@@ -497,6 +551,7 @@ void HttpFront::Impl::answer_stream(httplib::Response& res, const std::shared_pt
   st->head = head;
   st->include_usage = include_usage;
   st->give_up = give_up;
+  st->rec = &t_current.rec;
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   ++open_streams;
@@ -512,6 +567,8 @@ void HttpFront::Impl::answer_stream(httplib::Response& res, const std::shared_pt
 void HttpFront::start() {
   Impl& m = *impl_;
   m.started = static_cast<int64_t>(std::time(nullptr));
+  m.ops = std::make_unique<HttpOps>(
+      HttpOpsOptions{m.opts.api_key, m.opts.api_key_file, m.opts.access_log, m.opts.cors});
   m.routes();
   m.svr.set_payload_max_length(m.opts.max_body_bytes);
   m.svr.set_tcp_nodelay(true);  // one small write per token: Nagle would hold them back
