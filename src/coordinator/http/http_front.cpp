@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <optional>
@@ -56,6 +57,9 @@ struct CurrentRequest {
   Clock::time_point start;
   AccessRecord rec;
   std::optional<ApiError> id_error;  // an X-Request-Id too large to be an id: 400
+  // A refusal decided before routing for a POST with a body, answered by the route once
+  // cpp-httplib has read the body (Impl::refuse_early).
+  std::optional<ApiError> refusal;
 };
 thread_local CurrentRequest t_current;
 
@@ -110,6 +114,13 @@ struct HttpFront::Impl {
   // The operations hooks (http_ops.h): the request's record and id from its first hook on; a
   // CORS preflight; every response's X-Request-Id and CORS headers; its access line.
   CurrentRequest& begin(const httplib::Request& req);
+  // Answers `e` now, or, for a POST with a body, once the body is read: pre-routing runs before
+  // cpp-httplib reads it, and a body left unread would be taken for the connection's next request.
+  httplib::Server::HandlerResponse refuse_early(const httplib::Request& req, httplib::Response& res,
+                                                const ApiError& e);
+  // svr.Post, answering a refusal of refuse_early first.
+  void post(const char* pattern,
+            std::function<void(const httplib::Request&, httplib::Response&)> f);
   bool preflight(const httplib::Request& req, httplib::Response& res);
   void after_routing(const httplib::Request& req, httplib::Response& res);
   void log_response(const httplib::Request& req, const httplib::Response& res);
@@ -187,6 +198,7 @@ CurrentRequest& HttpFront::Impl::begin(const httplib::Request& req) {
   RequestIdChoice id = choose_request_id(it == req.headers.end() ? nullptr : &it->second);
   c.rec.request_id = std::move(id.id);
   c.id_error = std::move(id.error);
+  c.refusal.reset();
   if (!id.replaced_because.empty()) {
     ops->note(c.rec.request_id, id.replaced_because + ": replaced by a generated id");
   }
@@ -231,12 +243,31 @@ void HttpFront::Impl::log_response(const httplib::Request& req, const httplib::R
   c.req = nullptr;  // the next request on this thread may reuse the address
 }
 
+httplib::Server::HandlerResponse HttpFront::Impl::refuse_early(const httplib::Request& req,
+                                                               httplib::Response& res,
+                                                               const ApiError& e) {
+  const bool body =
+      std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10) > 0 ||
+      req.has_header("Transfer-Encoding");
+  if (req.method == "POST" && body) {
+    t_current.refusal = e;
+    return httplib::Server::HandlerResponse::Unhandled;
+  }
+  send_error(res, e);
+  return httplib::Server::HandlerResponse::Handled;
+}
+
+void HttpFront::Impl::post(const char* pattern,
+                           std::function<void(const httplib::Request&, httplib::Response&)> f) {
+  svr.Post(pattern, [f = std::move(f)](const httplib::Request& req, httplib::Response& res) {
+    if (t_current.refusal) return send_error(res, *t_current.refusal);
+    f(req, res);
+  });
+}
+
 httplib::Server::HandlerResponse HttpFront::Impl::before_routing(const httplib::Request& req,
                                                                  httplib::Response& res) {
-  if (const CurrentRequest& c = begin(req); c.id_error) {
-    send_error(res, *c.id_error);
-    return httplib::Server::HandlerResponse::Handled;
-  }
+  if (const CurrentRequest& c = begin(req); c.id_error) return refuse_early(req, res, *c.id_error);
   if (ConnectionPool::refusing()) {  // no thread free and the waiting list full
     res.set_header("Connection", "close");
     send_error(res, api_error(ErrorCode::kServerBusy,
@@ -254,9 +285,10 @@ httplib::Server::HandlerResponse HttpFront::Impl::before_routing(const httplib::
     } else if (req.path == "/version") {
       return httplib::Server::HandlerResponse::Unhandled;  // needs nothing of the engine
     } else {
-      send_error(res, api_error(ErrorCode::kStarting,
-                                "the server is starting (the model is loading); retry when GET "
-                                "/ready answers 200"));
+      return refuse_early(req, res,
+                          api_error(ErrorCode::kStarting,
+                                    "the server is starting (the model is loading); retry when "
+                                    "GET /ready answers 200"));
     }
     return httplib::Server::HandlerResponse::Handled;
   }
@@ -265,10 +297,8 @@ httplib::Server::HandlerResponse HttpFront::Impl::before_routing(const httplib::
   const bool keyed =
       req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize";
   if (keyed) {
-    if (auto refused = ops->check_key(req.get_header_value("Authorization"))) {
-      send_error(res, *refused);
-      return httplib::Server::HandlerResponse::Handled;
-    }
+    if (auto refused = ops->check_key(req.get_header_value("Authorization")))
+      return refuse_early(req, res, *refused);
   }
   return httplib::Server::HandlerResponse::Unhandled;
 }
@@ -282,10 +312,10 @@ void HttpFront::Impl::routes() {
   svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     log_response(req, res);
   });
-  svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+  post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     generate(req, res, ApiKind::kCompletion);
   });
-  svr.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+  post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     generate(req, res, ApiKind::kChat);
   });
   svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
@@ -300,6 +330,10 @@ void HttpFront::Impl::routes() {
   svr.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
                                                                     httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    if (t_current.req == &req && t_current.refusal && res.status == 404) {
+      send_error(res, *t_current.refusal);  // refuse_early's, on a route that does not exist
+      return httplib::Server::HandlerResponse::Handled;
+    }
     ApiError e;
     if (res.status == 404) {
       e = api_error(ErrorCode::kNotFound, "");
@@ -347,11 +381,11 @@ void HttpFront::Impl::info_routes() {
     res.set_content(dump(json{{"version", llama2_version()}}), "application/json");
   });
   // On this connection's thread, with rank 0's tokenizer: never the engine thread's work.
-  svr.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+  post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
     send_answer(
         res, api_tokenize(req.body, deps->tokenizer, deps->api, deps->limits.prompt.max_tokens()));
   });
-  svr.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+  post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
     send_answer(res, api_detokenize(req.body, deps->tokenizer, deps->api));
   });
 }
