@@ -1,165 +1,30 @@
-// The HTTP front on cpp-httplib (compiled only where its header was found; see http_front.h).
-#include "coordinator/http/http_front.h"
-
-// A header line may hold 16 KB (cpp-httplib's default: 8 KB), so that an X-Request-Id of 10 KB
-// reaches the front and gets its 400 naming the header (http_ops.h) rather than the library's
-// unexplained one. (Debian's compiled libcpp-httplib keeps its own limit.)
-#define CPPHTTPLIB_HEADER_MAX_LENGTH 16384
-#include <httplib.h>
+// The HTTP front on cpp-httplib (compiled only where its header was found; see http_front.h):
+// routes, generation, streams, start and stop. The operations hooks: http_front_ops.cpp.
 #include <sys/socket.h>
 
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <optional>
 #include <thread>
 
 #include "common/check.h"
-#include "coordinator/http/connection_pool.h"
 #include "coordinator/http/connection_probe.h"
 #include "coordinator/http/http_exchange.h"
-#include "coordinator/http/server_api.h"
+#include "coordinator/http/http_front_impl.h"
 
 namespace llama2 {
 
 using nlohmann::json;
-using Clock = std::chrono::steady_clock;
 
-namespace {
-
-// How often a waiting connection thread looks at its client and the server's state.
-constexpr std::chrono::milliseconds kPollInterval{100};
-
-std::string dump(const json& j) {
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
-void send_error(httplib::Response& res, const ApiError& e) {
-  res.status = e.status;
-  if (e.status == 429 || e.status == 503) res.set_header("Retry-After", "1");
-  res.set_content(dump(api_error_body(e)), "application/json");
-}
-
-std::string sse(const json& j) {
-  return "data: " + dump(j) + "\n\n";
-}
-
-// The request a connection thread is answering, as its access line will report it. cpp-httplib
-// runs a request's pre-routing, handler, content provider (a stream), post-routing and logger
-// hooks on one thread, one request at a time: the record lives there from the first hook that
-// sees the request to the logger, which hands it to the access log.
-struct CurrentRequest {
-  const httplib::Request* req = nullptr;
-  Clock::time_point start;
-  AccessRecord rec;
-  std::optional<ApiError> id_error;  // an X-Request-Id too large to be an id: 400
-  // A refusal decided before routing for a POST with a body, answered by the route once
-  // cpp-httplib has read the body (Impl::refuse_early).
-  std::optional<ApiError> refusal;
-};
 thread_local CurrentRequest t_current;
-
-// Ends a generation's line: its tokens and time to the first token.
-void record_end(AccessRecord* rec, const Finished& f, const Timings& t) {
-  rec->prompt_tokens = f.prompt_tokens;
-  rec->completion_tokens = static_cast<int>(f.tokens.size());
-  rec->cached_tokens = f.cached_tokens;
-  if (!f.tokens.empty()) rec->ttft_s = t.ttft_s;
-}
-
-}  // namespace
 
 bool http_front_available() {
   return true;
 }
-
-struct HttpFront::Impl {
-  HttpOptions opts;
-  // Set once by attach(), before `ready`; the routes past before_routing() only run once ready.
-  std::optional<HttpDeps> deps;
-  // Wakes the connection threads of the exchanges that got tokens in a step (the exchanges'
-  // SinkFlusher); made by attach().
-  std::unique_ptr<ExchangeNotifier> notifier;
-  std::atomic<bool> ready{false};
-  httplib::Server svr;
-  std::thread listener;
-  int listen_fd = -1;
-  int bound_port = 0;
-  // stop() has begun: a generation posted after the engine loop's last look at the inbox would
-  // never be answered, so its waiting thread gives up with shutting_down.
-  std::atomic<bool> closing{false};
-  // Streams whose last event has not been written yet: stop() lets them finish first (cpp-httplib
-  // cuts a chunked response short once the server stops).
-  std::atomic<int> open_streams{0};
-  int64_t started = 0;           // unix seconds, GET /v1/models' `created`
-  IgnoredFieldLog ignored_log;   // each ignored request field's name, once per process
-  std::unique_ptr<HttpOps> ops;  // request ids, keys, CORS, access log (made by start())
-
-  explicit Impl(HttpOptions o) : opts(std::move(o)) {}
-
-  void routes();
-  // GET /v1/models/{id}, /health, /ready, POST /tokenize, /detokenize: beside generation.
-  void info_routes();
-  void send_answer(httplib::Response& res, const ApiAnswer& a) {
-    ignored_log.note(a.ignored, t_current.rec.request_id);
-    if (a.error) return send_error(res, *a.error);
-    res.set_content(dump(a.body), "application/json");
-  }
-  httplib::Server::HandlerResponse before_routing(const httplib::Request& req,
-                                                  httplib::Response& res);
-  // The operations hooks (http_ops.h): the request's record and id from its first hook on; a
-  // CORS preflight; every response's X-Request-Id and CORS headers; its access line.
-  CurrentRequest& begin(const httplib::Request& req);
-  // Answers `e` now, or, for a POST with a body, once the body is read: pre-routing runs before
-  // cpp-httplib reads it, and a body left unread would be taken for the connection's next request.
-  httplib::Server::HandlerResponse refuse_early(const httplib::Request& req, httplib::Response& res,
-                                                const ApiError& e);
-  // svr.Post, answering a refusal of refuse_early first.
-  void post(const char* pattern,
-            std::function<void(const httplib::Request&, httplib::Response&)> f);
-  bool preflight(const httplib::Request& req, httplib::Response& res);
-  void after_routing(const httplib::Request& req, httplib::Response& res);
-  void log_response(const httplib::Request& req, const httplib::Response& res);
-  void generate(const httplib::Request& req, httplib::Response& res, ApiKind kind);
-  ApiResponseHead response_head(const ApiRequest& r) const;
-  void answer_whole(const httplib::Request& req, httplib::Response& res,
-                    const std::shared_ptr<HttpExchange>& ex, const ApiResponseHead& head,
-                    Clock::time_point deadline);
-  void answer_stream(httplib::Response& res, const std::shared_ptr<HttpExchange>& ex,
-                     const ApiResponseHead& head, bool include_usage, Clock::time_point deadline);
-  // A stream's content provider, in named parts: one call writes what arrived (SSE chunks), or
-  // its end ([DONE]); false ends the stream early.
-  struct StreamState;
-  bool stream_once(StreamState& st, httplib::DataSink& sink);
-  std::string token_chunks(StreamState& st, const std::vector<HttpExchange::Token>& tokens) const;
-  // The end a stream gets without the engine's: its deadline passed, or the server's trouble.
-  std::optional<HttpExchange::End> interruption(const StreamState& st);
-  std::string closing_chunks(const StreamState& st, const HttpExchange::End& end) const;
-  // kExpired (the exchange's generation) or kDisconnect (its connection).
-  void command(EngineCommand::Kind kind, const std::shared_ptr<HttpExchange>& ex) {
-    EngineCommand cmd;
-    cmd.kind = kind;
-    cmd.client = ex->client();
-    cmd.ticket = ex->ticket();
-    deps->inbox.post(std::move(cmd));
-  }
-  // The error an unfinished generation gets from the server's state, if any.
-  std::optional<ApiError> server_trouble() const {
-    if (deps->inbox.stalled()) {
-      return api_error(ErrorCode::kStalled,
-                       "the engine stalled; the server is ending (see its log)");
-    }
-    if (closing) {
-      return api_error(ErrorCode::kShuttingDown,
-                       "the server shut down before this generation finished");
-    }
-    return std::nullopt;
-  }
-};
 
 HttpFront::HttpFront(HttpOptions opts) : impl_(std::make_unique<Impl>(std::move(opts))) {}
 
@@ -176,131 +41,6 @@ HttpFront::~HttpFront() {
 
 int HttpFront::port() const {
   return impl_->bound_port;
-}
-
-int HttpFront::reload_fd() const {
-  return impl_->ops ? impl_->ops->reload_fd() : -1;
-}
-
-CurrentRequest& HttpFront::Impl::begin(const httplib::Request& req) {
-  CurrentRequest& c = t_current;
-  if (c.req == &req) return c;
-  c.req = &req;
-  c.start = Clock::now();
-  c.rec = AccessRecord{};
-  c.rec.time = std::chrono::system_clock::now();
-  c.rec.method = req.method;
-  c.rec.route = req.path;
-  // Unknown for a request the library could not read.
-  c.rec.client =
-      req.remote_addr.empty() ? "-" : req.remote_addr + ":" + std::to_string(req.remote_port);
-  const auto it = req.headers.find("X-Request-Id");
-  RequestIdChoice id = choose_request_id(it == req.headers.end() ? nullptr : &it->second);
-  c.rec.request_id = std::move(id.id);
-  c.id_error = std::move(id.error);
-  c.refusal.reset();
-  if (!id.replaced_because.empty()) {
-    ops->note(c.rec.request_id, id.replaced_because + ": replaced by a generated id");
-  }
-  return c;
-}
-
-bool HttpFront::Impl::preflight(const httplib::Request& req, httplib::Response& res) {
-  if (req.method != "OPTIONS" || !opts.cors.enabled()) return false;
-  const std::string origin = req.get_header_value("Origin");
-  if (!cors_allow_origin(opts.cors, origin)) {
-    send_error(res,
-               api_error(ErrorCode::kInvalidRequest,
-                         "CORS: the origin " + quote(origin) + " is not one of --allowed-origins",
-                         "Origin"));
-    return true;
-  }
-  res.status = 204;
-  res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-  const std::string asked = req.get_header_value("Access-Control-Request-Headers");
-  res.set_header("Access-Control-Allow-Headers",
-                 asked.empty() ? "Authorization, Content-Type, X-Request-Id" : asked);
-  res.set_header("Access-Control-Max-Age", "600");
-  return true;  // Allow-Origin and Vary: after_routing, as on every response
-}
-
-void HttpFront::Impl::after_routing(const httplib::Request& req, httplib::Response& res) {
-  const CurrentRequest& c = begin(req);  // a request refused before routing (413) starts here
-  res.set_header("X-Request-Id", c.rec.request_id);
-  if (!opts.cors.enabled()) return;
-  res.set_header("Vary", "Origin");
-  if (const auto allow = cors_allow_origin(opts.cors, req.get_header_value("Origin"))) {
-    res.set_header("Access-Control-Allow-Origin", *allow);
-    res.set_header("Access-Control-Expose-Headers", "X-Request-Id");
-  }
-}
-
-void HttpFront::Impl::log_response(const httplib::Request& req, const httplib::Response& res) {
-  CurrentRequest& c = begin(req);
-  c.rec.status = res.status;
-  c.rec.total_s = std::chrono::duration<double>(Clock::now() - c.start).count();
-  ops->finished(std::move(c.rec));
-  c.req = nullptr;  // the next request on this thread may reuse the address
-}
-
-httplib::Server::HandlerResponse HttpFront::Impl::refuse_early(const httplib::Request& req,
-                                                               httplib::Response& res,
-                                                               const ApiError& e) {
-  const bool body =
-      std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10) > 0 ||
-      req.has_header("Transfer-Encoding");
-  if (req.method == "POST" && body) {
-    t_current.refusal = e;
-    return httplib::Server::HandlerResponse::Unhandled;
-  }
-  send_error(res, e);
-  return httplib::Server::HandlerResponse::Handled;
-}
-
-void HttpFront::Impl::post(const char* pattern,
-                           std::function<void(const httplib::Request&, httplib::Response&)> f) {
-  svr.Post(pattern, [f = std::move(f)](const httplib::Request& req, httplib::Response& res) {
-    if (t_current.refusal) return send_error(res, *t_current.refusal);
-    f(req, res);
-  });
-}
-
-httplib::Server::HandlerResponse HttpFront::Impl::before_routing(const httplib::Request& req,
-                                                                 httplib::Response& res) {
-  if (const CurrentRequest& c = begin(req); c.id_error) return refuse_early(req, res, *c.id_error);
-  if (ConnectionPool::refusing()) {  // no thread free and the waiting list full
-    res.set_header("Connection", "close");
-    send_error(res, api_error(ErrorCode::kServerBusy,
-                              "every connection thread is busy (--http-threads " +
-                                  std::to_string(opts.threads) + "); retry later"));
-    return httplib::Server::HandlerResponse::Handled;
-  }
-  // A browser's preflight carries no key and may come while the model loads.
-  if (preflight(req, res)) return httplib::Server::HandlerResponse::Handled;
-  if (!ready.load(std::memory_order_acquire)) {  // the model is still loading
-    if (req.path == "/health" || req.path == "/ready") {
-      res.status =
-          probe_status(req.path == "/health" ? Probe::kLiveness : Probe::kReadiness, "starting");
-      res.set_content(dump(json{{"status", "starting"}}), "application/json");
-    } else if (req.path == "/version") {
-      return httplib::Server::HandlerResponse::Unhandled;  // needs nothing of the engine
-    } else {
-      return refuse_early(req, res,
-                          api_error(ErrorCode::kStarting,
-                                    "the server is starting (the model is loading); retry when "
-                                    "GET /ready answers 200"));
-    }
-    return httplib::Server::HandlerResponse::Handled;
-  }
-  // /health, /ready, /version and /metrics stay open (load balancers and Prometheus carry no
-  // key), as vLLM does; /tokenize and /detokenize read client text, so they need the key.
-  const bool keyed =
-      req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize";
-  if (keyed) {
-    if (auto refused = ops->check_key(req.get_header_value("Authorization")))
-      return refuse_early(req, res, *refused);
-  }
-  return httplib::Server::HandlerResponse::Unhandled;
 }
 
 void HttpFront::Impl::routes() {
