@@ -359,7 +359,9 @@ TEST_SUITE("http_ops") {
     CHECK(values["vllm:request_generation_tokens_sum" + l] == "3");
     CHECK(values["vllm:request_generation_tokens_bucket{model_name=\"tiny\",le=\"1\"}"] == "1");
     // Prometheus' rules: a counter's samples end in _total; no family is declared twice.
-    for (const auto& [name, type] : types) {
+    for (const auto& family : types) {  // no structured binding: CAPTURE's lambda (clang 14)
+      const std::string& name = family.first;
+      const std::string& type = family.second;
       CAPTURE(name);
       if (type == "counter") CHECK(name.size() > 6);
       if (type == "counter") CHECK(name.substr(name.size() - 6) == "_total");
