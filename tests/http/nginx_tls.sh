@@ -2,9 +2,11 @@
 # `llama2 serve --http` behind nginx with TLS, as docs/serving.md ("TLS behind nginx") sets it up:
 # launch/nginx/llama2-tls.conf with this test's ports and a certificate made here by openssl (a CA
 # and a server certificate for localhost / 127.0.0.1), nginx as this user in a temporary prefix,
-# a real 2-rank server (steps of at least 50 ms, so that a stream lasts), and the official OpenAI
+# a real 2-rank server started by launch/llama2-mpirun (steps of at least 50 ms, so that a stream
+# lasts; a key file re-read on SIGUSR2 to the wrapper), and the official OpenAI
 # Python client over https verifying against the CA (tests/http/test_nginx_tls.py): SSE arrives
-# while the generation runs, and a client that hangs up mid-stream frees its KV blocks.
+# while the generation runs, a client that hangs up mid-stream frees its KV blocks, and SIGUSR2 to
+# the wrapper (the systemd unit's reload) makes rank 0 re-read the key file.
 #   usage: nginx_tls.sh LLAMA2 MODELS
 # Installs nothing: without nginx or openssl (launch/install-deps.sh --test installs Debian's) it is
 # skipped (exit 77); without the .venv's openai and pytest as http.openai_client.
@@ -36,14 +38,26 @@ mkdir -p "$tls"
       -days 1 -out "$tls/server.pem" -extfile "$tls/ext"
 } >"$TMP/openssl.log" 2>&1 && pass "openssl: a CA and a certificate for localhost" || { fail "openssl"; cat "$TMP/openssl.log"; finish; exit; }
 
-# ---- the server
-export API_KEY=tls-key-$RANDOM MODEL=tiny-gqa
-LLAMA2_TEST_STEP_DELAY_MS=50 LLAMA2_API_KEY=$API_KEY timeout 110 "$MPIRUN" 2 "$LLAMA2" serve --model "$MODELS/tiny-gqa" \
-  --socket "$TMP/s.sock" --http 127.0.0.1:0 --max-seq-len 512 --cpu-threads 1 --access-log text --quiet >"$TMP/serve.log" 2>&1 &
+# ---- the server, through launch/llama2-mpirun as the systemd unit runs it, with a key file:
+# SIGUSR2 to the wrapper must reach rank 0, which re-reads the file (test_nginx_tls.py).
+export API_KEY=tls-key-$RANDOM MODEL=tiny-gqa KEY_FILE=$TMP/api-keys
+printf '# keys\nfile-key-1\n' >"$KEY_FILE"
+# As tests/integration/mpirun.sh: vader without cross-memory attach (CI containers forbid it).
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+unset OMPI_MCA_btl OMPI_MCA_oob_tcp_if_include OMPI_MCA_odls_base_sigkill_timeout
+set -m  # the wrapper's own process group; SIGTERM ends it below (timeout: a hang fails)
+LLAMA2_BIN=$LLAMA2 LLAMA2_TEST_STEP_DELAY_MS=50 LLAMA2_API_KEY=$API_KEY timeout --kill-after=10 110 \
+  "$ROOT/launch/llama2-mpirun" -n 2 -q -- serve --model "$MODELS/tiny-gqa" --socket "$TMP/s.sock" \
+  --http 127.0.0.1:0 --max-seq-len 512 --cpu-threads 1 --access-log text --api-key-file "$KEY_FILE" \
+  --quiet >"$TMP/serve.log" 2>&1 &
 job=$!
+set +m
 for _ in $(seq 300); do grep -q "HTTP on" "$TMP/serve.log" && break; sleep 0.1; done
 UPSTREAM=$(sed -n 's/.*HTTP on 127.0.0.1:\([0-9]*\).*/\1/p' "$TMP/serve.log")
 [[ -n $UPSTREAM ]] || { fail "the server did not report its HTTP port"; cat "$TMP/serve.log"; finish; exit; }
+# The wrapper (the unit's main process, $MAINPID): `timeout`'s child.
+WRAPPER_PID=$(pgrep -P "$job" -f llama2-mpirun | head -n1)
+export WRAPPER_PID SERVE_LOG=$TMP/serve.log
 
 # ---- nginx: the recipe's file, its ports and paths replaced; a prefix of its own, as this user
 ng=$TMP/nginx
@@ -97,8 +111,6 @@ grep -q 'request_id="tls-request-1".*"POST /v1/completions" 200' "$TMP/serve.log
 
 kill -TERM "$nginx_pid" 2>/dev/null
 wait "$nginx_pid" 2>/dev/null
-for p in $(pgrep -f -- "--socket $TMP/s.sock"); do
-  tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=0 && kill -TERM "$p"
-done
-wait "$job" && pass "server drained and exited 0" || fail "server exit $?"
+kill -TERM "$WRAPPER_PID" 2>/dev/null  # as systemctl stop: the wrapper drains rank 0
+wait "$job" && pass "server drained through the wrapper and exited 0" || { fail "server exit $?"; tail -20 "$TMP/serve.log"; }
 finish

@@ -1,11 +1,14 @@
 """The official OpenAI Python client over https through nginx (launch/nginx/llama2-tls.conf) to
 `mpirun -np 2 llama2 serve --http`, verifying nginx's certificate against the test's CA.
-tests/http/nginx_tls.sh starts both and passes BASE (https://localhost:PORT), CA, API_KEY, MODEL.
+tests/http/nginx_tls.sh starts both (the server through launch/llama2-mpirun, with --api-key-file
+KEY_FILE) and passes BASE (https://localhost:PORT), CA, API_KEY, MODEL, KEY_FILE, WRAPPER_PID and
+SERVE_LOG.
 The server's steps take at least 50 ms, so a 20-token stream lasts a second or more; its events
 (about 2 KB) fit in one of nginx's buffers, which a buffering proxy would send only at the end.
 """
 
 import os
+import signal
 import ssl
 import time
 
@@ -72,3 +75,25 @@ def test_a_client_that_hangs_up_mid_stream_behind_the_proxy_frees_its_kv_blocks(
         time.sleep(0.05)
     assert m["llama2_kv_cache_usage_ratio"] == 0
     assert m['vllm:kv_cache_usage_perc{model_name="tiny-gqa"}'] == 0
+
+
+def status_with(key):
+    return http.get(f"{BASE}/v1/models", headers={"Authorization": f"Bearer {key}"}).status_code
+
+
+def test_sigusr2_to_the_wrapper_reloads_the_key_file_on_rank_0():
+    """systemctl reload (the unit's ExecReload=): SIGUSR2 to the wrapper, passed on to rank 0."""
+    assert status_with("file-key-1") == 200
+    with open(os.environ["KEY_FILE"], "w") as f:
+        f.write("file-key-2\n")
+    os.kill(int(os.environ["WRAPPER_PID"]), signal.SIGUSR2)
+    until = time.monotonic() + 20
+    while status_with("file-key-2") != 200:
+        assert time.monotonic() < until, "the new key was not taken within 20 s"
+        time.sleep(0.05)
+    assert status_with("file-key-1") == 401
+    assert status_with(os.environ["API_KEY"]) == 200  # $LLAMA2_API_KEY stays
+    with open(os.environ["SERVE_LOG"]) as f:
+        log = f.read()
+    assert "SIGUSR2: to rank 0 (serve re-reads --api-key-file)" in log
+    assert "SIGUSR2: 1 key(s) loaded from" in log
