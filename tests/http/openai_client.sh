@@ -21,6 +21,12 @@ run_capture open 2 serve --model "$MODELS/tiny-gqa" --socket "$TMP/x.sock" --htt
 expect_failure open "is not a loopback address and no API key is set"
 run_capture port 2 serve --model "$MODELS/tiny-gqa" --socket "$TMP/x.sock" --http 127.0.0.1:99999
 expect_failure port "--http must be HOST:PORT or PORT with PORT in \[0, 65535\]"
+run_capture alog 2 serve --model "$MODELS/tiny-gqa" --socket "$TMP/x.sock" --http 127.0.0.1:0 --access-log yes
+expect_failure alog '--access-log must be off, text or json (got "yes")'
+run_capture origins 2 serve --model "$MODELS/tiny-gqa" --socket "$TMP/x.sock" --http 127.0.0.1:0 --allowed-origins example.com
+expect_failure origins '--allowed-origins: "example.com" is not an origin'
+run_capture keyfile 2 serve --model "$MODELS/tiny-gqa" --socket "$TMP/x.sock" --http 127.0.0.1:0 --api-key-file "$TMP/no-such-keys"
+expect_failure keyfile "--api-key-file: cannot read $TMP/no-such-keys (No such file or directory)"
 "$LLAMA2" make-test-model --out "$TMP/model" --hidden-size 512 --intermediate-size 1376 \
   --layers 4 --heads 8 --kv-heads 2 --vocab 512 --max-position-embeddings 1024 \
   --tokenizer "$MODELS/tiny-gqa/tokenizer.model" >"$TMP/make.log" 2>&1 || { fail "make-test-model"; cat "$TMP/make.log"; }
