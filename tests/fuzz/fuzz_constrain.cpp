@@ -1,9 +1,9 @@
 // libFuzzer target: the constraint engine's compilers (src/coordinator/constrain/: JSON Schema,
-// regex, GBNF, choice) and the matcher on what they accept, with the real tokenizer of
+// regex, GBNF, choice, tool calls) and the matcher on what they accept, with the real tokenizer of
 // tests/models/tiny-gqa (512 pieces: byte fallback, dummy prefix).
 //
-// Input: the first byte picks the kind (schema, json_object, regex, choice, GBNF) and the
-// whitespace mode; the rest is the constraint text (choices: split at '\n'). Limits are smaller
+// Input: the first byte picks the kind (schema, json_object, regex, choice, GBNF, tool calls) and
+// the whitespace mode; the rest is the constraint text (choices: split at '\n'). Limits are smaller
 // than the server's so that one execution stays fast; what they bound is the same.
 //
 // Invariants (a violation traps, which libFuzzer reports as a crash):
@@ -98,7 +98,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   cst::ConstraintSpec spec;
   const uint8_t mode = data[0];
-  spec.kind = static_cast<cst::ConstraintKind>(mode % 5);
+  spec.kind = static_cast<cst::ConstraintKind>((mode & 0x7f) % 6);  // 0x80: the spacing
   spec.whitespace = (mode & 0x80) ? cst::JsonWhitespace::kNone : cst::JsonWhitespace::kSingleSpace;
   const std::string text(reinterpret_cast<const char*>(data) + 1, size - 1);
   if (spec.kind == cst::ConstraintKind::kChoice) {

@@ -43,7 +43,9 @@ sources=(tests/fuzz/fuzz_requests.cpp src/coordinator/serving/protocol.cpp src/c
   src/coordinator/http/api_fields.cpp src/common/frame.cpp
   src/common/check.cpp src/common/sampling_params.cpp src/common/model_config.cpp
   src/common/checkpoint_quant.cpp src/common/meta_params.cpp src/common/sentencepiece_model.cpp
-  src/coordinator/requests/request_constraint.cpp src/coordinator/http/structured_fields.cpp)
+  src/coordinator/requests/request_constraint.cpp src/coordinator/http/structured_fields.cpp
+  src/coordinator/requests/request_tools.cpp src/coordinator/requests/tool_call_reader.cpp
+  src/coordinator/text/chat_tools.cpp)
 for f in "$root"/src/coordinator/constrain/*.cpp; do sources+=("${f#"$root"/}"); done
 if [[ $target == constrain ]]; then
   sources=(tests/fuzz/fuzz_constrain.cpp src/coordinator/text/tokenizer.cpp src/common/frame.cpp
@@ -64,7 +66,8 @@ while (($(jobs -rp | wc -l) > 0)); do wait -n; done
 "$cxx" "${flags[@]}" "${objs[@]}" -lsentencepiece -o "$out/fuzz_$target"
 if [[ $target == constrain ]]; then
   s=$out/seeds
-  # First byte: the kind (0 schema, 1 json_object, 2 regex, 3 choice, 4 GBNF; +0x80: no spaces).
+  # First byte: the kind (0 schema, 1 json_object, 2 regex, 3 choice, 4 GBNF, 5 tool calls;
+  # +0x80: no spaces).
   printf '\x00{"type":"object","properties":{"a":{"type":"integer","minimum":-5,"maximum":50},"b":{"enum":["x","y z"]},"c":{"type":"array","items":{"type":"string","maxLength":3},"maxItems":2}},"required":["a"]}' > "$s/schema"
   printf '\x00{"$defs":{"n":{"type":"object","properties":{"k":{"$ref":"#/$defs/n"},"v":{"type":["number","null"],"exclusiveMinimum":0.5}}}},"$ref":"#/$defs/n"}' > "$s/schema_ref"
   printf '\x80{"anyOf":[{"type":"string","pattern":"^a+b$"},{"const":[1,2]},{"type":"boolean"}]}' > "$s/schema_anyof"
@@ -74,6 +77,7 @@ if [[ $target == constrain ]]; then
   printf '\x03yes\nno\nmaybe later\n\xc3\xa9t\xc3\xa9' > "$s/choice"
   printf '\x04root ::= item ("," item)*\nitem ::= [a-z]+ | "(" root ")" # nested\n' > "$s/gbnf"
   printf '\x04root ::= a\na ::= a "x" | "y"\n' > "$s/gbnf_left"
+  printf '\x05{"mode":"auto","parallel":true,"tools":[{"name":"f","parameters":{"type":"object","properties":{"a":{"enum":[1,2]}}}},{"name":"g","parameters":{}}]}' > "$s/tool_calls"
   cat > "$out/json.dict" <<'DICT'
 "\"type\""
 "\"object\""
@@ -107,6 +111,10 @@ if [[ $target == constrain ]]; then
 "\"array\""
 "::="
 "root"
+"\"tools\""
+"\"parameters\""
+"\"parallel\""
+"\"auto\""
 "(?:"
 "{2,5}"
 "[^"
@@ -141,6 +149,7 @@ frame '{"op":"cancel","id":"r1"}' > "$s/cancel"
 frame '{"op":"generate","id":"r1","prompt":"Hello"}' > "$s/generate"
 frame '{"op":"generate","id":"r2","prompt":"h\u00e9 \u4e16 ü","max_new_tokens":64,"temperature":0.7,"top_p":0.9,"top_k":40,"repetition_penalty":1.1,"seed":42,"stop":["\n\n","END"],"ignore_eos":false,"stream":true,"timeout_ms":30000}' > "$s/generate_full"
 frame '{"op":"generate","id":"r3","prompt_tokens":[1,450,4996],"stream":false,"seed":null}' > "$s/generate_tokens"
+frame '{"op":"generate","id":"t","messages":[{"role":"user","content":"w?"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},{"role":"tool","tool_call_id":"c1","content":"ok"},{"role":"user","content":"and?"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"integer"}}}}}],"tool_choice":"auto","parallel_tool_calls":false}' > "$s/generate_tools"
 { frame '{"op":"generate","id":"a","prompt":"x"}'; frame '{"op":"generate","id":"b","prompt":"y"}'
   frame '{"op":"cancel","id":"a"}'; frame '{"op":"health"}'; } > "$s/pipeline"
 printf '\x00\x00\x00\x00' > "$s/length0"

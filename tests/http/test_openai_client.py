@@ -189,7 +189,7 @@ def test_strict_api_refuses_unknown_fields_and_still_takes_the_known_ones():
 def test_output_changing_fields_are_refused_naming_them():
     cases = [({"use_beam_search": True}, "use_beam_search"),
              ({"bad_words": ["x"]}, "bad_words"),
-             ({"tool_choice": "auto"}, "tool_choice"),
+             ({"functions": [{"name": "f", "parameters": {}}]}, "functions"),
              ({"return_tokens_as_token_ids": True}, "return_tokens_as_token_ids")]
     for extra, param in cases:
         e = refused(lambda: client.chat.completions.create(**{**GREEDY, "extra_body": extra}, messages=CHAT))
@@ -411,7 +411,8 @@ def test_logprobs_chat_and_completions_streamed_and_not():
 
 def test_400_unsupported_and_invalid_parameters_in_openai_error_shape_naming_the_parameter():
     cases = [
-        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools"),
+        # Tools are read (test_tools_client.py); a bad one is refused naming them.
+        ({"tools": [{"type": "function", "function": {"name": "f g", "parameters": {}}}]}, "tools"),
         ({"n": 2}, "n"),
         ({"logprobs": False, "top_logprobs": 3}, None),
         ({"logprobs": True, "top_logprobs": 21}, None),

@@ -35,6 +35,25 @@ assert ok["ok-ids"]["usage"] == {"prompt_tokens": 3, "completion_tokens": 4}
 PY
 done
 
+# Tool calls on batch lines (docs/tool-calling.md): the result line carries `tool_calls`; a
+# tool_choice naming no given tool is the line's invalid_request. docs-8m's 4,096 pieces keep the
+# rendered tool list short.
+cat >"$TMP/tools.jsonl" <<'JSONL'
+{"custom_id": "call", "messages": [{"role": "user", "content": "Pick one."}], "tool_choice": "required", "parallel_tool_calls": false, "max_new_tokens": 60, "temperature": 0, "tools": [{"type": "function", "function": {"name": "pick", "parameters": {"type": "object", "properties": {"x": {"enum": ["a", "b"]}}, "required": ["x"]}}}]}
+{"custom_id": "named-missing", "messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "function", "function": {"name": "nope"}}, "tools": [{"type": "function", "function": {"name": "pick"}}]}
+JSONL
+run_capture tools 2 batch --model "$(dirname "$0")/../../models/docs-8m" --input "$TMP/tools.jsonl" --output "$TMP/tools.out.jsonl" --quiet
+python3 - "$TMP/tools.out.jsonl" <<'PY' && pass "np=2 batch: a tool call line has tool_calls, a bad tool_choice line invalid_request" || fail "batch tools: exit $(rc_of tools) $(cat "$TMP/tools.out.jsonl" "$TMP/tools.err")"
+import json, sys
+rows = {r["custom_id"]: r for r in map(json.loads, open(sys.argv[1], encoding="utf-8"))}
+call = rows["call"]["tool_calls"]
+assert len(call) == 1 and call[0]["type"] == "function" and call[0]["id"].startswith("call_"), call
+assert call[0]["function"]["name"] == "pick" and json.loads(call[0]["function"]["arguments"]) in ({"x": "a"}, {"x": "b"}), call
+assert rows["call"]["text"].startswith("[TOOL_CALLS]") and rows["call"]["finish_reason"] == "stop", rows["call"]
+err = rows["named-missing"]["error"]
+assert err["code"] == "invalid_request" and "not among" in err["message"], err
+PY
+
 # Batch invariance: 12 greedy prompts of different lengths in batches of 8 vs each alone.
 python3 - "$TMP/greedy.jsonl" <<'PY'
 import json, sys

@@ -7,7 +7,10 @@ plus regex, choice and GBNF requests. Checks:
     jsonschema (Draft 2020-12), the rest end with "length";
   - regex / choice / grammar outputs match (Python's re, the choice list);
   - 2 and 4 ranks give the same token ids as 1 rank, request for request (greedy);
-  - a schema with an unsupported keyword is refused with an error naming it, and the server goes on.
+  - a schema with an unsupported keyword is refused with an error naming it, and the server goes on;
+  - tool calls (docs/tool-calling.md): `done` carries `tool_calls` whose names are the tools' and
+    whose arguments validate against their schemas (required, named, auto), equal across TP degrees;
+    a tool_choice naming no tool is refused.
 
     python tests/reference/constrain_serve.py LLAMA2 MPIRUN MODEL_DIR [NP...]
 
@@ -37,6 +40,40 @@ EXTRA = [  # (request fields, check of the text)
      lambda t: re.fullmatch(r"\((?:[0-9]|x)(?:,(?:[0-9]|x)){0,3}\)", t)),
     ({"response_format": {"type": "json_object"}}, lambda t: isinstance(json.loads(t), dict)),
 ]
+
+
+# Short: the tiny model's 512 positions hold the rendered tool list (441 tokens) and the answer.
+TOOLS = [{"type": "function", "function": {"name": "pick", "parameters": {
+             "type": "object", "properties": {"x": {"enum": ["a", "b"]}}, "required": ["x"]}}},
+         {"type": "function", "function": {"name": "note", "parameters": {
+             "type": "object", "properties": {"t": {"type": "string", "maxLength": 4}},
+             "required": ["t"]}}}]
+TOOL_SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+TOOL_CASES = {  # id -> (tool_choice, parallel_tool_calls): one call each, so it ends in time
+    "t_required": ("required", False),
+    "t_named": ({"type": "function", "function": {"name": "note"}}, True),
+    "t_auto": ("auto", False),
+}
+
+
+def tool_request(choice, parallel):
+    return {"messages": [{"role": "user", "content": "Answer in JSON:"}], "tools": TOOLS,
+            "tool_choice": choice, "parallel_tool_calls": parallel, "max_new_tokens": 70}
+
+
+def tool_calls_valid(ev, choice):
+    """The `done` event's tool_calls: names among the tools, arguments valid for their schema."""
+    calls = ev.get("tool_calls")
+    if ev.get("event") != "done":
+        return False
+    if calls is None:  # text: only under auto, and then not a call's beginning
+        return choice == "auto" and not ev.get("text", "").startswith("[TOOL_CALLS]")
+    for c in calls:
+        name = c["function"]["name"]
+        if isinstance(choice, dict) and name != choice["function"]["name"]:
+            return False
+        jsonschema.validate(json.loads(c["function"]["arguments"]), TOOL_SCHEMAS[name])
+    return bool(calls) and ev.get("finish_reason") == "stop"
 
 
 class Conn:
@@ -78,9 +115,12 @@ def serve(llama2, mpirun, model, np, tmp):
 def run_all(conn, requests):
     """Sends every request at once; returns id -> the `done` or `error` event."""
     for rid, fields in requests.items():
-        conn.send(dict({"op": "generate", "id": rid, "prompt": "Answer in JSON:", "temperature": 0,
+        request = dict({"op": "generate", "id": rid, "prompt": "Answer in JSON:", "temperature": 0,
                         "max_new_tokens": MAX_NEW, "stream": False, "logprobs": True,
-                        "top_logprobs": 2}, **fields))
+                        "top_logprobs": 2}, **fields)
+        if "messages" in fields:
+            del request["prompt"]
+        conn.send(request)
     out = {}
     while len(out) < len(requests):
         ev = conn.recv()
@@ -97,6 +137,7 @@ def main():
                                                "json_schema": {"name": f"s{i}", "schema": s}}}
                 for i, s in enumerate(cases)}
     requests.update({f"x{i}": fields for i, (fields, _) in enumerate(EXTRA)})
+    requests.update({k: tool_request(*v) for k, v in TOOL_CASES.items()})
     passed = failed = 0
 
     def check(cond, what):
@@ -138,6 +179,11 @@ def main():
                     valid = ev.get("finish_reason") == "stop" and bool(ok(text))
                     check(valid, f"np={np}: {list(fields)[0]} output {text!r} "
                                  f"({ev.get('finish_reason')}) matches")
+                for k, (choice, _) in TOOL_CASES.items():
+                    ev = got[k]
+                    check(tool_calls_valid(ev, choice),
+                          f"np={np}: {k}: {ev.get('tool_calls') or ev.get('text')!r} "
+                          f"({ev.get('finish_reason')})")
                 ids = {k: (v.get("token_ids"), v.get("logprobs")) for k, v in got.items()}
                 # Logprobs of the masked distribution (each rank masks its slice before its
                 # log-sum-exp): a constrained token's logprob is <= 0 and equal across TP degrees.
@@ -160,6 +206,11 @@ def main():
                 check(ev.get("event") == "error" and ev.get("code") == "invalid_request"
                       and "not" in ev.get("message", ""),
                       f"np={np}: unsupported keyword refused: {ev.get('message')}")
+                bad = tool_request({"type": "function", "function": {"name": "nope"}}, True)
+                ev = run_all(conn, {"badtool": bad})["badtool"]
+                check(ev.get("event") == "error" and ev.get("code") == "invalid_request"
+                      and "not among" in ev.get("message", ""),
+                      f"np={np}: a tool_choice naming no tool refused: {ev.get('message')}")
                 after = run_all(conn, {"after": {"choice": ["yes", "no"]}})["after"]
                 check(after.get("text") in ("yes", "no"), f"np={np}: server still serves")
             finally:

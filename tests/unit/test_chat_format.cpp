@@ -130,8 +130,11 @@ TEST_SUITE("chat_format") {
     refused(R"({"role": "user"})", "messages: expected an array");
     refused(R"([42])", "messages[0]: expected an object");
     refused(R"([{"content": "x"}])", "messages[0].role: expected one of system, user, assistant");
+    refused(R"([{"role": "function", "content": "x"}])",
+            "messages[0].role: 'function' is not supported (allowed: system, user, assistant, "
+            "tool)");
     refused(R"([{"role": "tool", "content": "x"}])",
-            "messages[0].role: 'tool' is not supported (allowed: system, user, assistant)");
+            "messages[0].tool_call_id: a tool message needs the id of the call it answers");
     refused(R"([{"role": "user"}])", "messages[0].content: missing");
     refused(R"([{"role": "user", "content": 7}])",
             "messages[0].content: expected a string or an array");

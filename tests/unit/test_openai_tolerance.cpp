@@ -64,11 +64,10 @@ TEST_SUITE("openai_tolerance") {
                         {"priority", 3}};
     const ApiParse p = parse(with(kChat, extra));
     REQUIRE_FALSE(p.error);
-    CHECK(p.request.ignored == std::vector<std::string>{"metadata", "parallel_tool_calls",
-                                                        "priority", "reasoning_effort",
+    CHECK(p.request.ignored == std::vector<std::string>{"metadata", "priority", "reasoning_effort",
                                                         "service_tier", "store",
                                                         "user"});  // nlohmann's object: sorted
-    // Strict: today's keys pass (user, parallel_tool_calls, harmless n/tools), any other is 400.
+    // Strict: today's keys pass (user, harmless n, empty tools), any other is 400.
     CHECK_FALSE(parse(with(kChat, {{"user", "u"}, {"n", 1}, {"tools", json::array()}}),
                       ApiKind::kChat, true)
                     .error);
@@ -107,9 +106,12 @@ TEST_SUITE("openai_tolerance") {
     CHECK(beam.error->message == "\"use_beam_search\" is not supported by this server");
     // Structured output is read (structured_fields.h), not refused.
     CHECK_FALSE(parse(with(kChat, {{"guided_choice", {"a", "b"}}})).error);
+    // Tools are read (request_tools.h): a malformed one is invalid, the legacy form unsupported.
     const ApiParse tools = parse(with(kChat, {{"tools", {{{"type", "function"}}}}}));
-    CHECK(tools.error->code == ErrorCode::kUnsupportedParameter);
-    CHECK(llama2::api_error_body(*tools.error)["error"]["code"] == "unsupported_parameter");
+    CHECK(tools.error->code == ErrorCode::kInvalidRequest);
+    const ApiParse functions = parse(with(kChat, {{"functions", {{{"name", "f"}}}}}));
+    CHECK(functions.error->code == ErrorCode::kUnsupportedParameter);
+    CHECK(llama2::api_error_body(*functions.error)["error"]["code"] == "unsupported_parameter");
     // Null, or the value that changes nothing, is accepted without a log line.
     const ApiParse ok = parse(with(kChat, {{"guided_json", nullptr},
                                            {"bad_words", json::array()},

@@ -18,6 +18,7 @@
 #include "coordinator/requests/request.h"
 #include "coordinator/requests/request_constraint.h"
 #include "coordinator/requests/request_owner.h"
+#include "coordinator/requests/request_tools.h"
 #include "coordinator/scheduler/block_allocator.h"
 
 namespace llama2 {
@@ -165,6 +166,7 @@ class ResultLines final : public RequestEvents {
         {"seed", *b.req.params.seed},
         {"usage", {{"prompt_tokens", r.prompt_tokens}, {"completion_tokens", r.tokens.size()}}}};
     if (b.req.params.logprobs) add_logprobs_json(r, &line);
+    if (b.req.tools != nullptr) add_tool_calls_json(r.text, &line);
     out_.write(line);
     ++finished;
   }

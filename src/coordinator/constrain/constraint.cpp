@@ -3,6 +3,7 @@
 #include "coordinator/constrain/gbnf.h"
 #include "coordinator/constrain/literal_trie.h"
 #include "coordinator/constrain/regex.h"
+#include "coordinator/constrain/tool_grammar.h"
 #include "coordinator/text/tokenizer.h"
 
 namespace llama2::constrain {
@@ -53,6 +54,9 @@ Grammar build_grammar(const ConstraintSpec& spec, const ConstraintLimits& limits
       break;
     case ConstraintKind::kGbnf:
       compile_gbnf(g, spec.text);
+      break;
+    case ConstraintKind::kToolCalls:
+      compile_tool_calls(g, spec.text, JsonSchemaOptions{spec.whitespace});
       break;
   }
   check(g);

@@ -22,6 +22,7 @@ enum class ConstraintKind : uint8_t {
   kRegex,       // text: a regular expression (regex.h), matched in full
   kChoice,      // choices: the output is exactly one of them
   kGbnf,        // text: a GBNF grammar (gbnf.h)
+  kToolCalls,   // text: the tools and the mode (tool_grammar.h)
 };
 
 struct ConstraintSpec {

@@ -36,7 +36,9 @@ std::set<std::string> read_common() {
 }
 const std::set<std::string> kReadCommon = read_common();
 const std::set<std::string> kReadCompletion = {"prompt"};
-const std::set<std::string> kReadChat = {"messages", "max_completion_tokens", "top_logprobs"};
+const std::set<std::string> kReadChat = {"messages",     "max_completion_tokens",
+                                         "top_logprobs", "tools",
+                                         "tool_choice",  "parallel_tool_calls"};
 // What --strict-api accepts besides the read keys and the table's: the keys taken before
 // tolerance existed.
 const std::set<std::string> kStrictCommon = {"user", "n"};
@@ -68,10 +70,8 @@ struct Refused {
 constexpr Refused kRefused[] = {
     // (Structured output, response_format / guided_* / structured_outputs / grammar /
     // json_schema, is read: structured_fields.h.)
-    // Tool calls.
-    {"tools", false, Harmless::kEmpty, "\"tools\" (tool calls)"},
+    // The legacy function-calling fields (tools / tool_choice are read: request_tools.h).
     {"functions", false, Harmless::kEmpty, "\"functions\" (tool calls)"},
-    {"tool_choice", false, Harmless::kNone, "\"tool_choice\" other than \"none\""},
     {"function_call", false, Harmless::kNone, "\"function_call\" other than \"none\""},
     // More than one choice, or the prompt in the output.
     {"n", false, Harmless::kOne, "\"n\" other than 1"},

@@ -15,6 +15,7 @@
 #include "coordinator/http/connection_probe.h"
 #include "coordinator/http/http_exchange.h"
 #include "coordinator/http/http_front_impl.h"
+#include "coordinator/http/tool_api.h"
 
 namespace llama2 {
 
@@ -139,6 +140,7 @@ ApiResponseHead HttpFront::Impl::response_head(const ApiRequest& r) const {
   head.created = static_cast<int64_t>(std::time(nullptr));
   head.model = r.model;  // the alias the client gave
   head.system_fingerprint = deps->api.system_fingerprint;
+  head.tools = r.request.tools != nullptr;
   return head;
 }
 
@@ -215,6 +217,7 @@ void HttpFront::Impl::answer_whole(const httplib::Request& req, httplib::Respons
       record_end(&t_current.rec, f, end.timings);
       ApiResult r{f.finish_reason, f.prompt_tokens, static_cast<int>(f.tokens.size()), f.text};
       r.cached_tokens = f.cached_tokens;
+      if (head.tools) r.tool_calls = parse_tool_calls(f.text);  // else the text is content
       if (ex->logprobs()) {
         std::vector<ApiTokenLogprobs> lp;
         for (size_t i = 0; i < f.logprobs.size() && i < f.tokens.size(); ++i) {
@@ -241,10 +244,11 @@ struct HttpFront::Impl::StreamState {
   std::shared_ptr<HttpExchange> ex;
   ApiResponseHead head;
   bool include_usage = false;
-  bool started = false;         // the role chunk (chat) went out
-  AccessRecord* rec = nullptr;  // the connection thread's t_current.rec
-  bool ended = false;           // [DONE] went out: nothing to cancel
-  int text_bytes = 0;           // text sent so far (completions' logprobs text_offset)
+  bool started = false;                   // the role chunk (chat) went out
+  bool ended = false;                     // [DONE] went out: nothing to cancel
+  int text_bytes = 0;                     // text sent so far (completions' logprobs text_offset)
+  std::unique_ptr<ToolCallReader> tools;  // a request with tools: its text read for calls
+  AccessRecord* rec = nullptr;            // the connection thread's t_current.rec
   Clock::time_point give_up;
 };
 
@@ -253,7 +257,13 @@ std::string HttpFront::Impl::token_chunks(StreamState& st,
   std::string out;
   const bool usage_null = st.include_usage;
   for (const HttpExchange::Token& t : tokens) {
-    if (st.ex->logprobs()) {  // every token, even one whose text is not complete yet
+    if (st.tools) {
+      const json lp = st.ex->logprobs() ? api_logprobs(st.head.kind, {{t.token, t.logprob, t.top}},
+                                                       deps->tokenizer, st.text_bytes)
+                                        : json();
+      for (const json& c : api_tool_chunks(st.head, st.tools->feed(t.text), usage_null, lp))
+        out += sse(c);
+    } else if (st.ex->logprobs()) {  // every token, even one whose text is not complete yet
       const json lp =
           api_logprobs(st.head.kind, {{t.token, t.logprob, t.top}}, deps->tokenizer, st.text_bytes);
       out += sse(api_chunk(st.head, t.text, false, nullptr, usage_null, lp));
@@ -288,7 +298,13 @@ std::string HttpFront::Impl::closing_chunks(const StreamState& st,
   } else {
     const Finished& f = end.finished;
     record_end(st.rec, f, end.timings);
-    out += sse(api_chunk(st.head, "", false, &f.finish_reason, st.include_usage));
+    if (st.tools) {
+      for (const json& c : api_tool_chunks(st.head, st.tools->finish(), st.include_usage))
+        out += sse(c);
+      out += sse(api_tool_last_chunk(st.head, *st.tools, f.finish_reason, st.include_usage));
+    } else {
+      out += sse(api_chunk(st.head, "", false, &f.finish_reason, st.include_usage));
+    }
     if (st.include_usage) {
       out += sse(api_usage_chunk(st.head, f.prompt_tokens, static_cast<int>(f.tokens.size()),
                                  f.cached_tokens));
@@ -326,6 +342,7 @@ void HttpFront::Impl::answer_stream(httplib::Response& res, const std::shared_pt
   st->include_usage = include_usage;
   st->give_up = give_up;
   st->rec = &t_current.rec;
+  if (head.tools) st->tools = std::make_unique<ToolCallReader>();
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   ++open_streams;

@@ -213,7 +213,13 @@ std::optional<ApiError> translate_fields(const json& j, ApiKind kind, json* mine
     (*mine)["top_logprobs"] = j["logprobs"];
   }
   if (auto e = translate_structured_fields(j, mine)) return e;  // structured_fields.h
-  if (kind == ApiKind::kCompletion) return translate_prompt(j, mine);
+  if (kind == ApiKind::kCompletion) {
+    if (given(j, "tools") && !j["tools"].empty())
+      return unsupported("tools", "\"tools\" on /v1/completions (use /v1/chat/completions)");
+    return translate_prompt(j, mine);
+  }
+  for (const char* k : {"tools", "tool_choice", "parallel_tool_calls"})  // request_tools.h
+    if (given(j, k)) (*mine)[k] = j[k];
   if (!given(j, "messages")) return invalid("\"messages\" is required", "messages");
   (*mine)["messages"] = j["messages"];
   return std::nullopt;
@@ -376,7 +382,12 @@ json api_response(const ApiResponseHead& h, const ApiResult& r) {
               {"finish_reason", api_finish_reason(r.finish_reason)},
               {kVendorFinishReason, to_string(r.finish_reason)},
               {"logprobs", r.logprobs}};
-  if (h.kind == ApiKind::kChat) {
+  if (h.kind == ApiKind::kChat && r.tool_calls) {
+    choice["message"] = {{"role", "assistant"},
+                         {"content", nullptr},
+                         {"tool_calls", tool_calls_json(*r.tool_calls)}};
+    choice["finish_reason"] = "tool_calls";
+  } else if (h.kind == ApiKind::kChat) {
     choice["message"] = {{"role", "assistant"}, {"content", r.text}};
   } else {
     choice["text"] = r.text;

@@ -20,6 +20,7 @@
 #include "coordinator/requests/codes.h"
 #include "coordinator/requests/request.h"
 #include "coordinator/requests/request_messages.h"
+#include "coordinator/requests/request_tools.h"
 #include "coordinator/text/tokenizer.h"
 
 namespace llama2 {
@@ -133,6 +134,9 @@ struct ApiResult {
   std::string text;
   nlohmann::json logprobs = nullptr;  // api_logprobs(...) when the request asked, else null
   int cached_tokens = 0;              // prompt tokens found in the prefix cache
+  // The answer's tool calls (parse_tool_calls) when it made some: then the message has
+  // "tool_calls", "content": null, and finish_reason is "tool_calls" (tool_api.h).
+  std::optional<std::vector<ToolCall>> tool_calls = std::nullopt;
 };
 
 // One generated token's log-probabilities (TokenEvent::logprob / top_logprobs).
@@ -156,6 +160,7 @@ struct ApiResponseHead {
   int64_t created = 0;
   std::string model;               // the name the request gave
   std::string system_fingerprint;  // ApiContext::system_fingerprint
+  bool tools = false;              // the request has callable tools: its answer is read for calls
 };
 
 // {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details":

@@ -5,6 +5,7 @@
 #include "common/check.h"
 #include "coordinator/requests/request.h"
 #include "coordinator/text/chat_format.h"
+#include "coordinator/text/chat_tools.h"
 #include "coordinator/text/tokenizer.h"
 
 #ifndef LLAMA2_VERSION
@@ -95,7 +96,8 @@ bool prompt_ids(const json& j, const Tokenizer& tok, bool add_special, std::vect
     return true;
   }
   try {
-    *ids = encode_llama2_chat(tok, parse_chat_messages(j["messages"]));
+    // Tool turns in the history are rendered as a generation's are (chat_tools.h).
+    *ids = encode_llama2_chat(tok, render_tool_dialog(parse_chat_messages(j["messages"]), {}));
   } catch (const Error& e) {
     *answer = failed(e.what(), "messages");
     return false;

@@ -2,6 +2,8 @@
 
 #include "common/check.h"
 #include "coordinator/requests/request_constraint.h"
+#include "coordinator/requests/request_tools.h"
+#include "coordinator/text/chat_tools.h"
 #include "coordinator/text/tokenizer.h"
 
 namespace llama2 {
@@ -32,7 +34,10 @@ const std::set<std::string> kRequestKeys = {"response_format",
                                             "min_tokens",
                                             "min_p",
                                             "include_stop_str_in_output",
-                                            "skip_special_tokens"};
+                                            "skip_special_tokens",
+                                            "tools",
+                                            "tool_choice",
+                                            "parallel_tool_calls"};
 
 namespace {
 ParsedRequest invalid(ErrorCode code, const std::string& msg) {
@@ -99,10 +104,12 @@ std::string quote_json(const json& value) {
 
 namespace {
 
-// `messages`: the dialog checked (its order rule too) and left to tokenize_request.
+// `messages`: the dialog checked (its order rule too), its tool turns and the callable tools
+// rendered (chat_tools.h), and left to tokenize_request.
 void parse_chat_prompt(const json& messages, const ModelConfig& config, ParsedRequest* r) {
   try {
-    r->chat = parse_chat_messages(messages);
+    r->chat = render_tool_dialog(parse_chat_messages(messages),
+                                 r->tools != nullptr ? r->tools->tools : json());
     // The order rule, before any tokenizing: encode_llama2_chat checks it again when it runs.
     check_chat_order(r->chat);
   } catch (const Error& e) {
@@ -155,6 +162,19 @@ const json* given_value(const json& obj, const char* key) {
   return it != obj.end() && !it->is_null() ? &*it : nullptr;
 }
 
+// The callable tools' constraint into r->constraint; "" when fine, else why not.
+std::string tool_constraint_error(const json& obj, ParsedRequest* r) {
+  if (r->tools == nullptr) return "";
+  if (r->constraint != nullptr) {
+    return "\"tools\" and \"" + r->constraint->field +
+           "\" both constrain the output: give at most one (or \"tool_choice\": \"none\")";
+  }
+  if (given_value(obj, "messages") == nullptr)
+    return "\"tools\" need \"messages\": the tools are written into the dialog";
+  r->constraint = tool_constraint(*r->tools);
+  return "";
+}
+
 }  // namespace
 
 ParsedRequest parse_request_fields(const json& obj, const SamplingParams& defaults,
@@ -174,9 +194,12 @@ ParsedRequest parse_request_fields(const json& obj, const SamplingParams& defaul
   try {
     r.params = sampling_from_json(obj, defaults);
     r.constraint = parse_constraint_fields(obj);
+    r.tools = parse_tool_fields(obj);
   } catch (const Error& e) {
     return invalid(ErrorCode::kInvalidRequest, e.what());
   }
+  if (std::string bad = tool_constraint_error(obj, &r); !bad.empty())
+    return invalid(ErrorCode::kInvalidRequest, bad);
   const std::string bad_id = validate_sampling_tokens(r.params, config.vocab_size);
   if (!bad_id.empty()) return invalid(ErrorCode::kInvalidRequest, bad_id);
   if (r.constraint != nullptr && r.params.ignore_eos) {

@@ -22,6 +22,7 @@ namespace llama2 {
 class Tokenizer;
 class ConstraintCompiler;
 struct RequestConstraint;
+struct ToolRequest;
 
 struct ParsedRequest {
   std::vector<int> prompt;  // token ids (BOS added to text prompts), once known
@@ -37,6 +38,9 @@ struct ParsedRequest {
   // The output constraint its keys ask for (request_constraint.h); null: none. Compiled by
   // prepare_prompt.
   std::shared_ptr<RequestConstraint> constraint;
+  // The callable tools (request_tools.h); null when none (then `constraint` is not the tool
+  // calls'). Rendered into the dialog; the answer is read for calls by the endpoint.
+  std::shared_ptr<const ToolRequest> tools;
   // Unset when valid; else kInvalidRequest | kPromptTooLong (batch lines: kInvalidJson,
   // kDuplicateCustomId) and a message naming the key or the limit.
   std::optional<ErrorCode> error_code;

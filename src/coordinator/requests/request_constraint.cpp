@@ -76,6 +76,10 @@ std::shared_ptr<RequestConstraint> parse_one(const char* key, const json& v) {
 
 std::shared_ptr<RequestConstraint> parse_constraint_fields(const json& obj) {
   std::shared_ptr<RequestConstraint> found;
+  if (const json* tools = given_value(obj, kToolGrammarWireKey)) {
+    found = make(ConstraintKind::kToolCalls, "tools");
+    found->spec.text = tools->get<std::string>();
+  }
   for (const char* key : {"response_format", "regex", "choice", "grammar"}) {
     const json* v = given_value(obj, key);
     if (v == nullptr) continue;
@@ -107,6 +111,9 @@ void constraint_to_json(const RequestConstraint& c, json* obj) {
       return;
     case ConstraintKind::kGbnf:
       (*obj)["grammar"] = c.spec.text;
+      return;
+    case ConstraintKind::kToolCalls:
+      (*obj)[kToolGrammarWireKey] = c.spec.text;
       return;
   }
 }

@@ -37,6 +37,11 @@ struct RequestConstraint {
 // The protocol keys above.
 extern const std::set<std::string> kConstraintKeys;
 
+// The tool-call constraint (request_tools.h) has no protocol field of its own (the request's
+// `tools` make it); between processes (the replica wire) its spec travels under this key, which
+// no request may use (it is not among kRequestKeys).
+constexpr const char* kToolGrammarWireKey = "tool_call_grammar";
+
 // The constraint the request object `obj` asks for; null when none (or "response_format" of type
 // "text"). Throws llama2::Error naming the key and the expected shape when malformed or when two
 // keys ask for constraints. Compilation errors come later, from ConstraintCompiler.

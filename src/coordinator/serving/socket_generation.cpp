@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "coordinator/requests/request.h"
+#include "coordinator/requests/request_tools.h"
 #include "coordinator/serving/protocol.h"
 #include "coordinator/serving/socket_server.h"
 
@@ -11,14 +12,15 @@ namespace llama2 {
 using nlohmann::json;
 
 SocketGeneration::SocketGeneration(SocketServer& server, uint64_t conn, uint64_t ticket,
-                                   std::string id, bool stream, bool logprobs)
+                                   std::string id, bool stream, bool logprobs, bool tools)
     : server_(server),
       conn_(conn),
       ticket_(ticket),
       id_(std::move(id)),
       id_json_(json(id_).dump(-1, ' ', false, json::error_handler_t::replace)),
       stream_(stream),
-      logprobs_(logprobs) {}
+      logprobs_(logprobs),
+      tools_(tools) {}
 
 void SocketGeneration::on_token(const TokenEvent& ev) {
   if (!stream_) return;
@@ -42,6 +44,7 @@ void SocketGeneration::on_finished(const Finished& res, const Timings& t) {
     ev["token_ids"] = res.tokens;
     if (logprobs_) add_logprobs_json(res, &ev);
   }
+  if (tools_) add_tool_calls_json(res.text, &ev);
   server_.send(conn_, ev, id_, ticket_, true);
 }
 

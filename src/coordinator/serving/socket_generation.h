@@ -17,7 +17,7 @@ class SocketGeneration final : public EventSink {
  public:
   // `ticket`: the generation's number (the server's in-flight entry for `id` on `conn`).
   SocketGeneration(SocketServer& server, uint64_t conn, uint64_t ticket, std::string id,
-                   bool stream, bool logprobs);
+                   bool stream, bool logprobs, bool tools = false);
 
   void on_token(const TokenEvent& ev) override;
   void on_finished(const Finished& done, const Timings& timings) override;
@@ -30,6 +30,7 @@ class SocketGeneration final : public EventSink {
   const std::string id_;
   const std::string id_json_;  // id serialized once for the token events
   const bool stream_, logprobs_;
+  const bool tools_;  // the request has callable tools: `done` carries the calls it made
 };
 
 }  // namespace llama2

@@ -466,7 +466,8 @@ void SocketServer::enqueue_generate(Conn& c, TokenizeJob job, std::optional<Refu
   cmd.client = c.id;
   cmd.ticket = job.serial;
   cmd.sink = std::make_shared<SocketGeneration>(*this, c.id, job.serial, id, job.request.stream,
-                                                job.request.request.params.logprobs);
+                                                job.request.request.params.logprobs,
+                                                job.request.request.tools != nullptr);
   cmd.request = std::move(job.request.request);
   cmd.place = std::move(job.place);
   cmd.deadline = f->second.deadline;

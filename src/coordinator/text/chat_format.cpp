@@ -48,6 +48,8 @@ const char* role_name(ChatRole r) {
       return "user";
     case ChatRole::kAssistant:
       return "assistant";
+    case ChatRole::kTool:
+      return "tool";
   }
   return "?";
 }
@@ -102,6 +104,78 @@ std::string python_strip(const std::string& s) {
   return s.substr(begin, end - begin);
 }
 
+namespace {
+
+// A string field of `obj`, or an Error naming it.
+std::string string_field(const nlohmann::json& obj, const char* key, const std::string& at) {
+  const auto it = obj.find(key);
+  if (it == obj.end() || !it->is_string()) throw Error(at + "." + key + ": expected a string");
+  return it->get<std::string>();
+}
+
+// An assistant message's "tool_calls": [{"id", "type": "function", "function": {"name",
+// "arguments"}}].
+std::vector<ChatToolCall> parse_tool_calls(const nlohmann::json& calls, size_t i) {
+  const std::string at = where(i) + ".tool_calls";
+  if (!calls.is_array()) throw Error(at + ": expected an array of {\"id\", \"function\"} objects");
+  std::vector<ChatToolCall> out;
+  for (size_t c = 0; c < calls.size(); ++c) {
+    const std::string here = at + "[" + std::to_string(c) + "]";
+    const nlohmann::json& call = calls[c];
+    if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) {
+      throw Error(here +
+                  ": expected {\"id\", \"type\": \"function\", \"function\": {\"name\", "
+                  "\"arguments\"}}");
+    }
+    if (call.contains("type") && call["type"] != "function")
+      throw Error(here + ".type: only \"function\" is supported");
+    ChatToolCall tc;
+    tc.id = call.contains("id") && !call["id"].is_null() ? string_field(call, "id", here) : "";
+    tc.name = string_field(call["function"], "name", here + ".function");
+    tc.arguments = string_field(call["function"], "arguments", here + ".function");
+    if (!is_valid_utf8(tc.id + tc.name + tc.arguments)) throw Error(here + ": not valid UTF-8");
+    out.push_back(std::move(tc));
+  }
+  return out;
+}
+
+ChatRole parse_role(const nlohmann::json& m, size_t i) {
+  if (!m.contains("role") || !m["role"].is_string()) {
+    throw Error(where(i) + ".role: expected one of system, user, assistant, tool");
+  }
+  const std::string role = m["role"].get<std::string>();
+  if (role == "system") return ChatRole::kSystem;
+  if (role == "user") return ChatRole::kUser;
+  if (role == "assistant") return ChatRole::kAssistant;
+  if (role == "tool") return ChatRole::kTool;
+  const std::string shown = role.size() > 40 ? role.substr(0, 40) + "..." : role;
+  throw Error(where(i) + ".role: '" + shown + "' is not supported (allowed: system, user, " +
+              "assistant, tool)");
+}
+
+ChatMessage parse_message(const nlohmann::json& m, size_t i) {
+  if (!m.is_object()) throw Error(where(i) + ": expected an object with \"role\" and \"content\"");
+  ChatMessage msg;
+  msg.role = parse_role(m, i);
+  const bool calls =
+      msg.role == ChatRole::kAssistant && m.contains("tool_calls") && !m["tool_calls"].is_null();
+  if (calls) msg.tool_calls = parse_tool_calls(m["tool_calls"], i);
+  if (msg.role == ChatRole::kTool) {
+    if (!m.contains("tool_call_id") || !m["tool_call_id"].is_string())
+      throw Error(where(i) + ".tool_call_id: a tool message needs the id of the call it answers");
+    msg.tool_call_id = m["tool_call_id"].get<std::string>();
+    if (!is_valid_utf8(msg.tool_call_id)) throw Error(where(i) + ".tool_call_id: not valid UTF-8");
+  }
+  // An assistant message that calls tools may have no text (OpenAI sends null).
+  if (calls && (!m.contains("content") || m["content"].is_null())) return msg;
+  if (!m.contains("content")) throw Error(where(i) + ".content: missing");
+  msg.content = content_text(m["content"], i);
+  if (!is_valid_utf8(msg.content)) throw Error(where(i) + ".content: not valid UTF-8");
+  return msg;
+}
+
+}  // namespace
+
 std::vector<ChatMessage> parse_chat_messages(const nlohmann::json& messages) {
   if (!messages.is_array()) {
     throw Error("messages: expected an array of {\"role\", \"content\"} objects, got " +
@@ -109,31 +183,7 @@ std::vector<ChatMessage> parse_chat_messages(const nlohmann::json& messages) {
   }
   std::vector<ChatMessage> dialog;
   dialog.reserve(messages.size());
-  for (size_t i = 0; i < messages.size(); ++i) {
-    const nlohmann::json& m = messages[i];
-    if (!m.is_object())
-      throw Error(where(i) + ": expected an object with \"role\" and \"content\"");
-    if (!m.contains("role") || !m["role"].is_string()) {
-      throw Error(where(i) + ".role: expected one of system, user, assistant");
-    }
-    const std::string role = m["role"].get<std::string>();
-    ChatMessage msg;
-    if (role == "system") {
-      msg.role = ChatRole::kSystem;
-    } else if (role == "user") {
-      msg.role = ChatRole::kUser;
-    } else if (role == "assistant") {
-      msg.role = ChatRole::kAssistant;
-    } else {
-      const std::string shown = role.size() > 40 ? role.substr(0, 40) + "..." : role;
-      throw Error(where(i) + ".role: '" + shown + "' is not supported (allowed: system, user, " +
-                  "assistant)");
-    }
-    if (!m.contains("content")) throw Error(where(i) + ".content: missing");
-    msg.content = content_text(m["content"], i);
-    if (!is_valid_utf8(msg.content)) throw Error(where(i) + ".content: not valid UTF-8");
-    dialog.push_back(std::move(msg));
-  }
+  for (size_t i = 0; i < messages.size(); ++i) dialog.push_back(parse_message(messages[i], i));
   return dialog;
 }
 
@@ -151,7 +201,8 @@ std::vector<ChatMessage> merged_turns(const std::vector<ChatMessage>& dialog) {
                               "expected ") +
                   kOrderRule);
     }
-    turns.push_back({ChatRole::kUser, kBeginSys + dialog[0].content + kEndSys + dialog[1].content});
+    turns.push_back(
+        {ChatRole::kUser, kBeginSys + dialog[0].content + kEndSys + dialog[1].content, {}, {}});
     first = 2;
   }
   for (size_t i = first; i < dialog.size(); ++i) turns.push_back(dialog[i]);

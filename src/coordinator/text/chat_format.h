@@ -19,17 +19,31 @@
 
 namespace llama2 {
 
-enum class ChatRole { kSystem, kUser, kAssistant };
+// kTool: a tool's result (OpenAI's role "tool"); render_tool_dialog (chat_tools.h) turns it and
+// the assistant's tool_calls into the three roles the Llama-2 format has, before encoding.
+enum class ChatRole { kSystem, kUser, kAssistant, kTool };
+
+// One call an assistant message made (OpenAI's tool_calls[i]): `arguments` as the client sent it
+// (a string, normally JSON text).
+struct ChatToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;
+};
 
 struct ChatMessage {
   ChatRole role = ChatRole::kUser;
   std::string content;
+  std::vector<ChatToolCall> tool_calls;  // assistant only
+  std::string tool_call_id;              // tool only: the call it answers
 };
 
-// Parses an OpenAI-style `messages` array: objects with "role" (system | user | assistant) and
-// "content" (a string, or an array of {"type": "text", "text": ...} parts, joined with "\n").
+// Parses an OpenAI-style `messages` array: objects with "role" (system | user | assistant | tool)
+// and "content" (a string, or an array of {"type": "text", "text": ...} parts, joined with "\n").
+// An assistant message may carry "tool_calls" ([{"id", "type": "function", "function": {"name",
+// "arguments"}}]; its content may then be null or absent); a tool message needs "tool_call_id".
 // Other keys ("name") are ignored. Error naming the message index, the field and the allowed
-// values otherwise; the order rule is checked by encode_llama2_chat.
+// values otherwise; the order rule is checked by encode_llama2_chat (after render_tool_dialog).
 std::vector<ChatMessage> parse_chat_messages(const nlohmann::json& messages);
 
 // Error naming the rule when the roles of `dialog` break it (see encode_llama2_chat); no tokenizer
