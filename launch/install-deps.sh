@@ -66,6 +66,9 @@ if [[ $mode == --test ]]; then
   need test file:/usr/share/maven-repo/org/apache/maven/plugins/maven-surefire-plugin \
     libsurefire-java "java.maven_offline"
   need test cmd:curl curl "the http.* tests"
+  # Debian's nginx (its package starts a service on port 80; the test runs its own as this user).
+  need test cmd:nginx nginx "http.nginx_tls (TLS behind nginx)"
+  need test cmd:openssl openssl "http.nginx_tls (its certificate is made at test time)"
   need test py:venv python3-venv "every test that uses .venv/ (http.openai_client, chat.*, the format check)"
   need test py:ensurepip python3-venv "every test that uses .venv/ (http.openai_client, chat.*, the format check)"
 fi

@@ -21,16 +21,27 @@ run_capture open 2 serve --model "$MODELS/tiny-gqa" --socket "$TMP/x.sock" --htt
 expect_failure open "is not a loopback address and no API key is set"
 run_capture port 2 serve --model "$MODELS/tiny-gqa" --socket "$TMP/x.sock" --http 127.0.0.1:99999
 expect_failure port "--http must be HOST:PORT or PORT with PORT in \[0, 65535\]"
+run_capture alog 2 serve --model "$MODELS/tiny-gqa" --socket "$TMP/x.sock" --http 127.0.0.1:0 --access-log yes
+expect_failure alog '--access-log must be off, text or json (got "yes")'
+run_capture origins 2 serve --model "$MODELS/tiny-gqa" --socket "$TMP/x.sock" --http 127.0.0.1:0 --allowed-origins example.com
+expect_failure origins '--allowed-origins: "example.com" is not an origin'
+run_capture keyfile 2 serve --model "$MODELS/tiny-gqa" --socket "$TMP/x.sock" --http 127.0.0.1:0 --api-key-file "$TMP/no-such-keys"
+expect_failure keyfile "--api-key-file: cannot read $TMP/no-such-keys (No such file or directory)"
 "$LLAMA2" make-test-model --out "$TMP/model" --hidden-size 512 --intermediate-size 1376 \
   --layers 4 --heads 8 --kv-heads 2 --vocab 512 --max-position-embeddings 1024 \
   --tokenizer "$MODELS/tiny-gqa/tokenizer.model" >"$TMP/make.log" 2>&1 || { fail "make-test-model"; cat "$TMP/make.log"; }
 export API_KEY=test-key-$RANDOM MODEL=test-model ALIAS=test-model-alias MAX_SEQ_LEN=512
 export TOKENIZER=$MODELS/tiny-gqa/tokenizer.model
+# The operations flags (tests/http/test_ops.py): a key file beside $LLAMA2_API_KEY, the JSON access
+# log on stderr (serve.log), CORS for one origin.
+export KEY_FILE=$TMP/api-keys FILE_KEY=file-key-$RANDOM ORIGIN=http://localhost:3000 SERVE_LOG=$TMP/serve.log
+printf '# test keys\n\n%s\n' "$FILE_KEY" >"$KEY_FILE"
 # LLAMA2_TEST_HTTP_START_DELAY_MS holds rank 0 between binding the port and loading the model, as
 # a large model's load would: the front must answer 503 "starting" meanwhile, then serve.
 LLAMA2_TEST_HTTP_START_DELAY_MS=2000 LLAMA2_API_KEY=$API_KEY "$MPIRUN" 2 "$LLAMA2" serve --model "$TMP/model" --socket "$TMP/s.sock" \
   --served-model-name "$MODEL,$ALIAS" --http 127.0.0.1:0 --max-batch-size 2 --max-queue 2 --max-seq-len "$MAX_SEQ_LEN" \
-  --cpu-threads 1 --http-max-body-bytes 65536 --quiet >"$TMP/serve.log" 2>&1 &
+  --cpu-threads 1 --http-max-body-bytes 65536 --api-key-file "$KEY_FILE" --access-log json \
+  --allowed-origins "$ORIGIN" --quiet >"$TMP/serve.log" 2>&1 &
 job=$!
 for _ in $(seq 300); do grep -q "HTTP bound to" "$TMP/serve.log" && break; sleep 0.1; done
 PORT=$(sed -n 's/.*HTTP bound to 127.0.0.1:\([0-9]*\).*/\1/p' "$TMP/serve.log")
@@ -130,7 +141,7 @@ export STRICT_BASE=http://127.0.0.1:$STRICT_PORT
 # ---- the OpenAI Python client (drains the server at the end). -v lists each test's outcome;
 # no cache directory or bytecode is written into the source tree.
 if timeout 240 env PYTHONDONTWRITEBYTECODE=1 "$PYTHON" -m pytest -v -p no:cacheprovider \
-  "$HERE/test_openai_client.py" >"$TMP/pytest.out" 2>&1; then
+  "$HERE/test_ops.py" "$HERE/test_openai_client.py" >"$TMP/pytest.out" 2>&1; then
   pass "openai python client: $(tail -n1 "$TMP/pytest.out" | sed 's/^=* *//; s/ *=*$//')"
 else
   fail "openai python client:"; cat "$TMP/pytest.out"
@@ -146,6 +157,31 @@ wait "$strict_job" && pass "strict server drained and exited 0" || fail "strict 
 n=$(grep -c 'ignoring the request field "store"' "$TMP/serve.log")
 [[ $n == 1 ]] && pass "the ignored field \"store\" was logged once" || fail "\"store\" logged $n times: $(grep ignoring "$TMP/serve.log")"
 for _ in $(seq 300); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+# The access log (--access-log json): every JSON line of serve.log parses; test_ops.py's requests
+# have their lines with the fields the issue names, and the replaced id's note.
+if python3 - "$TMP/serve.log" >"$TMP/access.out" 2>&1 <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1], encoding="utf-8") if l.startswith("{")]
+access = [l for l in lines if "status" in l]
+by_id = {l["request_id"]: l for l in access}
+plain = by_id["OPS_plain-1"]
+assert plain["route"] == "/v1/completions" and plain["method"] == "POST" and plain["status"] == 200, plain
+assert plain["model"] == "test-model" and plain["completion_tokens"] == 6 and plain["prompt_tokens"] >= 2, plain
+assert plain["ttft_ms"] is not None and plain["total_ms"] >= plain["ttft_ms"] and plain["cached_tokens"] >= 0, plain
+assert plain["client"].startswith("127.0.0.1:") and plain["time"].endswith("Z"), plain
+stream = by_id["OPS_stream-2"]
+assert stream["route"] == "/v1/chat/completions" and stream["completion_tokens"] == 6, stream
+assert any(l["status"] == 401 for l in access) and any(l["method"] == "OPTIONS" for l in access)
+notes = [l for l in lines if "note" in l]
+replaced = [n for n in notes if "replaced by a generated id" in n["note"]]
+assert replaced and all(n["request_id"] in by_id for n in replaced), replaced
+print(f"{len(access)} access lines, {len(notes)} notes")
+PY
+then
+  pass "access log (json): $(cat "$TMP/access.out")"
+else
+  fail "access log:"; cat "$TMP/access.out"
+fi
 if kill -0 "$job" 2>/dev/null; then
   fail "the server did not exit after the drain"; kill -INT "$job"; wait "$job"
 else

@@ -45,6 +45,7 @@ cat >"$FAKEBIN/sup-llama2" <<'EOF'
 #!/usr/bin/env bash
 r=${OMPI_COMM_WORLD_RANK:-?} stop=0
 trap 'echo "rank $r: TERM" >>"$FAKE_LOG"; [[ "${FAKE_HOLD-}" == 1 || $r != 0 ]] || stop=1' TERM
+trap 'echo "rank $r: USR2" >>"$FAKE_LOG"' USR2
 echo "rank $r: started" >>"$FAKE_LOG"
 [[ "${FAKE_CRASH_RANK-}" == "$r" ]] && exit "${FAKE_RC:-3}"  # fails at once, never logs "stopped"
 exec 3<> <(:)
@@ -114,6 +115,15 @@ expect_log sup.int 1 "rank 0: TERM"
 expect_log sup.int 0 "rank 1: TERM"
 expect_log sup.int 2 "stopped"
 expect_err sup.int "SIGINT: SIGTERM to rank 0"
+# SIGUSR2 to the wrapper (the unit's ExecReload=): to rank 0 only (serve re-reads its key file).
+sup sup.usr2 "${sup_env[@]}" FAKE_LOG="$TMP/sup.usr2.log" -- -n 2 -q -- serve --model /m
+until_log sup.usr2 started 2 && until_pid0 sup.usr2 && kill -USR2 "$SUP_PID" &&
+  until_log sup.usr2 "rank 0: USR2" 1 && kill -TERM "$SUP_PID"
+sup_end sup.usr2
+expect_rc sup.usr2 0
+expect_log sup.usr2 1 "rank 0: USR2"
+expect_log sup.usr2 0 "rank 1: USR2"
+expect_err sup.usr2 "SIGUSR2: to rank 0 (serve re-reads --api-key-file)"
 # SIGTERM to every process at once; mpirun, signalled too, lingers: ended once every rank is done.
 sup sup.all "${sup_env[@]}" FAKE_LOG="$TMP/sup.all.log" FAKE_MPIRUN_LINGER=1 -- -n 2 -q -- serve --model /m
 tree_pids() {  # PID: PID and all its descendants
@@ -166,27 +176,42 @@ sup_end sup.twice
 expect_rc sup.twice 137
 expect_err sup.twice "second signal (SIGTERM): ending the job now (SIGKILL to 2 rank(s) on this host)"
 
-# ============================================================================ systemd unit
-UNIT=$ROOT/launch/systemd/llama2.service
+# ============================================================================ systemd units
+for UNIT in "$ROOT/launch/systemd/llama2.service" "$ROOT/launch/systemd/llama2-http.service"; do
+u=$(basename "$UNIT")
 unit_get() { sed -n "s/^$1=//p" "$UNIT"; }
-expect_eq "unit: KillMode=mixed (SIGTERM to the wrapper only)" "$(unit_get KillMode)" mixed
-expect_eq "unit: the wrapper is the main process" "$(unit_get ExecStart | cut -d' ' -f1)" /opt/llama2/launch/llama2-mpirun
+expect_eq "$u: KillMode=mixed (SIGTERM to the wrapper only)" "$(unit_get KillMode)" mixed
+expect_eq "$u: the wrapper is the main process" "$(unit_get ExecStart | cut -d' ' -f1)" /opt/llama2/launch/llama2-mpirun
 stop_s=$(unit_get TimeoutStopSec)
 drain_ms=$(grep -v '^#' "$UNIT" | grep -o -- '--shutdown-timeout-ms [0-9][0-9]*' | cut -d' ' -f2)
 if [[ -n "$drain_ms" && "$stop_s" =~ ^[0-9]+$ ]] && ((stop_s * 1000 >= drain_ms + 10000)); then
-  pass "unit: TimeoutStopSec=$stop_s covers the drain (${drain_ms} ms) + 10 s"
+  pass "$u: TimeoutStopSec=$stop_s covers the drain (${drain_ms} ms) + 10 s"
 else
-  fail "unit: TimeoutStopSec='$stop_s' does not cover --shutdown-timeout-ms '$drain_ms' + 10 s"
+  fail "$u: TimeoutStopSec='$stop_s' does not cover --shutdown-timeout-ms '$drain_ms' + 10 s"
 fi
 if command -v systemd-analyze >/dev/null 2>&1; then
   # The unit as installed from this checkout (verify checks that ExecStart is executable).
-  sed "s|/opt/llama2|$ROOT|g" "$UNIT" >"$TMP/llama2.service"
-  run unit.verify systemd-analyze verify "$TMP/llama2.service"
-  expect_rc unit.verify 0
-  expect_eq "unit.verify: no warnings" "$(cat "$TMP/unit.verify.out" "$TMP/unit.verify.err")" ""
+  sed "s|/opt/llama2|$ROOT|g" "$UNIT" >"$TMP/$u"
+  run "$u.verify" systemd-analyze verify "$TMP/$u"
+  expect_rc "$u.verify" 0
+  expect_eq "$u.verify: no warnings" "$(cat "$TMP/$u.verify.out" "$TMP/$u.verify.err")" ""
 else
-  echo "skip: systemd-analyze not installed; the unit file is not verified"
+  echo "skip: systemd-analyze not installed; $u is not verified"
 fi
+done
+# The HTTP unit: --http, the key file's path from EnvironmentFile= (no key in the unit), and a
+# reload that is SIGUSR2 to the wrapper (the sup.usr2 case above: it reaches rank 0).
+# shellcheck disable=SC2016  # $MAINPID is systemd's, literally
+expect_eq "llama2-http.service: ExecReload= sends SIGUSR2 to the wrapper" "$(unit_get ExecReload)" '/bin/kill -USR2 $MAINPID'
+expect_eq "llama2-http.service: EnvironmentFile= names the key file's settings" "$(unit_get EnvironmentFile)" /etc/llama2/http.env
+if grep -v '^#' "$UNIT" | grep -q -- '--http 0.0.0.0:8000' && ! grep -v '^#' "$UNIT" | grep -q -- '--api-key'; then
+  pass "llama2-http.service: --http, and no key on the command line"
+else
+  fail "llama2-http.service: expected --http 0.0.0.0:8000 and no --api-key in ExecStart"
+fi
+# The wrapper must refuse nothing of the unit's serve line: a dry run prints the command.
+run http.dry env LLAMA2_API_KEY_FILE=/dev/null "$MPIRUN_SH" -n 2 --dry-run -- serve --model /m --http 0.0.0.0:8000 --access-log json
+expect_rc http.dry 0
 
 echo "$PASSES passed, $FAILURES failed"
 [[ $FAILURES -eq 0 ]]

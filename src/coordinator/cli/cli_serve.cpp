@@ -38,6 +38,7 @@ namespace {
 
 std::atomic<bool> g_stop{false};
 std::atomic<int> g_wake_fd{-1};
+std::atomic<int> g_reload_fd{-1};  // the HTTP front's key reload (http_ops.h); -1: none
 
 // Async-signal-safe: an atomic store and a write(2) to the server's eventfd.
 void on_signal(int) {
@@ -49,6 +50,16 @@ void on_signal(int) {
   }
 }
 
+// SIGUSR2: re-read the API keys. Async-signal-safe: one byte to the reload thread's pipe
+// (non-blocking: a full pipe already holds a reload request).
+void on_reload_signal(int) {
+  const int fd = g_reload_fd;
+  if (fd >= 0) {
+    const char r = 'r';
+    [[maybe_unused]] ssize_t n = ::write(fd, &r, 1);
+  }
+}
+
 void install_signal_handlers() {
   struct sigaction sa {};
   sa.sa_handler = on_signal;
@@ -56,6 +67,10 @@ void install_signal_handlers() {
   sa.sa_flags = SA_RESTART;
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
+  // Every rank: Open MPI's mpirun forwards SIGUSR2 to all of them, and its default action would
+  // end a worker; only rank 0's front has keys to reload.
+  sa.sa_handler = on_reload_signal;
+  sigaction(SIGUSR2, &sa, nullptr);
 }
 
 // What the step watchdog reads: rank 0's own engine step (none on a dedicated front), or the
@@ -243,7 +258,10 @@ void Rank0Serve::start_endpoints() {
             << (l.front_only() ? ", dedicated front" : "") << ")" << std::endl;
   if (http_ != nullptr) {
     std::cerr << "llama2 serve: HTTP on " << s_.http.front.host << ":" << http_->port()
-              << (s_.http.front.api_key.empty() ? "" : " (API key required)") << std::endl;
+              << (s_.http.front.api_key.empty() && s_.http.front.api_key_file.empty()
+                      ? ""
+                      : " (API key required)")
+              << std::endl;
   }
 }
 
@@ -266,6 +284,7 @@ int Rank0Serve::run() {
   replicas_->shutdown(0);
   if (engine_ != nullptr) engine_->shutdown(0);
   g_wake_fd = -1;
+  g_reload_fd = -1;
   if (http_ != nullptr) http_->stop(/*flush_ms=*/2000);  // streams write the drain's last events
   server_->stop(/*flush_ms=*/2000);
   std::cerr << "llama2 serve: stopped" << std::endl;
@@ -294,7 +313,10 @@ int run_serve(int argc, char** argv, int rank) {
     serve = serve_config(cl.args, start);
     kv_blocks =
         start.cfg.max_batch * BlockAllocator::blocks_for(serve.max_seq_len, start.cfg.block_size);
-    if (serve.http.enabled) http = start_http_front(serve.http, start.cfg.knobs);
+    if (serve.http.enabled) {
+      http = start_http_front(serve.http, start.cfg.knobs);
+      g_reload_fd = http->reload_fd();
+    }
   });
   Session session = open_engine(std::move(start), kv_blocks);
   if (session.layout.front_only()) return serve_on_rank0(session, serve, std::move(http));

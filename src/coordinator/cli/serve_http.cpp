@@ -27,6 +27,19 @@ void add_http_options(cxxopts::Options& opts) {
       "HTTP: require \"Authorization: Bearer KEY\" on /v1/ routes (default: $LLAMA2_API_KEY; "
       "prefer the variable: arguments are visible to other users in ps)",
       cxxopts::value<std::string>())(
+      "api-key-file",
+      "HTTP: a file of API keys, one per line (# comments and blank lines ignored), any of which "
+      "is let in beside --api-key; re-read on SIGUSR2, keeping the old keys when it cannot be "
+      "read or holds none (default: $LLAMA2_API_KEY_FILE)",
+      cxxopts::value<std::string>())(
+      "access-log",
+      "HTTP: one line per request on stderr (time, request id, route, status, model, tokens, "
+      "TTFT, total time, client): off, text or json",
+      cxxopts::value<std::string>()->default_value("off"))(
+      "allowed-origins",
+      "HTTP: CORS for browsers: \"*\" or a comma list of origins (https://app.example.com) whose "
+      "pages may call the API; preflight OPTIONS requests are answered (default: no CORS)",
+      cxxopts::value<std::string>())(
       "http-allow-unauthenticated",
       "HTTP: allow a non-loopback --http host without an API key (prints a warning)")(
       "http-max-body-bytes", "HTTP: larger request bodies get 413",
@@ -53,6 +66,13 @@ HttpSettings http_settings_from(const cxxopts::ParseResult& args) {
   } else if (const char* key = std::getenv("LLAMA2_API_KEY")) {
     s.front.api_key = key;
   }
+  if (args.count("api-key-file")) {
+    s.front.api_key_file = args["api-key-file"].as<std::string>();
+  } else if (const char* file = std::getenv("LLAMA2_API_KEY_FILE")) {
+    s.front.api_key_file = file;
+  }
+  s.access_log = args["access-log"].as<std::string>();
+  if (args.count("allowed-origins")) s.allowed_origins = args["allowed-origins"].as<std::string>();
   s.allow_unauthenticated = args.count("http-allow-unauthenticated") > 0;
   s.front.max_body_bytes = args["http-max-body-bytes"].as<size_t>();
   s.front.threads = args["http-threads"].as<int>();
@@ -83,6 +103,8 @@ void validate_http_settings(HttpSettings& s) {
         spec + "\")");
   }
   s.front.port = static_cast<int>(p);
+  s.front.access_log = parse_access_log_format(s.access_log);
+  if (!s.allowed_origins.empty()) s.front.cors = parse_allowed_origins(s.allowed_origins);
   if (s.front.threads < 1) {
     throw Error("--http-threads must be >= 1 (got " + std::to_string(s.front.threads) + ")");
   }
@@ -90,11 +112,12 @@ void validate_http_settings(HttpSettings& s) {
     throw Error("--http-max-body-bytes must be >= 1024 (got " +
                 std::to_string(s.front.max_body_bytes) + ")");
   }
-  if (!is_loopback_host(s.front.host) && s.front.api_key.empty()) {
+  if (!is_loopback_host(s.front.host) && s.front.api_key.empty() && s.front.api_key_file.empty()) {
     if (!s.allow_unauthenticated) {
       throw Error("--http " + s.front.host +
                   " is not a loopback address and no API key is set: give --api-key (or "
-                  "LLAMA2_API_KEY), or --http-allow-unauthenticated to serve anyone who can "
+                  "LLAMA2_API_KEY) or --api-key-file, or --http-allow-unauthenticated to serve "
+                  "anyone who can "
                   "reach the port");
     }
     std::cerr << "llama2 serve: WARNING: the HTTP API on " << s.front.host

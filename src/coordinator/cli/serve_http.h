@@ -21,6 +21,8 @@ struct HttpSettings {
   // (default_served_model).
   std::vector<std::string> served_models;
   bool allow_unauthenticated = false;
+  std::string access_log = "off";  // --access-log, parsed into front.access_log by validate
+  std::string allowed_origins;     // --allowed-origins, parsed into front.cors by validate
   bool strict_api = false;  // --strict-api: unknown request fields get 400 instead of a log line
   // --max-new-tokens when given on the command line: it caps an HTTP request without max_tokens
   // (whose default is the rest of the context); unset otherwise.

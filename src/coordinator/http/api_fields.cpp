@@ -170,7 +170,8 @@ std::vector<std::string> ignored_fields(const json& body, ApiKind kind) {
   return out;
 }
 
-std::vector<std::string> IgnoredFieldLog::note(const std::vector<std::string>& keys) {
+std::vector<std::string> IgnoredFieldLog::note(const std::vector<std::string>& keys,
+                                               const std::string& request_id) {
   std::vector<std::string> fresh;
   std::lock_guard<std::mutex> lock(mu_);
   for (const std::string& k : keys) {
@@ -187,6 +188,7 @@ std::vector<std::string> IgnoredFieldLog::note(const std::vector<std::string>& k
     const json shown = k.size() > kMaxShownBytes ? k.substr(0, kMaxShownBytes) + "..." : k;
     out_ << "llama2 serve: HTTP: ignoring the request field "
          << shown.dump(-1, ' ', false, json::error_handler_t::replace)
+         << (request_id.empty() ? "" : " (first in request_id=" + request_id + ")")
          << " (not used by this server; logged once; --strict-api refuses unknown fields)"
          << std::endl;
   }

@@ -59,8 +59,10 @@ class IgnoredFieldLog {
  public:
   static constexpr size_t kMaxNames = 256;
   explicit IgnoredFieldLog(std::ostream& out = std::cerr) : out_(out) {}
-  // The names of `keys` not logged before, now logged (returned for tests).
-  std::vector<std::string> note(const std::vector<std::string>& keys);
+  // The names of `keys` not logged before, now logged (returned for tests); `request_id`: the
+  // request that carried them (X-Request-Id, already checked: no escaping needed), "" none.
+  std::vector<std::string> note(const std::vector<std::string>& keys,
+                                const std::string& request_id = "");
 
  private:
   std::ostream& out_;

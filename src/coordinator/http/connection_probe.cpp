@@ -8,7 +8,6 @@
 
 namespace llama2 {
 
-// The connection's 4-tuple finds it among the open descriptors.
 int connection_fd(const std::string& remote_addr, int remote_port, int local_port) {
   for (int fd = 3; fd < 65536; ++fd) {
     sockaddr_storage local{}, peer{};
@@ -38,7 +37,6 @@ int connection_fd(const std::string& remote_addr, int remote_port, int local_por
   return -1;
 }
 
-// False once the client has closed its side (or the connection broke).
 bool client_alive(int fd) {
   if (fd < 0) return true;
   pollfd p{fd, static_cast<short>(POLLIN | POLLRDHUP), 0};

@@ -1,7 +1,5 @@
-// The HTTP front on cpp-httplib (compiled only where its header was found; see http_front.h).
-#include "coordinator/http/http_front.h"
-
-#include <httplib.h>
+// The HTTP front on cpp-httplib (compiled only where its header was found; see http_front.h):
+// routes, generation, streams, start and stop. The operations hooks: http_front_ops.cpp.
 #include <sys/socket.h>
 
 #include <atomic>
@@ -11,38 +9,22 @@
 #include <cstring>
 #include <ctime>
 #include <optional>
-#include <random>
 #include <thread>
 
 #include "common/check.h"
-#include "coordinator/http/connection_pool.h"
 #include "coordinator/http/connection_probe.h"
 #include "coordinator/http/http_exchange.h"
-#include "coordinator/http/http_samples.h"
-#include "coordinator/http/server_api.h"
+#include "coordinator/http/http_front_impl.h"
 #include "coordinator/http/tool_api.h"
 
 namespace llama2 {
 
 using nlohmann::json;
-using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// How often a waiting connection thread looks at its client and the server's state.
-constexpr std::chrono::milliseconds kPollInterval{100};
 // How long a request of several sequences waits on one of them before looking at the others.
 constexpr std::chrono::milliseconds kSamplesPoll{5};
-
-std::string dump(const json& j) {
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
-void send_error(httplib::Response& res, const ApiError& e) {
-  res.status = e.status;
-  if (e.status == 429 || e.status == 503) res.set_header("Retry-After", "1");
-  res.set_content(dump(api_error_body(e)), "application/json");
-}
 
 // A chunk made for one choice (tool_api.h's) given the index of choice `index`.
 json with_index(json chunk, int index) {
@@ -50,101 +32,13 @@ json with_index(json chunk, int index) {
   return chunk;
 }
 
-std::string sse(const json& j) {
-  return "data: " + dump(j) + "\n\n";
-}
-
-std::string random_hex() {
-  static std::atomic<uint64_t> counter{0};
-  thread_local std::mt19937_64 gen(std::random_device{}());
-  char b[40];
-  std::snprintf(b, sizeof(b), "%016llx%08llx", static_cast<unsigned long long>(gen()),
-                static_cast<unsigned long long>(counter.fetch_add(1) & 0xffffffffu));
-  return b;
-}
-
 }  // namespace
+
+thread_local CurrentRequest t_current;
 
 bool http_front_available() {
   return true;
 }
-
-struct HttpFront::Impl {
-  HttpOptions opts;
-  // Set once by attach(), before `ready`; the routes past before_routing() only run once ready.
-  std::optional<HttpDeps> deps;
-  // Wakes the connection threads of the exchanges that got tokens in a step (the exchanges'
-  // SinkFlusher); made by attach().
-  std::unique_ptr<ExchangeNotifier> notifier;
-  std::atomic<bool> ready{false};
-  httplib::Server svr;
-  std::thread listener;
-  int listen_fd = -1;
-  int bound_port = 0;
-  // stop() has begun: a generation posted after the engine loop's last look at the inbox would
-  // never be answered, so its waiting thread gives up with shutting_down.
-  std::atomic<bool> closing{false};
-  // Streams whose last event has not been written yet: stop() lets them finish first (cpp-httplib
-  // cuts a chunked response short once the server stops).
-  std::atomic<int> open_streams{0};
-  int64_t started = 0;          // unix seconds, GET /v1/models' `created`
-  IgnoredFieldLog ignored_log;  // each ignored request field's name, once per process
-
-  explicit Impl(HttpOptions o) : opts(std::move(o)) {}
-
-  void routes();
-  // GET /v1/models/{id}, /health, /ready, POST /tokenize, /detokenize: beside generation.
-  void info_routes();
-  void send_answer(httplib::Response& res, const ApiAnswer& a) {
-    ignored_log.note(a.ignored);
-    if (a.error) return send_error(res, *a.error);
-    res.set_content(dump(a.body), "application/json");
-  }
-  httplib::Server::HandlerResponse before_routing(const httplib::Request& req,
-                                                  httplib::Response& res);
-  void generate(const httplib::Request& req, httplib::Response& res, ApiKind kind);
-  ApiResponseHead response_head(const ApiRequest& r) const;
-  void answer_whole(const httplib::Request& req, httplib::Response& res,
-                    std::vector<HttpSample> samples, const ApiResponseHead& head,
-                    Clock::time_point deadline);
-  void answer_stream(httplib::Response& res, std::vector<HttpSample> samples,
-                     const ApiResponseHead& head, bool include_usage, Clock::time_point deadline);
-  // A stream's content provider, in named parts: one call writes what arrived (SSE chunks), or
-  // its end ([DONE]); false ends the stream early.
-  struct StreamState;
-  bool stream_once(StreamState& st, httplib::DataSink& sink);
-  std::string token_chunks(StreamState& st, HttpSample& s,
-                           const std::vector<HttpExchange::Token>& tokens) const;
-  // The end a stream gets without the engine's: its deadline passed, or the server's trouble.
-  std::optional<HttpExchange::End> interruption(StreamState& st);
-  std::string closing_chunks(const StreamState& st, const HttpExchange::End& end) const;
-  std::string finish_chunks(const StreamState& st, const HttpSample& s, FinishReason reason) const;
-  // Ends the posted, unfinished samples' generations (kExpired or kDisconnect).
-  void end_all(EngineCommand::Kind kind, const std::vector<HttpSample>& samples) {
-    for (const HttpSample& s : samples)
-      if (s.posted() && !s.end) command(kind, s.ex);
-  }
-  // kExpired (the exchange's generation) or kDisconnect (its connection).
-  void command(EngineCommand::Kind kind, const std::shared_ptr<HttpExchange>& ex) {
-    EngineCommand cmd;
-    cmd.kind = kind;
-    cmd.client = ex->client();
-    cmd.ticket = ex->ticket();
-    deps->inbox.post(std::move(cmd));
-  }
-  // The error an unfinished generation gets from the server's state, if any.
-  std::optional<ApiError> server_trouble() const {
-    if (deps->inbox.stalled()) {
-      return api_error(ErrorCode::kStalled,
-                       "the engine stalled; the server is ending (see its log)");
-    }
-    if (closing) {
-      return api_error(ErrorCode::kShuttingDown,
-                       "the server shut down before this generation finished");
-    }
-    return std::nullopt;
-  }
-};
 
 HttpFront::HttpFront(HttpOptions opts) : impl_(std::make_unique<Impl>(std::move(opts))) {}
 
@@ -163,56 +57,19 @@ int HttpFront::port() const {
   return impl_->bound_port;
 }
 
-httplib::Server::HandlerResponse HttpFront::Impl::before_routing(const httplib::Request& req,
-                                                                 httplib::Response& res) {
-  if (ConnectionPool::refusing()) {  // no thread free and the waiting list full
-    res.set_header("Connection", "close");
-    send_error(res, api_error(ErrorCode::kServerBusy,
-                              "every connection thread is busy (--http-threads " +
-                                  std::to_string(opts.threads) + "); retry later"));
-    return httplib::Server::HandlerResponse::Handled;
-  }
-  if (!ready.load(std::memory_order_acquire)) {  // the model is still loading
-    if (req.path == "/health" || req.path == "/ready") {
-      res.status =
-          probe_status(req.path == "/health" ? Probe::kLiveness : Probe::kReadiness, "starting");
-      res.set_content(dump(json{{"status", "starting"}}), "application/json");
-    } else if (req.path == "/version") {
-      return httplib::Server::HandlerResponse::Unhandled;  // needs nothing of the engine
-    } else {
-      send_error(res, api_error(ErrorCode::kStarting,
-                                "the server is starting (the model is loading); retry when GET "
-                                "/ready answers 200"));
-    }
-    return httplib::Server::HandlerResponse::Handled;
-  }
-  // /health, /ready, /version and /metrics stay open (load balancers and Prometheus carry no
-  // key), as vLLM does; /tokenize and /detokenize read client text, so they need the key.
-  const bool keyed =
-      req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize";
-  if (!opts.api_key.empty() && keyed) {
-    const std::string auth = req.get_header_value("Authorization");
-    const std::string prefix = "Bearer ";
-    const bool ok =
-        auth.rfind(prefix, 0) == 0 && same_secret(auth.substr(prefix.size()), opts.api_key);
-    if (!ok) {
-      send_error(res, api_error(ErrorCode::kInvalidApiKey,
-                                auth.empty() ? "missing \"Authorization: Bearer <key>\" header"
-                                             : "invalid API key"));
-      return httplib::Server::HandlerResponse::Handled;
-    }
-  }
-  return httplib::Server::HandlerResponse::Unhandled;
-}
-
 void HttpFront::Impl::routes() {
   svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     return before_routing(req, res);
   });
-  svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+  svr.set_post_routing_handler(
+      [this](const httplib::Request& req, httplib::Response& res) { after_routing(req, res); });
+  svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    log_response(req, res);
+  });
+  post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     generate(req, res, ApiKind::kCompletion);
   });
-  svr.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+  post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     generate(req, res, ApiKind::kChat);
   });
   svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
@@ -220,13 +77,17 @@ void HttpFront::Impl::routes() {
   });
   info_routes();
   svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(deps->metrics(), "text/plain; version=0.0.4");
+    res.set_content(deps->metrics() + ops->status_metrics(), "text/plain; version=0.0.4");
   });
   // Every other error (unknown path 404, wrong method, body over the limit 413, unreadable
   // request 400) in OpenAI's shape; the handlers' own errors already have a body.
   svr.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
                                                                     httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    if (t_current.req == &req && t_current.refusal && res.status == 404) {
+      send_error(res, *t_current.refusal);  // refuse_early's, on a route that does not exist
+      return httplib::Server::HandlerResponse::Handled;
+    }
     ApiError e;
     if (res.status == 404) {
       e = api_error(ErrorCode::kNotFound, "");
@@ -275,7 +136,7 @@ void HttpFront::Impl::info_routes() {
     res.set_content(dump(json{{"version", llama2_version()}}), "application/json");
   });
   // On this connection's thread, with rank 0's tokenizer: never the engine thread's work.
-  svr.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+  post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
     send_answer(
         res, api_tokenize(req.body, deps->tokenizer, deps->api, deps->limits.prompt.max_tokens()));
   });
@@ -283,7 +144,7 @@ void HttpFront::Impl::info_routes() {
     res.set_content(dump(api_tokenizer_info(deps->tokenizer, deps->limits.prompt.max_tokens())),
                     "application/json");
   });
-  svr.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+  post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
     send_answer(res, api_detokenize(req.body, deps->tokenizer, deps->api));
   });
 }
@@ -291,7 +152,9 @@ void HttpFront::Impl::info_routes() {
 ApiResponseHead HttpFront::Impl::response_head(const ApiRequest& r) const {
   ApiResponseHead head;
   head.kind = r.kind;
-  head.id = (r.kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-") + random_hex();
+  // The request id (X-Request-Id, or generated) as the suffix, as vLLM does: a client's id finds
+  // its completion in the access log and the completion's id finds the request.
+  head.id = (r.kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-") + t_current.rec.request_id;
   head.created = static_cast<int64_t>(std::time(nullptr));
   head.model = r.model;  // the alias the client gave
   head.system_fingerprint = deps->api.system_fingerprint;
@@ -311,7 +174,8 @@ void HttpFront::Impl::generate(const httplib::Request& req, httplib::Response& r
                             "the server is shutting down and accepts no new generations"));
   }
   ApiParse parsed = parse_api_request(req.body, kind, deps->api);
-  ignored_log.note(parsed.request.ignored);
+  ignored_log.note(parsed.request.ignored, t_current.rec.request_id);
+  t_current.rec.model = parsed.request.model;
   if (parsed.error) return refuse(*parsed.error);
   // The request owner's admission, as the socket endpoint applies it: a place in the queue for
   // every sequence (prompts x n), or none (an HTTP/1.1 connection has one request in flight, so
@@ -365,6 +229,7 @@ void HttpFront::Impl::answer_whole(const httplib::Request& req, httplib::Respons
   }
   if (const HttpSample* f = failed_sample(samples))
     return send_error(res, api_error(*f->end->error_code, f->end->error_message));
+  record_samples(&t_current.rec, samples);
   std::vector<ApiResult> choices;
   for (const HttpSample& s : samples) choices.push_back(sample_result(s, head, deps->tokenizer));
   res.set_content(dump(api_response(head, choices, samples_usage(samples))), "application/json");
@@ -375,8 +240,9 @@ struct HttpFront::Impl::StreamState {
   std::vector<HttpSample> samples;
   ApiResponseHead head;
   bool include_usage = false;
-  bool started = false;  // the role chunks (chat) and echoed prompts went out
-  bool ended = false;    // [DONE] went out: nothing to cancel
+  bool started = false;         // the role chunks (chat) and echoed prompts went out
+  bool ended = false;           // [DONE] went out: nothing to cancel
+  AccessRecord* rec = nullptr;  // the connection thread's t_current.rec
   Clock::time_point give_up;
 };
 
@@ -443,6 +309,7 @@ std::string HttpFront::Impl::closing_chunks(const StreamState& st,
   for (const HttpSample& s : st.samples) {
     if (!s.end) out += finish_chunks(st, s, end.finished.finish_reason);  // the others' went out
   }
+  record_samples(st.rec, st.samples);
   if (st.include_usage) {
     json chunk = api_usage_chunk(st.head, 0, 0, 0);
     chunk["usage"] = samples_usage(st.samples);
@@ -507,6 +374,7 @@ void HttpFront::Impl::answer_stream(httplib::Response& res, std::vector<HttpSamp
   if (head.tools) {
     for (HttpSample& s : st->samples) s.tools = std::make_shared<ToolCallReader>();
   }
+  st->rec = &t_current.rec;
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   ++open_streams;
@@ -522,6 +390,8 @@ void HttpFront::Impl::answer_stream(httplib::Response& res, std::vector<HttpSamp
 void HttpFront::start() {
   Impl& m = *impl_;
   m.started = static_cast<int64_t>(std::time(nullptr));
+  m.ops = std::make_unique<HttpOps>(
+      HttpOpsOptions{m.opts.api_key, m.opts.api_key_file, m.opts.access_log, m.opts.cors});
   m.routes();
   m.svr.set_payload_max_length(m.opts.max_body_bytes);
   m.svr.set_tcp_nodelay(true);  // one small write per token: Nagle would hold them back

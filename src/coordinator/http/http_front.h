@@ -14,6 +14,8 @@
 #include <string>
 
 #include "common/sampling_params.h"
+#include "coordinator/http/access_log.h"
+#include "coordinator/http/http_ops.h"
 #include "coordinator/http/openai_api.h"
 #include "coordinator/requests/admission.h"
 #include "coordinator/serving/engine_inbox.h"
@@ -24,9 +26,12 @@ class Tokenizer;
 
 struct HttpOptions {
   std::string host = "127.0.0.1";
-  int port = 0;                      // 0: any free port (reported by port())
-  std::string api_key;               // "": no authentication (loopback only unless allowed)
-  size_t max_body_bytes = 4u << 20;  // a larger body gets 413
+  int port = 0;              // 0: any free port (reported by port())
+  std::string api_key;       // "": no authentication (loopback only unless allowed)
+  std::string api_key_file;  // --api-key-file: more keys, re-read on SIGUSR2 ("" none)
+  AccessLogFormat access_log = AccessLogFormat::kOff;  // --access-log
+  CorsPolicy cors;                                     // --allowed-origins (default: no CORS)
+  size_t max_body_bytes = 4u << 20;                    // a larger body gets 413
   // cpp-httplib keeps a thread per connection for the connection's whole life (keep-alive
   // included), so the pool bounds the concurrent clients: 1024 holds the 512 concurrent streams
   // the issue asks for with room for short requests and idle keep-alive connections.
@@ -71,6 +76,9 @@ class HttpFront {
   // The engine is up: the routes serve from now on (once; `deps` must outlive stop()).
   void attach(HttpDeps deps);
   int port() const;
+  // The write end of the key reload's self-pipe: serve's SIGUSR2 handler writes one byte there
+  // (http_ops.h); -1 before start().
+  int reload_fd() const;
   // Lets streams write their last events for up to `flush_ms` (the drain has ended every
   // generation), then stops accepting and ends every connection.
   void stop(int flush_ms);

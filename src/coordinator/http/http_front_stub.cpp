@@ -21,6 +21,9 @@ void HttpFront::attach(HttpDeps) {}
 int HttpFront::port() const {
   return 0;
 }
+int HttpFront::reload_fd() const {
+  return -1;
+}
 void HttpFront::stop(int) {}
 
 }  // namespace llama2

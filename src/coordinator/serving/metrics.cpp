@@ -12,6 +12,10 @@ std::string fmt(double v) {
 // Latency buckets spanning sub-millisecond CPU decode steps to multi-second GPU prefills.
 const std::vector<double> kLatencyBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                                              0.5,   1.0,    2.5,   5.0,  10.0,  30.0, 60.0};
+// Tokens per request, 1-2-5 steps as vLLM's request_prompt_tokens (which stops at the model's
+// context; these cover any).
+const std::vector<double> kTokenBuckets = {1,   2,    5,    10,   20,    50,    100,   200,
+                                           500, 1000, 2000, 5000, 10000, 20000, 50000, 100000};
 }  // namespace
 
 Histogram::Histogram(std::vector<double> bounds)
@@ -45,7 +49,9 @@ ServeMetrics::ServeMetrics()
     : ttft_(kLatencyBuckets),
       itl_(kLatencyBuckets),
       e2e_(kLatencyBuckets),
-      queue_(kLatencyBuckets) {
+      queue_(kLatencyBuckets),
+      prompt_len_(kTokenBuckets),
+      generation_len_(kTokenBuckets) {
   for (ErrorCode c : {ErrorCode::kInvalidRequest, ErrorCode::kPromptTooLong, ErrorCode::kQueueFull,
                       ErrorCode::kTooManyInFlight, ErrorCode::kShuttingDown})
     rejected_shown_[static_cast<size_t>(c)] = true;
@@ -60,6 +66,8 @@ void ServeMetrics::request_finished(FinishReason reason, double queue_s, double 
   e2e_.observe(e2e_s);
   prompt_tokens_ += static_cast<uint64_t>(prompt_tokens);
   generation_tokens_ += static_cast<uint64_t>(completion_tokens);
+  prompt_len_.observe(prompt_tokens);
+  generation_len_.observe(completion_tokens);
 }
 
 void ServeMetrics::request_rejected(ErrorCode code) {
@@ -154,8 +162,16 @@ std::string ServeMetrics::render_vllm(const Gauges& g, const std::string& model)
       std::to_string(g.running));
   one("vllm:num_requests_waiting", "gauge", "Requests waiting for admission.",
       std::to_string(g.waiting));
-  one("vllm:gpu_cache_usage_perc", "gauge", "KV-cache usage, a fraction (1 = full).",
-      fmt(g.kv_blocks_total > 0 ? static_cast<double>(g.kv_blocks_used) / g.kv_blocks_total : 0.0));
+  const std::string kv_usage =
+      fmt(g.kv_blocks_total > 0 ? static_cast<double>(g.kv_blocks_used) / g.kv_blocks_total : 0.0);
+  // v0's name and v1's (vLLM renamed it when the V1 engine replaced V0): dashboards use either.
+  one("vllm:gpu_cache_usage_perc", "gauge", "KV-cache usage, a fraction (1 = full).", kv_usage);
+  one("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage, a fraction (1 = full).", kv_usage);
+  // Tokens, as vLLM v1 counts them: hits / queries is the prefix cache's hit rate.
+  one("vllm:prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.",
+      std::to_string(g.prefix_queried_tokens));
+  one("vllm:prefix_cache_hits_total", "counter",
+      "Prompt tokens whose KV was found in the prefix cache.", std::to_string(g.prefix_hit_tokens));
   one("vllm:num_preemptions_total", "counter", "Cumulative number of preemptions.",
       std::to_string(g.preemptions));
   one("vllm:prompt_tokens_total", "counter", "Prompt tokens of finished requests.",
@@ -171,6 +187,11 @@ std::string ServeMetrics::render_vllm(const Gauges& g, const std::string& model)
   }
   ttft_.render("vllm:time_to_first_token_seconds", "Time to first token.", &out, label);
   itl_.render("vllm:time_per_output_token_seconds", "Time per output token.", &out, label);
+  itl_.render("vllm:inter_token_latency_seconds", "Time between consecutive tokens.", &out, label);
+  prompt_len_.render("vllm:request_prompt_tokens", "Prompt tokens per finished request.", &out,
+                     label);
+  generation_len_.render("vllm:request_generation_tokens", "Generated tokens per finished request.",
+                         &out, label);
   e2e_.render("vllm:e2e_request_latency_seconds", "End-to-end request latency.", &out, label);
   queue_.render("vllm:request_queue_time_seconds", "Time in the queue.", &out, label);
   return out;

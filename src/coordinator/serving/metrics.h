@@ -62,12 +62,13 @@ class ServeMetrics {
   std::string render(const Gauges& g) const;
   // The same numbers under the vLLM names operators' dashboards already chart (the HTTP front's
   // GET /metrics adds them), labelled model_name="`model`": vllm:num_requests_running,
-  // vllm:num_requests_waiting, vllm:gpu_cache_usage_perc (a 0-1 fraction, as vLLM's),
-  // vllm:num_preemptions_total,
-  // vllm:prompt_tokens_total, vllm:generation_tokens_total, vllm:request_success_total
-  // {finished_reason}, and the histograms vllm:time_to_first_token_seconds,
-  // vllm:time_per_output_token_seconds, vllm:e2e_request_latency_seconds,
-  // vllm:request_queue_time_seconds.
+  // vllm:num_requests_waiting, vllm:gpu_cache_usage_perc and v1's vllm:kv_cache_usage_perc (a 0-1
+  // fraction, as vLLM's), vllm:num_preemptions_total, vllm:prefix_cache_queries_total and
+  // vllm:prefix_cache_hits_total (tokens, as v1), vllm:prompt_tokens_total,
+  // vllm:generation_tokens_total, vllm:request_success_total{finished_reason}, and the histograms
+  // vllm:time_to_first_token_seconds, vllm:time_per_output_token_seconds, v1's
+  // vllm:inter_token_latency_seconds (the same observations), vllm:e2e_request_latency_seconds,
+  // vllm:request_queue_time_seconds, vllm:request_prompt_tokens, vllm:request_generation_tokens.
   std::string render_vllm(const Gauges& g, const std::string& model) const;
 
  private:
@@ -78,6 +79,7 @@ class ServeMetrics {
   std::array<bool, kErrorCodeCount> rejected_shown_{};
   uint64_t prompt_tokens_ = 0, generation_tokens_ = 0;
   Histogram ttft_, itl_, e2e_, queue_;
+  Histogram prompt_len_, generation_len_;  // tokens per finished request
 };
 
 }  // namespace llama2
