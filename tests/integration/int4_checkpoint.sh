@@ -58,14 +58,16 @@ if grep -q "checkpoint 4-bit GPTQ (group 64, asym, desc_act, gptq_v2), dequantiz
     "$TMP/note.err"; then pass "start-up report names the 4-bit scheme"
 else fail "no 4-bit note in the report:"; sed 's/^/    /' "$TMP/note.err"; fi
 
-# plan: 4-bit bytes, and the degrees whose o_proj shard would cut a group of 128 (8 heads of 64:
+# plan: the 4-bit kernels' bytes, and the degrees whose o_proj shard would cut a group of 128 (8 heads of 64:
 # TP 8 leaves 64 columns).
 "$LLAMA2" plan --model "$TMP/int4-awq" --tp 8 --json >"$TMP/plan.json" 2>&1
 python3 - "$TMP/plan.json" <<'PY' && pass "plan: int4 bytes, TP 8 refused naming 1, 2, 4" || fail "plan: $(cat "$TMP/plan.json")"
 import json, sys
 p = json.load(open(sys.argv[1]))
 H, I, L, V, kv = 512, 1024, 2, 512, 256
-def packed(n, k, g=128): return n * k // 2 + (k // g) * n * 2 + (k // g) * n // 2
+# As the CUDA 4-bit kernels hold it: half a byte per weight, a 2 x fp16 (scale, bias) pair per
+# group and output row (kernels/w4_convert.cuh).
+def packed(n, k, g=128): return n * k // 2 + (k // g) * n * 4
 layer = packed(H, H) + 2 * packed(kv, H) + packed(H, H) + 2 * packed(I, H) + packed(H, I) + 2 * H * 2
 assert p["model_weight_bytes"] == L * layer + (2 * V * H + H) * 2, p["model_weight_bytes"]
 assert p["weight_dtype"] == "int4 (awq)" and p["tp_valid"] is False
