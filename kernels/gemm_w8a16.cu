@@ -599,9 +599,8 @@ cudaError_t launch_gemm_w8a16(const GemmW8A16Args<T, W>& a, const GemmW8A16Tilin
       "split K needs " + std::to_string(int64_t{t.splits} * a.M * a.N) + " partial sums and " +
           std::to_string(tiles) + " counters; the workspace has " +
           std::to_string(ws.partial_elems) + " and " + std::to_string(ws.n_counters));
-  LLAMA2_LAUNCH_REQUIRE(a.x != nullptr && a.w != nullptr && a.y != nullptr &&
-                            (kIsW4<W> || a.scale != nullptr),
-                        "");
+  LLAMA2_LAUNCH_REQUIRE(
+      a.x != nullptr && a.w != nullptr && a.y != nullptr && (kIsW4<W> || a.scale != nullptr), "");
   LLAMA2_LAUNCH_REQUIRE(is_aligned(a.x, 16) && is_aligned(a.w, 16), "x and w 16-byte aligned");
   W8A16Params<T, W> p{a.x,
                       a.w,
