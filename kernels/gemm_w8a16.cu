@@ -40,7 +40,6 @@ namespace {
 constexpr int kBN = kW8A16BlockN;
 constexpr int kBK = kW8A16BlockK;
 constexpr int kStages = 4;
-constexpr int kMinSplitTiles = 4;  // stages per split at least: fills the pipeline once
 
 template <typename W>
 constexpr bool kIsW4 = std::is_same_v<W, W4Word>;
@@ -62,7 +61,7 @@ struct W8A16Shape {
   static constexpr int kSmem = kStages * kStageBytes;
   // Blocks per SM that the shared memory allows (228 KB): registers are capped to match (the
   // [gate; up] epilogue otherwise took 168-174 registers at bm 64 and cost a third of the blocks).
-  static constexpr int kMinBlocks = BM == 128 ? 2 : BM == 64 ? 3 : BM == 32 ? 4 : 5;
+  static constexpr int kMinBlocks = gemm_w8a16_blocks_per_sm(BM);
   static_assert(kMinBlocks * (kSmem + 1024) <= 232448, "the blocks fit an SM's shared memory");
   static_assert(kWarpRows % 16 == 0 && kStageBytes % 16 == 0, "whole m16 tiles, aligned stages");
   static_assert((kWBytes / 16) % kThreads == 0 && (BM * kBK / 8) % kThreads == 0,
@@ -453,28 +452,6 @@ static __global__ void __launch_bounds__(W8A16Shape<T, BM, kIsW4<W>>::kThreads,
   }
 }
 
-// Rows per block tile. Smaller tiles than M re-read W from L2 (one HBM read per column tile,
-// the m tiles run together) but give each warp fewer m16 tiles: on an H200 at 7B shapes
-// (llama2_bench_kernels w8a16, 2026-12-02, us for qkv / o / gate|up / down) 64 rows took 40.2 /
-// 31.5 / 62.1 / 49.5 in 32-row tiles vs 52.7 / 64.0 / 71.1 / 83.3 in 64-row tiles, and 256 rows
-// 102.8 / 53.8 / 214.8 / 107.6 in 64-row tiles vs 138.8 / 69.1 / 221.0 / 123.5 in 128-row tiles.
-int bm_for(int M) {
-  return M <= 16 ? 16 : M <= 64 ? 32 : 64;
-}
-
-int blocks_per_sm(int bm) {
-  switch (bm) {
-    case 16:
-      return W8A16Shape<__half, 16>::kMinBlocks;
-    case 32:
-      return W8A16Shape<__half, 32>::kMinBlocks;
-    case 64:
-      return W8A16Shape<__half, 64>::kMinBlocks;
-    default:
-      return W8A16Shape<__half, 128>::kMinBlocks;
-  }
-}
-
 // Lets the kernel take its shared memory (above the default 48 KB), once per instantiation and
 // process (one device per rank): prepare_gemm_w8a16 does it for all before any graph capture, as
 // cudaFuncSetAttribute is not a call to make while a stream is being captured.
@@ -525,40 +502,6 @@ cudaError_t prepare_gemm_w8a16() {
     if (rc != cudaSuccess) return rc;
   }
   return cudaSuccess;
-}
-
-GemmW8A16Tiling plan_gemm_w8a16(int M, int N, int K, const GemmW8A16Workspace& ws, int force_bm) {
-  GemmW8A16Tiling t;
-  t.bm = force_bm != 0 ? force_bm : bm_for(M);
-  const int k_tiles = static_cast<int>(ceil_div(K, kBK));
-  t.k_tiles_per_split = std::max(k_tiles, 1);
-  if (M < 1 || N < 1 || K < 1 || t.bm < 16) return t;
-  const int64_t tiles = ceil_div(M, t.bm) * ceil_div(N, kBN);
-  // As many blocks as fit the GPU at once (full occupancy, one wave: a second, partial wave
-  // would leave SMs idle): fewer blocks keep too few bytes of W in flight for HBM (Little's law:
-  // ~30 KB per SM at ~1 us latency; a block has 3 stages of 8 KB in flight).
-  const int64_t slots = int64_t{ws.sm_count} * blocks_per_sm(t.bm);
-  if (2 * tiles > slots || tiles > ws.n_counters) return t;
-  int64_t splits = std::min<int64_t>(slots / tiles, k_tiles / kMinSplitTiles);
-  const int64_t room = int64_t{M} * N > 0 ? ws.partial_elems / (int64_t{M} * N) : 0;
-  splits = std::min(splits, room);
-  if (splits <= 1) return t;
-  t.k_tiles_per_split = static_cast<int>(ceil_div(k_tiles, splits));
-  t.splits = static_cast<int>(ceil_div(k_tiles, t.k_tiles_per_split));  // no empty split
-  return t;
-}
-
-int64_t gemm_w8a16_partial_elems(int M, int N, int K, int sm_count) {
-  GemmW8A16Workspace ws;
-  ws.sm_count = sm_count;
-  ws.partial_elems = INT64_MAX;
-  ws.n_counters = gemm_w8a16_counters(sm_count);
-  const GemmW8A16Tiling t = plan_gemm_w8a16(M, N, K, ws);
-  return t.splits > 1 ? int64_t{t.splits} * M * N : 0;
-}
-
-int gemm_w8a16_counters(int sm_count) {
-  return 3 * sm_count;  // only grids of at most half the slots (5 blocks per SM at most) split K
 }
 
 template <typename T, typename W>

@@ -47,6 +47,12 @@ struct GemmW8A16Workspace {
   int n_counters = 0;         //   last block of a tile puts its count back to 0)
 };
 
+// Blocks per SM of the bm-row tile that its shared memory allows (228 KB); the kernel caps its
+// registers to match, and the planner sizes one wave with it.
+constexpr int gemm_w8a16_blocks_per_sm(int bm) {
+  return bm == 128 ? 2 : bm == 64 ? 3 : bm == 32 ? 4 : 5;
+}
+
 // The tiling the launcher uses for M x N x K: bm from M (force_bm, if not 0, instead), and, when
 // the output tiles fill at most half of the blocks the GPU runs at once, split K into as many
 // ranges as fit in one wave (each at least 4 stages), as far as ws holds the partial sums.
