@@ -7,7 +7,7 @@
 # from the same files, at 1, 2 and 4 ranks; the engine matches transformers on those weights
 # (fixtures/int4/, make_int4_fixtures.py) at 1, 2 and 4 ranks; plan counts the 4-bit bytes and
 # names the TP degrees that would cut a group; defective files stop every rank with one message.
-# About 35 s.
+# The same exact comparison on files written by GPTQModel (tests/models/int4-gptqmodel-*). ~40 s.
 #   usage: int4_checkpoint.sh LLAMA2 MODELS LLAMA2_LOGITS_DIFF LLAMA2_REFERENCE_TEST
 #   (needs the project's .venv/ with numpy and safetensors)
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -32,14 +32,22 @@ make_q gptq-sym-v1 --format gptq --sym --group-size 128 --quantize-config
 make_q gptq-one-group --format gptq --sym --group-size -1
 make_q gptq-g32 --format gptq --group-size 32
 
-diff_logits() {  # diff_logits NAME NP
-  "$MPIRUN" "$2" "$DIFF" --model "$TMP/$1" --against "$TMP/$1-deq" --tolerance 0 >"$TMP/d.out" 2>&1
+diff_logits() {  # diff_logits NAME NP [DIR]: DIR (default $TMP/NAME) against $TMP/NAME-deq
+  "$MPIRUN" "$2" "$DIFF" --model "${3:-$TMP/$1}" --against "$TMP/$1-deq" --tolerance 0 >"$TMP/d.out" 2>&1
   local r; r=$(grep -m1 '^RESULT' "$TMP/d.out")
   if [[ $r == *status=PASS* ]]; then pass "$1 np=$2 == the reference dequantizer's weights: $r"
   else fail "$1 np=$2: $r"; sed 's/^/    /' "$TMP/d.out"; fi
 }
 for np in 1 2 4; do diff_logits int4-awq $np; diff_logits int4-gptq-act-order $np; done
 for name in gptq-sym-v1 gptq-one-group gptq-g32; do diff_logits $name 2; done
+# Files the formats' own packer wrote (GPTQModel's GPTQ with act order and its AWQ gemm, from the
+# same source: tests/reference/make_int4_packer_fixtures.py); their transformers fixtures are ctest
+# reference.int4-gptqmodel-*.
+for name in int4-gptqmodel-gptq int4-gptqmodel-awq; do
+  if "$PY" "$REF/dequantize_int4.py" "$MODELS/$name" "$TMP/$name-deq" >"$TMP/$name.q" 2>&1; then
+    for np in 1 2 4; do diff_logits $name $np "$MODELS/$name"; done
+  else fail "$name: the reference dequantizer refused it:"; sed 's/^/    /' "$TMP/$name.q"; fi
+done
 # The comparison can fail: 4-bit weights are not the 16-bit ones.
 "$MPIRUN" 1 "$DIFF" --model "$TMP/int4-awq" --against "$TMP/src" --tolerance 0 >"$TMP/d.out" 2>&1 &&
   fail "int4-awq's logits equal the 16-bit model's" || pass "int4-awq differs from the 16-bit source"

@@ -52,13 +52,16 @@ import make_int4_fixtures  # noqa: E402
 
 import gptqmodel  # noqa: E402
 from gptqmodel import AWQConfig, BACKEND, GPTQConfig, GPTQModel  # noqa: E402
+from gptqmodel.nn_modules.qlinear import AWQuantLinear  # noqa: E402
+from gptqmodel.quantization.awq.utils.packing_utils import dequantize_gemm  # noqa: E402
 
 # name -> the packer's quantization config. GPTQ: asymmetric, act order (desc_act, g_idx), groups of
-# 128, GPTQModel's default v1 checkpoint format; AWQ: the "gemm" layout with zero points.
+# 128, GPTQModel's default v1 checkpoint format; AWQ: the "gemm" layout with zero points (sym=False:
+# AutoAWQ's zero_point true; GPTQModel's default is symmetric, zero_point false).
 PACKERS = {
     "int4-gptqmodel-gptq": lambda: GPTQConfig(bits=4, group_size=128, desc_act=True, sym=False,
                                               act_group_aware=False),
-    "int4-gptqmodel-awq": lambda: AWQConfig(bits=4, group_size=128),
+    "int4-gptqmodel-awq": lambda: AWQConfig(bits=4, group_size=128, sym=False),
 }
 KEEP = ("config.json", "quantize_config.json", "generation_config.json", "model.safetensors")
 CALIBRATION_WINDOWS, WINDOW = 12, 128
@@ -90,9 +93,14 @@ def packer_dequant_diff(qdir, deq):
     ours = load_file(os.path.join(deq, "model.safetensors"))
     worst, count = 0.0, 0
     for name, module in model.model.named_modules():
-        if not hasattr(module, "dequantize_weight"):
+        if isinstance(module, AWQuantLinear):  # its CPU kernel's own dequantization
+            theirs = dequantize_gemm(module.qweight, module.qzeros, module.scales, module.bits,
+                                     module.group_size)
+        elif hasattr(module, "dequantize_weight"):
+            theirs = module.dequantize_weight()
+        else:
             continue
-        theirs = module.dequantize_weight().float().cpu().numpy()  # [in, out]
+        theirs = theirs.float().cpu().numpy()  # [in, out]
         mine = ours[name + ".weight"]  # [out, in]
         assert theirs.T.shape == mine.shape, (name, theirs.shape, mine.shape)
         worst = max(worst, float(np.abs(theirs.T - mine).max()))
@@ -129,7 +137,8 @@ def main():
                 shutil.copyfile(os.path.join(from_dir, f), os.path.join(model_dir, f))
         deq = os.path.join(tmp, name + "-deq")
         qc = json.load(open(os.path.join(model_dir, "config.json")))["quantization_config"]
-        origin = {"source": ["llama2"] + source,
+        origin = {"script": "tests/reference/make_int4_packer_fixtures.py",
+                  "source": ["llama2"] + source,
                   "packer": f"gptqmodel {gptqmodel.__version__}",
                   "packer_config": {k: v for k, v in qc.items() if k != "meta"},
                   "calibration": f"{CALIBRATION_WINDOWS} x {WINDOW} tokens of "
