@@ -139,6 +139,18 @@ def init_weights(model, seed):
             p.copy_(torch.randn(p.shape, generator=g) * std)
 
 
+def load_weights(model, model_dir):
+    """Copies model_dir/model.safetensors (train.py's own layout) into model, upcast to fp32."""
+    from safetensors.torch import load_file
+    tensors = load_file(os.path.join(model_dir, "model.safetensors"))
+    own = model.hf_state_dict()
+    if set(own) != set(tensors):
+        raise SystemExit(f"{model_dir}: tensors differ from --config's: {sorted(set(own) ^ set(tensors))}")
+    with torch.no_grad():
+        for name, p in own.items():
+            p.copy_(tensors[name].float())
+
+
 def write_safetensors(path, tensors):
     """The safetensors layout: u64 header length, JSON header, raw little-endian data."""
     header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
@@ -227,6 +239,8 @@ def main():
     ap.add_argument("--config", choices=sorted(CONFIGS), default="docs-8m", help="model shape")
     ap.add_argument("--layers", type=int, help="override the config's layer count (smoke tests)")
     ap.add_argument("--threads", type=int, help="CPU threads (torch.set_num_threads)")
+    ap.add_argument("--init-from", help="start from this model folder's weights (a second phase: "
+                    "fresh optimizer and schedule; give another --seed for other batches)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -248,6 +262,8 @@ def main():
     assert int(train.max()) < c["vocab_size"], "tokens beyond the vocabulary"
     model = Llama(c)
     init_weights(model, args.seed)
+    if args.init_from:
+        load_weights(model, args.init_from)
     model.to(device)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model: {n_params} parameters, {n_params * 2 / 1e6:.1f} MB in fp16; train {len(train)} "
