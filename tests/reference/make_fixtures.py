@@ -181,8 +181,10 @@ def run_prompt(model, ids, positions, device, cached):
 
 
 def model_names(models_dir, only):
+    def plain(n):  # 4-bit folders get their fixtures from make_int4_packer_fixtures.py
+        return "quantization_config" not in json.load(open(os.path.join(models_dir, n, "config.json")))
     names = [n for n in sorted(os.listdir(models_dir))
-             if os.path.isfile(os.path.join(models_dir, n, "config.json"))]
+             if os.path.isfile(os.path.join(models_dir, n, "config.json")) and plain(n)]
     if only is None:
         return names
     wanted = [n for n in only.split(",") if n]
