@@ -384,7 +384,21 @@ public final class Llama2Client implements AutoCloseable {
       }
       if (i > 0) b.append(',');
       b.append("{\"role\":\"").append(m.role().wire()).append("\",\"content\":");
-      Json.quoteTo(b, m.content());
+      if (m.content().isEmpty() && !m.toolCalls().isEmpty()) {
+        b.append("null");  // OpenAI's form of a turn that only calls tools
+      } else {
+        Json.quoteTo(b, m.content());
+      }
+      if (!m.toolCalls().isEmpty()) {
+        List<Object> calls = new java.util.ArrayList<>();
+        for (ToolCall c : m.toolCalls()) calls.add(c.toJson());
+        b.append(",\"tool_calls\":");
+        Json.writeTo(b, calls);
+      }
+      if (m.toolCallId() != null) {
+        b.append(",\"tool_call_id\":");
+        Json.quoteTo(b, m.toolCallId());
+      }
       b.append('}');
     }
     return b.append(']').toString();
@@ -393,6 +407,10 @@ public final class Llama2Client implements AutoCloseable {
   private static byte[] request(String promptField, GenerationParams params, boolean stream,
       String id) {
     Objects.requireNonNull(params, "params");
+    if (!params.tools().isEmpty() && !promptField.startsWith("\"messages\"")) {
+      throw new IllegalArgumentException("tools need a chat dialog: use chat, chatStream or "
+          + "chatPublisher (OpenAI's tools belong to chat completions)");
+    }
     StringBuilder b = new StringBuilder(promptField.length() + 256);
     b.append('{');
     if (id != null) b.append("\"id\":").append(Json.quote(id)).append(',');
