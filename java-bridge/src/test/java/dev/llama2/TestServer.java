@@ -109,6 +109,12 @@ final class TestServer implements AutoCloseable {
 
   /** Starts a server on `model` with extra serve flags and waits until it accepts connections. */
   TestServer(String name, String model, String... extra) throws IOException, InterruptedException {
+    this(name, model, Map.of(), extra);
+  }
+
+  /** The same with extra environment variables for the job (test hooks). */
+  TestServer(String name, String model, Map<String, String> env, String... extra)
+      throws IOException, InterruptedException {
     Path dir = tmpDir();
     socket = dir.resolve(name + ".sock").toString();
     log = dir.resolve(name + ".log");
@@ -120,6 +126,7 @@ final class TestServer implements AutoCloseable {
     pb.environment().putIfAbsent("LLAMA2_TEST_TIMEOUT", "290");
     // An idle rank waits in MPI; yielding there leaves the 2-core CI machine to the JVM under test.
     pb.environment().put("OMPI_MCA_mpi_yield_when_idle", "1");
+    pb.environment().putAll(env);
     process = pb.start();
     long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(90);
     while (System.nanoTime() < deadline) {
@@ -133,6 +140,19 @@ final class TestServer implements AutoCloseable {
     }
     close();
     fail("server " + name + " did not accept connections within 90 s:\n" + logText());
+  }
+
+  /** http://127.0.0.1:PORT of a server started with {@code --http 127.0.0.1:0}. */
+  java.net.URI httpBase() throws IOException, InterruptedException {
+    java.util.regex.Pattern p = java.util.regex.Pattern.compile("HTTP on 127\\.0\\.0\\.1:(\\d+)");
+    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+    while (System.nanoTime() < deadline) {
+      java.util.regex.Matcher m = p.matcher(Files.readString(log));
+      if (m.find()) return java.net.URI.create("http://127.0.0.1:" + m.group(1));
+      Thread.sleep(50);
+    }
+    fail("the server did not report its HTTP port:\n" + logText());
+    return null;
   }
 
   String logText() {
