@@ -56,7 +56,7 @@ class ReplayTest {
   /** Spring AI 1.x's OpenAiApi.ChatCompletionFinishReason, by its JSON names. */
   static final Set<String> SPRING_AI_FINISH_REASONS =
       Set.of("stop", "length", "content_filter", "tool_calls", "tool_call");
-  static final String MODEL = "replay-model";
+  static final String MODEL = TestServer.REPLAY_MODEL_NAME;
   static final HttpClient HTTP =
       HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(10)).build();
   static TestServer main;
@@ -67,8 +67,7 @@ class ReplayTest {
   @BeforeAll
   static void start() throws Exception {
     String model = System.getProperty("llama2.replayModel");
-    main = new TestServer("replay", model, "--http", "127.0.0.1:0", "--served-model-name", MODEL,
-        "--max-batch-size", "4");
+    main = TestServer.replay();
     shortTimeout = new TestServer("replay-timeout", model, Map.of("LLAMA2_TEST_STEP_DELAY_MS", "20"),
         "--http", "127.0.0.1:0", "--served-model-name", MODEL, "--request-timeout-ms", "1000");
     mainBase = main.httpBase();
@@ -77,8 +76,7 @@ class ReplayTest {
 
   @AfterAll
   static void stop() throws Exception {
-    if (main != null) main.close();
-    if (shortTimeout != null) shortTimeout.close();
+    if (shortTimeout != null) shortTimeout.close();  // the shared one stops at JVM exit
   }
 
   @TestFactory

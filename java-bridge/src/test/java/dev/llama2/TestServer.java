@@ -46,12 +46,13 @@ final class TestServer implements AutoCloseable {
 
   private static TestServer tiny;
   private static TestServer slow;
+  private static TestServer replay;
   private static final List<Path> DIRS = new ArrayList<>();
 
   static {
     // At JVM exit: stop the shared servers, then remove every temporary directory (sockets, logs).
     Runtime.getRuntime().addShutdownHook(new Thread(() -> {
-      for (TestServer x : new TestServer[] {tiny, slow}) {
+      for (TestServer x : new TestServer[] {tiny, slow, replay}) {
         try {
           if (x != null) x.close();
         } catch (Exception ignored) {
@@ -92,6 +93,21 @@ final class TestServer implements AutoCloseable {
           "--cpu-threads", "1", "--max-inflight-per-connection", "4");
     }
     return slow;
+  }
+
+  /** The name the replay server serves its model under. */
+  static final String REPLAY_MODEL_NAME = "replay-model";
+
+  /**
+   * The replay model (llama2.replayModel: random weights, models/docs-8m's tokenizer, 2,048
+   * positions) with serve --http on a free port, shared by the test classes of this JVM.
+   */
+  static synchronized TestServer replay() throws IOException, InterruptedException {
+    if (replay == null) {
+      replay = new TestServer("replay", required("llama2.replayModel"), "--http", "127.0.0.1:0",
+          "--served-model-name", REPLAY_MODEL_NAME, "--max-batch-size", "4");
+    }
+    return replay;
   }
 
   static Path tmpDir() {
