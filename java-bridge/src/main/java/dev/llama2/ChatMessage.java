@@ -1,5 +1,6 @@
 package dev.llama2;
 
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Objects;
 
@@ -60,6 +61,27 @@ public record ChatMessage(Role role, String content, List<ToolCall> toolCalls, S
   public static ChatMessage assistantToolCalls(List<ToolCall> calls) {
     if (calls.isEmpty()) throw new IllegalArgumentException("assistantToolCalls needs calls");
     return new ChatMessage(Role.ASSISTANT, "", calls, null);
+  }
+
+  /** The protocol's message object: role, content, and the tool fields when present. */
+  void appendJson(StringBuilder b) {
+    b.append("{\"role\":\"").append(role.wire()).append("\",\"content\":");
+    if (content.isEmpty() && !toolCalls.isEmpty()) {
+      b.append("null");  // OpenAI's form of a turn that only calls tools
+    } else {
+      Json.quoteTo(b, content);
+    }
+    if (!toolCalls.isEmpty()) {
+      List<Object> calls = new ArrayList<>();
+      for (ToolCall c : toolCalls) calls.add(c.toJson());
+      b.append(",\"tool_calls\":");
+      Json.writeTo(b, calls);
+    }
+    if (toolCallId != null) {
+      b.append(",\"tool_call_id\":");
+      Json.quoteTo(b, toolCallId);
+    }
+    b.append('}');
   }
 
   /** The result of call {@code toolCallId} ({@link ToolCall#id()}). */

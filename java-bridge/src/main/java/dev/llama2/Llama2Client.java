@@ -383,23 +383,7 @@ public final class Llama2Client implements AutoCloseable {
             "messages[" + i + "].content is not valid Unicode (unpaired surrogate)", null);
       }
       if (i > 0) b.append(',');
-      b.append("{\"role\":\"").append(m.role().wire()).append("\",\"content\":");
-      if (m.content().isEmpty() && !m.toolCalls().isEmpty()) {
-        b.append("null");  // OpenAI's form of a turn that only calls tools
-      } else {
-        Json.quoteTo(b, m.content());
-      }
-      if (!m.toolCalls().isEmpty()) {
-        List<Object> calls = new java.util.ArrayList<>();
-        for (ToolCall c : m.toolCalls()) calls.add(c.toJson());
-        b.append(",\"tool_calls\":");
-        Json.writeTo(b, calls);
-      }
-      if (m.toolCallId() != null) {
-        b.append(",\"tool_call_id\":");
-        Json.quoteTo(b, m.toolCallId());
-      }
-      b.append('}');
+      m.appendJson(b);
     }
     return b.append(']').toString();
   }
