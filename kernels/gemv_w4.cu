@@ -249,10 +249,19 @@ __global__ void dequantize_w4_kernel(const uint32_t* __restrict__ q,
   const W4Pair<T> v = w4_as_pair<T>(pair);
   const float s = to_float(v.x);
   const int z = static_cast<int>(-to_float(v.y) * 16.f - kW4Base<T>);
-  for (int e = 0; e < 8; ++e) {
-    const int qv = static_cast<int>((word >> (4 * w4_nibble(e))) & 0xfu);
-    out[n * K + k + e] = from_float<T>(static_cast<float>(qv - z) * s);
+  // (q - z) s is exact in fp32 (4 x 11 bits): one rounding to T. The 8 values go out as one
+  // 16-byte store (prefill dequantizes whole projections for cuBLAS: linear.cu).
+  uint32_t packed[4];
+  for (int p = 0; p < 4; ++p) {
+    float f[2];
+    for (int h = 0; h < 2; ++h) {
+      const int qv = static_cast<int>((word >> (4 * w4_nibble(2 * p + h))) & 0xfu);
+      f[h] = static_cast<float>(qv - z) * s;
+    }
+    packed[p] = pack2<T>(f[0], f[1]);
   }
+  *reinterpret_cast<uint4*>(out + n * K + k) =
+      make_uint4(packed[0], packed[1], packed[2], packed[3]);
 }
 
 }  // namespace

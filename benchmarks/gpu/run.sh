@@ -75,7 +75,7 @@ targets() {
     node-check | saturation | batch-offline | prefix-ttft | prefix-split | http-vs-socket | \
       perplexity | two-gpu-saturation | two-gpu-prefix-split) echo llama2 ;;
     gpu-tests) echo llama2_gpu_tests ;;
-    ref-check | two-gpu-ref-check) echo llama2 llama2_reference_test llama2_gpu_tests ;;
+    ref-check | two-gpu-ref-check) echo llama2 llama2_reference_test llama2_gpu_tests llama2_logits_diff ;;
     e2e-matrix | before-after) echo llama2 llama2_bench_e2e ;;
     cpu-before-after) echo llama2 llama2_bench_cpu ;;
     rope-check) echo llama2_logits_diff ;;

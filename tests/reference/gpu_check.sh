@@ -128,7 +128,7 @@ ref() {
 
 # ---- a. build, b. kernel tests
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
-  if ! step build "$LOGS/build.log" bash benchmarks/gpu/build.sh llama2 llama2_reference_test llama2_gpu_tests; then
+  if ! step build "$LOGS/build.log" bash benchmarks/gpu/build.sh llama2 llama2_reference_test llama2_gpu_tests llama2_logits_diff; then
     cat "$SUMMARY"
     exit 1
   fi
@@ -372,6 +372,18 @@ if i4; then
   NPS=$INT4_NPS ref "$I4/int4-src" "$OUT/fixtures-int4-fp16/int4-awq.json" fp16 "$t" "$t" auto int4
   t=$(noise_of random-awq fp16+w-int4)
   NPS=$INT4_NPS ref "$TMP/random-fp16" "$OUT/fixtures-int4-fp16/random-awq.json" fp16 "$t" "$t" auto int4
+  # A 400-token prompt (token by token, one prefill, chunks of 5): the prefill's products of more
+  # rows than the 4-bit GEMM takes run on a dequantized copy through cuBLAS. The AWQ file on CUDA
+  # against its dequantized weights on CUDA in fp16 (the same fp16 values), within HF's noise.
+  t=$(noise_of int4-awq fp16)
+  log=$LOGS/logits-diff-int4-awq-prompt400.log
+  timeout --kill-after=10 "$MPI_TIMEOUT" mpirun --allow-run-as-root --oversubscribe \
+    -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -np 1 \
+    build-gpu/tests/llama2_logits_diff --model "$I4/q/int4-awq" --against "$I4/deq/int4-awq" \
+    --backend cuda --dtype fp16 --prompt-len 400 --tolerance "$t" > "$log" 2>&1
+  line=$(grep '^RESULT ' "$log" | tail -n 1)
+  echo "RESULT model=int4-awq-prompt400 backend=cuda dtype=fp16 ${line:-reason=no-RESULT-line status=FAIL}" |
+    sed 's/ RESULT / /' >> "$SUMMARY"
   # The same weights by two routes: the AWQ file's run and the source's int4 run must agree exactly.
   for m in int4-awq random-awq; do
     # The file's run is the model's first RESULT line of this step, the source's the second (both
