@@ -1,8 +1,13 @@
 #!/usr/bin/env python3
-"""Trains the project's small Llama model (models/README.md) with PyTorch on one GPU.
+"""Trains the project's small Llama models (models/README.md) with PyTorch, on one GPU or the CPU.
 
     python3 training/train.py --data training/corpus --tokenizer models/docs-8m/tokenizer.model \
         --out models/docs-8m --steps auto --time-budget 210
+    python3 training/train.py --config draft --device cpu --threads 2 ...   # models/docs-draft
+
+--config picks the shape: docs-8m (the target model) or draft (its ~2M-parameter speculative-decoding
+draft: same tokenizer and vocabulary, see CONFIGS). On the CPU the model computes in fp32 (no
+autocast) on --threads threads.
 
 --data holds train.bin / heldout.bin (uint16 ids, training/build_corpus.py --tokenizer). The model
 is the Llama architecture exactly as Hugging Face's LlamaForCausalLM computes it (RMSNorm, RoPE with
@@ -36,7 +41,14 @@ CONFIG = {  # Llama-2's conventions at ~7.9M parameters; head_dim 64, TP 1/2/4 (
     "hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 8,
     "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 4096,
     "max_position_embeddings": 512, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+    "tie_word_embeddings": False,
 }
+# The draft keeps what the engine needs to run it wherever docs-8m runs: head_dim 64 (the CUDA
+# kernels take 64 or 128) and 4 query heads (TP 4 needs num_attention_heads % 4 == 0), hence
+# hidden 256. The 4096 x 256 embedding alone is 1.05M parameters, so the LM head shares it (tied)
+# and the depth is 2 layers with a narrower MLP: 2.03M parameters, a quarter of docs-8m.
+DRAFT = dict(CONFIG, intermediate_size=384, num_hidden_layers=2, tie_word_embeddings=True)
+CONFIGS = {"docs-8m": CONFIG, "draft": DRAFT}
 
 
 class Llama(torch.nn.Module):
@@ -60,7 +72,7 @@ class Llama(torch.nn.Module):
             layer.gate_proj, layer.up_proj, layer.down_proj = lin(H, F_), lin(H, F_), lin(F_, H)
             self.layers.append(layer)
         self.norm = torch.nn.Parameter(torch.ones(H))
-        self.lm_head = lin(H, V)
+        self.lm_head = None if c["tie_word_embeddings"] else lin(H, V)
         inv = 1.0 / (c["rope_theta"] ** (torch.arange(0, self.d, 2).float() / self.d))
         t = torch.arange(c["max_position_embeddings"]).float()
         freqs = torch.outer(t, inv)
@@ -98,11 +110,13 @@ class Llama(torch.nn.Module):
             x = x + L.o_proj(a)
             h = self.rmsnorm(x, L.post_attention_layernorm)
             x = x + L.down_proj(F.silu(L.gate_proj(h)) * L.up_proj(h))
-        return self.lm_head(self.rmsnorm(x, self.norm))
+        h = self.rmsnorm(x, self.norm)
+        return h @ self.embed_tokens.weight.t() if self.lm_head is None else self.lm_head(h)
 
     def hf_state_dict(self):
-        out = {"model.embed_tokens.weight": self.embed_tokens.weight,
-               "model.norm.weight": self.norm, "lm_head.weight": self.lm_head.weight}
+        out = {"model.embed_tokens.weight": self.embed_tokens.weight, "model.norm.weight": self.norm}
+        if self.lm_head is not None:  # tied: Hugging Face's files hold the embedding only
+            out["lm_head.weight"] = self.lm_head.weight
         for i, L in enumerate(self.layers):
             p = f"model.layers.{i}."
             out[p + "input_layernorm.weight"] = L.input_layernorm
@@ -147,8 +161,7 @@ def save(model, args, log):
     c = model.c
     config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
               "attention_bias": False, "mlp_bias": False, "bos_token_id": 1, "eos_token_id": 2,
-              "pretraining_tp": 1, "rope_scaling": None, "tie_word_embeddings": False,
-              "torch_dtype": "float16", **c}
+              "pretraining_tp": 1, "rope_scaling": None, "torch_dtype": "float16", **c}
     with open(os.path.join(args.out, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
         f.write("\n")
@@ -211,8 +224,12 @@ def main():
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--eval-every", type=int, default=250)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--layers", type=int, default=CONFIG["num_hidden_layers"], help="for smoke tests")
+    ap.add_argument("--config", choices=sorted(CONFIGS), default="docs-8m", help="model shape")
+    ap.add_argument("--layers", type=int, help="override the config's layer count (smoke tests)")
+    ap.add_argument("--threads", type=int, help="CPU threads (torch.set_num_threads)")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     torch.manual_seed(args.seed)
     torch.use_deterministic_algorithms(True, warn_only=True)
@@ -224,7 +241,9 @@ def main():
 
     train = np.fromfile(os.path.join(args.data, "train.bin"), dtype=np.uint16)
     heldout = np.fromfile(os.path.join(args.data, "heldout.bin"), dtype=np.uint16)
-    c = dict(CONFIG, num_hidden_layers=args.layers)
+    c = dict(CONFIGS[args.config])
+    if args.layers:
+        c["num_hidden_layers"] = args.layers
     assert args.seq <= c["max_position_embeddings"]
     assert int(train.max()) < c["vocab_size"], "tokens beyond the vocabulary"
     model = Llama(c)

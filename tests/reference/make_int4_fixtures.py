@@ -46,39 +46,44 @@ def run(cmd):
     subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
 
 
+def write_fixture(name, q, deq, out_dir, origin):
+    """out_dir/name.json: transformers on the fp32 folder deq that dequantize_int4.py makes from the
+    4-bit folder q (make_fixtures.py's format, the PROMPTS); origin: how q was made."""
+    prompts = [p for p in json.load(open(os.path.join(HERE, "prompts.json"))) if p["name"] in PROMPTS]
+    sys.argv = ["dequantize_int4.py", q, deq]
+    dequantize_int4.main()
+    model = make_fixtures.load_model(deq, torch.float32, "cpu")
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(deq, "tokenizer.model"))
+    entries = []
+    for p in prompts:
+        ids = [sp.bos_id()] + sp.encode(p["text"]) if "text" in p else list(p["ids"])
+        logits, greedy, margins = make_fixtures.run_prompt(model, ids, None, "cpu", False)
+        entries.append({"name": p["name"], "text": p.get("text"), "prompt_ids": ids,
+                        "logits": logits, "greedy": greedy, "greedy_top2_margin": margins})
+        print(f"{name}/{p['name']}: greedy {greedy[:8]}..., min margin {min(margins):.4g}")
+    generator = {"script": "tests/reference/make_int4_fixtures.py", "torch": torch.__version__,
+                 "transformers": transformers.__version__, "python": platform.python_version(),
+                 **origin, "dequantizer": "tests/reference/dequantize_int4.py", "dtype": "float32"}
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, name + ".json"), "w", encoding="utf-8") as f:
+        json.dump({"model": name, "generator": generator, "prompts": entries}, f, ensure_ascii=False)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--llama2", required=True, help="the llama2 binary (build/llama2)")
     args = ap.parse_args()
     llama2 = os.path.abspath(args.llama2)
     out_dir = os.path.join(ROOT, "tests", "reference", "fixtures", "int4")
-    os.makedirs(out_dir, exist_ok=True)
-    prompts = [p for p in json.load(open(os.path.join(HERE, "prompts.json"))) if p["name"] in PROMPTS]
     tmp = tempfile.mkdtemp()
     src = os.path.join(tmp, "src")
     run([llama2] + SOURCE[:1] + ["--out", src] + SOURCE[1:])
     torch.set_num_threads(2)
     for name, recipe in RECIPES.items():
-        q, deq = os.path.join(tmp, name), os.path.join(tmp, name + "-deq")
+        q = os.path.join(tmp, name)
         run([llama2, "quantize", "--model", src, "--out", q] + recipe)
-        sys.argv = ["dequantize_int4.py", q, deq]
-        dequantize_int4.main()
-        model = make_fixtures.load_model(deq, torch.float32, "cpu")
-        sp = spm.SentencePieceProcessor(model_file=os.path.join(deq, "tokenizer.model"))
-        entries = []
-        for p in prompts:
-            ids = [sp.bos_id()] + sp.encode(p["text"]) if "text" in p else list(p["ids"])
-            logits, greedy, margins = make_fixtures.run_prompt(model, ids, None, "cpu", False)
-            entries.append({"name": p["name"], "text": p.get("text"), "prompt_ids": ids,
-                            "logits": logits, "greedy": greedy, "greedy_top2_margin": margins})
-            print(f"{name}/{p['name']}: greedy {greedy[:8]}..., min margin {min(margins):.4g}")
-        generator = {"script": "tests/reference/make_int4_fixtures.py", "torch": torch.__version__,
-                     "transformers": transformers.__version__, "python": platform.python_version(),
-                     "source": ["llama2"] + SOURCE, "quantize": ["llama2", "quantize"] + recipe,
-                     "dequantizer": "tests/reference/dequantize_int4.py", "dtype": "float32"}
-        with open(os.path.join(out_dir, name + ".json"), "w", encoding="utf-8") as f:
-            json.dump({"model": name, "generator": generator, "prompts": entries}, f,
-                      ensure_ascii=False)
+        write_fixture(name, q, os.path.join(tmp, name + "-deq"), out_dir,
+                      {"source": ["llama2"] + SOURCE, "quantize": ["llama2", "quantize"] + recipe})
 
 
 if __name__ == "__main__":
