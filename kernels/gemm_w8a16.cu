@@ -242,13 +242,14 @@ static __global__ void __launch_bounds__(W8A16Shape<T, BM, kIsW4<W>>::kThreads,
         const uint2 raw = *reinterpret_cast<const uint2*>(ws + r * S::kWRowBytes + t * 8);
         W4Pair<T> bias2, scale16;
         w4_group<T>(*reinterpret_cast<const uint32_t*>(ws + S::kWBytes + r * 4), bias2, scale16);
-        const uint32_t words[2] = {raw.x, raw.y};
+        W4Pair<T> d[2][4];  // [word][pair]
+        w4_word_pairs<T>(raw.x, bias2, w4_bias_hi<T>(bias2), d[0]);
+        w4_word_pairs<T>(raw.y, bias2, w4_bias_hi<T>(bias2), d[1]);
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            b[nt][s][h] =
-                w4_as_bits<T>(__hmul2(w4_pair<T>(words[s / 2], 2 * (s % 2) + h, bias2), scale16));
+            b[nt][s][h] = w4_as_bits<T>(__hmul2(d[s / 2][2 * (s % 2) + h], scale16));
           }
         }
       } else {

@@ -32,9 +32,16 @@ inline bool w4_shape_fits(int64_t K, int64_t group) {
   return K >= 32 && K % 32 == 0 && group >= 64 && group % 64 == 0;
 }
 
+// 2^32 / group + 1: the GEMV finds a column's group as umulhi(k, magic), exact while k * group <
+// 2^32 (gemv_w4_fits).
+inline uint32_t w4_group_magic(int group) {
+  return static_cast<uint32_t>(0xffffffffu / static_cast<uint32_t>(group) + 1u);
+}
+
 inline bool gemv_w4_fits(const void* x, const W4Matrix& w, int M, int K) {
   return M >= 1 && M <= kGemvMaxRows && w4_shape_fits(K, w.group) &&
-         reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w.q) % 16 == 0;
+         int64_t{K} * w.group < (int64_t{1} << 32) && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(w.q) % 16 == 0;
 }
 
 // y[m, n] = round_T(sum_g 16 s[g, n] * sum_{k in g} x[m, k] * (q[n, k] - z[g, n]) / 16), T fp16 or
@@ -59,6 +66,11 @@ cudaError_t launch_gemv_w4_gate_up_swiglu(const T* x,                         //
 // and row s = fp16(max(hi - lo, 1e-5) / 15), z = clamp(rint(-lo / s), 0, 15), q = clamp(rint(w /
 // s) + z, 0, 15); so a file that tool wrote from the same weights holds the same q, z and s.
 // Needs w4_shape_fits(K, group).
+// A benchmark's A/B of the one-row GEMV's shape (bench_gemv_w4.cu), for plain products and
+// gate|up without fusions: rows_per_warp 1 (unroll 4 or 8) or 2 (unroll 2 or 4; gate|up: 2 only);
+// 0 restores the launcher's own choice. Process-wide; not an engine setting.
+void set_gemv_w4_variant(int rows_per_warp, int unroll);
+
 template <typename T>
 cudaError_t launch_quantize_w4(const T* w,  // [N, K]
                                uint32_t* q, uint32_t* sz, int N, int K, int group,

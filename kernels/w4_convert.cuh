@@ -7,7 +7,7 @@
 //   q   [N, K / 8] uint32: word j of row n holds columns 8j .. 8j+7; element e (column 8j + e)
 //       in nibble w4_nibble(e), i.e. nibble s holds element {0, 2, 4, 6, 1, 3, 5, 7}[s] (AWQ's own
 //       order). Then `(word >> 4p) & 0x000f000f` is the pair of elements (2p, 2p + 1) in the two
-//       16-bit halves: one LOP3 per pair, no shuffle.
+//       16-bit halves: a LOP3 per pair, no shuffle (w4_word_pairs needs one shift per word).
 //   sz  [ceil(K / G), N] uint32, a T pair per (group, output row): .x the scale s (T), .y the bias
 //       -(B + z) / 16 with z the zero point (0..15) and B = kW4Base<T> (1024 fp16, 128 bf16).
 //       Group-major, so the 8 consecutive rows of a GEMV block or the 128 of a GEMM tile read one
@@ -76,15 +76,40 @@ __device__ __forceinline__ uint32_t w4_as_bits(W4Pair<T> v) {
   return u;
 }
 
-// Pair p (0..3) of `word`, elements 2p and 2p + 1, as the T pair (q - z) / 16 (exact). bias2:
-// the group's bias -(B + z) / 16 in both halves.
+// The 4 pairs of `word` (elements (0, 1), (2, 3), (4, 5), (6, 7)) as (q - z) / 16, exactly.
+// fp16: 1 shift + 4 LOP3 + 4 HFMA2: pairs 1 and 3 are masked in place (nibbles 1 / 5 and 3 / 7),
+// which puts B + 16 q in the halves (fp16's 10 mantissa bits hold it; B + 16 q <= B + 240 is
+// exact); their HFMA2 takes 1/256 and bias_hi = -(B + 16 z) / 256 (w4_bias_hi) instead of 1/16
+// and bias_lo. bf16 has 7 mantissa bits, so bits 4..7 would reach its exponent: every pair is
+// shifted down first (3 shifts), and bias_hi is not used.
 template <typename T>
-__device__ __forceinline__ W4Pair<T> w4_pair(uint32_t word, int p, W4Pair<T> bias2) {
-  const W4Pair<T> h = w4_as_pair<T>(((word >> (4 * p)) & 0x000f000fu) | kW4Magic<T>);
+__device__ __forceinline__ void w4_word_pairs(uint32_t word, W4Pair<T> bias_lo, W4Pair<T> bias_hi,
+                                              W4Pair<T> (&d)[4]) {
   if constexpr (std::is_same_v<T, __half>) {
-    return __hfma2(h, __float2half2_rn(0.0625f), bias2);
+    const uint32_t shifted = word >> 8;
+    const __half2 lo = __float2half2_rn(0.0625f), hi = __float2half2_rn(1.f / 256.f);
+    d[0] = __hfma2(w4_as_pair<T>((word & 0x000f000fu) | kW4Magic<T>), lo, bias_lo);
+    d[1] = __hfma2(w4_as_pair<T>((word & 0x00f000f0u) | kW4Magic<T>), hi, bias_hi);
+    d[2] = __hfma2(w4_as_pair<T>((shifted & 0x000f000fu) | kW4Magic<T>), lo, bias_lo);
+    d[3] = __hfma2(w4_as_pair<T>((shifted & 0x00f000f0u) | kW4Magic<T>), hi, bias_hi);
   } else {
-    return __hfma2(h, __float2bfloat162_rn(0.0625f), bias2);
+    (void)bias_hi;
+    const __nv_bfloat162 lo = __float2bfloat162_rn(0.0625f);
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      d[p] = __hfma2(w4_as_pair<T>(((word >> (4 * p)) & 0x000f000fu) | kW4Magic<T>), lo, bias_lo);
+    }
+  }
+}
+
+// fp16's bias_hi = -(B + 16 z) / 256 from bias_lo = -(B + z) / 16: bias_lo + 15 B / 256 = bias_lo +
+// 60, exact (the sum is -4 - z / 16). bf16 does not use it (w4_word_pairs): bias_lo itself.
+template <typename T>
+__device__ __forceinline__ W4Pair<T> w4_bias_hi(W4Pair<T> bias_lo) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __hadd2(bias_lo, __float2half2_rn(15.f * kW4Base<T> / 256.f));
+  } else {
+    return bias_lo;
   }
 }
 

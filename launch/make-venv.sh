@@ -19,6 +19,10 @@ rm -rf "$venv"
 python3 -m venv "$venv"
 # --no-deps: the list names every package, the transitive ones too, so nothing unpinned comes in.
 "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps -r "$req"
-"$venv/bin/python" -m pip check >/dev/null
+if ! check=$("$venv/bin/python" -m pip check 2>&1); then
+  echo "make-venv: the pinned list is not self-consistent (pip check):" >&2
+  echo "$check" >&2
+  exit 1
+fi
 echo "$want" >"$venv/requirements.sha256"
 echo "make-venv: $venv ready ($("$venv/bin/python" --version))"

@@ -13,7 +13,7 @@
 #                           nothing after it runs
 #   node-check              launch/gpu-check.sh [--tp NP] --preset MODEL: GPUs, driver, topology
 #   gpu-tests[:FILTER]      llama2_gpu_tests, every case or doctest's -tc=FILTER
-#   ref-check:CHECKS        tests/reference/gpu_check.sh CHECKS=all|fp8kv|wquant|logprobs at NP
+#   ref-check:CHECKS        tests/reference/gpu_check.sh CHECKS=all|fp8kv|wquant|logprobs|int4 at NP
 #   e2e-batch1[:VAR=a,b]    llama2_bench_e2e decode, batch 1
 #   e2e-batch64[:VAR=a,b]   decode, batch 64
 #   e2e-sweep[:VAR=a,b]     decode at BATCHES (1,16,32,64,128), prefill at PREFILL_LENS (512,2048)
@@ -40,7 +40,7 @@
 #   prefix-ttft             a 1,024-token cached prefix + 32-token suffix (prefix_ttft.sh)
 #   prefix-split            prefix-ttft with the prefill key split (default) and LLAMA2_PREFILL_SPLIT=0
 #   http-vs-socket          benchmarks/http/gpu_http_vs_socket.sh (needs .httplib/ carried)
-#   kernels[:NAME]          llama2_bench_kernels [decode|prefill|qgemv|w8a16|fp8|overlap|skinny]
+#   kernels[:NAME]          llama2_bench_kernels [decode|prefill|qgemv|w4|w8a16|fp8|overlap|skinny]
 #   perplexity              held-out perplexity of models/docs-8m (perplexity_matrix.sh, PPL_ROWS)
 #   watchdog                llama2_watchdog_test hook cuda: a stalled step at TP 1
 #   soak                    llama2_serve_soak, 10,000 requests at NP ranks: RSS, fds, GPU memory
@@ -75,7 +75,7 @@ targets() {
     node-check | saturation | batch-offline | prefix-ttft | prefix-split | http-vs-socket | \
       perplexity | two-gpu-saturation | two-gpu-prefix-split) echo llama2 ;;
     gpu-tests) echo llama2_gpu_tests ;;
-    ref-check | two-gpu-ref-check) echo llama2 llama2_reference_test llama2_gpu_tests ;;
+    ref-check | two-gpu-ref-check) echo llama2 llama2_reference_test llama2_gpu_tests llama2_logits_diff ;;
     e2e-matrix | before-after) echo llama2 llama2_bench_e2e ;;
     cpu-before-after) echo llama2 llama2_bench_cpu ;;
     rope-check) echo llama2_logits_diff ;;
@@ -97,12 +97,12 @@ check() {
   local name=$1 arg=$2
   targets "$name" >/dev/null || { echo "unknown step '$name'"; return; }
   case $name in
-    ref-check) [[ $arg =~ ^(all|fp8kv|wquant|logprobs)$ ]] || echo "ref-check:CHECKS, CHECKS = all, fp8kv, wquant or logprobs" ;;
-    two-gpu-ref-check) [[ $arg =~ ^(|all|fp8kv|wquant|logprobs)$ ]] || echo "CHECKS = all, fp8kv, wquant or logprobs" ;;
+    ref-check) [[ $arg =~ ^(all|fp8kv|wquant|logprobs|int4)$ ]] || echo "ref-check:CHECKS, CHECKS = all, fp8kv, wquant, logprobs or int4" ;;
+    two-gpu-ref-check) [[ $arg =~ ^(|all|fp8kv|wquant|logprobs|int4)$ ]] || echo "CHECKS = all, fp8kv, wquant, logprobs or int4" ;;
     e2e-batch1 | e2e-batch64 | e2e-sweep | prefill | saturation)
       [[ -z $arg || $arg =~ ^[A-Za-z_][A-Za-z0-9_]*=[^,]+(,[^,]+)*$ ]] || echo "$name:VAR=a,b expected" ;;
     op-profile) [[ $arg =~ ^([0-9]*|prefill)$ ]] || echo "op-profile:BATCH or op-profile:prefill" ;;
-    kernels) [[ $arg =~ ^(|decode|prefill|qgemv|w8a16|fp8|overlap|skinny)$ ]] || echo "unknown kernels '$arg'" ;;
+    kernels) [[ $arg =~ ^(|decode|prefill|qgemv|w4|w8a16|fp8|overlap|skinny)$ ]] || echo "unknown kernels '$arg'" ;;
     before-after | cpu-before-after) [[ -n $arg ]] || echo "$name:DIR, DIR = the baseline tree" ;;
     build | gpu-tests) ;;
     *) [[ -z $arg ]] || echo "$name takes no argument" ;;

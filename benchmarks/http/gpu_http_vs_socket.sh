@@ -50,7 +50,9 @@ timeout 3000 mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$NP"
   --http 127.0.0.1:0 --served-model-name llama2-7b --max-batch-size "${MAX_BATCH:-512}" \
   --max-queue 4096 --prefill-chunk "${PREFILL_CHUNK:-2048}" ${SERVE_ARGS:-} >"$OUT/server.log" 2>&1 &
 server=$!
-trap 'kill -INT $server 2>/dev/null || true' EXIT
+# Wait for the server to be gone: a second run of this script right after (SERVE_ARGS A/B) must find
+# the GPU's memory free (2026-12-04: it did not, and the second server found no room for its cache).
+trap 'kill -INT $server 2>/dev/null || true; wait "$server" 2>/dev/null || true' EXIT
 for _ in $(seq 900); do grep -q "HTTP on" "$OUT/server.log" && break; sleep 0.2; done
 port=$(sed -n 's/.*HTTP on 127.0.0.1:\([0-9]*\).*/\1/p' "$OUT/server.log")
 [[ -n $port ]] || { echo "server did not start" >&2; cat "$OUT/server.log" >&2; exit 1; }

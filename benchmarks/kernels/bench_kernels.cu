@@ -2,11 +2,12 @@
 // 32000, fp16), each family checked against the fp32 CPU reference before it is timed.
 //
 // Build: cd build && cmake .. && ninja llama2_bench_kernels      (CUDA builds only)
-// Run:   ./llama2_bench_kernels [decode|prefill|qgemv|w8a16|fp8|overlap|skinny]   on a GPU node
+// Run:   ./llama2_bench_kernels [decode|prefill|qgemv|w4|w8a16|fp8|overlap|skinny]   on a GPU node
 //        (one H200; ~1 minute; `decode`: only decode attention, block and warp kernels side by
 //        side; `prefill`: only prefill attention, WMMA and mma kernels side by side; compare with
 //        sdpa_prefill.py (both in bench_attention.cu); `qgemv`: only the streaming GEMV of fp16 /
-//        fp8 / int8 weights, bench_qgemv.cu; `w8a16`: only the int8/e4m3-weight GEMM against
+//        fp8 / int8 weights, bench_qgemv.cu; `w4`: only the streaming 4-bit GEMV,
+//        bench_gemv_w4.cu; `w8a16`: only the int8/e4m3-weight GEMM against
 //        cuBLAS, bench_w8a16.cu; `fp8`: only the FP8 product, cuBLASLt's heuristic algorithm vs the
 //        tuned one, bench_fp8.cu; `skinny`: only the fp16 GEMM for M <= 64 against cuBLAS,
 //        bench_skinny.cu)
@@ -35,6 +36,7 @@
 #include "rank/cuda/device_buffer.h"
 
 int bench_qgemv_streaming();  // bench_qgemv.cu
+int bench_w4_streaming();     // bench_gemv_w4.cu
 
 namespace kbench {
 namespace {
@@ -221,12 +223,13 @@ int main(int argc, char** argv) {
   using namespace kbench;  // NOLINT(build/namespaces): the program around these helpers
   // `llama2_bench_kernels decode` / `prefill`: that attention section only; `w8a16`: the GEMM.
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (argc > 2 || (argc == 2 && mode != "decode" && mode != "prefill" && mode != "qgemv" &&
-                   mode != "w8a16" && mode != "fp8" && mode != "overlap" && mode != "skinny")) {
-    std::fprintf(
-        stderr,
-        "usage: llama2_bench_kernels [decode|prefill|qgemv|w8a16|fp8|overlap|skinny]  (got '%s')\n",
-        argv[1]);
+  if (argc > 2 ||
+      (argc == 2 && mode != "decode" && mode != "prefill" && mode != "qgemv" && mode != "w4" &&
+       mode != "w8a16" && mode != "fp8" && mode != "overlap" && mode != "skinny")) {
+    std::fprintf(stderr,
+                 "usage: llama2_bench_kernels [decode|prefill|qgemv|w4|w8a16|fp8|overlap|skinny]  "
+                 "(got '%s')\n",
+                 argv[1]);
     return 2;
   }
   const bool decode_only = mode == "decode", prefill_only = mode == "prefill";
@@ -241,6 +244,8 @@ int main(int argc, char** argv) {
               prop.multiProcessorCount, kHbmGBs, kTensorTFs);
   if (mode == "qgemv") {
     g_failures += bench_qgemv_streaming();
+  } else if (mode == "w4") {
+    g_failures += bench_w4_streaming();
   } else if (mode == "w8a16") {
     g_failures += bench_w8a16();
   } else if (mode == "fp8") {
@@ -264,6 +269,7 @@ int main(int argc, char** argv) {
       bench_sampling();
       bench_gemv();
       g_failures += bench_qgemv_streaming();
+      g_failures += bench_w4_streaming();
     }
   }
   std::printf("%s\n", g_failures ? "CORRECTNESS FAILURES: timings above are not meaningful"

@@ -29,13 +29,21 @@ void fill_per_gpu(const ModelConfig& c, CapacityPlan* p) {
   p->kv_heads_per_gpu = s0.num_kv_heads;
   p->kv_replicated = c.num_kv_heads < p->tp;
   p->weight_bytes_per_gpu = max_shard_weight_bytes(c, p->tp, p->dtype_bytes, p->linear_bytes);
+  if (p->linear_bytes == kInt4LinearBytes) {  // CudaLinear's dequant_: the largest [N, K] in T
+    const uint64_t H = static_cast<uint64_t>(c.hidden_size);
+    const uint64_t qkv = static_cast<uint64_t>(s0.num_heads + 2 * s0.num_kv_heads) * s0.head_dim;
+    const uint64_t ffn = static_cast<uint64_t>(s0.ffn_size);
+    p->scratch_bytes_per_gpu =
+        std::max({qkv * H, 2 * ffn * H, H * ffn}) * static_cast<uint64_t>(p->dtype_bytes);
+  }
   p->kv_bytes_per_token = kv_bytes_per_token(c, s0, p->kv_dtype_bytes);
   p->kv_bytes_per_block = p->kv_bytes_per_token * static_cast<uint64_t>(p->block_size);
   p->blocks_per_sequence = (int64_t{p->max_seq_len} + p->block_size - 1) / p->block_size;
   p->kv_bytes_per_sequence = static_cast<uint64_t>(p->blocks_per_sequence) * p->kv_bytes_per_block;
   p->free_bytes_for_kv = static_cast<int64_t>(p->gpu_mem_bytes) -
                          static_cast<int64_t>(p->reserve_bytes) -
-                         static_cast<int64_t>(p->weight_bytes_per_gpu);
+                         static_cast<int64_t>(p->weight_bytes_per_gpu) -
+                         static_cast<int64_t>(p->scratch_bytes_per_gpu);
   p->kv_blocks = kv_blocks_that_fit(p->free_bytes_for_kv, p->kv_bytes_per_block);
   p->kv_tokens = p->kv_blocks * p->block_size;
   p->max_sequences = p->kv_blocks / p->blocks_per_sequence;

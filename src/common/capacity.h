@@ -73,6 +73,9 @@ struct CapacityPlan {
   // (valid tp) The largest shard over all ranks: intermediate and vocab split unevenly when tp
   // does not divide them, and the GPU with the largest shard is the one that runs out first.
   uint64_t weight_bytes_per_gpu = 0;
+  // (valid tp) 4-bit projections: prefill's dequantized copy of the largest projection (products
+  // of more rows than the 4-bit GEMM takes run through cuBLAS on it); 0 otherwise.
+  uint64_t scratch_bytes_per_gpu = 0;
   uint64_t kv_bytes_per_token = 0;     // 2 (K,V) x layers x kv_heads_per_gpu x head_dim x
                                        // kv_dtype_bytes
   uint64_t kv_bytes_per_block = 0;     // kv_bytes_per_token x block_size

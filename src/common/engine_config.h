@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/speculative_config.h"
 #include "common/tuning_knobs.h"
 
 namespace llama2 {
@@ -77,10 +78,14 @@ struct EngineConfig {
   bool prefix_caching = true;        // share the KV blocks of cached prompt prefixes (batch, serve)
   int cpu_threads = 0;               // cpu threads per rank; 0: cpu_threads_for_rank's choice
   TuningKnobs knobs;                 // the environment's knobs (tuning_knobs_from_env), or a test's
+  SpeculativeConfig speculative;     // --speculative (generate, batch, serve); off by default
 
-  // Tokens one step may carry (the cuda activation buffers' size): max_batch decode rows plus
-  // prefill_chunk prompt tokens.
-  int max_step_tokens() const { return max_batch + prefill_chunk; }
+  // Logit rows one step may ask for (the cuda LM head's rows): one per running sequence, plus K
+  // for each sequence that may verify K proposed tokens (docs/speculative.md).
+  int max_logit_rows() const { return max_batch + speculative.extra_rows(max_batch); }
+  // Tokens one step may carry (the cuda activation buffers' size): the decode rows (with their
+  // proposed tokens) plus prefill_chunk prompt tokens.
+  int max_step_tokens() const { return max_logit_rows() + prefill_chunk; }
 };
 
 // The configuration with every choice made for one model on one machine (RankEngine::resolve):
@@ -90,7 +95,7 @@ struct ResolvedConfig {
   ComputeDType dtype = ComputeDType::kFp32;           // never kAuto
   KvCacheDType kv_cache_dtype = KvCacheDType::kAuto;  // kAuto: the cache holds `dtype`
   WeightDType weight_dtype = WeightDType::kAuto;      // kAuto: projections hold `dtype`
-  int max_batch = 1;
+  int max_batch = 1;  // sequences and logit rows per step (EngineConfig::max_logit_rows)
   int max_step_tokens = 2048;
   int max_seq_len = 4096;
   int max_graph_batch = 0;  // decode steps up to this batch run as CUDA graphs; 0: none

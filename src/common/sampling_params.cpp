@@ -361,6 +361,7 @@ SamplingParams sampling_from_json(const nlohmann::json& obj, const SamplingParam
   if (const json* v = given("skip_special_tokens")) {
     p.skip_special_tokens = json_bool(*v, "skip_special_tokens");
   }
+  if (const json* v = given("speculative")) p.speculative = json_bool(*v, "speculative");
   return p;
 }
 
@@ -387,6 +388,7 @@ nlohmann::json sampling_to_json(const SamplingParams& p) {
   j["min_p"] = float_as_json(p.min_p);
   j["include_stop_str_in_output"] = p.include_stop_str_in_output;
   j["skip_special_tokens"] = p.skip_special_tokens;
+  j["speculative"] = p.speculative ? json(*p.speculative) : json(nullptr);
   return j;
 }
 

@@ -53,6 +53,10 @@ struct SamplingParams {
   float min_p = 0.0f;
   bool include_stop_str_in_output = false;  // a matched stop string stays in the text
   bool skip_special_tokens = true;          // false: control pieces (<s>, </s>) appear in text
+  // Speculative decoding (docs/speculative.md): unset = the server's choice (on when it runs with
+  // --speculative); false = opt out; true = asked for (served without it, and told so, when the
+  // server has none).
+  std::optional<bool> speculative;
 };
 
 // OpenAI's bound on a logit_bias value.
@@ -97,7 +101,7 @@ std::string validate_sampling_tokens(const SamplingParams& p, int64_t vocab_size
 // top_p, top_k, repetition_penalty, presence_penalty, frequency_penalty, max_new_tokens, seed, stop
 // (a string or an array of strings), ignore_eos, logprobs, top_logprobs, logit_bias (an object of
 // decimal token id -> number), stop_token_ids, min_tokens, min_p, include_stop_str_in_output,
-// skip_special_tokens. Other keys are ignored
+// skip_special_tokens, speculative. Other keys are ignored
 // (front ends pass whole request objects); a null value means "not given" (as OpenAI-style clients
 // send it). Throws llama2::Error naming the key and the expected type on a wrong type, e.g. "top_k"
 // must be an integer (got string). Ranges are left to validate_sampling so that every range error

@@ -201,7 +201,8 @@ ResolvedConfig resolve_config(const EngineConfig& cfg, const ModelConfig& model,
   r.dtype = choose_dtype(cfg.dtype, r.backend, model.torch_dtype);
   r.kv_cache_dtype = choose_kv_dtype(cfg.kv_cache_dtype, r.backend, r.dtype);
   r.weight_dtype = choose_weight_dtype(cfg, r.backend, r.dtype, model.quant);
-  r.max_batch = cfg.max_batch;
+  // Sequences and logit rows per step: a speculative verify step asks K + 1 rows of a sequence.
+  r.max_batch = cfg.max_logit_rows();
   r.max_step_tokens = cfg.max_step_tokens();
   r.max_seq_len = cfg.max_seq_len > 0 ? cfg.max_seq_len : model.max_position_embeddings;
   r.max_graph_batch = cfg.cuda_graphs ? cfg.max_batch : 0;

@@ -9,28 +9,23 @@
 # shellcheck source=tests/integration/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../integration/lib.sh"
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-"$MPIRUN" 2 "$LLAMA2" serve --model "$MODELS/tiny-gqa" --socket "$TMP/s.sock" \
-  --http 127.0.0.1:0 --max-batch-size 64 --max-queue 1024 --quiet >"$TMP/serve.log" 2>&1 &
-server=$!
-for _ in $(seq 300); do grep -q "HTTP on" "$TMP/serve.log" && break; sleep 0.1; done
-PORT=$(sed -n 's/.*HTTP on 127.0.0.1:\([0-9]*\).*/\1/p' "$TMP/serve.log")
-if [[ -z $PORT ]]; then
-  fail "the server did not report its HTTP port"; cat "$TMP/serve.log"
+# shellcheck source=tests/http/server_lib.sh
+source "$ROOT/tests/http/server_lib.sh"
+http_serve serve -- --model "$MODELS/tiny-gqa" --max-batch-size 64 --max-queue 1024 --quiet
+http_up serve
+if python3 "$ROOT/benchmarks/http/http_load.py" --url "http://127.0.0.1:$PORT" --model tiny-gqa \
+    --rate 20 --duration 3 --max-tokens 16 --vocab 512 --max-p99-e2e 10 \
+    --json "$TMP/load.json" >"$TMP/load.out" 2>&1; then
+  pass "http_load: $(cat "$TMP/load.out")"
 else
-  if python3 "$ROOT/benchmarks/http/http_load.py" --url "http://127.0.0.1:$PORT" --model tiny-gqa \
-      --rate 20 --duration 3 --max-tokens 16 --vocab 512 --max-p99-e2e 10 \
-      --json "$TMP/load.json" >"$TMP/load.out" 2>&1; then
-    pass "http_load: $(cat "$TMP/load.out")"
-  else
-    fail "http_load:"; cat "$TMP/load.out"
-  fi
-  if python3 "$ROOT/benchmarks/http/http_load.py" --url "http://127.0.0.1:$PORT" --model tiny-gqa \
-      --endpoint completions --rate inf --requests 512 --prompt-tokens 16 --max-tokens 16 \
-      --vocab 512 --max-p99-e2e 60 >"$TMP/burst.out" 2>&1; then
-    pass "512 concurrent streams: $(cat "$TMP/burst.out")"
-  else
-    fail "512 concurrent streams:"; cat "$TMP/burst.out"
-  fi
+  fail "http_load:"; cat "$TMP/load.out"
 fi
-kill -INT "$server" 2>/dev/null; wait "$server" 2>/dev/null
+if python3 "$ROOT/benchmarks/http/http_load.py" --url "http://127.0.0.1:$PORT" --model tiny-gqa \
+    --endpoint completions --rate inf --requests 512 --prompt-tokens 16 --max-tokens 16 \
+    --vocab 512 --max-p99-e2e 60 >"$TMP/burst.out" 2>&1; then
+  pass "512 concurrent streams: $(cat "$TMP/burst.out")"
+else
+  fail "512 concurrent streams:"; cat "$TMP/burst.out"
+fi
+http_stop serve
 finish

@@ -21,6 +21,11 @@ if [[ -z $NGINX ]] || ! command -v openssl >/dev/null; then
 fi
 # shellcheck source=tests/test_python.sh
 source "$HERE/../test_python.sh"
+# The server is started by launch/llama2-mpirun as the systemd unit runs it (wrapper_np.sh: the
+# wrapper under a time limit, mpirun.sh's calling convention).
+HTTP_LAUNCHER=$HERE/../integration/wrapper_np.sh
+# shellcheck source=tests/http/server_lib.sh
+source "$HERE/server_lib.sh"
 test_python http.nginx_tls openai pytest
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
@@ -38,25 +43,18 @@ mkdir -p "$tls"
       -days 1 -out "$tls/server.pem" -extfile "$tls/ext"
 } >"$TMP/openssl.log" 2>&1 && pass "openssl: a CA and a certificate for localhost" || { fail "openssl"; cat "$TMP/openssl.log"; finish; exit; }
 
-# ---- the server, through launch/llama2-mpirun as the systemd unit runs it, with a key file:
-# SIGUSR2 to the wrapper must reach rank 0, which re-reads the file (test_nginx_tls.py).
+# ---- the server, with a key file: SIGUSR2 to the wrapper must reach rank 0, which re-reads the
+# file (test_nginx_tls.py).
 export API_KEY=tls-key-$RANDOM MODEL=tiny-gqa KEY_FILE=$TMP/api-keys
 printf '# keys\nfile-key-1\n' >"$KEY_FILE"
-# As tests/integration/mpirun.sh: vader without cross-memory attach (CI containers forbid it).
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
+# The wrapper's own Open MPI choices: nothing from the caller's environment.
 unset OMPI_MCA_btl OMPI_MCA_oob_tcp_if_include OMPI_MCA_odls_base_sigkill_timeout
-set -m  # the wrapper's own process group; SIGTERM ends it below (timeout: a hang fails)
-LLAMA2_BIN=$LLAMA2 LLAMA2_TEST_STEP_DELAY_MS=50 LLAMA2_API_KEY=$API_KEY timeout --kill-after=10 110 \
-  "$ROOT/launch/llama2-mpirun" -n 2 -q -- serve --model "$MODELS/tiny-gqa" --socket "$TMP/s.sock" \
-  --http 127.0.0.1:0 --max-seq-len 512 --cpu-threads 1 --access-log text --api-key-file "$KEY_FILE" \
-  --quiet >"$TMP/serve.log" 2>&1 &
-job=$!
-set +m
-for _ in $(seq 300); do grep -q "HTTP on" "$TMP/serve.log" && break; sleep 0.1; done
-UPSTREAM=$(sed -n 's/.*HTTP on 127.0.0.1:\([0-9]*\).*/\1/p' "$TMP/serve.log")
-[[ -n $UPSTREAM ]] || { fail "the server did not report its HTTP port"; cat "$TMP/serve.log"; finish; exit; }
+http_serve serve LLAMA2_TEST_TIMEOUT=110 LLAMA2_TEST_STEP_DELAY_MS=50 LLAMA2_API_KEY="$API_KEY" -- \
+  --model "$MODELS/tiny-gqa" --max-seq-len 512 --cpu-threads 1 --access-log text \
+  --api-key-file "$KEY_FILE" --quiet
+http_up serve UPSTREAM
 # The wrapper (the unit's main process, $MAINPID): `timeout`'s child.
-WRAPPER_PID=$(pgrep -P "$job" -f llama2-mpirun | head -n1)
+WRAPPER_PID=$(pgrep -P "${HTTP_JOB[serve]}" -f llama2-mpirun | head -n1)
 export WRAPPER_PID SERVE_LOG=$TMP/serve.log
 
 # ---- nginx: the recipe's file, its ports and paths replaced; a prefix of its own, as this user
@@ -98,13 +96,7 @@ done
 
 # ---- the OpenAI client over TLS
 export BASE=https://localhost:$PORT CA=$tls/ca.pem
-if [[ $up == 1 ]] && timeout 90 env PYTHONDONTWRITEBYTECODE=1 "$PY" -m pytest -v -p no:cacheprovider \
-  "$HERE/test_nginx_tls.py" >"$TMP/pytest.out" 2>&1; then
-  pass "openai python client through nginx: $(tail -n1 "$TMP/pytest.out" | sed 's/^=* *//; s/ *=*$//')"
-else
-  fail "openai python client through nginx:"; cat "$TMP/pytest.out"
-fi
-grep -E '::test_[a-z0-9_]+ (PASSED|FAILED|ERROR|SKIPPED)' "$TMP/pytest.out" | sed 's/ *\[ *[0-9]*%\]$//; s/^.*:://; s/^/    /'
+[[ $up == 1 ]] && http_pytest "openai python client through nginx" 90 "$HERE/test_nginx_tls.py"
 # The request id nginx passed on is in llama2's access line.
 grep -q 'request_id="tls-request-1".*"POST /v1/completions" 200' "$TMP/serve.log" &&
   pass "llama2's access log has the request id sent through nginx" || fail "no access line for tls-request-1: $(grep request_id "$TMP/serve.log" | head -3)"
@@ -112,5 +104,5 @@ grep -q 'request_id="tls-request-1".*"POST /v1/completions" 200' "$TMP/serve.log
 kill -TERM "$nginx_pid" 2>/dev/null
 wait "$nginx_pid" 2>/dev/null
 kill -TERM "$WRAPPER_PID" 2>/dev/null  # as systemctl stop: the wrapper drains rank 0
-wait "$job" && pass "server drained through the wrapper and exited 0" || { fail "server exit $?"; tail -20 "$TMP/serve.log"; }
+http_end serve
 finish

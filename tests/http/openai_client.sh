@@ -14,8 +14,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/../integration/lib.sh"
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=tests/test_python.sh
 source "$HERE/../test_python.sh"
+# shellcheck source=tests/http/server_lib.sh
+source "$HERE/server_lib.sh"
 test_python http.openai_client openai pytest
-PYTHON=$PY
 # Refused flags: one message naming the rule, before the engine opens.
 run_capture open 2 serve --model "$MODELS/tiny-gqa" --socket "$TMP/x.sock" --http 0.0.0.0:0
 expect_failure open "is not a loopback address and no API key is set"
@@ -38,12 +39,11 @@ export KEY_FILE=$TMP/api-keys FILE_KEY=file-key-$RANDOM ORIGIN=http://localhost:
 printf '# test keys\n\n%s\n' "$FILE_KEY" >"$KEY_FILE"
 # LLAMA2_TEST_HTTP_START_DELAY_MS holds rank 0 between binding the port and loading the model, as
 # a large model's load would: the front must answer 503 "starting" meanwhile, then serve.
-LLAMA2_TEST_HTTP_START_DELAY_MS=2000 LLAMA2_API_KEY=$API_KEY "$MPIRUN" 2 "$LLAMA2" serve --model "$TMP/model" --socket "$TMP/s.sock" \
-  --served-model-name "$MODEL,$ALIAS" --http 127.0.0.1:0 --max-batch-size 2 --max-queue 2 --max-seq-len "$MAX_SEQ_LEN" \
+http_serve serve LLAMA2_TEST_HTTP_START_DELAY_MS=2000 LLAMA2_API_KEY="$API_KEY" -- --model "$TMP/model" \
+  --served-model-name "$MODEL,$ALIAS" --max-batch-size 2 --max-queue 2 --max-seq-len "$MAX_SEQ_LEN" \
   --cpu-threads 1 --http-max-body-bytes 65536 --api-key-file "$KEY_FILE" --access-log json \
-  --allowed-origins "$ORIGIN" --quiet >"$TMP/serve.log" 2>&1 &
-job=$!
-for _ in $(seq 300); do grep -q "HTTP bound to" "$TMP/serve.log" && break; sleep 0.1; done
+  --allowed-origins "$ORIGIN" --quiet
+http_wait serve "HTTP bound to"
 PORT=$(sed -n 's/.*HTTP bound to 127.0.0.1:\([0-9]*\).*/\1/p' "$TMP/serve.log")
 if [[ -n $PORT ]] && ! grep -q "HTTP on" "$TMP/serve.log"; then
   code=$(curl -s -m 10 -o "$TMP/h0.json" -w '%{http_code}' "http://127.0.0.1:$PORT/health")
@@ -59,15 +59,12 @@ if [[ -n $PORT ]] && ! grep -q "HTTP on" "$TMP/serve.log"; then
 else
   fail "the front did not report its port before the model loaded: $(cat "$TMP/serve.log")"
 fi
-for _ in $(seq 300); do grep -q "HTTP on" "$TMP/serve.log" && break; sleep 0.1; done
-grep -q "HTTP on 127.0.0.1:$PORT" "$TMP/serve.log" || PORT=""
-[[ -n $PORT ]] || { fail "the server did not report its HTTP port"; cat "$TMP/serve.log"; finish; exit; }
+bound=$PORT
+http_up serve
+[[ $PORT == "$bound" ]] || fail "the front bound port $bound, then served on $PORT"
 export BASE=http://127.0.0.1:$PORT
-pass "HTTP front on port $PORT"
-# Rank 0 (a signal to it drains and exits 0; one to mpirun would cut the ranks after 2 s).
-for p in $(pgrep -f -- "--socket $TMP/s.sock"); do
-  tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=0 && SERVER_PID=$p
-done
+# Rank 0: test_openai_client.py's last test drains it with SIGTERM.
+SERVER_PID=$(http_rank0 serve)
 export SERVER_PID
 
 # ---- curl: status, headers and bodies as any HTTP client sees them.
@@ -129,34 +126,22 @@ fi
 # timeout's finish_reason (tests that use it name STRICT_BASE). Steps of 5 ms at least (the test
 # hook): 1000 tokens cannot finish within the timeout, 4 tokens always do, however loaded the
 # machine (a 200 ms timeout without the hook once cut a 4-token request short).
-LLAMA2_TEST_STEP_DELAY_MS=5 LLAMA2_API_KEY=$API_KEY "$MPIRUN" 2 "$LLAMA2" serve --model "$TMP/model" --socket "$TMP/strict.sock" \
-  --served-model-name "$MODEL" --http 127.0.0.1:0 --max-batch-size 2 --max-seq-len 1024 --strict-api \
-  --request-timeout-ms 2000 --cpu-threads 1 --quiet >"$TMP/strict.log" 2>&1 &
-strict_job=$!
-for _ in $(seq 300); do grep -q "HTTP on" "$TMP/strict.log" && break; sleep 0.1; done
-STRICT_PORT=$(sed -n 's/.*HTTP on 127.0.0.1:\([0-9]*\).*/\1/p' "$TMP/strict.log")
-[[ -n $STRICT_PORT ]] || { fail "the strict server did not report its HTTP port"; cat "$TMP/strict.log"; }
+http_serve strict LLAMA2_TEST_STEP_DELAY_MS=5 LLAMA2_API_KEY="$API_KEY" -- --model "$TMP/model" \
+  --served-model-name "$MODEL" --max-batch-size 2 --max-seq-len 1024 --strict-api \
+  --request-timeout-ms 2000 --cpu-threads 1 --quiet
+http_up strict STRICT_PORT
 export STRICT_BASE=http://127.0.0.1:$STRICT_PORT
 
-# ---- the OpenAI Python client (drains the server at the end). -v lists each test's outcome;
-# no cache directory or bytecode is written into the source tree.
-if timeout 240 env PYTHONDONTWRITEBYTECODE=1 "$PYTHON" -m pytest -v -p no:cacheprovider \
-  "$HERE/test_ops.py" "$HERE/test_openai_client.py" >"$TMP/pytest.out" 2>&1; then
-  pass "openai python client: $(tail -n1 "$TMP/pytest.out" | sed 's/^=* *//; s/ *=*$//')"
-else
-  fail "openai python client:"; cat "$TMP/pytest.out"
-fi
-grep -E '::test_[a-z0-9_]+ (PASSED|FAILED|ERROR|SKIPPED)' "$TMP/pytest.out" | sed 's/ *\[ *[0-9]*%\]$//; s/^.*:://; s/^/    /'
+# ---- the OpenAI Python client (drains the server at the end).
+http_pytest "openai python client" 240 "$HERE/test_ops.py" "$HERE/test_openai_client.py"
 # The strict server: rank 0 drains on SIGTERM and the job exits 0.
-for p in $(pgrep -f -- "--socket $TMP/strict.sock"); do
-  tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=0 && kill -TERM "$p"
-done
-wait "$strict_job" && pass "strict server drained and exited 0" || fail "strict server exit $?"
+http_stop strict
 # Each ignored field is logged once, however many requests carried it (the suite sends `store`
 # in several).
 n=$(grep -c 'ignoring the request field "store"' "$TMP/serve.log")
 [[ $n == 1 ]] && pass "the ignored field \"store\" was logged once" || fail "\"store\" logged $n times: $(grep ignoring "$TMP/serve.log")"
-for _ in $(seq 300); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+# The main server, drained by the client suite, exits 0.
+http_end serve
 # The access log (--access-log json): every JSON line of serve.log parses; test_ops.py's requests
 # have their lines with the fields the issue names, and the replaced id's note.
 if python3 - "$TMP/serve.log" >"$TMP/access.out" 2>&1 <<'PY'
@@ -181,11 +166,5 @@ then
   pass "access log (json): $(cat "$TMP/access.out")"
 else
   fail "access log:"; cat "$TMP/access.out"
-fi
-if kill -0 "$job" 2>/dev/null; then
-  fail "the server did not exit after the drain"; kill -INT "$job"; wait "$job"
-else
-  wait "$job"; rc=$?
-  [[ $rc -eq 0 ]] && pass "server drained and exited 0" || { fail "server exit $rc"; tail -20 "$TMP/serve.log"; }
 fi
 finish

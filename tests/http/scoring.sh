@@ -17,6 +17,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/../integration/lib.sh"
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=tests/test_python.sh
 source "$HERE/../test_python.sh"
+# shellcheck source=tests/http/server_lib.sh
+source "$HERE/server_lib.sh"
 test_python http.scoring openai pytest lm_eval
 MODEL_DIR=$MODELS/docs-8m
 TASK_DIR=$HERE/../eval/docs_ll
@@ -38,14 +40,9 @@ while IFS= read -r text; do
 done <"$TMP/texts.txt"
 pass "llama2 perplexity: $i reference texts"
 
-"$MPIRUN" 2 "$LLAMA2" serve --model "$MODEL_DIR" --socket "$TMP/s.sock" --http 127.0.0.1:0 \
-  --max-batch-size 4 --max-queue 8 --cpu-threads 1 --quiet >"$TMP/serve.log" 2>&1 &
-job=$!
-for _ in $(seq 300); do grep -q "HTTP on" "$TMP/serve.log" && break; sleep 0.1; done
-PORT=$(sed -n 's/.*HTTP on 127.0.0.1:\([0-9]*\).*/\1/p' "$TMP/serve.log")
-[[ -n $PORT ]] || { fail "the server did not report its HTTP port"; cat "$TMP/serve.log"; finish; exit; }
+http_serve serve -- --model "$MODEL_DIR" --max-batch-size 4 --max-queue 8 --cpu-threads 1 --quiet
+http_up serve
 export BASE=http://127.0.0.1:$PORT REFS=$refs MODEL=docs-8m
-pass "HTTP front on port $PORT"
 
 # 1. lm-eval, from the task's directory (the task's data_files path is relative to it).
 t0=$SECONDS
@@ -79,17 +76,8 @@ else
 fi
 
 # 2. The openai client.
-if timeout 120 env PYTHONDONTWRITEBYTECODE=1 "$PY" -m pytest -v -p no:cacheprovider \
-  "$HERE/test_openai_scoring.py" "$HERE/test_openai_choices.py" >"$TMP/pytest.out" 2>&1; then
-  pass "openai python client: $(tail -n1 "$TMP/pytest.out" | sed 's/^=* *//; s/ *=*$//')"
-else
-  fail "openai python client:"; cat "$TMP/pytest.out"
-fi
-grep -E '::test_[a-z0-9_]+ (PASSED|FAILED|ERROR|SKIPPED)' "$TMP/pytest.out" | sed 's/ *\[ *[0-9]*%\]$//; s/^.*:://; s/^/    /'
+http_pytest "openai python client" 120 "$HERE/test_openai_scoring.py" "$HERE/test_openai_choices.py"
 
 # Rank 0 drains on SIGTERM; the job exits 0.
-for p in $(pgrep -f -- "--socket $TMP/s.sock"); do
-  tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=0 && kill -TERM "$p"
-done
-wait "$job" && pass "server drained and exited 0" || fail "server exit $?"
+http_stop serve
 finish

@@ -2,13 +2,15 @@
 //
 //   mpirun -np 2 llama2_logits_diff --model A [--weight-dtype W] --against B
 //       [--against-weight-dtype W2] [--backend cpu|cuda] [--against-backend cpu|cuda]
-//       [--dtype auto|fp16|bf16|fp32] [--tolerance T]
+//       [--dtype auto|fp16|bf16|fp32] [--tolerance T] [--prompt-len N]
 //
-// Each engine runs the same 19-token prompt token by token (logits at every position), as one
-// prefill, and in chunks of 5 (logits at each chunk end); the two sets of logit rows are compared
-// value by value. Used for FP8 checkpoints (tests/integration/fp8_checkpoint.sh): the FP8 file
-// against an F32 file of its dequantized weights on the CPU backend, and on the GPU against the
-// 16-bit model quantized at load by --weight-dtype fp8 (benchmarks/gpu/fp8_checkpoint.sh). With
+// Each engine runs the same prompt (19 tokens, or N) token by token (logits at every position),
+// as one prefill, and in chunks of 5 (logits at each chunk end); the two sets of logit rows are
+// compared value by value. A long prompt takes the products of many rows (4-bit weights: more
+// than kInt4GemmMaxRows go through the dequantized copy and cuBLAS). Used for FP8 checkpoints
+// (tests/integration/fp8_checkpoint.sh): the FP8 file against an F32 file of its dequantized
+// weights on the CPU backend, and on the GPU against the 16-bit model quantized at load by
+// --weight-dtype fp8 (benchmarks/gpu/fp8_checkpoint.sh). With
 // --against-backend, B runs on that backend: CUDA against the CPU (checked against transformers)
 // for what has no fixture of a CUDA-sized head, e.g. rope_scaling (benchmarks/gpu/rope_check.sh).
 // Rank 0 prints each engine's start-up report and a last line:
@@ -32,12 +34,13 @@ namespace {
 constexpr const char* kUsage =
     "usage: llama2_logits_diff --model A [--weight-dtype W] --against B "
     "[--against-weight-dtype W2] [--backend cpu|cuda] [--against-backend cpu|cuda] "
-    "[--dtype auto|fp16|bf16|fp32] [--tolerance T]";
+    "[--dtype auto|fp16|bf16|fp32] [--tolerance T] [--prompt-len N]";
 
 struct Options {
   std::string model, against, weight_dtype = "auto", against_weight_dtype = "auto";
   std::string backend = "cpu", against_backend, dtype = "auto";  // against_backend: backend
   double tolerance = 0.0;
+  int prompt_len = 19;
 };
 
 Options parse_options(int argc, char** argv) {
@@ -62,6 +65,10 @@ Options parse_options(int argc, char** argv) {
       o.dtype = v;
     } else if (a == "--tolerance") {
       o.tolerance = std::stod(v);
+    } else if (a == "--prompt-len") {
+      o.prompt_len = std::stoi(v);
+      if (o.prompt_len < 2)
+        throw llama2::Error("--prompt-len must be at least 2\n" + std::string(kUsage));
     } else {
       throw llama2::Error("unknown option " + a + "\n" + kUsage);
     }
@@ -81,10 +88,11 @@ std::vector<float> run_model(const Options& opt, const std::string& dir,
   cfg.backend = llama2::parse_backend(backend);
   cfg.dtype = llama2::parse_compute_dtype(opt.dtype);
   cfg.weight_dtype = llama2::parse_weight_dtype(weight_dtype, &cfg.weight_dtype_named);
+  const int n = static_cast<int>(ids.size());
   cfg.max_batch = 1;
-  cfg.prefill_chunk = 64;
+  cfg.prefill_chunk = std::max(64, n);  // the whole prompt in one step
   cfg.block_size = 16;
-  cfg.kv_cache_blocks = 4;
+  cfg.kv_cache_blocks = (n + cfg.block_size - 1) / cfg.block_size + 1;
   cfg.cuda_graphs = false;
   llama2::RankEngine engine(cfg, config, MPI_COMM_WORLD);
   if (rank != 0) {
@@ -95,7 +103,6 @@ std::vector<float> run_model(const Options& opt, const std::string& dir,
               backend.c_str(), engine.startup_report().c_str());
   llama2::BlockAllocator blocks(cfg.kv_cache_blocks, cfg.block_size);
   std::vector<float> all;
-  const int n = static_cast<int>(ids.size());
   for (const int chunk : {1, n, 5}) {
     std::vector<int> table;
     LLAMA2_CHECK(blocks.ensure(&table, n));
@@ -119,7 +126,7 @@ int run(int argc, char** argv, int rank, int size) {
   const llama2::ModelConfig config = llama2::load_model_config(opt.model);
   std::vector<int> ids;  // BOS, then a spread of ids over the vocabulary
   ids.push_back(config.bos_token_id);
-  for (int i = 1; i < 19; ++i) ids.push_back(3 + (i * 37) % (config.vocab_size - 3));
+  for (int i = 1; i < opt.prompt_len; ++i) ids.push_back(3 + (i * 37) % (config.vocab_size - 3));
 
   const std::vector<float> a = run_model(opt, opt.model, opt.weight_dtype, opt.backend, ids, rank);
   const std::vector<float> b =

@@ -62,7 +62,7 @@ using nlohmann::json;
 constexpr const char* kUsage =
     "usage: llama2_reference_test --model DIR --fixture FILE [--tolerance T] [--near-tie M] "
     "[--backend cpu|cuda] [--dtype auto|fp16|bf16|fp32] [--kv-cache-dtype auto|fp8] "
-    "[--weight-dtype auto|fp8|int8]";
+    "[--weight-dtype auto|fp8|int8|int4]";
 
 struct Options {
   std::string model_dir, fixture_path, backend = "cpu", dtype = "auto", kv_cache_dtype = "auto",

@@ -192,6 +192,16 @@ expect_out mr.netlocal "--mca oob_tcp_if_include lo"
 mr mr.ompi5 MPIRUN="$FAKEBIN/fake-mpirun" FAKE_OMPI_VERSION=5.0.7 _LLAMA2_TEST_UID=0 -- -n 2 --net local -- generate
 expect_not_out mr.ompi5 "oob_tcp_if_include"
 expect_out mr.ompi5 "<NCCL_SOCKET_IFNAME=lo>"
+# ... and ends a job at once when a rank dies or fails: not so under the wrapper, which ends the job
+# itself (supervised runs only: not in a --dry-run command, nor when the user chose, nor across
+# hosts).
+expect_out mr.ompi5 $'<--runtime-options>\n<recoverable,error-nonzero-status=false>'
+mr mr.ompi5dry MPIRUN="$FAKEBIN/fake-mpirun" FAKE_OMPI_VERSION=5.0.7 -- -n 2 --net local --dry-run -- generate
+expect_not_out mr.ompi5dry "recoverable"
+mr mr.ompi5user MPIRUN="$FAKEBIN/fake-mpirun" FAKE_OMPI_VERSION=5.0.7 -- -n 2 --net local --mpirun-arg --disable-recovery -- generate
+expect_not_out mr.ompi5user "recoverable"
+mr mr.ompi5tcp MPIRUN="$FAKEBIN/fake-mpirun" FAKE_OMPI_VERSION=5.0.7 -- -n 2 --net tcp -- generate
+expect_not_out mr.ompi5tcp "recoverable"
 mr mr.nettcp -- -n 2 --net tcp --dry-run -- generate
 expect_not_out mr.nettcp "oob_tcp_if_include"
 mr mr.netbad -- -n 2 --net wifi --dry-run -- generate

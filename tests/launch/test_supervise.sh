@@ -39,17 +39,64 @@ if ((signalled)); then
 fi
 exit "$rc"
 EOF
+# Open MPI 5's mpirun (PRRTE) as the wrapper sees it: on SIGTERM or SIGINT, or when a rank exits
+# non-zero unless `--runtime-options recoverable,error-nonzero-status=false` was given, SIGTERM to every rank, SIGKILL 0.25 s later, exit 1
+# (logged); otherwise it exits 0 once every rank has ended, whatever their statuses. Like PRRTE it
+# starts the ranks with an empty signal mask, whatever its own.
+cat >"$FAKEBIN/sup-mpirun5" <<'EOF'
+#!/usr/bin/env bash
+[[ ${1-} == --version ]] && { echo "mpirun (Open MPI) 5.0.7"; exit 0; }
+np=1 prog=() recovery=0
+while (($#)); do
+  case "$1" in
+    -np) np=$2; shift 2 ;;
+    --runtime-options) [[ $2 == *recoverable* && $2 == *error-nonzero-status=false* ]] && recovery=1; shift 2 ;;
+    */llama2-rank) prog=("$@"); break ;;
+    *) shift ;;
+  esac
+done
+pids=()
+abort() {
+  local p
+  echo "fake mpirun: ending the job at once" >>"$FAKE_LOG"
+  for p in "${pids[@]}"; do kill -TERM -- "-$p" 2>/dev/null; done
+  sleep 0.25
+  for p in "${pids[@]}"; do kill -KILL -- "-$p" 2>/dev/null; done
+  exit 1
+}
+trap abort TERM INT
+set -m
+for ((r = 0; r < np; r++)); do
+  OMPI_COMM_WORLD_RANK=$r python3 -c 'import os, signal, sys
+signal.pthread_sigmask(signal.SIG_SETMASK, set())
+os.execvp(sys.argv[1], sys.argv[1:])' "${prog[@]}" &
+  pids+=($!)
+done
+set +m
+left=$np
+while ((left > 0)); do
+  id=""
+  wait -n -p id
+  s=$?
+  [[ -n "$id" ]] || continue
+  left=$((left - 1))
+  ((s == 0 || recovery)) || abort
+done
+exit 0
+EOF
 # Like serve, rank 0 stops on SIGTERM and the others follow it (here: when rank 0 logged its stop).
-# FAKE_HOLD=1: rank 0 catches SIGTERM but does not stop; FAKE_RC: every rank's exit status.
+# FAKE_HOLD=1: rank 0 catches SIGTERM but does not stop; FAKE_RC: every rank's exit status;
+# FAKE_RUN_S: how long a rank runs before it stops by itself (20 s); FAKE_CRASH_RANK: that rank
+# exits at once with FAKE_CRASH_RC (else FAKE_RC, else 3).
 cat >"$FAKEBIN/sup-llama2" <<'EOF'
 #!/usr/bin/env bash
 r=${OMPI_COMM_WORLD_RANK:-?} stop=0
 trap 'echo "rank $r: TERM" >>"$FAKE_LOG"; [[ "${FAKE_HOLD-}" == 1 || $r != 0 ]] || stop=1' TERM
 trap 'echo "rank $r: USR2" >>"$FAKE_LOG"' USR2
 echo "rank $r: started" >>"$FAKE_LOG"
-[[ "${FAKE_CRASH_RANK-}" == "$r" ]] && exit "${FAKE_RC:-3}"  # fails at once, never logs "stopped"
+[[ "${FAKE_CRASH_RANK-}" == "$r" ]] && exit "${FAKE_CRASH_RC:-${FAKE_RC:-3}}"  # fails at once, never logs "stopped"
 exec 3<> <(:)
-end=$((SECONDS + 20))
+end=$((SECONDS + ${FAKE_RUN_S:-20}))
 until ((stop || SECONDS >= end)); do
   read -t 0.05 -u 3
   [[ $r != 0 ]] && grep -q "rank 0: stopped" "$FAKE_LOG" && stop=1
@@ -175,6 +222,26 @@ until_log sup.twice started 2 && until_pid0 sup.twice && kill -TERM "$SUP_PID" &
 sup_end sup.twice
 expect_rc sup.twice 137
 expect_err sup.twice "second signal (SIGTERM): ending the job now (SIGKILL to 2 rank(s) on this host)"
+
+# Open MPI 5: SIGTERM to every process at once. The wrapper started mpirun with the stop signals
+# blocked, so it does not end the job at once: rank 0 stops, rank 1 follows it, all exit 0.
+sup sup5.all "${sup_env[@]}" MPIRUN="$FAKEBIN/sup-mpirun5" FAKE_LOG="$TMP/sup5.all.log" -- -n 2 -q -- serve --model /m
+# shellcheck disable=SC2046
+until_log sup5.all started 2 && until_pid0 sup5.all && kill -TERM $(tree_pids "$SUP_PID") 2>/dev/null
+sup_end sup5.all
+expect_rc sup5.all 0
+expect_log sup5.all 2 "stopped"
+expect_log sup5.all 0 "fake mpirun: ending the job at once"
+expect_err sup5.all "every rank (2) exited 0"
+# Open MPI 5: a rank fails. With those runtime options mpirun leaves the other ranks running (rank 0
+# finishes by itself within the grace period) and exits 0; the wrapper exits with the failure's 3.
+sup sup5.crash "${sup_env[@]}" MPIRUN="$FAKEBIN/sup-mpirun5" FAKE_LOG="$TMP/sup5.crash.log" \
+  FAKE_CRASH_RANK=1 FAKE_CRASH_RC=3 FAKE_RUN_S=1 _LLAMA2_TEST_GRACE_S=5 -- -n 2 -q -- serve --model /m
+sup_end sup5.crash
+expect_rc sup5.crash 3
+expect_log sup5.crash 1 "rank 0: stopped"
+expect_log sup5.crash 0 "fake mpirun: ending the job at once"
+expect_err sup5.crash "rank 1 exited 3: ending the job"
 
 # ============================================================================ systemd units
 for UNIT in "$ROOT/launch/systemd/llama2.service" "$ROOT/launch/systemd/llama2-http.service"; do

@@ -20,7 +20,19 @@
 # requests; both gather paths) against HF's log-softmax of the same rows (reference_logprobs.h):
 # its RESULT line has logprob_max_diff=, logprobs_compared=, logprob_failures=.
 # CHECKS=fp8kv runs only a, h and what h needs; CHECKS=wquant only a, i and what i needs;
-# CHECKS=logprobs only a, the GPU logprobs kernel test and c (no torch needed). Every reference run is at np 1 and 2 ($NPS). All RESULT/STEP/NOISE lines go to
+# CHECKS=logprobs only a, the GPU logprobs kernel test and c (no torch needed); CHECKS=int4 only
+# a, the 4-bit kernel tests and j:
+# j. 4-bit weights (#38): the AWQ / GPTQ files that `llama2 quantize` writes (the source model and
+#    recipes of make_int4_fixtures.py, a GPTQ file with contiguous groups, the random model as AWQ)
+#    on CUDA fp16 (packed 4-bit kernels; the act-order file dequantized at load) vs transformers in
+#    fp16 on the reference dequantizer's weights (dequantize_int4.py), within NOISE_FACTOR x HF's
+#    own noise there (HF-fp16 vs HF-fp32 on the same dequantized weights). The CPU backend is held
+#    to fp32 precision against the same dequantized weights in CI (tests/integration/
+#    int4_checkpoint.sh), so this is CUDA vs CPU through one reference. `--weight-dtype int4` on
+#    the fp16 sources (round-to-nearest at load, AWQ's rule) is checked against the AWQ files'
+#    fixtures and must agree with the AWQ files' runs (the same max |diff|: INT4-SAME lines). At
+#    $INT4_NPS (1).
+# Every other reference run is at np 1 and 2 ($NPS). All RESULT/STEP/NOISE lines go to
 # OUTDIR/summary.txt, logs to OUTDIR/logs/; the exit code is non-zero if anything failed.
 # Tolerances are explained in tests/reference/README.md.
 set -uo pipefail  # no -e: every check runs and reports even after an earlier one failed
@@ -35,11 +47,13 @@ NOISE_FACTOR=${NOISE_FACTOR:-2}
 FP32_TOL=${FP32_TOL:-1e-3}
 FP32_NEAR_TIE=${FP32_NEAR_TIE:-1e-3}
 NPS=${NPS:-1 2}
-CHECKS=${CHECKS:-all}  # all | fp8kv | wquant | logprobs
-case $CHECKS in all | fp8kv | wquant | logprobs) ;; *) echo "CHECKS must be all, fp8kv, wquant or logprobs (got '$CHECKS')" >&2; exit 2 ;; esac
+INT4_NPS=${INT4_NPS:-1}
+CHECKS=${CHECKS:-all}  # all | fp8kv | wquant | logprobs | int4
+case $CHECKS in all | fp8kv | wquant | logprobs | int4) ;; *) echo "CHECKS must be all, fp8kv, wquant, logprobs or int4 (got '$CHECKS')" >&2; exit 2 ;; esac
 all() { [ "$CHECKS" = all ]; }
-kv8() { [ "$CHECKS" != wquant ]; }
-wq() { [ "$CHECKS" != fp8kv ]; }
+kv8() { [ "$CHECKS" = all ] || [ "$CHECKS" = fp8kv ]; }
+wq() { [ "$CHECKS" = all ] || [ "$CHECKS" = wquant ]; }
+i4() { [ "$CHECKS" = all ] || [ "$CHECKS" = int4 ]; }
 logprobs_only() { [ "$CHECKS" = logprobs ]; }
 # Models of step i: every projection's input width must be a multiple of 16 at each np (fp8).
 WQ_SMALL=${WQ_SMALL:-small-d128-f16}
@@ -114,12 +128,14 @@ ref() {
 
 # ---- a. build, b. kernel tests
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
-  if ! step build "$LOGS/build.log" bash benchmarks/gpu/build.sh llama2 llama2_reference_test llama2_gpu_tests; then
+  if ! step build "$LOGS/build.log" bash benchmarks/gpu/build.sh llama2 llama2_reference_test llama2_gpu_tests llama2_logits_diff; then
     cat "$SUMMARY"
     exit 1
   fi
 fi
 all && step gpu-kernel-tests "$LOGS/gpu_tests.log" timeout 600 build-gpu/tests/llama2_gpu_tests --force-colors=0
+[ "$CHECKS" = int4 ] && step gpu-4bit-tests "$LOGS/gpu_4bit.log" timeout 600 \
+  build-gpu/tests/llama2_gpu_tests --force-colors=0 --test-case='4-bit*'
 logprobs_only && step gpu-logprobs-test "$LOGS/gpu_logprobs.log" timeout 600 \
   build-gpu/tests/llama2_gpu_tests --force-colors=0 --test-case='logprobs*'
 
@@ -186,6 +202,28 @@ if wq; then
     done
   done
 fi
+# j's models: 4-bit files from `llama2 quantize` (recipes of make_int4_fixtures.py and two more),
+# the reference dequantizer's fp32 folders, and transformers' fixtures on them in fp16 and fp32.
+I4=$TMP/int4
+INT4_FILES="int4-awq int4-gptq-g128 int4-gptq-act-order random-awq"
+if i4; then
+  mkdir -p "$I4/q" "$I4/deq"
+  read -ra i4_source < <(PYTHONPATH=tests/reference "$PY" -c \
+    'import make_int4_fixtures as m; print(" ".join(m.SOURCE[1:]))')
+  step int4-source "$LOGS/int4-source.log" build-gpu/llama2 make-test-model --out "$I4/int4-src" "${i4_source[@]}"
+  i4_recipe() {  # NAME SOURCE_DIR QUANTIZE_FLAGS...
+    step "int4-quantize-$1" "$LOGS/int4-quantize-$1.log" build-gpu/llama2 quantize --model "$2" \
+      --out "$I4/q/$1" "${@:3}" &&
+      step "int4-dequantize-$1" "$LOGS/int4-dequantize-$1.log" "$PY" tests/reference/dequantize_int4.py \
+        "$I4/q/$1" "$I4/deq/$1"
+  }
+  i4_recipe int4-awq "$I4/int4-src" --format awq --group-size 128
+  i4_recipe int4-gptq-g128 "$I4/int4-src" --format gptq --group-size 128
+  i4_recipe int4-gptq-act-order "$I4/int4-src" --format gptq --group-size 64 --desc-act --checkpoint-format gptq_v2
+  i4_recipe random-awq "$TMP/random-fp16" --format awq --group-size 128
+  fixtures int4-fp16 "$I4/deq" "${INT4_FILES// /,}" float16 fixtures-int4-fp16
+  fixtures int4-fp32 "$I4/deq" "${INT4_FILES// /,}" float32 fixtures-int4-fp32
+fi
 # fp32 for both random models: each dtype's noise is measured against its own files upcast.
 fixtures fp32-random "$TMP" random-fp16,random-bf16 float32 fixtures-fp32
 
@@ -218,6 +256,15 @@ FP8=+kv-fp8_e4m3  # the dtype label of llama2_reference_test's RESULT line with 
         done
       done
     done
+  fi
+  # 4-bit: the files run as stored (dtype fp16), and the fp16 sources quantized at load (fp16+w-int4).
+  if i4; then
+    for m in $INT4_FILES; do
+      echo "$m fp16 $OUT/fixtures-int4-fp16/$m.json $OUT/fixtures-int4-fp32/$m.json"
+    done
+    # RESULT lines name the fixture's model: the AWQ file's, for the source quantized at load too.
+    echo "int4-awq fp16+w-int4 $OUT/fixtures-int4-fp16/int4-awq.json $OUT/fixtures-int4-fp32/int4-awq.json"
+    echo "random-awq fp16+w-int4 $OUT/fixtures-int4-fp16/random-awq.json $OUT/fixtures-int4-fp32/random-awq.json"
   fi
 } > "$pairs"
 cat > "$TMP/noise.py" <<'PYEOF'
@@ -313,6 +360,40 @@ if wq; then
     done
   done
   NPS=$all_nps
+fi
+
+# ---- j. 4-bit files and --weight-dtype int4 vs transformers on the dequantized weights (header)
+if i4; then
+  for m in $INT4_FILES; do
+    t=$(noise_of "$m" fp16)
+    NPS=$INT4_NPS ref "$I4/q/$m" "$OUT/fixtures-int4-fp16/$m.json" fp16 "$t" "$t"
+  done
+  t=$(noise_of int4-awq fp16+w-int4)
+  NPS=$INT4_NPS ref "$I4/int4-src" "$OUT/fixtures-int4-fp16/int4-awq.json" fp16 "$t" "$t" auto int4
+  t=$(noise_of random-awq fp16+w-int4)
+  NPS=$INT4_NPS ref "$TMP/random-fp16" "$OUT/fixtures-int4-fp16/random-awq.json" fp16 "$t" "$t" auto int4
+  # A 400-token prompt (token by token, one prefill, chunks of 5): the prefill's products of more
+  # rows than the 4-bit GEMM takes run on a dequantized copy through cuBLAS. The AWQ file on CUDA
+  # against its dequantized weights on CUDA in fp16 (the same fp16 values), within HF's noise.
+  t=$(noise_of int4-awq fp16)
+  log=$LOGS/logits-diff-int4-awq-prompt400.log
+  timeout --kill-after=10 "$MPI_TIMEOUT" mpirun --allow-run-as-root --oversubscribe \
+    -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -np 1 \
+    build-gpu/tests/llama2_logits_diff --model "$I4/q/int4-awq" --against "$I4/deq/int4-awq" \
+    --backend cuda --dtype fp16 --prompt-len 400 --tolerance "$t" > "$log" 2>&1
+  line=$(grep '^RESULT ' "$log" | tail -n 1)
+  echo "RESULT model=int4-awq-prompt400 backend=cuda dtype=fp16 ${line:-reason=no-RESULT-line status=FAIL}" |
+    sed 's/ RESULT / /' >> "$SUMMARY"
+  # The same weights by two routes: the AWQ file's run and the source's int4 run must agree exactly.
+  for m in int4-awq random-awq; do
+    # The file's run is the model's first RESULT line of this step, the source's the second (both
+    # say dtype=fp16+w-int4 when the file runs packed).
+    a=$(grep "^RESULT model=$m " "$SUMMARY" | sed -n 1p | grep -o ' max_abs_diff=[^ ]*')
+    b=$(grep "^RESULT model=$m " "$SUMMARY" | sed -n 2p | grep -o ' max_abs_diff=[^ ]*')
+    status=PASS
+    [ -n "$a" ] && [ "$a" = "$b" ] || status=FAIL
+    echo "INT4-SAME model=$m file_${a# } at_load_${b# } status=$status" >> "$SUMMARY"
+  done
 fi
 
 "$PY" "$TMP/noise.py" "$SUMMARY" "$pairs" > "$OUT/noise.txt" 2>> "$LOGS/noise.log"

@@ -77,6 +77,7 @@ cxxopts::Options batch_options() {
   add_prefix_caching_options(opts);
   add_replica_options(opts);
   add_sampling_options(opts);
+  add_speculative_options(opts);
   add_generation_config_option(opts);
   return opts;
 }

@@ -110,6 +110,21 @@ void add_prefix_caching_options(cxxopts::Options& opts) {
       cxxopts::value<std::string>())("no-prefix-caching", "Same as --prefix-caching off");
 }
 
+void add_speculative_options(cxxopts::Options& opts) {
+  const SpeculativeConfig d;
+  opts.add_options("Speculative decoding")(
+      "speculative",
+      "ngram:K[:MIN_MATCH[:MAX_MATCH]]: propose up to K (1..16) tokens per step by prompt lookup "
+      "(the tokens after the latest earlier match of the last MAX_MATCH..MIN_MATCH tokens, "
+      "default 2..4) and verify them in the step; greedy output is unchanged, sampled output keeps "
+      "its distribution (docs/speculative.md). Default: off",
+      cxxopts::value<std::string>())(
+      "speculative-max-batch",
+      "Above this many running sequences a step speculates for nobody (default " +
+          std::to_string(d.max_batch) + ", a placeholder until measured on the H200)",
+      cxxopts::value<int>());
+}
+
 void add_generation_config_option(cxxopts::Options& opts) {
   opts.add_options("Sampling")(
       "generation-config",
@@ -207,6 +222,18 @@ EngineConfig engine_config_from(const cxxopts::ParseResult& r, const StepDefault
     throw Error("--prefill-chunk must be >= 1 (got " + std::to_string(c.prefill_chunk) + ")");
   }
   c.knobs = tuning_knobs_from_env();
+  // Only generate, batch and serve have the flags.
+  if (r.count("speculative")) c.speculative = parse_speculative(r["speculative"].as<std::string>());
+  if (c.speculative.method == SpecMethod::kDraft) {
+    throw Error(
+        "--speculative draft:DIR:K is not available yet; use ngram:K[:MIN_MATCH[:MAX_MATCH]]");
+  }
+  if (r.count("speculative-max-batch")) {
+    const int n = r["speculative-max-batch"].as<int>();
+    if (n < 1) throw Error("--speculative-max-batch must be >= 1 (got " + std::to_string(n) + ")");
+    if (!c.speculative.enabled()) throw Error("--speculative-max-batch needs --speculative");
+    c.speculative.max_batch = n;
+  }
   return c;
 }
 
@@ -230,7 +257,7 @@ void add_replica_options(cxxopts::Options& opts) {
 
 SchedulerOptions scheduler_options(const EngineConfig& cfg) {
   return SchedulerOptions{cfg.max_batch, cfg.prefill_chunk, cfg.knobs.full_logits,
-                          cfg.prefix_caching};
+                          cfg.prefix_caching, cfg.speculative};
 }
 
 void add_sampling_options(cxxopts::Options& opts) {

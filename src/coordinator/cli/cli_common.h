@@ -99,6 +99,9 @@ SamplingParams sampling_from_options(const cxxopts::ParseResult& r);
 // Error with validate_sampling's message when the command-line sampling defaults are invalid on
 // their own (a 1-token prompt stands in for any prompt).
 void check_sampling_defaults(const SamplingParams& defaults, const ModelConfig& model);
+// --speculative and --speculative-max-batch (generate, batch, serve; group "Speculative
+// decoding"); engine_config_from reads them into EngineConfig::speculative.
+void add_speculative_options(cxxopts::Options& opts);
 // --generation-config auto|ignore (generate, batch, serve).
 void add_generation_config_option(cxxopts::Options& opts);
 // Rank 0, after load_model: `defaults` (sampling_from_options) with the model's

@@ -75,6 +75,7 @@ cxxopts::Options generate_options() {
       cxxopts::value<std::string>(), "FILE");
   add_engine_options(opts);
   add_sampling_options(opts);
+  add_speculative_options(opts);
   add_generation_config_option(opts);
   return opts;
 }

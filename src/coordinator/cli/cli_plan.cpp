@@ -92,6 +92,9 @@ std::string with_exact(int64_t b) {
 void print_shard_rows(const CapacityPlan& p, const ModelConfig& c, const std::string& kv_dtype,
                       int dp) {
   row("weights per GPU (largest shard)", with_exact(p.weight_bytes_per_gpu));
+  if (p.scratch_bytes_per_gpu > 0) {
+    row("4-bit prefill scratch per GPU", with_exact(p.scratch_bytes_per_gpu));
+  }
   row("reserve per GPU",
       format_bytes(p.reserve_bytes) +
           (p.reserve_is_default ? " (default: max(2GiB, 10% of --gpu-mem))" : " (--reserve)"));
@@ -172,6 +175,7 @@ nlohmann::ordered_json plan_json(const CapacityPlan& p, const std::string& sourc
       {"tp_invalid_reason", p.tp_valid ? ordered_json(nullptr) : ordered_json(p.tp_invalid_reason)},
       {"model_weight_bytes", p.model_weight_bytes},
       {"weight_bytes_per_gpu", per_gpu(p.weight_bytes_per_gpu)},
+      {"scratch_bytes_per_gpu", per_gpu(p.scratch_bytes_per_gpu)},
       {"heads_per_gpu", per_gpu(p.heads_per_gpu)},
       {"kv_heads_per_gpu", per_gpu(p.kv_heads_per_gpu)},
       {"kv_replicated", per_gpu(p.kv_replicated)},

@@ -75,6 +75,7 @@ cxxopts::Options serve_options() {
   add_prefix_caching_options(opts);
   add_replica_options(opts);
   add_sampling_options(opts);
+  add_speculative_options(opts);
   add_generation_config_option(opts);
   add_http_options(opts);
   return opts;

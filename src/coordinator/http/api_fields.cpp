@@ -8,7 +8,8 @@ namespace llama2 {
 using nlohmann::json;
 
 // top_k, repetition_penalty, ignore_eos, stop_token_ids, min_tokens, min_p,
-// include_stop_str_in_output and skip_special_tokens are the extensions vLLM also takes.
+// include_stop_str_in_output and skip_special_tokens are the extensions vLLM also takes;
+// speculative (docs/speculative.md) is ours.
 const std::vector<std::string> kSameNameKeys = {"temperature",
                                                 "top_p",
                                                 "seed",
@@ -23,7 +24,8 @@ const std::vector<std::string> kSameNameKeys = {"temperature",
                                                 "min_tokens",
                                                 "min_p",
                                                 "include_stop_str_in_output",
-                                                "skip_special_tokens"};
+                                                "skip_special_tokens",
+                                                "speculative"};
 
 namespace {
 

@@ -36,6 +36,7 @@ const std::set<std::string> kRequestKeys = {"response_format",
                                             "min_p",
                                             "include_stop_str_in_output",
                                             "skip_special_tokens",
+                                            "speculative",
                                             "tools",
                                             "tool_choice",
                                             "parallel_tool_calls"};

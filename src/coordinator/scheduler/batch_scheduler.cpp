@@ -10,6 +10,7 @@
 #include "coordinator/constrain/matcher.h"
 #include "coordinator/requests/request_constraint.h"
 #include "coordinator/scheduler/logprobs.h"
+#include "coordinator/scheduler/ngram_proposer.h"
 #include "coordinator/scheduler/sampler.h"
 #include "coordinator/text/stop_matcher.h"
 #include "coordinator/text/tokenizer.h"
@@ -31,6 +32,11 @@ struct BatchScheduler::Sequence {
   std::unique_ptr<constrain::GrammarMatcher> matcher;
   Finished result;
   bool done = false;
+  // Speculation: whether this request's decode steps may verify proposals (the server speculates,
+  // the request did not opt out, no constraint: docs/speculative.md), and this step's proposed
+  // tokens (empty: a plain decode row).
+  bool speculates = false;
+  std::vector<int> proposal;
   // prompt_logprobs: prompt rows scored so far. Row p (the logits after token p) scores prompt
   // token p + 1 into result.prompt_logprobs[p]; rows are scored in order, each once, also when a
   // preemption makes the prompt run again.
@@ -115,7 +121,11 @@ bool BatchScheduler::try_admit(SubmitRequest& req) {
   if (!hit) return false;
   running_.push_back(
       std::make_unique<Sequence>(std::move(req), tok_, std::move(table), *hit, chain));
-  if (running_.back()->adjusted()) ++adjusted_;
+  Sequence& s = *running_.back();
+  if (s.adjusted()) ++adjusted_;
+  // A constrained row's mask depends on the tokens accepted before it: no speculation there.
+  s.speculates = opts_.speculative.enabled() && s.req.params.speculative.value_or(true) &&
+                 s.matcher == nullptr;
   return true;
 }
 
@@ -141,12 +151,43 @@ bool BatchScheduler::cancel(const CancelRequest& cancel, SchedulerEvents& events
   return false;
 }
 
+// A speculating sequence counts the blocks its proposals may need too (the K extra KV slots).
 int BatchScheduler::growth_need() const {
+  const bool spec = opts_.speculative.enabled() &&
+                    static_cast<int>(running_.size()) <= opts_.speculative.max_batch;
   int n = 0;
   for (const auto& s : running_) {
-    if (s->decoding() && s->cached % blocks_.block_size() == 0) ++n;
+    if (!s->decoding()) continue;
+    const int extra = spec && s->speculates ? proposal_room(*s) : 0;
+    n += std::max(0, BlockAllocator::blocks_for(s->cached + 1 + extra, blocks_.block_size()) -
+                         static_cast<int>(s->table.size()));
   }
   return n;
+}
+
+int BatchScheduler::proposal_room(const Sequence& s) const {
+  return std::max(0,
+                  std::min(opts_.speculative.k, s.req.params.max_new_tokens - s.generated() - 1));
+}
+
+// Prompt lookup for each decoding sequence that speculates, when at most --speculative-max-batch
+// sequences run. A proposal gets the blocks its tokens need only from free ones (it never
+// preempts): it is cut to what fits.
+void BatchScheduler::propose() {
+  const SpeculativeConfig& spec = opts_.speculative;
+  const bool on = spec.enabled() && static_cast<int>(running_.size()) <= spec.max_batch;
+  for (auto& sp : running_) {
+    Sequence& s = *sp;
+    s.proposal.clear();
+    if (!on || !s.speculates || !s.decoding()) continue;
+    const int room = proposal_room(s);
+    if (room == 0) continue;
+    ngram_propose(s.context, room, spec.min_match, spec.max_match, &s.proposal);
+    while (!s.proposal.empty() &&
+           !blocks_.ensure(&s.table, s.cached + 1 + static_cast<int>(s.proposal.size()))) {
+      s.proposal.pop_back();
+    }
+  }
 }
 
 void BatchScheduler::preempt_newest() {
@@ -154,6 +195,7 @@ void BatchScheduler::preempt_newest() {
   running_.pop_back();
   blocks_.release(&s->table);  // registered blocks stay cached: its resumption may find them
   s->cached = 0;
+  s->proposal.clear();
   s->chain = PrefixChain{};
   preempted_.insert(preempted_.begin(), std::move(s));
   ++preemptions_;
@@ -196,11 +238,23 @@ void BatchScheduler::grow_decoding() {
 void BatchScheduler::add_to_plan(ScheduledStep& step, int slot, int n_tokens) const {
   const Sequence& s = *running_[static_cast<size_t>(slot)];
   const bool decode = s.decoding();
-  // The logits after its last known token give the next one.
-  append_seq(&step.plan, static_cast<int32_t>(s.req.id), s.cached, s.context.data() + s.cached,
-             n_tokens, s.logit_rows(n_tokens), s.table.data(),
-             BlockAllocator::blocks_for(s.cached + n_tokens, blocks_.block_size()),
-             s.req.params.logprobs || s.req.params.prompt_logprobs);
+  const bool want_logprobs = s.req.params.logprobs || s.req.params.prompt_logprobs;
+  if (decode && !s.proposal.empty()) {
+    // A verify step: the last sampled token and the proposals, a logit row after each.
+    std::vector<int32_t> feed{s.context[static_cast<size_t>(s.cached)]};
+    feed.insert(feed.end(), s.proposal.begin(), s.proposal.end());
+    const int n = static_cast<int>(feed.size());
+    LLAMA2_CHECK(n == n_tokens);
+    append_seq(&step.plan, static_cast<int32_t>(s.req.id), s.cached, feed.data(), n, n,
+               s.table.data(), BlockAllocator::blocks_for(s.cached + n, blocks_.block_size()),
+               want_logprobs);
+  } else {
+    // The logits after its last known token give the next one.
+    append_seq(&step.plan, static_cast<int32_t>(s.req.id), s.cached, s.context.data() + s.cached,
+               n_tokens, s.logit_rows(n_tokens), s.table.data(),
+               BlockAllocator::blocks_for(s.cached + n_tokens, blocks_.block_size()),
+               want_logprobs);
+  }
   step.ids.push_back(s.req.id);
   step.slots.push_back(slot);
   step.decode_rows += decode ? 1 : 0;
@@ -231,9 +285,12 @@ int BatchScheduler::logit_candidates(const ScheduledStep& step) const {
 ScheduledStep BatchScheduler::schedule() {
   resume_preempted();
   grow_decoding();
+  propose();
   ScheduledStep step;
   for (size_t i = 0; i < running_.size(); ++i) {
-    if (running_[i]->decoding()) add_to_plan(step, static_cast<int>(i), 1);
+    const Sequence& s = *running_[i];
+    if (s.decoding())
+      add_to_plan(step, static_cast<int>(i), 1 + static_cast<int>(s.proposal.size()));
   }
   int budget = opts_.prefill_chunk;
   // The engine holds as many logit rows per step as sequences (--max-batch-size): every running
@@ -266,18 +323,23 @@ void BatchScheduler::add_row_adjustments(ScheduledStep& step) {
     const SeqStep& q = step.plan.seqs[i];
     if (q.n_logits == 0) continue;
     Sequence& s = *running_[static_cast<size_t>(step.slots[i])];
-    // Only the row that samples (the chunk's last, when it reaches the last known token): prompt
-    // rows score the model's own distribution.
-    const int last = row + q.n_logits - 1;
-    if (s.adjusted() && q.pos_begin + q.n_tokens == s.known() && fill_row_adjust(s))
-      add_row_adjust(&step.plan, last, mask_, config_.vocab_size);
+    // Only the rows that sample: the chunk's last, when it reaches the last known token (prompt
+    // rows score the model's own distribution), or each row of a verify step, adjusted as a plain
+    // decode would adjust it at that position.
+    if (s.adjusted() && s.decoding() && !s.proposal.empty()) {
+      for (int j = 0; j < q.n_logits; ++j) {
+        if (fill_row_adjust(s, j)) add_row_adjust(&step.plan, row + j, mask_, config_.vocab_size);
+      }
+    } else if (s.adjusted() && q.pos_begin + q.n_tokens == s.known() && fill_row_adjust(s)) {
+      add_row_adjust(&step.plan, row + q.n_logits - 1, mask_, config_.vocab_size);
+    }
     row += q.n_logits;
   }
 }
 
 // The matcher's words cover the tokenizer's vocabulary; the model's may be larger (synthetic
 // weights with a test tokenizer): the ids past it stay disallowed.
-bool BatchScheduler::fill_row_adjust(Sequence& s) {
+bool BatchScheduler::fill_row_adjust(Sequence& s, int ahead) {
   const SamplingParams& p = s.req.params;
   const size_t words = static_cast<size_t>((config_.vocab_size + 31) / 32);
   mask_.allowed.clear();
@@ -287,7 +349,7 @@ bool BatchScheduler::fill_row_adjust(Sequence& s) {
     s.matcher->fill_mask(mask_.allowed.data());
     std::fill(mask_.allowed.begin() + static_cast<std::ptrdiff_t>(filled), mask_.allowed.end(), 0u);
   }
-  if (s.generated() < p.min_tokens) {
+  if (s.generated() + ahead < p.min_tokens) {
     // Too early to end: EOS and the stop ids are masked out. A grammar that allows nothing else
     // keeps its own mask, as a vocabulary of stop ids only allows all (a row with no token
     // allowed could not be sampled).
@@ -324,6 +386,48 @@ int BatchScheduler::sample_row(Sequence& s, const StepLogits& logits, int row) {
   row_logits_.assign(logits.values.begin() + static_cast<std::ptrdiff_t>(at),
                      logits.values.begin() + static_cast<std::ptrdiff_t>(at + W));
   return s.sampler.sample(row_logits_, s.context);  // the penalties write into the copy
+}
+
+int BatchScheduler::verify_row(Sequence& s, const StepLogits& logits, int row, int proposal,
+                               bool* accepted) {
+  const size_t W = static_cast<size_t>(logits.width), at = static_cast<size_t>(row) * W;
+  if (!logits.full()) {
+    return s.sampler.verify_candidates(logits.values.data() + at, logits.ids.data() + at,
+                                       logits.width, proposal, nullptr, accepted);
+  }
+  row_logits_.assign(logits.values.begin() + static_cast<std::ptrdiff_t>(at),
+                     logits.values.begin() + static_cast<std::ptrdiff_t>(at + W));
+  return s.sampler.verify(row_logits_, s.context, proposal, nullptr, accepted);
+}
+
+int BatchScheduler::apply_verified(Sequence& s, const StepLogits& logits, int row,
+                                   SchedulerEvents& events) {
+  LLAMA2_CHECK(s.matcher == nullptr);  // constrained requests do not speculate
+  const int base = s.cached, k = static_cast<int>(s.proposal.size());
+  int emitted = 0, accepted_n = 0;
+  for (int j = 0; j <= k; ++j) {
+    // Row j follows the fed tokens 0..j, which the KV cache now holds for good: the last sampled
+    // token and the j proposals accepted so far (already in context). Only they register.
+    s.cached = base + j + 1;
+    if (opts_.prefix_caching) blocks_.cache_full_blocks(s.context, s.cached, s.table, &s.chain);
+    bool accepted = false;
+    const int token =
+        j < k ? verify_row(s, logits, row + j, s.proposal[static_cast<size_t>(j)], &accepted)
+              : sample_row(s, logits, row + j);  // every proposal accepted: a bonus
+    emit(s, token, logits, row + j, events);
+    ++emitted;
+    accepted_n += accepted ? 1 : 0;
+    if (s.done || !accepted) break;
+  }
+  ++spec_.verify_steps;
+  spec_.proposed += k;
+  spec_.accepted += accepted_n;
+  spec_.emitted += emitted;
+  s.proposal.clear();
+  // The rejected tokens' KV slots: past s.cached, overwritten by the next step; whole blocks past
+  // it go back now.
+  if (!s.done) blocks_.truncate(&s.table, s.cached);
+  return emitted;
 }
 
 void BatchScheduler::emit(Sequence& s, int token, const StepLogits& logits, int row,
@@ -385,6 +489,13 @@ int BatchScheduler::apply(const ScheduledStep& step, const StepLogits& logits,
     LLAMA2_CHECK(slot < running_.size() && running_[slot]->req.id == step.ids[i]);
     Sequence& s = *running_[slot];
     const SeqStep& q = step.plan.seqs[i];
+    if (!s.proposal.empty()) {
+      LLAMA2_CHECK(s.decoding() && q.n_tokens == 1 + static_cast<int>(s.proposal.size()) &&
+                   q.n_logits == q.n_tokens);
+      generated += apply_verified(s, logits, row, events);
+      row += q.n_logits;
+      continue;
+    }
     s.cached += q.n_tokens;
     // Blocks this step filled are computed now: later prompts with the same prefix may share them.
     if (opts_.prefix_caching) blocks_.cache_full_blocks(s.context, s.cached, s.table, &s.chain);

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "common/model_config.h"
+#include "common/speculative_config.h"
 #include "common/step_executor.h"
 #include "coordinator/requests/request_messages.h"
 #include "coordinator/scheduler/block_allocator.h"
@@ -45,6 +46,19 @@ struct SchedulerOptions {
   // Share the KV blocks of prompt prefixes already computed (block_allocator.h). The commands'
   // default (on) is EngineConfig::prefix_caching; a scheduler built without it does not cache.
   bool prefix_caching = false;
+  // Speculative decoding (docs/speculative.md): n-gram proposals verified in the step; off by
+  // default. The engine must hold max_batch_size + speculative.extra_rows(max_batch_size) logit
+  // rows (EngineConfig::max_logit_rows).
+  SpeculativeConfig speculative{};
+};
+
+// Speculative decoding's counters since start (acceptance rate = accepted / proposed; tokens per
+// verify step = emitted / verify_steps).
+struct SpecCounters {
+  int64_t verify_steps = 0;  // sequence-steps that verified at least one proposed token
+  int64_t proposed = 0;      // tokens proposed in them
+  int64_t accepted = 0;      // of those, tokens accepted
+  int64_t emitted = 0;       // tokens those steps emitted (accepted + one drawn, unless a stop)
 };
 
 // What schedule() decided for one engine step.
@@ -94,6 +108,7 @@ class BatchScheduler {
   size_t preempted() const { return preempted_.size(); }
   // Preemptions since start (llama2_preemptions_total).
   int64_t preemptions() const { return preemptions_; }
+  const SpecCounters& spec_counters() const { return spec_; }
   const BlockAllocator& blocks() const { return blocks_; }
 
  private:
@@ -104,14 +119,28 @@ class BatchScheduler {
   void resume_preempted();
   void grow_decoding();
   void preempt_newest();
+  // Fills each decoding sequence's proposal for this step (empty: a plain decode row) and the
+  // blocks it needs, when this step speculates.
+  void propose();
+  // The tokens `s` may still propose: K, less what max_new_tokens leaves room for (a verify step
+  // emits up to K + 1 tokens).
+  int proposal_room(const Sequence& s) const;
   void add_to_plan(ScheduledStep& step, int slot, int n_tokens) const;
   // Each adjusted row's VocabAdjust: one per row, combining the constraint's allowed tokens (from
   // its sequence's matcher), min_tokens' masked stop ids and logit_bias.
   void add_row_adjustments(ScheduledStep& step);
   // Fills mask_ for `s`'s next row; false when the row needs no adjustment.
-  bool fill_row_adjust(Sequence& s);
+  // `ahead`: the row's place after the next token (a verify step's later rows: min_tokens counts
+  // the tokens accepted before them).
+  bool fill_row_adjust(Sequence& s, int ahead = 0);
   int logit_candidates(const ScheduledStep& step) const;
   int sample_row(Sequence& s, const StepLogits& logits, int row);
+  // sample_row for a verify row: the token it gives and whether it is `proposal`.
+  int verify_row(Sequence& s, const StepLogits& logits, int row, int proposal, bool* accepted);
+  // A verify step's rows from `row` (the sequence's 1 + K): accepted proposals and the token after
+  // them are emitted in order, until a rejection or the sequence's end; the KV of the rejected
+  // tokens is dropped (cached reset, blocks past it freed; only accepted tokens' blocks register).
+  int apply_verified(Sequence& s, const StepLogits& logits, int row, SchedulerEvents& events);
   // prompt_logprobs: records the unscored prompt rows among the `n` rows from `row` that end at
   // s.cached (already advanced past the step's chunk).
   void score_prompt_rows(Sequence& s, const StepLogits& logits, int row, int n);
@@ -129,6 +158,7 @@ class BatchScheduler {
   // while any is preempted, and the newest is always the one preempted).
   std::vector<std::unique_ptr<Sequence>> preempted_;
   int64_t preemptions_ = 0;
+  SpecCounters spec_;
   // Admitted sequences (running or preempted) with a constraint, a logit_bias or a min_tokens:
   // 0 skips the adjustment pass.
   int adjusted_ = 0;

@@ -152,6 +152,14 @@ void BlockAllocator::cache_full_blocks(const std::vector<int>& tokens, int in_ca
   }
 }
 
+void BlockAllocator::truncate(std::vector<int>* table, int positions) {
+  const size_t keep = static_cast<size_t>(blocks_for(positions, block_size_));
+  if (table->size() <= keep) return;
+  std::vector<int> tail(table->begin() + static_cast<std::ptrdiff_t>(keep), table->end());
+  table->resize(keep);
+  release(&tail);
+}
+
 void BlockAllocator::release(std::vector<int>* table) {
   for (auto it = table->rbegin(); it != table->rend(); ++it) {
     Block& k = blocks_[*it];

@@ -70,6 +70,9 @@ class BlockAllocator {
   // `chain`. tokens: [>= in_cache].
   void cache_full_blocks(const std::vector<int>& tokens, int in_cache,
                          const std::vector<int>& table, PrefixChain* chain);
+  // Gives back the blocks of `table` past those covering `positions` tokens (a speculative
+  // verify step's rejected tokens), as release() does.
+  void truncate(std::vector<int>* table, int positions);
   // Drops the sequence's reference to every block of `table` and clears it. A block nobody holds
   // any more becomes free, or evictable when it is registered (the table's last blocks are then
   // the first to go: an earlier block of a chain stays findable as long as possible).

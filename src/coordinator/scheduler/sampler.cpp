@@ -7,6 +7,7 @@
 
 #include "common/check.h"
 #include "common/step_plan.h"
+#include "coordinator/scheduler/speculative_rule.h"
 
 namespace llama2 {
 namespace {
@@ -185,15 +186,71 @@ class Sampler::Ranked {
   const int32_t* ids_;
 };
 
-int Sampler::draw(const float* logits, const int32_t* ids, size_t n) {
-  Ranked r(logits, ids, n, order_);
+void Sampler::weigh(Ranked& r, size_t n) {
   cut_top_k(r);
   // Softmax weights relative to the largest logit (a last-bit change of it scales all alike).
   work_.resize(n);
   for (int i : r.order) work_[i] = std::exp((r.value(i) - r.top) / params_.temperature);
   cut_min_p(r);
   cut_top_p(r);
+}
+
+int Sampler::draw(const float* logits, const int32_t* ids, size_t n) {
+  Ranked r(logits, ids, n, order_);
+  weigh(r, n);
   return inverse_cdf(r, ids, n);
+}
+
+int Sampler::draw_verified(const float* logits, const int32_t* ids, size_t n, int proposal,
+                           const float* q, bool* accepted) {
+  Ranked r(logits, ids, n, order_);
+  weigh(r, n);
+  order_by_id(r, ids, n, kept_);
+  p_.clear();
+  q_.clear();
+  long x = -1;
+  for (int i : r.order) {
+    const int id = r.id(i);
+    if (id == proposal) x = static_cast<long>(p_.size());
+    p_.push_back(work_[i]);
+    if (q != nullptr) q_.push_back(static_cast<double>(q[id]));
+  }
+  const double* qp = q != nullptr ? q_.data() : nullptr;
+  // The second draw only on a rejection: an accepted token costs one number, as sample() does.
+  *accepted = speculative_accepts(p_.data(), qp, p_.size(), x, uniform01(rng_));
+  const size_t pick = *accepted
+                          ? static_cast<size_t>(x)
+                          : speculative_resample(p_.data(), qp, p_.size(), x, uniform01(rng_));
+  return r.order[pick];
+}
+
+int Sampler::verify(std::vector<float>& logits, const std::vector<int>& context, int proposal,
+                    const float* q, bool* accepted) {
+  LLAMA2_CHECK(!logits.empty());
+  if (params_.temperature == 0.0f) {
+    const int token = sample(logits, context);
+    *accepted = token == proposal;
+    return token;
+  }
+  apply_repetition_penalty(logits, context);
+  apply_openai_penalties(logits);
+  check_finite(logits.data(), logits.size(), nullptr);
+  return returned(draw_verified(logits.data(), nullptr, logits.size(), proposal, q, accepted));
+}
+
+int Sampler::verify_candidates(const float* values, const int32_t* ids, int n, int proposal,
+                               const float* q, bool* accepted) {
+  if (params_.temperature == 0.0f) {
+    const int token = sample_candidates(values, ids, n);
+    *accepted = token == proposal;
+    return token;
+  }
+  const int needed = candidates_needed(params_);
+  LLAMA2_CHECK(needed >= 1 && needed <= n);
+  while (n > 0 && ids[n - 1] < 0) --n;
+  LLAMA2_CHECK(n >= 1);
+  check_finite(values, static_cast<size_t>(n), ids);
+  return returned(ids[draw_verified(values, ids, static_cast<size_t>(n), proposal, q, accepted)]);
 }
 
 // top-k (HF: remove logits < the k-th largest, the cut value). When the next logit is outside the
@@ -268,18 +325,23 @@ void Sampler::cut_top_p(Ranked& r) const {
 // One uniform draw mapped by inverse CDF over the survivors in id order (sampler.h says why id
 // order). Full logits are indexed by id: a pass over the vocabulary; candidates (at most
 // kMaxCandidates) are sorted by id. Returns an index into the row.
-int Sampler::inverse_cdf(Ranked& r, const int32_t* ids, size_t n) {
+void Sampler::order_by_id(Ranked& r, const int32_t* ids, size_t n, std::vector<uint8_t>& kept) {
   std::vector<int>& order = r.order;
   if (ids == nullptr) {
-    kept_.assign(n, 0);
-    for (int i : order) kept_[i] = 1;
+    kept.assign(n, 0);
+    for (int i : order) kept[i] = 1;
     order.clear();
     for (size_t i = 0; i < n; ++i) {
-      if (kept_[i]) order.push_back(static_cast<int>(i));
+      if (kept[i]) order.push_back(static_cast<int>(i));
     }
   } else {
     std::sort(order.begin(), order.end(), [ids](int a, int b) { return ids[a] < ids[b]; });
   }
+}
+
+int Sampler::inverse_cdf(Ranked& r, const int32_t* ids, size_t n) {
+  order_by_id(r, ids, n, kept_);
+  std::vector<int>& order = r.order;
   double mass = 0;
   for (int i : order) mass += work_[i];
   const double target = uniform01(rng_) * mass;

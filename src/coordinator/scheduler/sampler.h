@@ -62,6 +62,19 @@ class Sampler {
   // sample().
   int sample_candidates(const float* values, const int32_t* ids, int n);
 
+  // Speculative verification of `proposal` at this row (docs/speculative.md): the token this row
+  // gives and *accepted, whether it is the proposal. Greedy: the argmax, as sample() (accepted when
+  // the proposal is it). Sampled: the proposal is accepted with probability min(1, p(x) / q(x)), p
+  // the distribution sample() draws from (after penalties, temperature and the cuts), else a token
+  // is drawn from normalize(max(0, p - q)) (speculative_rule.h); the token follows p exactly.
+  // q: [vocab] the proposer's probabilities by token id, or null for a point mass at the proposal
+  // (n-gram lookup). Penalties, errors and the OpenAI counts as sample(). One or two uniform draws.
+  int verify(std::vector<float>& logits, const std::vector<int>& context, int proposal,
+             const float* q, bool* accepted);
+  // The same from a row's candidates (sample_candidates' terms).
+  int verify_candidates(const float* values, const int32_t* ids, int n, int proposal,
+                        const float* q, bool* accepted);
+
   // How many candidates per row sample_candidates needs for `p`: 1 for greedy; kMaxCandidates for
   // top-k sampling with top_k < kMaxCandidates (the cut reads the value after the k-th, and keeps
   // a group of near-equal logits that holds the most probable token whole, capped at
@@ -81,6 +94,13 @@ class Sampler {
   // lower id.
   int draw(const float* logits, const int32_t* ids, size_t n);
   class Ranked;
+  // verify's sampled path: draw()'s cuts, then the accept / resample rule over the survivors.
+  int draw_verified(const float* logits, const int32_t* ids, size_t n, int proposal, const float* q,
+                    bool* accepted);
+  // The survivors of the cuts in `r` and their weights (work_), before a draw.
+  void weigh(Ranked& r, size_t n);
+  // r.order becomes the survivors in token-id order (above: why id order).
+  static void order_by_id(Ranked& r, const int32_t* ids, size_t n, std::vector<uint8_t>& kept);
   void cut_top_k(Ranked& r) const;
   void cut_min_p(Ranked& r) const;
   void cut_top_p(Ranked& r) const;
@@ -92,6 +112,8 @@ class Sampler {
   std::vector<uint8_t> kept_;  // [vocab] scratch: 1 for the survivors of the cuts
   std::vector<int> order_;     // [vocab] scratch: candidate indices, best first as far as sorted
   std::vector<double> work_;   // [vocab] scratch: softmax weights relative to the largest logit
+  std::vector<double> p_,
+      q_;  // verify's scratch: the survivors' weights and proposer probabilities
   // Generated ids and how often each was returned, in first-seen order (a request generates far
   // fewer distinct ids than the vocabulary has); kept only when a presence/frequency penalty is on.
   std::vector<std::pair<int, int>> generated_;

@@ -96,10 +96,11 @@ class Filler {
   // Rows [row0, row0 + slice rows) of projection L (K columns).
   void fill_linear(const TensorSlice& slice, const LinearWeight& L, int64_t row0, int64_t K,
                    float scale) {
-    if (store_ != nullptr && is_fp8_slice(*store_, slice)) {
-      fill_fp8(slice, L, row0, K);
-    } else if (store_ != nullptr && is_int4_slice(c_, slice)) {
+    // 4-bit first: its projections have no `.weight` tensor for is_fp8_slice to look up.
+    if (store_ != nullptr && is_int4_slice(c_, slice)) {
       fill_int4(slice, L, row0, K);
+    } else if (store_ != nullptr && is_fp8_slice(*store_, slice)) {
+      fill_fp8(slice, L, row0, K);
     } else {
       fill(slice, wd_ == WeightDType::kAuto ? L.w : scratch_, row0 * K, 0.f, scale);
     }

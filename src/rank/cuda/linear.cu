@@ -70,8 +70,10 @@ CudaLinear<T>::CudaLinear(WeightDType wd, const LinearRouting& r, int max_rows,
   }
   const int64_t max_k = std::max({d.hidden, d.q, d.ffn});
   const bool w8a16 = wd == WeightDType::kInt8 || (wd == WeightDType::kFp8 && fp8_w8a16_);
-  // int4: the GEMM takes every product above the GEMV's rows.
-  if (wd == WeightDType::kInt4) w8a16_rows_ = max_rows;
+  // int4: the GEMM takes the products above the GEMV's rows up to kInt4GemmMaxRows; above, the
+  // weights are dequantized into dequant_ for cuBLAS (prefill 2048 on the H200, 2026-12-04: the
+  // GEMM with in-register conversion reached 232 model TFLOP/s, fp16 weights through cuBLAS 578).
+  if (wd == WeightDType::kInt4) w8a16_rows_ = std::min(max_rows, kInt4GemmMaxRows);
   if ((w8a16 || wd == WeightDType::kInt4) && kQuantizable<T> &&
       std::min(max_rows, w8a16_rows_) > gemv_rows_) {
     CUDA_CHECK(kernels::prepare_gemm_w8a16());  // before any graph capture
@@ -115,14 +117,16 @@ CudaLinear<T>::CudaLinear(WeightDType wd, const LinearRouting& r, int max_rows,
     xs_ = DeviceBuffer(static_cast<size_t>(max_rows) * sizeof(float), "fp8 activation scales");
     const int64_t max_n = std::max({d.q + 2 * d.kv, d.hidden, 2 * d.ffn});
     fp8_ = std::make_unique<Fp8Gemm>(TypeInfo<T>::kCuda, max_rows, max_n, stream);
-  } else if (wd == WeightDType::kInt8 && max_rows > gemv_rows_ &&
-             (max_rows > w8a16_rows_ || d.hidden % 16 != 0 || d.q % 16 != 0 || d.ffn % 16 != 0)) {
-    // Products the W8A16 GEMM does not take: more rows than LLAMA2_W8A16_ROWS, or a K that is
-    // not a multiple of 16.
+  } else if ((wd == WeightDType::kInt8 && max_rows > gemv_rows_ &&
+              (max_rows > w8a16_rows_ || d.hidden % 16 != 0 || d.q % 16 != 0 || d.ffn % 16 != 0)) ||
+             (wd == WeightDType::kInt4 && max_rows > w8a16_rows_)) {
+    // Products the W8A16 GEMM does not take: more rows than LLAMA2_W8A16_ROWS (int4:
+    // kInt4GemmMaxRows), or (int8) a K that is not a multiple of 16. The planner counts int4's
+    // (CapacityPlan::scratch_bytes_per_gpu).
     const int64_t largest = std::max(
         {(d.q + 2 * d.kv) * d.hidden, d.hidden * d.q, 2 * d.ffn * d.hidden, d.hidden * d.ffn});
     dequant_ = DeviceBuffer(static_cast<size_t>(largest) * sizeof(T),
-                            "int8 weights dequantized for cuBLAS");
+                            "quantized weights dequantized for cuBLAS");
   }
 }
 
@@ -276,9 +280,14 @@ void CudaLinear<T>::matmul_quantized(const T* x, const LinearWeight& w, T* y, in
     switch (wd_) {
       case WeightDType::kAuto:
         break;
-      case WeightDType::kInt4:  // use_w8a16 takes every M the GEMV does not
-        LLAMA2_CHECK(gemv);
-        CUDA_CHECK(kernels::launch_gemv_w4<T>(x, w4(w), y, M, N, K, stream_, fuse));
+      case WeightDType::kInt4:
+        if (gemv) {
+          CUDA_CHECK(kernels::launch_gemv_w4<T>(x, w4(w), y, M, N, K, stream_, fuse));
+        } else {  // more rows than the 4-bit GEMM takes: dequantized, then cuBLAS
+          LLAMA2_CHECK(!fuse.any() && dequant_.bytes() >= static_cast<size_t>(N) * K * sizeof(T));
+          CUDA_CHECK(kernels::launch_dequantize_w4<T>(w4(w), dequant_.as<T>(), N, K, stream_));
+          gemm_xwt(cublas_, TypeInfo<T>::kCuda, x, dequant_.as<T>(), y, M, N, K);
+        }
         return;
       case WeightDType::kInt8:
         if (gemv) {

@@ -42,6 +42,10 @@
 
 namespace llama2 {
 
+// 4-bit weights: the W8A16 GEMM (4-bit words) takes products of up to this many rows; larger ones
+// (prefill) dequantize the weights and run cuBLAS (linear.cu).
+constexpr int kInt4GemmMaxRows = 256;
+
 // Which kernel takes a product of M rows (common/tuning_knobs.h: LLAMA2_GEMV, LLAMA2_W8A16_ROWS,
 // LLAMA2_SKINNY_ROWS, LLAMA2_W8A16_FP8).
 struct LinearRouting {

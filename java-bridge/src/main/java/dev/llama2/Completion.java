@@ -17,13 +17,23 @@ import java.util.List;
  * @param timings          server-side queue, time-to-first-token and total time
  * @param logprobs         one entry per generated token when the request asked for logprobs
  *                         ({@link GenerationParams.Builder#logprobs}), else empty
+ * @param toolCalls        the calls of an answer that is a complete tool call (a chat request
+ *                         with {@link GenerationParams.Builder#tools}; {@code text} then holds
+ *                         the call's raw text), else empty
  */
 public record Completion(String requestId, String text, List<Integer> tokenIds,
                          FinishReason finishReason, int promptTokens, int completionTokens,
-                         long seed, Timings timings, List<TokenLogprob> logprobs) {
+                         long seed, Timings timings, List<TokenLogprob> logprobs,
+                         List<ToolCall> toolCalls) {
   public Completion {
     tokenIds = List.copyOf(tokenIds);
     logprobs = List.copyOf(logprobs);
+    toolCalls = List.copyOf(toolCalls);
+  }
+
+  /** True when the answer is a tool call ({@link #toolCalls()} not empty). */
+  public boolean hasToolCalls() {
+    return !toolCalls.isEmpty();
   }
 
   /** The seed as the CLI prints it (unsigned decimal). */

@@ -37,12 +37,27 @@ final class Events {
         Json.num(ev, "seed", 0),
         new Timings(Json.dbl(timings, "queue_s", 0), Json.dbl(timings, "time_to_first_token_s", 0),
             Json.dbl(timings, "total_s", 0)),
-        logprobs(ev, ids));
+        logprobs(ev, ids), toolCalls(ev));
     if (c.finishReason() == FinishReason.TIMEOUT) {
       throw new GenerationTimeoutException("generation '" + id + "' timed out after "
           + c.completionTokens() + " tokens (" + c.timings().totalSeconds() + " s)", id, c);
     }
     return c;
+  }
+
+  /** The {@code done} event's {@code tool_calls} ([{"id", "type", "function": {"name",
+   * "arguments"}}]), or an empty list. */
+  static List<ToolCall> toolCalls(Map<String, Object> ev) {
+    if (!(ev.get("tool_calls") instanceof List)) return List.of();
+    List<ToolCall> out = new ArrayList<>();
+    for (Object o : (List<?>) ev.get("tool_calls")) {
+      @SuppressWarnings("unchecked")
+      Map<String, Object> call = (Map<String, Object>) o;
+      Map<String, Object> f = Json.obj(call, "function");
+      out.add(new ToolCall(Json.str(call, "id", ""), Json.str(f, "name", ""),
+          Json.str(f, "arguments", "{}")));
+    }
+    return out;
   }
 
   /**

@@ -102,13 +102,15 @@ public final class Generation {
       try {
         logprob = Events.tokenLogprob(Json.parseObject(Utf8.decode(logprobJson)), tokenId);
       } catch (RuntimeException e) {  // the shim wrote it from parsed JSON: not expected
-        System.err.println("llama2: bad logprob fields of token " + index + " of " + id + ": " + e);
+        Log.LOG.log(System.Logger.Level.ERROR,
+            "llama2: bad logprob fields of token " + index + " of '" + id + "'", e);
       }
     }
     try {
       listener.onToken(piece, index, tokenId, logprob);
-    } catch (Throwable t) {
-      System.err.println("llama2: exception in the TokenListener of " + id + ": " + t);
+    } catch (Throwable t) {  // nobody up the reader thread could handle it: log, keep going
+      Log.LOG.log(System.Logger.Level.WARNING,
+          "llama2: the TokenListener of generation '" + id + "' threw (ignored)", t);
     }
   }
 

@@ -2,8 +2,14 @@ package dev.llama2;
 
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Collections;
+import java.util.HashSet;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Objects;
+import java.util.Set;
+import java.util.TreeMap;
 
 /**
  * Sampling parameters and limits of one generation. Immutable; build with {@link #builder()}.
@@ -15,6 +21,13 @@ import java.util.Objects;
  * max_new_tokens 128 (>= 1), seed random (reported in {@link Completion#seed()}), no stop strings,
  * ignore_eos false, no logprobs (top_logprobs in [0, 20], only with logprobs). The builder refuses out-of-range values at once with an
  * {@link IllegalArgumentException} naming the parameter, the value and the allowed range.
+ *
+ * <p>vLLM's token-level parameters (docs/PROTOCOL.md): logit_bias (token id to a bias in
+ * [-100, 100]), stop_token_ids, min_tokens (>= 0), min_p (in [0, 1], 0 = off),
+ * include_stop_str_in_output (false), skip_special_tokens (true); the server checks token ids
+ * against its vocabulary. Output constraints: {@link Builder#responseFormat}; tools for chat
+ * requests: {@link Builder#tools}, {@link Builder#toolChoice}, {@link Builder#parallelToolCalls}
+ * (docs/tool-calling.md).
  *
  * <p>{@link Builder#timeout} bounds the whole generation (queue time included); when it passes the
  * call fails with {@link GenerationTimeoutException}. Without it the server's
@@ -36,6 +49,16 @@ public final class GenerationParams {
   private final boolean logprobs;
   private final int topLogprobs;
   private final Duration timeout;
+  private final Map<Integer, Double> logitBias;
+  private final List<Integer> stopTokenIds;
+  private final int minTokens;
+  private final double minP;
+  private final boolean includeStopStrInOutput;
+  private final boolean skipSpecialTokens;
+  private final ResponseFormat responseFormat;
+  private final List<Tool> tools;
+  private final ToolChoice toolChoice;
+  private final Boolean parallelToolCalls;
 
   private GenerationParams(Builder b) {
     temperature = b.temperature;
@@ -51,6 +74,16 @@ public final class GenerationParams {
     logprobs = b.logprobs;
     topLogprobs = b.topLogprobs;
     timeout = b.timeout;
+    logitBias = Collections.unmodifiableMap(new TreeMap<>(b.logitBias));
+    stopTokenIds = List.copyOf(b.stopTokenIds);
+    minTokens = b.minTokens;
+    minP = b.minP;
+    includeStopStrInOutput = b.includeStopStrInOutput;
+    skipSpecialTokens = b.skipSpecialTokens;
+    responseFormat = b.responseFormat;
+    tools = List.copyOf(b.tools);
+    toolChoice = b.toolChoice;
+    parallelToolCalls = b.parallelToolCalls;
   }
 
   /** The CLI's defaults. */
@@ -78,6 +111,16 @@ public final class GenerationParams {
     b.logprobs = logprobs;
     b.topLogprobs = topLogprobs;
     b.timeout = timeout;
+    b.logitBias.putAll(logitBias);
+    b.stopTokenIds.addAll(stopTokenIds);
+    b.minTokens = minTokens;
+    b.minP = minP;
+    b.includeStopStrInOutput = includeStopStrInOutput;
+    b.skipSpecialTokens = skipSpecialTokens;
+    b.responseFormat = responseFormat;
+    b.tools.addAll(tools);
+    b.toolChoice = toolChoice;
+    b.parallelToolCalls = parallelToolCalls;
     return b;
   }
 
@@ -137,7 +180,60 @@ public final class GenerationParams {
     return timeout;
   }
 
-  /** The sampling keys of a protocol {@code generate} request (every key written explicitly). */
+  /** Token id to the bias added to its logit (in [-100, 100]); empty: none. */
+  public Map<Integer, Double> logitBias() {
+    return logitBias;
+  }
+
+  /** Token ids that end the generation (finish reason stop) when sampled. */
+  public List<Integer> stopTokenIds() {
+    return stopTokenIds;
+  }
+
+  /** EOS and the stop token ids are masked out until this many tokens were generated. */
+  public int minTokens() {
+    return minTokens;
+  }
+
+  /** In [0, 1]; 0 is off. */
+  public double minP() {
+    return minP;
+  }
+
+  /** True: a matched stop string stays at the end of the text. */
+  public boolean includeStopStrInOutput() {
+    return includeStopStrInOutput;
+  }
+
+  /** False: control pieces ({@code <s>}, {@code </s>}) appear in the text. */
+  public boolean skipSpecialTokens() {
+    return skipSpecialTokens;
+  }
+
+  /** The output constraint, or null for none (text). */
+  public ResponseFormat responseFormat() {
+    return responseFormat;
+  }
+
+  /** The functions the model may call (chat only); empty: none. */
+  public List<Tool> tools() {
+    return tools;
+  }
+
+  /** The tool choice, or null for the server's default (auto with tools). */
+  public ToolChoice toolChoice() {
+    return toolChoice;
+  }
+
+  /** Whether an answer may call several tools, or null for the server's default (true). */
+  public Boolean parallelToolCalls() {
+    return parallelToolCalls;
+  }
+
+  /**
+   * The sampling keys of a protocol {@code generate} request (every key of the first version
+   * written explicitly; the later ones only when they differ from the server's default).
+   */
   void appendJson(StringBuilder b) {
     b.append("\"temperature\":").append(temperature)
         .append(",\"top_p\":").append(topP)
@@ -158,6 +254,40 @@ public final class GenerationParams {
     }
     if (logprobs) b.append(",\"logprobs\":true,\"top_logprobs\":").append(topLogprobs);
     if (timeout != null) b.append(",\"timeout_ms\":").append(timeout.toMillis());
+    appendExtensions(b);
+  }
+
+  /** Issue 35's token-level keys, the output constraint and the tools. */
+  private void appendExtensions(StringBuilder b) {
+    if (!logitBias.isEmpty()) {
+      Map<String, Object> bias = new LinkedHashMap<>();
+      logitBias.forEach((id, v) -> bias.put(Integer.toString(id), v));
+      b.append(",\"logit_bias\":");
+      Json.writeTo(b, bias);
+    }
+    if (!stopTokenIds.isEmpty()) {
+      b.append(",\"stop_token_ids\":");
+      Json.writeTo(b, stopTokenIds);
+    }
+    if (minTokens != 0) b.append(",\"min_tokens\":").append(minTokens);
+    if (minP != 0) b.append(",\"min_p\":").append(minP);
+    if (includeStopStrInOutput) b.append(",\"include_stop_str_in_output\":true");
+    if (!skipSpecialTokens) b.append(",\"skip_special_tokens\":false");
+    if (responseFormat != null) {
+      b.append(",\"response_format\":");
+      Json.writeTo(b, responseFormat.toJson());
+    }
+    if (!tools.isEmpty()) {
+      List<Object> list = new ArrayList<>();
+      for (Tool t : tools) list.add(t.toJson());
+      b.append(",\"tools\":");
+      Json.writeTo(b, list);
+    }
+    if (toolChoice != null) {
+      b.append(",\"tool_choice\":");
+      Json.writeTo(b, toolChoice.toJson());
+    }
+    if (parallelToolCalls != null) b.append(",\"parallel_tool_calls\":").append(parallelToolCalls);
   }
 
   @Override
@@ -182,6 +312,16 @@ public final class GenerationParams {
     private boolean logprobs;
     private int topLogprobs;
     private Duration timeout;
+    private final Map<Integer, Double> logitBias = new TreeMap<>();
+    private final List<Integer> stopTokenIds = new ArrayList<>();
+    private int minTokens;
+    private double minP;
+    private boolean includeStopStrInOutput;
+    private boolean skipSpecialTokens = true;
+    private ResponseFormat responseFormat;
+    private final List<Tool> tools = new ArrayList<>();
+    private ToolChoice toolChoice;
+    private Boolean parallelToolCalls;
 
     private Builder() {}
 
@@ -304,11 +444,124 @@ public final class GenerationParams {
       return this;
     }
 
+    /** Adds {@code bias} (in [-100, 100]) to the logit of {@code tokenId} (OpenAI's logit_bias). */
+    public Builder logitBias(int tokenId, double bias) {
+      if (tokenId < 0) throw bad("logit_bias keys must be token ids >= 0", tokenId);
+      if (!(bias >= -100 && bias <= 100)) {
+        throw new IllegalArgumentException("logit_bias values must be in [-100, 100] (got " + bias
+            + " for token " + tokenId + ")");
+      }
+      logitBias.put(tokenId, bias);
+      return this;
+    }
+
+    /** Replaces the logit biases (token id to bias); ids past the vocabulary: the server refuses. */
+    public Builder logitBias(Map<Integer, Double> biases) {
+      logitBias.clear();
+      biases.forEach((id, v) -> logitBias(Objects.requireNonNull(id, "logit_bias key"),
+          Objects.requireNonNull(v, "logit_bias value")));
+      return this;
+    }
+
+    /** Replaces the token ids that end the generation when sampled (vLLM's stop_token_ids). */
+    public Builder stopTokenIds(List<Integer> ids) {
+      List<Integer> checked = new ArrayList<>();
+      for (Integer id : ids) {
+        if (id == null || id < 0) {
+          throw bad("stop_token_ids must be token ids >= 0", id + " at stop_token_ids["
+              + checked.size() + "]");
+        }
+        checked.add(id);
+      }
+      stopTokenIds.clear();
+      stopTokenIds.addAll(checked);
+      return this;
+    }
+
+    /** >= 0: EOS and the stop token ids are masked out until this many tokens were generated. */
+    public Builder minTokens(int v) {
+      if (v < 0) throw bad("min_tokens must be >= 0", v);
+      minTokens = v;
+      return this;
+    }
+
+    /** In [0, 1]; 0 is off. Drops tokens less probable than min_p x the most probable one. */
+    public Builder minP(double v) {
+      if (!(v >= 0 && v <= 1)) throw bad("min_p must be in [0, 1]", v);  // NaN fails too
+      minP = v;
+      return this;
+    }
+
+    /** True: a matched stop string stays at the end of the text (default false). */
+    public Builder includeStopStrInOutput(boolean v) {
+      includeStopStrInOutput = v;
+      return this;
+    }
+
+    /** False: control pieces appear in the text as their piece text (default true). */
+    public Builder skipSpecialTokens(boolean v) {
+      skipSpecialTokens = v;
+      return this;
+    }
+
+    /** The output constraint ({@link ResponseFormat}); null or text(): none. */
+    public Builder responseFormat(ResponseFormat f) {
+      responseFormat = f == null || f.type() == ResponseFormat.Type.TEXT ? null : f;
+      return this;
+    }
+
+    /** Replaces the functions the model may call (chat requests only). */
+    public Builder tools(List<Tool> list) {
+      Set<String> names = new HashSet<>();
+      for (Tool t : list) {
+        if (!names.add(Objects.requireNonNull(t, "tools element").name())) {
+          throw new IllegalArgumentException("tools: the function name \"" + t.name()
+              + "\" is given twice");
+        }
+      }
+      tools.clear();
+      tools.addAll(list);
+      return this;
+    }
+
+    /** Whether and which tool the model must call; null: the server's default. */
+    public Builder toolChoice(ToolChoice choice) {
+      toolChoice = choice;
+      return this;
+    }
+
+    /** False: at most one call per answer; null: the server's default (true). */
+    public Builder parallelToolCalls(Boolean v) {
+      parallelToolCalls = v;
+      return this;
+    }
+
     public GenerationParams build() {
       if (topLogprobs > 0 && !logprobs) {
         throw bad("top_logprobs needs logprobs(true)", "top_logprobs " + topLogprobs);
       }
+      if (responseFormat != null && ignoreEos) {
+        throw new IllegalArgumentException("response_format cannot be combined with ignore_eos "
+            + "(the constraint decides where the output ends)");
+      }
+      checkTools();
       return new GenerationParams(this);
+    }
+
+    private void checkTools() {
+      boolean none = toolChoice == ToolChoice.NONE;
+      if (toolChoice != null && !none && tools.isEmpty()) {
+        throw new IllegalArgumentException("tool_choice " + toolChoice + " needs tools");
+      }
+      String named = toolChoice == null ? null : toolChoice.functionName();
+      if (named != null && tools.stream().noneMatch(t -> t.name().equals(named))) {
+        throw new IllegalArgumentException("tool_choice names the function \"" + named
+            + "\", which is not among the tools");
+      }
+      if (!tools.isEmpty() && !none && responseFormat != null) {
+        throw new IllegalArgumentException("tools and response_format both constrain the "
+            + "output: give at most one (or tool_choice NONE)");
+      }
     }
 
     private static IllegalArgumentException bad(String rule, Object got) {

@@ -72,6 +72,57 @@ public final class Json {
     b.append('"');
   }
 
+  /**
+   * {@code v} as JSON text: a {@code Map} (String keys) as an object, a {@code List} as an array,
+   * {@code String}, finite {@code Number}, {@code Boolean}, {@code null}, or {@link Raw} JSON text.
+   */
+  static String write(Object v) {
+    StringBuilder b = new StringBuilder();
+    writeTo(b, v);
+    return b.toString();
+  }
+
+  /** JSON text that {@link #write} copies as it is (already checked by whoever made it). */
+  record Raw(String json) {}
+
+  static void writeTo(StringBuilder b, Object v) {
+    if (v == null) {
+      b.append("null");
+    } else if (v instanceof String) {
+      quoteTo(b, (String) v);
+    } else if (v instanceof Raw) {
+      b.append(((Raw) v).json());
+    } else if (v instanceof Boolean || v instanceof Long || v instanceof Integer) {
+      b.append(v);
+    } else if (v instanceof Number) {
+      double d = ((Number) v).doubleValue();
+      if (!Double.isFinite(d)) throw new IllegalArgumentException("JSON has no " + d);
+      b.append(d);
+    } else if (v instanceof Map) {
+      b.append('{');
+      boolean first = true;
+      for (Map.Entry<?, ?> e : ((Map<?, ?>) v).entrySet()) {
+        if (!first) b.append(',');
+        first = false;
+        quoteTo(b, (String) e.getKey());
+        b.append(':');
+        writeTo(b, e.getValue());
+      }
+      b.append('}');
+    } else if (v instanceof List) {
+      b.append('[');
+      boolean first = true;
+      for (Object e : (List<?>) v) {
+        if (!first) b.append(',');
+        first = false;
+        writeTo(b, e);
+      }
+      b.append(']');
+    } else {
+      throw new IllegalArgumentException("no JSON form for " + v.getClass().getName());
+    }
+  }
+
   static String abbreviate(String text) {
     return text.length() <= 200 ? text : text.substring(0, 200) + "...";
   }

@@ -6,6 +6,7 @@ import java.time.Duration;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
+import java.util.concurrent.Executor;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
@@ -92,7 +93,9 @@ public final class Llama2Client implements AutoCloseable {
    * Generates the whole text and returns it with its token count, finish reason and timings. The
    * server sends the text in one piece (no token events). Throws {@link GenerationTimeoutException}
    * when {@code params.timeout()} passes (with the partial text in it), and the typed
-   * {@link Llama2Exception} of any other failure. Not interruptible: bound it with a timeout.
+   * {@link Llama2Exception} of any other failure. Interruptible: {@link Thread#interrupt()} of the
+   * waiting thread cancels the generation on the server (its KV blocks are freed) and throws
+   * {@link GenerationInterruptedException}, with the thread's interrupt flag set again.
    */
   public Completion generate(String prompt, GenerationParams params) {
     return complete(promptField(prompt, null), params);
@@ -112,22 +115,26 @@ public final class Llama2Client implements AutoCloseable {
   public Generation chatStream(List<ChatMessage> messages, GenerationParams params,
       TokenListener listener) {
     Objects.requireNonNull(listener, "listener");
-    return start(messagesField(messages), params, listener);
+    return start(messagesField(messages), params, listener, true);
   }
 
+  /**
+   * The blocking calls: a non-streamed generation whose caller waits for its final event. Waiting
+   * in Java rather than in the shim's blocking call lets an interrupt cancel it on the server.
+   */
   private Completion complete(String promptField, GenerationParams params) {
-    byte[] request = request(promptField, params, false, null);
-    Pointer h = enter();
-    String event;
-    try {
-      IntByReference len = new IntByReference();
-      Pointer p = lib.llama2_shim_generate(h, request, clientDeadlineMs(params), null, null, len);
-      if (p == null) throw new InvalidRequestException(NativeShim.lastError(), null);
-      event = NativeShim.take(p, len.getValue());
-    } finally {
-      exit();
+    if (Thread.currentThread().isInterrupted()) {
+      throw new GenerationInterruptedException(
+          "the thread was interrupted before the call; nothing was sent", null, null);
     }
-    return Events.completion(Json.parseObject(event), null, null);
+    Generation g = start(promptField, params, null, false);
+    try {
+      return g.await();  // cancels the generation when interrupted
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new GenerationInterruptedException("interrupted while waiting for '" + g.requestId()
+          + "'; the generation was cancelled on the server", g.requestId(), e);
+    }
   }
 
   /**
@@ -138,7 +145,7 @@ public final class Llama2Client implements AutoCloseable {
    */
   public Generation stream(String prompt, GenerationParams params, TokenListener listener) {
     Objects.requireNonNull(listener, "listener");
-    return start(promptField(prompt, null), params, listener);
+    return start(promptField(prompt, null), params, listener, true);
   }
 
   /**
@@ -147,13 +154,45 @@ public final class Llama2Client implements AutoCloseable {
    */
   public TokenStream tokens(String prompt, GenerationParams params) {
     TokenStream ts = new TokenStream();
-    ts.attach(start(promptField(prompt, null), params, ts.listener()));
+    ts.attach(start(promptField(prompt, null), params, ts.listener(), true));
     return ts;
   }
 
-  private Generation start(String promptField, GenerationParams params, TokenListener listener) {
+  /**
+   * The tokens of a generation as a {@link java.util.concurrent.Flow.Publisher} (see {@link
+   * TokenPublisher}: cold, one generation per subscriber, started at its first request; honours
+   * back-pressure; {@code cancel()} cancels the generation on the server; typed {@code onError}).
+   * Signals run on a shared pool of daemon threads.
+   */
+  public TokenPublisher publisher(String prompt, GenerationParams params) {
+    return publisher(prompt, params, TokenPublisher.SIGNALS);
+  }
+
+  /** {@link #publisher(String, GenerationParams)} whose signals run on {@code executor}. */
+  public TokenPublisher publisher(String prompt, GenerationParams params, Executor executor) {
+    String field = promptField(prompt, null);
+    Objects.requireNonNull(params, "params");
+    return new TokenPublisher(listener -> start(field, params, listener, true), executor);
+  }
+
+  /** {@link #publisher(String, GenerationParams)} for a chat dialog (see {@link #chat}). */
+  public TokenPublisher chatPublisher(List<ChatMessage> messages, GenerationParams params) {
+    return chatPublisher(messages, params, TokenPublisher.SIGNALS);
+  }
+
+  /** {@link #chatPublisher(List, GenerationParams)} whose signals run on {@code executor}. */
+  public TokenPublisher chatPublisher(List<ChatMessage> messages, GenerationParams params,
+      Executor executor) {
+    String field = messagesField(messages);
+    Objects.requireNonNull(params, "params");
+    return new TokenPublisher(listener -> start(field, params, listener, true), executor);
+  }
+
+  /** Sends a generation; {@code listener} null: no token callbacks (a blocking call). */
+  private Generation start(String promptField, GenerationParams params, TokenListener listener,
+      boolean stream) {
     String id = ID_PREFIX + NEXT_ID.incrementAndGet();
-    byte[] request = request(promptField, params, true, id);
+    byte[] request = request(promptField, params, stream, id);
     Generation g = new Generation(this, id, listener);
     long key = Calls.register(g);
     g.registered(key);
@@ -200,8 +239,8 @@ public final class Llama2Client implements AutoCloseable {
   void cancelQuietly(String requestId) {
     try {
       cancel(requestId);
-    } catch (Llama2Exception ignored) {
-      // closed: the shutdown already ended the generation
+    } catch (Llama2Exception e) {  // closed or disconnected: the shutdown ended the generation
+      Log.LOG.log(System.Logger.Level.DEBUG, "llama2: cancel of '" + requestId + "' not sent", e);
     }
   }
 
@@ -344,9 +383,7 @@ public final class Llama2Client implements AutoCloseable {
             "messages[" + i + "].content is not valid Unicode (unpaired surrogate)", null);
       }
       if (i > 0) b.append(',');
-      b.append("{\"role\":\"").append(m.role().wire()).append("\",\"content\":");
-      Json.quoteTo(b, m.content());
-      b.append('}');
+      m.appendJson(b);
     }
     return b.append(']').toString();
   }
@@ -354,6 +391,10 @@ public final class Llama2Client implements AutoCloseable {
   private static byte[] request(String promptField, GenerationParams params, boolean stream,
       String id) {
     Objects.requireNonNull(params, "params");
+    if (!params.tools().isEmpty() && !promptField.startsWith("\"messages\"")) {
+      throw new IllegalArgumentException("tools need a chat dialog: use chat, chatStream or "
+          + "chatPublisher (OpenAI's tools belong to chat completions)");
+    }
     StringBuilder b = new StringBuilder(promptField.length() + 256);
     b.append('{');
     if (id != null) b.append("\"id\":").append(Json.quote(id)).append(',');
@@ -361,11 +402,6 @@ public final class Llama2Client implements AutoCloseable {
     params.appendJson(b);
     b.append(",\"stream\":").append(stream).append('}');
     return Utf8.cString(b.toString());
-  }
-
-  private static int clientDeadlineMs(GenerationParams params) {
-    if (params.timeout() == null) return 0;
-    return (int) Math.min(Integer.MAX_VALUE, params.timeout().toMillis() + CLIENT_GRACE_MS);
   }
 
   private static int positiveMillis(Duration d, String what) {

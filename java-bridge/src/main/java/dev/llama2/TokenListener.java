@@ -6,7 +6,8 @@ package dev.llama2;
  * <p>Runs on the connection's reader thread, one call at a time in order: keep it short (a slow
  * listener delays every generation of the same client), and do not call the blocking methods of the
  * client from it ({@code generate}, {@code health}); {@code cancel} is fine. Exceptions it throws
- * are logged to stderr and ignored.
+ * are logged (WARNING, with the exception) to the {@code dev.llama2} {@link System.Logger} and
+ * otherwise ignored: the generation goes on.
  *
  * <p>A lambda implements the three-argument {@link #onToken(String, int, int)}. To receive each
  * token's log-probability as it arrives (a request with {@link GenerationParams.Builder#logprobs}),

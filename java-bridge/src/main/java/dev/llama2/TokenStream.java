@@ -66,7 +66,7 @@ public final class TokenStream implements Iterable<String>, Iterator<String>, Au
     } catch (InterruptedException e) {
       close();
       Thread.currentThread().interrupt();
-      throw new Llama2Exception("interrupted", "interrupted while waiting for a token of '"
+      throw new GenerationInterruptedException("interrupted while waiting for a token of '"
           + requestId() + "'; the generation was cancelled", requestId(), e);
     }
     if (o == END) {

@@ -69,4 +69,67 @@ class GenerationParamsTest {
     assertTrue(json.contains("\"presence_penalty\":-2.0,\"frequency_penalty\":2.0"), json);
     assertEquals(p.toString(), p.toBuilder().build().toString());
   }
+
+  @Test
+  void vllmParametersAreCheckedAndWritten() {
+    GenerationParams.Builder b = GenerationParams.builder();
+    refused("logit_bias values", () -> b.logitBias(5, 150));
+    refused("logit_bias values", () -> b.logitBias(5, Double.NaN));
+    refused("logit_bias keys", () -> b.logitBias(-1, 1));
+    refused("stop_token_ids", () -> b.stopTokenIds(List.of(3, -2)));
+    refused("min_tokens", () -> b.minTokens(-1));
+    refused("min_p", () -> b.minP(1.5));
+    refused("min_p", () -> b.minP(Double.NaN));
+    GenerationParams p = GenerationParams.builder().logitBias(java.util.Map.of(7, -100.0, 3, 2.5))
+        .stopTokenIds(List.of(13, 2)).minTokens(4).minP(0.05).includeStopStrInOutput(true)
+        .skipSpecialTokens(false).build();
+    String json = p.toString();
+    assertTrue(json.contains("\"logit_bias\":{\"3\":2.5,\"7\":-100.0}"), json);
+    assertTrue(json.contains("\"stop_token_ids\":[13,2],\"min_tokens\":4,\"min_p\":0.05,"
+        + "\"include_stop_str_in_output\":true,\"skip_special_tokens\":false"), json);
+    assertEquals(json, p.toBuilder().build().toString());
+    String plain = GenerationParams.defaults().toString();
+    for (String key : List.of("logit_bias", "stop_token_ids", "min_tokens", "min_p",
+        "include_stop_str", "skip_special", "response_format", "tools", "tool_choice")) {
+      assertTrue(!plain.contains(key), "defaults do not write " + key + ": " + plain);
+    }
+  }
+
+  record Answer(String city, int days) {}
+
+  @Test
+  void responseFormatAndToolsAreCheckedAndWritten() {
+    refused("response_format", () -> ResponseFormat.jsonSchema("x", "[1]"));
+    refused("response_format", () -> ResponseFormat.jsonSchema("x", "{\"type\":"));
+    refused("response_format", () -> GenerationParams.builder().ignoreEos(true)
+        .responseFormat(ResponseFormat.jsonObject()).build());
+    refused("tools", () -> Tool.function("bad name", null, "{}"));
+    refused("tools", () -> Tool.function("f", null, "1"));
+    Tool f = Tool.function("get_weather", "The weather", Answer.class);
+    refused("tools", () -> GenerationParams.builder().tools(List.of(f, f)));
+    refused("tool_choice", () -> GenerationParams.builder().toolChoice(ToolChoice.REQUIRED).build());
+    refused("tool_choice", () -> GenerationParams.builder().tools(List.of(f))
+        .toolChoice(ToolChoice.function("other")).build());
+    refused("tools", () -> GenerationParams.builder().tools(List.of(f))
+        .responseFormat(ResponseFormat.jsonObject()).build());
+    GenerationParams.builder().tools(List.of(f)).toolChoice(ToolChoice.NONE)
+        .responseFormat(ResponseFormat.jsonObject()).build();  // none: the format alone constrains
+
+    String schema = "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"},"
+        + "\"days\":{\"type\":\"integer\"}},\"required\":[\"city\",\"days\"],"
+        + "\"additionalProperties\":false}";
+    String json = GenerationParams.builder().responseFormat(ResponseFormat.jsonSchema(Answer.class))
+        .build().toString();
+    assertTrue(json.contains("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":"
+        + "{\"name\":\"Answer\",\"schema\":" + schema + ",\"strict\":true}}"), json);
+    json = GenerationParams.builder().tools(List.of(f)).toolChoice(ToolChoice.function("get_weather"))
+        .parallelToolCalls(false).build().toString();
+    assertTrue(json.contains("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+        + "\"get_weather\",\"description\":\"The weather\",\"parameters\":" + schema + "}}],"
+        + "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}},"
+        + "\"parallel_tool_calls\":false"), json);
+    assertEquals(json, GenerationParams.builder().tools(List.of(f))
+        .toolChoice(ToolChoice.function("get_weather")).parallelToolCalls(false).build()
+        .toBuilder().build().toString());
+  }
 }

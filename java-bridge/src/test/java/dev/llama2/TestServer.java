@@ -46,12 +46,13 @@ final class TestServer implements AutoCloseable {
 
   private static TestServer tiny;
   private static TestServer slow;
+  private static TestServer replay;
   private static final List<Path> DIRS = new ArrayList<>();
 
   static {
     // At JVM exit: stop the shared servers, then remove every temporary directory (sockets, logs).
     Runtime.getRuntime().addShutdownHook(new Thread(() -> {
-      for (TestServer x : new TestServer[] {tiny, slow}) {
+      for (TestServer x : new TestServer[] {tiny, slow, replay}) {
         try {
           if (x != null) x.close();
         } catch (Exception ignored) {
@@ -94,6 +95,21 @@ final class TestServer implements AutoCloseable {
     return slow;
   }
 
+  /** The name the replay server serves its model under. */
+  static final String REPLAY_MODEL_NAME = "replay-model";
+
+  /**
+   * The replay model (llama2.replayModel: random weights, models/docs-8m's tokenizer, 2,048
+   * positions) with serve --http on a free port, shared by the test classes of this JVM.
+   */
+  static synchronized TestServer replay() throws IOException, InterruptedException {
+    if (replay == null) {
+      replay = new TestServer("replay", required("llama2.replayModel"), "--http", "127.0.0.1:0",
+          "--served-model-name", REPLAY_MODEL_NAME, "--max-batch-size", "4");
+    }
+    return replay;
+  }
+
   static Path tmpDir() {
     try {
       // Short /tmp paths: a Unix socket path must fit in 107 bytes.
@@ -109,6 +125,12 @@ final class TestServer implements AutoCloseable {
 
   /** Starts a server on `model` with extra serve flags and waits until it accepts connections. */
   TestServer(String name, String model, String... extra) throws IOException, InterruptedException {
+    this(name, model, Map.of(), extra);
+  }
+
+  /** The same with extra environment variables for the job (test hooks). */
+  TestServer(String name, String model, Map<String, String> env, String... extra)
+      throws IOException, InterruptedException {
     Path dir = tmpDir();
     socket = dir.resolve(name + ".sock").toString();
     log = dir.resolve(name + ".log");
@@ -120,6 +142,7 @@ final class TestServer implements AutoCloseable {
     pb.environment().putIfAbsent("LLAMA2_TEST_TIMEOUT", "290");
     // An idle rank waits in MPI; yielding there leaves the 2-core CI machine to the JVM under test.
     pb.environment().put("OMPI_MCA_mpi_yield_when_idle", "1");
+    pb.environment().putAll(env);
     process = pb.start();
     long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(90);
     while (System.nanoTime() < deadline) {
@@ -133,6 +156,19 @@ final class TestServer implements AutoCloseable {
     }
     close();
     fail("server " + name + " did not accept connections within 90 s:\n" + logText());
+  }
+
+  /** http://127.0.0.1:PORT of a server started with {@code --http 127.0.0.1:0}. */
+  java.net.URI httpBase() throws IOException, InterruptedException {
+    java.util.regex.Pattern p = java.util.regex.Pattern.compile("HTTP on 127\\.0\\.0\\.1:(\\d+)");
+    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+    while (System.nanoTime() < deadline) {
+      java.util.regex.Matcher m = p.matcher(Files.readString(log));
+      if (m.find()) return java.net.URI.create("http://127.0.0.1:" + m.group(1));
+      Thread.sleep(50);
+    }
+    fail("the server did not report its HTTP port:\n" + logText());
+    return null;
   }
 
   String logText() {
