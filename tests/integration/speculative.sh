@@ -137,6 +137,24 @@ hits() { grep -o 'prefix cache: [0-9]*' "$TMP/$1.err" | grep -o '[0-9]*$'; }
 [[ $(hits b_on2) -gt 0 ]] && pass "prefix cache with speculation: $(grep -o 'prefix cache: .*' "$TMP/b_on2.err")" \
   || fail "prefix cache with speculation reused nothing: $(grep -o 'prefix cache: .*' "$TMP/b_on2.err")"
 
+# Two replicas (--tp 1 at -np 2): lines on the remote replica report their speculation over the
+# replica wire, the job total sums both replicas, tokens equal the TP 1 run without speculation.
+run_capture dp 2 batch --model "$M" --input "$TMP/in.jsonl" --output "$TMP/dp.jsonl" --quiet \
+  --max-batch-size 4 --kv-cache-blocks 128 --tp 1 --speculative ngram:4:1
+if python3 - "$TMP/off1.jsonl" "$TMP/dp.jsonl" "$TMP/dp.err" >"$TMP/dp.txt" 2>&1 <<'PY'
+import json, re, sys
+off, dp = ({j["custom_id"]: j for j in map(json.loads, open(p))} for p in sys.argv[1:3])
+for cid, a in off.items():
+    if cid != "sampled":
+        assert dp[cid]["token_ids"] == a["token_ids"], cid
+total = sum(j["speculative"].get("accepted_tokens", 0) for j in dp.values())
+m = re.search(r"speculative: (\d+) of", open(sys.argv[3]).read())
+assert m and int(m.group(1)) == total > 0, (m and m.group(0), total)
+print(f"{total} accepted over both replicas")
+PY
+then pass "batch with two replicas: $(cat "$TMP/dp.txt"), tokens equal"
+else fail "batch with two replicas:"; cat "$TMP/dp.txt"; sed 's/^/    /' "$TMP/dp.err"; fi
+
 for bad in ngram:17 ngram:4:3:2; do
   run_capture bad_$bad 1 generate --model "$M" --prompt x --speculative "$bad"
   expect_failure bad_$bad "allowed forms: ngram:K\[:MIN_MATCH\[:MAX_MATCH\]\] or draft:DIR:K"
