@@ -4,6 +4,7 @@
 // it (EngineConfig), the batch scheduler proposes and verifies with it.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace llama2 {
@@ -33,6 +34,23 @@ struct SpeculativeConfig {
   int extra_rows(int max_batch_size) const;
   // "ngram:4:2:4", "draft:DIR:4" or "off", for start-up notes.
   std::string describe() const;
+};
+
+// Speculative decoding's counters since start (BatchScheduler::spec_counters, summed over the
+// replicas for health, stats and /metrics): acceptance rate = accepted / proposed, tokens per
+// verify step = emitted / verify_steps.
+struct SpecCounters {
+  SpecCounters& operator+=(const SpecCounters& o) {
+    verify_steps += o.verify_steps;
+    proposed += o.proposed;
+    accepted += o.accepted;
+    emitted += o.emitted;
+    return *this;
+  }
+  int64_t verify_steps = 0;  // sequence-steps that verified at least one proposed token
+  int64_t proposed = 0;      // tokens proposed in them
+  int64_t accepted = 0;      // of those, tokens accepted
+  int64_t emitted = 0;       // tokens those steps emitted (accepted + one drawn, unless a stop)
 };
 
 // --speculative's value: "ngram:K[:MIN_MATCH[:MAX_MATCH]]" or "draft:DIR:K" (K in 1..16,

@@ -169,6 +169,7 @@ class ResultLines final : public RequestEvents {
     if (b.req.params.logprobs) add_logprobs_json(r, &line);
     if (b.req.tools != nullptr) add_tool_calls_json(r.text, &line);
     if (b.req.params.prompt_logprobs) line["prompt_logprobs"] = prompt_logprobs_json(r);
+    if (json spec = speculative_json(r); !spec.is_null()) line["speculative"] = std::move(spec);
     out_.write(line);
     ++finished;
   }
@@ -208,6 +209,12 @@ void report_job(const Session& session, const LocalServing& serving) {
               << " prompt tokens reused (" << std::fixed << std::setprecision(1)
               << (pc.queried_tokens > 0 ? 100.0 * pc.hit_tokens / pc.queried_tokens : 0.0) << "%), "
               << pc.evicted_blocks << " cached blocks evicted" << std::endl;
+  }
+  if (session.settings.speculative.enabled()) {
+    const SpecCounters c = serving.replicas.spec_counters();
+    std::cerr << "llama2 batch: speculative: " << c.accepted << " of " << c.proposed
+              << " proposed tokens accepted, " << c.emitted << " tokens in " << c.verify_steps
+              << " verify steps" << std::endl;
   }
   if (serving.replicas.size() > 1) {
     std::string per;

@@ -15,6 +15,7 @@
 #include "coordinator/cli/cli_common.h"
 #include "coordinator/cli/commands.h"
 #include "coordinator/cli/session.h"
+#include "coordinator/requests/request.h"
 #include "coordinator/requests/request_constraint.h"
 #include "coordinator/requests/request_owner.h"
 #include "coordinator/scheduler/block_allocator.h"
@@ -181,6 +182,7 @@ void report(const Generated& g, const std::vector<int>& prompt, const RankEngine
                        {"time_to_first_token_s", g.timings.ttft_s},
                        {"generate_s", gen_s},
                        {"decode_tokens_per_s", decode_tps}}}};
+    if (nlohmann::json spec = speculative_json(result); !spec.is_null()) j["speculative"] = spec;
     std::cout << j.dump() << std::endl;
     return;
   }
@@ -191,6 +193,10 @@ void report(const Generated& g, const std::vector<int>& prompt, const RankEngine
                "TTFT %.1f ms, decode %.1f tok/s\n",
                engine.backend_name(), prompt.size(), n_out, to_string(result.finish_reason),
                static_cast<unsigned long long>(*params.seed), g.timings.ttft_s * 1e3, decode_tps);
+  if (result.speculative == SpecUse::kOn) {
+    std::fprintf(stderr, "speculative: %d of %d proposed tokens accepted in %d verify steps\n",
+                 result.spec_accepted, result.spec_proposed, result.spec_verify_steps);
+  }
 }
 
 }  // namespace

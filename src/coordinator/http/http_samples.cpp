@@ -2,6 +2,7 @@
 
 #include "coordinator/http/prompt_scoring.h"
 #include "coordinator/http/tool_api.h"
+#include "coordinator/requests/request.h"
 
 namespace llama2 {
 
@@ -80,6 +81,7 @@ ApiResult sample_result(const HttpSample& s, const ApiResponseHead& head,
   ApiResult r{f.finish_reason, f.prompt_tokens, static_cast<int>(f.tokens.size()), f.text};
   r.cached_tokens = f.cached_tokens;
   r.index = s.index;
+  r.speculative = speculative_json(f);
   if (head.tools) r.tool_calls = parse_tool_calls(f.text);  // else the text is content
   if (s.ex->logprobs()) {
     std::vector<ApiTokenLogprobs> lp;

@@ -499,6 +499,7 @@ json api_response(const ApiResponseHead& h, const std::vector<ApiResult>& choice
     // vLLM puts prompt_logprobs in the choice of a completion, beside the choices of a chat.
     if (!r.prompt_logprobs.is_null())
       (h.kind == ApiKind::kChat ? out : choice)["prompt_logprobs"] = r.prompt_logprobs;
+    if (!r.speculative.is_null()) choice["speculative"] = r.speculative;  // our extension
     out["choices"].push_back(std::move(choice));
   }
   out["usage"] = usage;

@@ -165,6 +165,7 @@ struct ApiResult {
   std::optional<std::vector<ToolCall>> tool_calls = std::nullopt;
   nlohmann::json prompt_logprobs = nullptr;  // vLLM's field when the request asked (else null)
   int index = 0;                             // the choice's index (prompt x n + j)
+  nlohmann::json speculative = nullptr;      // speculative_json (request.h); null: not reported
 };
 
 // One generated token's log-probabilities (TokenEvent::logprob / top_logprobs).

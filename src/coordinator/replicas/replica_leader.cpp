@@ -122,6 +122,7 @@ class Leader final : public WireVisitor {
     g.kv_total = blocks_.num_blocks();
     g.steps = steps_;
     g.preemptions = scheduler_.preemptions();
+    g.spec = scheduler_.spec_counters();
     msg.gauges(g);
     link_.send(0, msg.take() + out_.writer.take());
   }

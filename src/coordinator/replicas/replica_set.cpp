@@ -189,6 +189,13 @@ int64_t ReplicaSet::preemptions() const {
   return n;
 }
 
+SpecCounters ReplicaSet::spec_counters() const {
+  SpecCounters c = local_ != nullptr ? local_->scheduler().spec_counters() : SpecCounters{};
+  for (size_t r = static_cast<size_t>(first_remote_); r < stats_.size(); ++r)
+    c += stats_[r].gauges.spec;
+  return c;
+}
+
 int ReplicaSet::min_kv_blocks() const {
   int n = local_ != nullptr ? local_->scheduler().blocks().num_blocks() : INT32_MAX;
   for (const RemoteReplica& r : remotes_) n = std::min(n, r.kv_blocks);

@@ -72,6 +72,8 @@ class ReplicaSet {
   int kv_total() const;
   // Preemptions since start: the in-process scheduler's and the remote leaders' latest reports.
   int64_t preemptions() const;
+  // Speculative decoding's counters summed over the replicas (the remote ones as last reported).
+  SpecCounters spec_counters() const;
   // The smallest replica's KV capacity in blocks (admission's per-request limit).
   int min_kv_blocks() const;
   // The in-process replica's KV blocks (null when there is none: a dedicated front).

@@ -133,6 +133,10 @@ void WireWriter::gauges(const ReplicaGauges& g) {
   put(buf_, static_cast<int32_t>(g.kv_total));
   put(buf_, g.steps);
   put(buf_, g.preemptions);
+  put(buf_, g.spec.verify_steps);
+  put(buf_, g.spec.proposed);
+  put(buf_, g.spec.accepted);
+  put(buf_, g.spec.emitted);
 }
 
 void WireWriter::token(const TokenEvent& ev) {
@@ -165,6 +169,10 @@ void WireWriter::finished(const Finished& done) {
     put(buf_, static_cast<int32_t>(p.rank));
     put(buf_, p.top);
   }
+  put(buf_, static_cast<uint8_t>(done.speculative));
+  put(buf_, static_cast<int32_t>(done.spec_proposed));
+  put(buf_, static_cast<int32_t>(done.spec_accepted));
+  put(buf_, static_cast<int32_t>(done.spec_verify_steps));
 }
 
 std::string WireWriter::take() {
@@ -212,6 +220,10 @@ ReplicaGauges read_gauges(Reader& r) {
   g.kv_total = r.get<int32_t>();
   g.steps = r.get<int64_t>();
   g.preemptions = r.get<int64_t>();
+  g.spec.verify_steps = r.get<int64_t>();
+  g.spec.proposed = r.get<int64_t>();
+  g.spec.accepted = r.get<int64_t>();
+  g.spec.emitted = r.get<int64_t>();
   return g;
 }
 
@@ -245,6 +257,14 @@ Finished read_finished(Reader& r) {
     p.top = r.top();
     d.prompt_logprobs.push_back(std::move(p));
   }
+  const uint8_t spec = r.get<uint8_t>();
+  if (spec > static_cast<uint8_t>(SpecUse::kConstrained)) {
+    throw Error("replica message: unknown speculative use " + std::to_string(spec));
+  }
+  d.speculative = static_cast<SpecUse>(spec);
+  d.spec_proposed = r.get<int32_t>();
+  d.spec_accepted = r.get<int32_t>();
+  d.spec_verify_steps = r.get<int32_t>();
   return d;
 }
 

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/speculative_config.h"
 #include "coordinator/requests/request_messages.h"
 
 namespace llama2 {
@@ -28,6 +29,7 @@ struct ReplicaGauges {
   int kv_total = 0;         // KV blocks of the replica
   int64_t steps = 0;        // engine steps run so far
   int64_t preemptions = 0;  // sequences preempted so far (batch_scheduler.h)
+  SpecCounters spec{};      // speculative decoding's counters (batch_scheduler.h)
 };
 
 class WireWriter {

@@ -75,7 +75,18 @@ Gauges Admission::gauges() const {
   g.prefix_hit_tokens = prefix_hits_.load(std::memory_order_relaxed);
   g.prefix_evicted_blocks = prefix_evicted_.load(std::memory_order_relaxed);
   g.preemptions = preemptions_.load(std::memory_order_relaxed);
+  g.spec.verify_steps = spec_verify_steps_.load(std::memory_order_relaxed);
+  g.spec.proposed = spec_proposed_.load(std::memory_order_relaxed);
+  g.spec.accepted = spec_accepted_.load(std::memory_order_relaxed);
+  g.spec.emitted = spec_emitted_.load(std::memory_order_relaxed);
   return g;
+}
+
+void Admission::set_spec_counters(const SpecCounters& c) {
+  spec_verify_steps_.store(c.verify_steps, std::memory_order_relaxed);
+  spec_proposed_.store(c.proposed, std::memory_order_relaxed);
+  spec_accepted_.store(c.accepted, std::memory_order_relaxed);
+  spec_emitted_.store(c.emitted, std::memory_order_relaxed);
 }
 
 void Admission::set_engine_gauges(int running, int kv_used, int kv_total) {

@@ -92,6 +92,7 @@ class Admission {
   void set_preemptions(int64_t preemptions) {
     preemptions_.store(preemptions, std::memory_order_relaxed);
   }
+  void set_spec_counters(const SpecCounters& c);
 
  private:
   friend class Reservation;  // release() gives its place back
@@ -101,6 +102,8 @@ class Admission {
   std::atomic<int> running_{0}, kv_used_{0}, kv_total_{0}, kv_cached_{0};
   std::atomic<int64_t> prefix_queried_{0}, prefix_hits_{0}, prefix_evicted_{0};
   std::atomic<int64_t> preemptions_{0};
+  std::atomic<int64_t> spec_verify_steps_{0}, spec_proposed_{0}, spec_accepted_{0},
+      spec_emitted_{0};
 };
 
 }  // namespace llama2

@@ -47,6 +47,22 @@ const char* to_string(ErrorCode c) {
   return kErrorNames[static_cast<size_t>(c)];
 }
 
+const char* to_string(SpecUse u) {
+  switch (u) {
+    case SpecUse::kNone:
+      return "none";
+    case SpecUse::kOn:
+      return "on";
+    case SpecUse::kOptedOut:
+      return "opted_out";
+    case SpecUse::kUnavailable:
+      return "unavailable";
+    case SpecUse::kConstrained:
+      return "off_constrained";
+  }
+  return "none";
+}
+
 std::optional<FinishReason> parse_finish_reason(std::string_view name) {
   return find_name<FinishReason>(kFinishNames, name);
 }

@@ -46,9 +46,19 @@ enum class ErrorCode : uint8_t {
 };
 constexpr int kErrorCodeCount = 17;
 
+// What speculative decoding did for a request (docs/speculative.md), reported with its end.
+enum class SpecUse : uint8_t {
+  kNone,         // the server has none and the request did not ask: nothing is reported
+  kOn,           // its decode steps verified proposals
+  kOptedOut,     // "speculative": false
+  kUnavailable,  // "speculative": true, but the server runs without --speculative
+  kConstrained,  // off for this request: a constrained row's mask depends on the tokens before it
+};
+
 // The protocol names: "stop", "queue_full", ...
 const char* to_string(FinishReason r);
 const char* to_string(ErrorCode c);
+const char* to_string(SpecUse u);  // "none", "on", "opted_out", "unavailable", "off_constrained"
 // The enum of a protocol name; nullopt for any other string (a message from another version).
 std::optional<FinishReason> parse_finish_reason(std::string_view name);
 std::optional<ErrorCode> parse_error_code(std::string_view name);

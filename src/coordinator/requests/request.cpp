@@ -287,6 +287,17 @@ json top_logprobs_json(const std::vector<TopLogprob>& top) {
   return out;
 }
 
+json speculative_json(const Finished& done) {
+  if (done.speculative == SpecUse::kNone) return nullptr;
+  json out{{"status", to_string(done.speculative)}};
+  if (done.speculative == SpecUse::kOn) {
+    out["proposed_tokens"] = done.spec_proposed;
+    out["accepted_tokens"] = done.spec_accepted;
+    out["verify_steps"] = done.spec_verify_steps;
+  }
+  return out;
+}
+
 json prompt_logprobs_json(const Finished& done) {
   json out = json::array({nullptr});  // the first token has nothing before it
   for (const PromptLogprob& p : done.prompt_logprobs) {

@@ -102,5 +102,11 @@ void add_logprobs_json(const Finished& done, nlohmann::json* out);
 // A request with prompt_logprobs: [null, {"token_id", "logprob", "rank", "top_logprobs"}, ...],
 // one entry per prompt token (the first has no context: null).
 nlohmann::json prompt_logprobs_json(const Finished& done);
+// What speculative decoding did for the request (docs/speculative.md): null when the server has
+// none and the request did not ask (SpecUse::kNone); else {"status": "on" | "opted_out" |
+// "unavailable" | "off_constrained"}, with "proposed_tokens", "accepted_tokens" and
+// "verify_steps" when on. A `done` event, a batch line, generate --json and an HTTP choice
+// carry it as "speculative".
+nlohmann::json speculative_json(const Finished& done);
 
 }  // namespace llama2

@@ -99,6 +99,10 @@ struct Finished {
   // Only with prompt_logprobs (else empty): [prompt_tokens - 1], prompt tokens 1.. in order (the
   // first has nothing before it). Empty too when the request ended before its prompt was scored.
   std::vector<PromptLogprob> prompt_logprobs{};
+  // Speculative decoding for this request (docs/speculative.md): what it did, and with kOn the
+  // tokens proposed and accepted in its verify steps.
+  SpecUse speculative = SpecUse::kNone;
+  int spec_proposed = 0, spec_accepted = 0, spec_verify_steps = 0;
 };
 
 // Measured by the owner from its own clock: from submit() to admission / first token / the end.

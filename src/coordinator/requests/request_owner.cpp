@@ -69,6 +69,7 @@ void RequestOwner::dispatch() {
 void RequestOwner::refresh_gauges() {
   admission_.set_engine_gauges(replicas_.running(), replicas_.kv_used(), replicas_.kv_total());
   admission_.set_preemptions(replicas_.preemptions());
+  admission_.set_spec_counters(replicas_.spec_counters());
   // The prefix cache's numbers are those of the in-process replica (remote replicas' caches are
   // not summed yet); none on a dedicated front.
   if (const BlockAllocator* blocks = replicas_.local_blocks()) {

@@ -123,9 +123,8 @@ bool BatchScheduler::try_admit(SubmitRequest& req) {
       std::make_unique<Sequence>(std::move(req), tok_, std::move(table), *hit, chain));
   Sequence& s = *running_.back();
   if (s.adjusted()) ++adjusted_;
-  // A constrained row's mask depends on the tokens accepted before it: no speculation there.
-  s.speculates = opts_.speculative.enabled() && s.req.params.speculative.value_or(true) &&
-                 s.matcher == nullptr;
+  s.result.speculative = speculative_use(s);
+  s.speculates = s.result.speculative == SpecUse::kOn;
   return true;
 }
 
@@ -163,6 +162,16 @@ int BatchScheduler::growth_need() const {
                          static_cast<int>(s->table.size()));
   }
   return n;
+}
+
+SpecUse BatchScheduler::speculative_use(const Sequence& s) const {
+  const std::optional<bool> asked = s.req.params.speculative;
+  if (!opts_.speculative.enabled())
+    return asked.value_or(false) ? SpecUse::kUnavailable : SpecUse::kNone;
+  if (!asked.value_or(true)) return SpecUse::kOptedOut;
+  // A constrained row's mask depends on the tokens accepted before it (docs/speculative.md).
+  if (s.matcher != nullptr) return SpecUse::kConstrained;
+  return SpecUse::kOn;
 }
 
 int BatchScheduler::proposal_room(const Sequence& s) const {
@@ -404,7 +413,12 @@ int BatchScheduler::apply_verified(Sequence& s, const StepLogits& logits, int ro
                                    SchedulerEvents& events) {
   LLAMA2_CHECK(s.matcher == nullptr);  // constrained requests do not speculate
   const int base = s.cached, k = static_cast<int>(s.proposal.size());
-  int emitted = 0, accepted_n = 0;
+  // Counted before the walk: the emit() that ends the sequence hands its result over.
+  ++spec_.verify_steps;
+  spec_.proposed += k;
+  ++s.result.spec_verify_steps;
+  s.result.spec_proposed += k;
+  int emitted = 0;
   for (int j = 0; j <= k; ++j) {
     // Row j follows the fed tokens 0..j, which the KV cache now holds for good: the last sampled
     // token and the j proposals accepted so far (already in context). Only they register.
@@ -414,15 +428,13 @@ int BatchScheduler::apply_verified(Sequence& s, const StepLogits& logits, int ro
     const int token =
         j < k ? verify_row(s, logits, row + j, s.proposal[static_cast<size_t>(j)], &accepted)
               : sample_row(s, logits, row + j);  // every proposal accepted: a bonus
-    emit(s, token, logits, row + j, events);
+    spec_.accepted += accepted ? 1 : 0;
+    s.result.spec_accepted += accepted ? 1 : 0;
+    ++spec_.emitted;
     ++emitted;
-    accepted_n += accepted ? 1 : 0;
+    emit(s, token, logits, row + j, events);
     if (s.done || !accepted) break;
   }
-  ++spec_.verify_steps;
-  spec_.proposed += k;
-  spec_.accepted += accepted_n;
-  spec_.emitted += emitted;
   s.proposal.clear();
   // The rejected tokens' KV slots: past s.cached, overwritten by the next step; whole blocks past
   // it go back now.

@@ -52,15 +52,6 @@ struct SchedulerOptions {
   SpeculativeConfig speculative{};
 };
 
-// Speculative decoding's counters since start (acceptance rate = accepted / proposed; tokens per
-// verify step = emitted / verify_steps).
-struct SpecCounters {
-  int64_t verify_steps = 0;  // sequence-steps that verified at least one proposed token
-  int64_t proposed = 0;      // tokens proposed in them
-  int64_t accepted = 0;      // of those, tokens accepted
-  int64_t emitted = 0;       // tokens those steps emitted (accepted + one drawn, unless a stop)
-};
-
 // What schedule() decided for one engine step.
 struct ScheduledStep {
   StepPlan plan;
@@ -125,6 +116,8 @@ class BatchScheduler {
   // The tokens `s` may still propose: K, less what max_new_tokens leaves room for (a verify step
   // emits up to K + 1 tokens).
   int proposal_room(const Sequence& s) const;
+  // Whether `s` (just admitted) speculates, and what its Finished reports about it.
+  SpecUse speculative_use(const Sequence& s) const;
   void add_to_plan(ScheduledStep& step, int slot, int n_tokens) const;
   // Each adjusted row's VocabAdjust: one per row, combining the constraint's allowed tokens (from
   // its sequence's matcher), min_tokens' masked stop ids and logit_bias.

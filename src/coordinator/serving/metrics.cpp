@@ -131,6 +131,21 @@ std::string ServeMetrics::render(const Gauges& g) const {
   sample(&out, "llama2_preemptions_total", "counter",
          "Running generations preempted (KV blocks freed, recomputed later) since start.",
          std::to_string(g.preemptions));
+  // Speculative decoding (docs/speculative.md): 0 on a server without --speculative.
+  sample(&out, "llama2_spec_decode_verify_steps_total", "counter",
+         "Sequence-steps that verified proposed tokens.", std::to_string(g.spec.verify_steps));
+  sample(&out, "llama2_spec_decode_proposed_tokens_total", "counter",
+         "Tokens proposed for verification.", std::to_string(g.spec.proposed));
+  sample(&out, "llama2_spec_decode_accepted_tokens_total", "counter",
+         "Proposed tokens the target accepted.", std::to_string(g.spec.accepted));
+  sample(&out, "llama2_spec_decode_emitted_tokens_total", "counter",
+         "Tokens emitted by verify steps (accepted ones and the token after them).",
+         std::to_string(g.spec.emitted));
+  sample(&out, "llama2_spec_decode_acceptance_rate", "gauge",
+         "Accepted over proposed tokens since start.", fmt(g.spec_acceptance_rate()));
+  sample(&out, "llama2_spec_decode_tokens_per_verify_step", "gauge",
+         "Mean tokens a sequence's verify step emitted since start.",
+         fmt(g.spec_tokens_per_verify_step()));
   sample(&out, "llama2_kv_cache_cached_blocks", "gauge",
          "KV blocks holding a cached prefix, in use or evictable.",
          std::to_string(g.kv_blocks_cached));

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/speculative_config.h"
 #include "coordinator/requests/codes.h"
 
 namespace llama2 {
@@ -45,6 +46,18 @@ struct Gauges {
   // Running sequences whose KV blocks were taken back for others since start (batch_scheduler.h),
   // summed over the replicas.
   int64_t preemptions = 0;
+  // Speculative decoding's counters (docs/speculative.md), summed over the replicas.
+  SpecCounters spec{};
+  double spec_acceptance_rate() const {
+    return spec.proposed > 0
+               ? static_cast<double>(spec.accepted) / static_cast<double>(spec.proposed)
+               : 0.0;
+  }
+  double spec_tokens_per_verify_step() const {
+    return spec.verify_steps > 0
+               ? static_cast<double>(spec.emitted) / static_cast<double>(spec.verify_steps)
+               : 0.0;
+  }
   double prefix_hit_rate() const {
     return prefix_queried_tokens > 0
                ? static_cast<double>(prefix_hit_tokens) / static_cast<double>(prefix_queried_tokens)

@@ -48,6 +48,7 @@ void SocketGeneration::on_finished(const Finished& res, const Timings& t) {
   }
   if (tools_) add_tool_calls_json(res.text, &ev);
   if (prompt_logprobs_) ev["prompt_logprobs"] = prompt_logprobs_json(res);
+  if (json spec = speculative_json(res); !spec.is_null()) ev["speculative"] = std::move(spec);
   server_.send(conn_, ev, id_, ticket_, true);
 }
 
