@@ -112,6 +112,11 @@ cat >"$FAKEBIN/fake-mpirun" <<'EOF'
 printf '<%s>\n' "$@"
 EOF
 chmod +x "$FAKEBIN"/fake-*
+# `mpirun` on the PATH of every mr run below is the fake (Open MPI 4.1.4 unless
+# FAKE_OMPI_VERSION says otherwise): the commands expected do not depend on this machine's Open MPI
+# (Debian 13's is 5).
+mkdir -p "$FAKEBIN/ompi"
+ln -s ../fake-mpirun "$FAKEBIN/ompi/mpirun"
 L2=$FAKEBIN/fake-llama2
 NO_SMI=$TMP/no-such-nvidia-smi
 
@@ -120,7 +125,7 @@ mr() {  # NAME VARS... -- ARGS... : llama2-mpirun with a fixed machine (no GPU, 
   local vars=()
   while [[ "$1" != "--" ]]; do vars+=("$1"); shift; done
   shift
-  runv "$name" NVIDIA_SMI="$NO_SMI" LLAMA2_BIN="$L2" _LLAMA2_TEST_CORES=8 _LLAMA2_TEST_NUMA_NODES=1 "${vars[@]}" -- "$MPIRUN_SH" "$@"
+  runv "$name" PATH="$FAKEBIN/ompi:$PATH" NVIDIA_SMI="$NO_SMI" LLAMA2_BIN="$L2" _LLAMA2_TEST_CORES=8 _LLAMA2_TEST_NUMA_NODES=1 "${vars[@]}" -- "$MPIRUN_SH" "$@"
 }
 mr mr.root _LLAMA2_TEST_UID=0 -- -n 2 --dry-run -- generate --model /m --prompt "a b"
 expect_rc mr.root 0
