@@ -316,6 +316,7 @@ RankEngine::RankEngine(const EngineConfig& cfg, const ModelConfig& config, MPI_C
   if (!local.note.empty()) line << " [" << local.note << "]";
   if (!backend_note_.empty()) line << " [" << backend_note_ << "]";
   if (!checkpoint_note_.empty()) line << " [" << checkpoint_note_ << "]";
+  if (settings_.deterministic) line << " [deterministic: all-reduces sum the ranks in rank order]";
   line << "\n";
   report_ = gather_lines(comm_, line.str());
 }
