@@ -2,7 +2,7 @@
 // engine alone (no tokenizer, no scheduler, no output), so that what batching buys is visible.
 //
 //   mpirun -np N llama2_bench_cpu --model tests/models/tiny-gqa --batches 1,8,32 --context 64
-//       --steps 64 --repeats 5 [--cpu-threads T]
+//       --steps 64 --repeats 5 [--cpu-threads T] [--deterministic]
 //
 // Rank 0 builds the plans by hand and owns the KV blocks; the other ranks sit in
 // RankEngine::worker_loop. Each repeat prefills B sequences of --context random tokens (untimed),
@@ -106,6 +106,7 @@ int run(int argc, char** argv, int rank, int size) {
       "repeats", "Repeats per batch size (the median is reported)",
       cxxopts::value<int>()->default_value("5"))("cpu-threads", "Threads per rank; 0 = automatic",
                                                  cxxopts::value<int>()->default_value("0"))(
+      "deterministic", "EngineConfig::deterministic (docs/deterministic.md), for its cost")(
       "h,help", "Show this help");
   const cxxopts::ParseResult r = llama2::parse_or_usage(opts, argc, argv);
   if (r.count("help")) {
@@ -125,6 +126,7 @@ int run(int argc, char** argv, int rank, int size) {
   spec.model_dir = r["model"].as<std::string>();
   spec.backend = llama2::Backend::kCpu;
   spec.cpu_threads = r["cpu-threads"].as<int>();
+  spec.deterministic = r.count("deterministic") > 0;
   // Every rank reads the same config and fails alike: reported once, no abort.
   llama2::ModelConfig config;
   try {
@@ -146,8 +148,9 @@ int run(int argc, char** argv, int rank, int size) {
   std::fprintf(stderr, "%s", engine.startup_report().c_str());
   BlockAllocator blocks(engine.kv().num_blocks, engine.kv().block_size);
   std::mt19937 rng(1234);
-  std::printf("model %s, %d rank(s), context %d, %d steps, median of %d\n", spec.model_dir.c_str(),
-              size, context, steps, repeats);
+  std::printf("model %s, %d rank(s), context %d, %d steps, median of %d%s\n",
+              spec.model_dir.c_str(), size, context, steps, repeats,
+              spec.deterministic ? ", --deterministic" : "");
   std::printf("| batch | us/step | us/token | tok/s | vs batch %d |\n|---|---|---|---|---|\n",
               batches.front());
   double first = 0;

@@ -77,8 +77,13 @@ struct EngineConfig {
   bool cuda_graphs = true;           // replay decode steps as CUDA graphs
   bool prefix_caching = true;        // share the KV blocks of cached prompt prefixes (batch, serve)
   int cpu_threads = 0;               // cpu threads per rank; 0: cpu_threads_for_rank's choice
-  TuningKnobs knobs;                 // the environment's knobs (tuning_knobs_from_env), or a test's
-  SpeculativeConfig speculative;     // --speculative (generate, batch, serve); off by default
+  // --deterministic (issue 41, docs/deterministic.md): a request's tokens and logits, bit for bit,
+  // do not depend on its batch mates, on how its prompt is cut into chunks or on prefix-cache
+  // hits, at a given TP degree. The cpu backend honours it (its all-reduce then sums the ranks in
+  // rank order at every message size); the cuda backend refuses it at start (choose_deterministic).
+  bool deterministic = false;
+  TuningKnobs knobs;              // the environment's knobs (tuning_knobs_from_env), or a test's
+  SpeculativeConfig speculative;  // --speculative (generate, batch, serve); off by default
 
   // Logit rows one step may ask for (the cuda LM head's rows): one per running sequence, plus K
   // for each sequence that may verify K proposed tokens (docs/speculative.md).
@@ -101,6 +106,7 @@ struct ResolvedConfig {
   int max_graph_batch = 0;  // decode steps up to this batch run as CUDA graphs; 0: none
   double gpu_memory_fraction = 0.9;
   uint64_t synthetic_seed = 1;
+  bool deterministic = false;  // EngineConfig::deterministic, allowed on this backend
   TuningKnobs knobs;
 };
 

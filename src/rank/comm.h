@@ -74,9 +74,19 @@ class Comm {
   }
 };
 
+// The order in which MpiComm's all_reduce_sum adds the ranks' values.
+//  kMpi:       MPI_Allreduce's. Open MPI picks its algorithm (recursive doubling, ring, ...) by
+//              message size and rank count, and with it the order each element is summed in: at
+//              3 or more ranks a row's sum can change in its last bits with the step's row count.
+//  kRankOrder: every rank gathers all the ranks' values (MPI_Allgather) and adds them in rank
+//              order, ((v0 + v1) + v2) + ..., at every size: --deterministic (issue 41). It
+//              moves size x count elements to every rank instead of about 2 x count.
+enum class ReduceOrder { kMpi, kRankOrder };
+
 // Comm over an MPI communicator (not owned). With `beat`, each collective is published as a
 // synchronizing point (rank/step_heartbeat.h) so that a stall can name the rank it waits for.
-std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm, StepHeartbeat* beat = nullptr);
+std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm, StepHeartbeat* beat = nullptr,
+                                    ReduceOrder order = ReduceOrder::kMpi);
 
 // Collective error agreement: every rank passes its own error text ("" if fine). If any rank
 // failed, every rank throws ReportedError carrying the lowest failing rank's message, so the

@@ -1,5 +1,8 @@
 // The CPU backend's communicator (MpiComm) and the MPI parts of rank/comm.h every backend uses.
+#include <algorithm>
 #include <climits>
+#include <cstdint>
+#include <vector>
 
 #include "common/check.h"
 #include "rank/comm.h"
@@ -28,7 +31,8 @@ int mpi_count(size_t count) {
 
 class MpiComm final : public Comm {
  public:
-  MpiComm(MPI_Comm comm, StepHeartbeat* beat) : comm_(comm), beat_(beat) {
+  MpiComm(MPI_Comm comm, StepHeartbeat* beat, ReduceOrder order)
+      : comm_(comm), beat_(beat), order_(order) {
     MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
     MPI_CHECK(MPI_Comm_size(comm_, &size_));
   }
@@ -40,7 +44,15 @@ class MpiComm final : public Comm {
     const MPI_Datatype t = mpi_type(type);
     const int n = mpi_count(count);
     Point p(beat_, SyncPoint::kAllReduce);
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, n, t, MPI_SUM, comm_));
+    if (order_ == ReduceOrder::kMpi) {
+      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, n, t, MPI_SUM, comm_));
+      return;
+    }
+    if (type == CommType::kF32) {
+      gather_and_sum(static_cast<float*>(data), n, t, &all_f32_);
+    } else {
+      gather_and_sum(static_cast<int32_t*>(data), n, t, &all_i32_);
+    }
   }
 
   void gather_to_root(const void* send, const std::vector<size_t>& counts, CommType type,
@@ -73,9 +85,26 @@ class MpiComm final : public Comm {
     StepHeartbeat* beat;
   };
 
+  // kRankOrder: data[i] = ((v0[i] + v1[i]) + v2[i]) + ... with v_r rank r's data: the same order
+  // on every rank and at every count. all: scratch for [size_, n] elements, rank after rank.
+  template <typename T>
+  void gather_and_sum(T* data, int n, MPI_Datatype t, std::vector<T>* all) const {
+    all->resize(static_cast<size_t>(n) * size_);
+    MPI_CHECK(MPI_Allgather(data, n, t, all->data(), n, t, comm_));
+    std::copy_n(all->data(), n, data);
+    for (int r = 1; r < size_; ++r) {
+      const T* part = all->data() + static_cast<size_t>(r) * n;
+      for (int i = 0; i < n; ++i) data[i] += part[i];
+    }
+  }
+
   MPI_Comm comm_;
   StepHeartbeat* beat_;
+  ReduceOrder order_;
   int rank_ = 0, size_ = 1;
+  // kRankOrder's gathered values, reused from call to call.
+  std::vector<float> all_f32_;
+  std::vector<int32_t> all_i32_;
 };
 
 }  // namespace
@@ -93,8 +122,8 @@ size_t comm_type_bytes(CommType type) {
   return 0;
 }
 
-std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm, StepHeartbeat* beat) {
-  return std::make_unique<MpiComm>(comm, beat);
+std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm, StepHeartbeat* beat, ReduceOrder order) {
+  return std::make_unique<MpiComm>(comm, beat, order);
 }
 
 void agree_on_errors(MPI_Comm comm, const std::string& local_error) {

@@ -183,7 +183,8 @@ class CpuModel final : public ModelRunner {
                          gathered.data());
     if (comm_.rank() != 0 || out == nullptr) return;
     stitch_vocab_slices(gathered.data(), all_shards_, rows, c_.vocab_size, out);
-    if (plan.any_logprobs()) lse_from_full_rows(plan.logprob_flags(), out);
+    // Slice by slice, as a candidates step computes it (issue 41).
+    if (plan.any_logprobs()) lse_from_full_rows(plan.logprob_flags(), all_shards_, out);
   }
 
  private:

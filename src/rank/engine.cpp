@@ -194,6 +194,18 @@ WeightDType choose_weight_dtype(const EngineConfig& cfg, Backend backend, Comput
   return cfg.weight_dtype;
 }
 
+bool choose_deterministic(bool requested, Backend backend) {
+  if (!requested || backend == Backend::kCpu) return requested;
+  // The CUDA kernels that make it possible come with issue 41's GPU work; until then the cuda
+  // backend would give logits that still depend on the batch, which the flag promises they do not.
+  throw Error(
+      "--deterministic is not supported on the cuda backend yet: there a request's logits still "
+      "depend on its batch (the GEMM algorithm is chosen by the row count and split-K by the "
+      "batch size; attention splits the keys by batch and context length; the all-reduce "
+      "switches between the one-shot kernel and NCCL by message size). The cpu backend supports "
+      "it: use --backend cpu (docs/deterministic.md)");
+}
+
 ResolvedConfig resolve_config(const EngineConfig& cfg, const ModelConfig& model,
                               int visible_devices, std::string* note) {
   ResolvedConfig r;
@@ -201,6 +213,7 @@ ResolvedConfig resolve_config(const EngineConfig& cfg, const ModelConfig& model,
   r.dtype = choose_dtype(cfg.dtype, r.backend, model.torch_dtype);
   r.kv_cache_dtype = choose_kv_dtype(cfg.kv_cache_dtype, r.backend, r.dtype);
   r.weight_dtype = choose_weight_dtype(cfg, r.backend, r.dtype, model.quant);
+  r.deterministic = choose_deterministic(cfg.deterministic, r.backend);
   // Sequences and logit rows per step: a speculative verify step asks K + 1 rows of a sequence.
   r.max_batch = cfg.max_logit_rows();
   r.max_step_tokens = cfg.max_step_tokens();
@@ -256,7 +269,8 @@ RankEngine::RankEngine(const EngineConfig& cfg, const ModelConfig& config, MPI_C
   }
   agree_on_errors(comm_, error);
 
-  tp_comm_ = make_mpi_comm(comm_, beat_.get());
+  tp_comm_ = make_mpi_comm(comm_, beat_.get(),
+                           settings_.deterministic ? ReduceOrder::kRankOrder : ReduceOrder::kMpi);
   const int device = device_for_local_rank(local.local_rank, devices);
   try {
     if (settings_.backend == Backend::kCuda) {
@@ -303,6 +317,7 @@ RankEngine::RankEngine(const EngineConfig& cfg, const ModelConfig& config, MPI_C
   if (!local.note.empty()) line << " [" << local.note << "]";
   if (!backend_note_.empty()) line << " [" << backend_note_ << "]";
   if (!checkpoint_note_.empty()) line << " [" << checkpoint_note_ << "]";
+  if (settings_.deterministic) line << " [deterministic: all-reduces sum the ranks in rank order]";
   line << "\n";
   report_ = gather_lines(comm_, line.str());
 }

@@ -47,6 +47,10 @@ KvCacheDType choose_kv_dtype(KvCacheDType requested, Backend backend, ComputeDTy
 WeightDType choose_weight_dtype(const EngineConfig& cfg, Backend backend, ComputeDType dtype,
                                 const CheckpointQuant& quant = CheckpointQuant{});
 
+// --deterministic on a resolved backend: `requested` on cpu; Error on cuda, naming what is not
+// batch-invariant there yet and that the cpu backend supports it.
+bool choose_deterministic(bool requested, Backend backend);
+
 class RankEngine final : public StepExecutor {
  public:
   // Collective over `comm`: resolves `cfg`, validates the checkpoint, loads this rank's shard and

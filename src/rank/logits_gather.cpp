@@ -199,4 +199,25 @@ void lse_from_full_rows(const std::vector<int32_t>& flags, StepLogits* out) {
   }
 }
 
+void lse_from_full_rows(const std::vector<int32_t>& flags, const std::vector<ShardPlan>& shards,
+                        StepLogits* out) {
+  LLAMA2_CHECK(out->full() && out->rows == static_cast<int>(flags.size()));
+  const int rows = out->rows, tp = static_cast<int>(shards.size());
+  // [rank][rows, kSliceLseFields], as gather_to_root lays the ranks' summaries out.
+  std::vector<float> parts(static_cast<size_t>(tp) * rows * kSliceLseFields);
+  for (int k = 0; k < tp; ++k) {
+    const ShardPlan& s = shards[static_cast<size_t>(k)];
+    for (int r = 0; r < rows; ++r) {
+      float* f = parts.data() + (static_cast<int64_t>(k) * rows + r) * kSliceLseFields;
+      if (!flags[r]) {
+        f[0] = -std::numeric_limits<float>::infinity(), f[1] = 0.f, f[2] = 0.f;
+        continue;
+      }
+      slice_logsumexp(out->values.data() + static_cast<int64_t>(r) * out->width + s.vocab_begin, 1,
+                      s.vocab_size, s.vocab_begin, nullptr, f);
+    }
+  }
+  lse_from_slices(parts.data(), shards, flags, out);
+}
+
 }  // namespace llama2

@@ -59,6 +59,11 @@ void combine_logsumexp(const float* gathered, const std::vector<ShardPlan>& shar
 void lse_from_slices(const float* gathered, const std::vector<ShardPlan>& shards,
                      const std::vector<int32_t>& flags, StepLogits* out);
 void lse_from_full_rows(const std::vector<int32_t>& flags, StepLogits* out);
+// The same summed slice by slice as `shards` cut the vocabulary, then combined: bit for bit what
+// lse_from_slices gives when the ranks send their summaries, so a row's logprobs do not depend on
+// whether its step gathered full rows (a top-p mate in the batch) or candidates (issue 41).
+void lse_from_full_rows(const std::vector<int32_t>& flags, const std::vector<ShardPlan>& shards,
+                        StepLogits* out);
 
 // True when a is ranked before b: larger value first, NaN before everything, equal values (and
 // -0 == +0) by lower id. The order of kernels::launch_topk.

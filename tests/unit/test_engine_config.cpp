@@ -49,6 +49,7 @@ cxxopts::ParseResult parse(std::vector<std::string> args) {
         "prefill-chunk", "", cxxopts::value<int>())("kv-cache-blocks", "", cxxopts::value<int>());
     llama2::add_engine_options(o);
     llama2::add_prefix_caching_options(o);
+    llama2::add_deterministic_option(o);
     return o;
   }();
   args.insert(args.begin(), "llama2");
@@ -265,6 +266,31 @@ TEST_SUITE("engine_config") {
     CHECK_FALSE(caching({"-m", "M", "--prefix-caching", "off"}));
     CHECK_FALSE(caching({"-m", "M", "--no-prefix-caching"}));
     CHECK_FALSE(caching({"-m", "M", "--prefix-caching", "off", "--no-prefix-caching"}));
+  }
+
+  TEST_CASE("--deterministic: off by default, a typed field, allowed on cpu, refused on cuda") {
+    CHECK_FALSE(llama2::engine_config_from(parse({"-m", "M"}), llama2::kBatchSteps).deterministic);
+    const llama2::EngineConfig c =
+        llama2::engine_config_from(parse({"-m", "M", "--deterministic"}), llama2::kBatchSteps);
+    CHECK(c.deterministic);
+    llama2::ModelConfig model;
+    model.hidden_size = 64;
+    model.num_heads = 4;
+    model.num_kv_heads = 4;
+    CHECK(llama2::resolve_config(c, model, 0).deterministic);  // cpu
+    CHECK_FALSE(llama2::choose_deterministic(false, Backend::kCuda));
+    // One message naming what is not batch-invariant on cuda yet, and the way out.
+    std::string msg;
+    try {
+      llama2::choose_deterministic(true, Backend::kCuda);
+    } catch (const llama2::Error& e) {
+      msg = e.what();
+    }
+    for (const char* part :
+         {"--deterministic is not supported on the cuda backend", "GEMM", "split-K", "attention",
+          "one-shot kernel and NCCL", "use --backend cpu"}) {
+      CHECK_MESSAGE(msg.find(part) != std::string::npos, part);
+    }
   }
 }
 

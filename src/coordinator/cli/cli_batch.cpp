@@ -75,6 +75,7 @@ cxxopts::Options batch_options() {
                              cxxopts::value<double>()->default_value("10"));
   add_engine_options(opts);
   add_prefix_caching_options(opts);
+  add_deterministic_option(opts);
   add_replica_options(opts);
   add_sampling_options(opts);
   add_speculative_options(opts);

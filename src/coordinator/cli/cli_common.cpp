@@ -125,6 +125,14 @@ void add_speculative_options(cxxopts::Options& opts) {
       cxxopts::value<int>());
 }
 
+void add_deterministic_option(cxxopts::Options& opts) {
+  opts.add_options("Engine")(
+      "deterministic",
+      "The same tokens and logits for a request, bit for bit, whatever its batch mates, prompt "
+      "chunking and prefix-cache hits, at a given rank count (cpu backend; cuda refuses it for "
+      "now; docs/deterministic.md)");
+}
+
 void add_generation_config_option(cxxopts::Options& opts) {
   opts.add_options("Sampling")(
       "generation-config",
@@ -203,6 +211,7 @@ EngineConfig engine_config_from(const cxxopts::ParseResult& r, const StepDefault
   c.gpu_memory_fraction = r["gpu-memory-fraction"].as<double>();
   c.cpu_threads = r["cpu-threads"].as<int>();
   c.cuda_graphs = r.count("no-cuda-graphs") == 0;
+  c.deterministic = r.count("deterministic") > 0;  // generate, batch and serve have the flag
   // Only batch and serve have the flags (count() is 0 for a flag a command does not define).
   if (r.count("prefix-caching")) {
     c.prefix_caching = parse_prefix_caching(r["prefix-caching"].as<std::string>());

@@ -73,6 +73,9 @@ void add_engine_options(cxxopts::Options& opts);
 // Adds --prefix-caching on|off and --no-prefix-caching (batch and serve; group "Engine").
 void add_prefix_caching_options(cxxopts::Options& opts);
 
+// Adds --deterministic (generate, batch, serve; group "Engine"): EngineConfig::deterministic.
+void add_deterministic_option(cxxopts::Options& opts);
+
 // The engine flags' usage checks, on every rank before anything else: UsageError for a
 // --gpu-memory-fraction outside (0, 1] or a --cpu-threads outside 0..1024.
 void check_engine_flags(const CommandLine& cl);

@@ -75,6 +75,7 @@ cxxopts::Options generate_options() {
       "grammar", "Constrain the output to the GBNF grammar in FILE (llama.cpp's syntax)",
       cxxopts::value<std::string>(), "FILE");
   add_engine_options(opts);
+  add_deterministic_option(opts);
   add_sampling_options(opts);
   add_speculative_options(opts);
   add_generation_config_option(opts);

@@ -73,6 +73,7 @@ cxxopts::Options serve_options() {
   add_serve_flags(opts);
   add_engine_options(opts);
   add_prefix_caching_options(opts);
+  add_deterministic_option(opts);
   add_replica_options(opts);
   add_sampling_options(opts);
   add_speculative_options(opts);
