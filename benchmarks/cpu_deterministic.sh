@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # What --deterministic (issue 41, docs/deterministic.md) costs on the CPU backend: generated tok/s
-# of `llama2 batch` with and without the flag, at 1, 2 and 4 ranks, on a small model.
+# of `llama2 batch` with and without the flag, at 1 and 4 ranks, on a small model.
 #   usage: benchmarks/cpu_deterministic.sh [build dir] [model dir]     (prints a Markdown table)
 # 64 prompts x 32 new tokens (greedy, ignore_eos), --max-batch-size 32 (batch's default); each
 # cell is the median of 3 runs, the two sides alternating run by run so that a machine's drift
 # falls on both. tok/s from the end of model loading to the last result, prefill included (the
 # job's final progress line). The model defaults to models/docs-8m (8 layers, 256 hidden).
-# At 1 rank the flag changes nothing the engine runs (no all-reduce); at 2 and 4 ranks each
-# all-reduce becomes an MPI_Allgather plus a sum in rank order.
+# At 1 and 2 ranks the flag changes nothing the engine runs (no all-reduce; a sum of two does not
+# depend on its order), so 1 rank shows the noise of the machine; from 3 ranks on each all-reduce
+# becomes an MPI_Allgather plus a sum in rank order. A run that prints no rate counts as 0.
 set -euo pipefail
 source "$(dirname "$0")/../launch/env.sh"
 BUILD=${1:-$LLAMA2_BUILD}
@@ -23,20 +24,21 @@ run() {  # run NP [flag] -> generated tok/s after load
   rm -f "$TMP/out.jsonl"
   mpirun --oversubscribe --bind-to none -np "$1" "$LLAMA2" batch --model "$MODEL" --backend cpu \
     --input "$TMP/in.jsonl" --output "$TMP/out.jsonl" --quiet "${@:2}" 2>&1 >/dev/null |
-    sed -n 's/.*64\/64 prompts done.*tokens, \([0-9.]*\) tok\/s.*/\1/p' | tail -1
+    sed -n 's/.*64\/64 prompts done.*tokens, \([0-9.]*\) tok\/s.*/\1/p' | tail -1 | grep . || echo 0
 }
+ratio() { python3 -c "import sys; a, b = map(float, sys.argv[1:]); print(f'{b / a:.3f}' if a else 'n/a')" "$@"; }
 median3() { printf '%s\n' "$@" | sort -n | sed -n 2p; }
 
 echo "| ranks | default tok/s (3 runs) | --deterministic tok/s (3 runs) | deterministic / default (medians) |"
 echo "| --- | --- | --- | --- |"
-for np in 1 2 4; do
+for np in 1 4; do
   a=() b=()
   for _ in 1 2 3; do
     a+=("$(run "$np")")
     b+=("$(run "$np" --deterministic)")
   done
   ma=$(median3 "${a[@]}") mb=$(median3 "${b[@]}")
-  echo "| $np | $ma (${a[*]}) | $mb (${b[*]}) | $(python3 -c "print(f'{$mb/$ma:.3f}')") |"
+  echo "| $np | $ma (${a[*]}) | $mb (${b[*]}) | $(ratio "$ma" "$mb") |"
 done
 
 # The engine alone (llama2_bench_cpu: decode steps of B sequences at context 64, no tokenizer,
@@ -48,9 +50,9 @@ echo "| --- | --- | --- | --- | --- |"
 engine() {  # engine NP B [flag] -> us per step
   mpirun --oversubscribe --bind-to none -np "$1" "$BUILD/llama2_bench_cpu" --model "$MODEL" \
     --batches "$2" --context 64 --steps 32 --repeats 5 "${@:3}" 2>/dev/null |
-    awk -F'|' -v b="$2" '$2 + 0 == b && NF > 3 { gsub(/ /, "", $3); print $3 }'
+    awk -F'|' -v b="$2" '$2 + 0 == b && NF > 3 { gsub(/ /, "", $3); print $3 }' | grep . || echo 0
 }
-for np in 2 4; do
+for np in 4; do
   for b in 1 32; do
     a=() d=()
     for _ in 1 2 3; do
@@ -58,6 +60,6 @@ for np in 2 4; do
       d+=("$(engine "$np" "$b" --deterministic)")
     done
     ma=$(median3 "${a[@]}") md=$(median3 "${d[@]}")
-    echo "| $np | $b | $ma (${a[*]}) | $md (${d[*]}) | $(python3 -c "print(f'{$md/$ma:.3f}')") |"
+    echo "| $np | $b | $ma (${a[*]}) | $md (${d[*]}) | $(ratio "$ma" "$md") |"
   done
 done

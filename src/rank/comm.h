@@ -80,7 +80,8 @@ class Comm {
 //              3 or more ranks a row's sum can change in its last bits with the step's row count.
 //  kRankOrder: every rank gathers all the ranks' values (MPI_Allgather) and adds them in rank
 //              order, ((v0 + v1) + v2) + ..., at every size: --deterministic (issue 41). It
-//              moves size x count elements to every rank instead of about 2 x count.
+//              moves size x count elements to every rank instead of about 2 x count. At 2 ranks
+//              it is MPI_Allreduce (a sum of two does not depend on its order).
 enum class ReduceOrder { kMpi, kRankOrder };
 
 // Comm over an MPI communicator (not owned). With `beat`, each collective is published as a

@@ -7,7 +7,10 @@
 // the sum; gather_to_root of fp32 and int32 with a different count per rank (zero included) and
 // vocab_slice_counts' counts, landing on rank 0 back to back in rank order, nullptr recv elsewhere;
 // a type MPI does not move (fp16) refused with a message, on every rank alike. Values are small
-// integers, so every sum is exact whatever order MPI adds in. Each rank collects what it found
+// integers, so every sum is exact whatever order MPI adds in. The rank-order communicator
+// (ReduceOrder::kRankOrder, --deterministic) passes the same checks, and on fp32 values whose sum
+// depends on its order it gives ((v0 + v1) + v2) + ... bit for bit at every length (MPI's own
+// order fails that at 3 ranks under Open MPI's ring all-reduce). Each rank collects what it found
 // wrong; agree_on_errors turns any failure into one message and a non-zero exit of every rank.
 #include "rank/comm.h"
 
@@ -47,6 +50,27 @@ void check_all_reduce(llama2::Comm& comm, CommType type, size_t n, std::string* 
     if (data[i] != want) {
       *errors += "all_reduce_sum n=" + std::to_string(n) + ": element " + std::to_string(i) +
                  " is " + std::to_string(data[i]) + ", want " + std::to_string(want) + "\n";
+      return;
+    }
+  }
+}
+
+// fp32 values of very different sizes, so that the order of a sum shows in its bits.
+float spread(int rank, size_t i) {
+  const float base = static_cast<float>((i * 2654435761u + rank * 40503u) % 1000003u) / 7.0f;
+  return rank % 2 ? base * 1e4f : -base * 1e-3f;
+}
+
+void check_rank_order(llama2::Comm& comm, size_t n, std::string* errors) {
+  std::vector<float> data(n);
+  for (size_t i = 0; i < n; ++i) data[i] = spread(comm.rank(), i);
+  comm.all_reduce_sum(data.data(), n, CommType::kF32);
+  for (size_t i = 0; i < n; ++i) {
+    float want = spread(0, i);
+    for (int r = 1; r < comm.size(); ++r) want += spread(r, i);
+    if (data[i] != want) {
+      *errors += "rank-order all_reduce_sum n=" + std::to_string(n) + ": element " +
+                 std::to_string(i) + " is not the sum in rank order\n";
       return;
     }
   }
@@ -108,8 +132,20 @@ int run(int /*argc*/, char** /*argv*/, int rank, int size) {
       errors += std::string("fp16 refused with an unclear message: ") + e.what() + "\n";
     }
   }
+  std::unique_ptr<llama2::Comm> ordered =
+      llama2::make_mpi_comm(MPI_COMM_WORLD, nullptr, llama2::ReduceOrder::kRankOrder);
+  for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{1001}, size_t{100000}}) {
+    check_all_reduce<float>(*ordered, CommType::kF32, n, &errors);
+    check_all_reduce<int32_t>(*ordered, CommType::kI32, n, &errors);
+    check_rank_order(*ordered, n, &errors);
+  }
   llama2::agree_on_errors(MPI_COMM_WORLD, errors);
-  if (rank == 0) std::printf("comm: %d ranks: all_reduce_sum and gather_to_root PASS\n", size);
+  if (rank == 0) {
+    std::printf(
+        "comm: %d ranks: all_reduce_sum (MPI's order and rank order) and gather_to_root "
+        "PASS\n",
+        size);
+  }
   return 0;
 }
 
