@@ -16,6 +16,7 @@
 #include "coordinator/scheduler/batch_scheduler.h"
 #include "coordinator/scheduler/block_allocator.h"
 #include "coordinator/text/tokenizer.h"
+#include "scheduler_test_util.h"
 
 namespace {
 
@@ -29,8 +30,7 @@ using nlohmann::json;
 constexpr int kVocab = 64;
 
 const llama2::Tokenizer& tokenizer() {
-  static const llama2::Tokenizer tok(LLAMA2_SOURCE_DIR "/tests/models/tiny-gqa/tokenizer.model");
-  return tok;
+  return llama2::test::tiny_gqa_tokenizer();
 }
 
 llama2::ModelConfig config() {

@@ -20,6 +20,7 @@
 #include "coordinator/scheduler/step_log.h"
 #include "coordinator/scheduler/step_runner.h"
 #include "coordinator/text/tokenizer.h"
+#include "scheduler_test_util.h"
 
 namespace {
 
@@ -33,23 +34,15 @@ using llama2::StepLogits;
 constexpr int kEos = 2;
 
 const llama2::Tokenizer& tokenizer() {
-  static const llama2::Tokenizer tok(LLAMA2_SOURCE_DIR "/tests/models/tiny-gqa/tokenizer.model");
-  return tok;
+  return llama2::test::tiny_gqa_tokenizer();
 }
 
 llama2::ModelConfig config() {
-  llama2::ModelConfig c;
-  c.vocab_size = 512;
-  c.eos_token_id = kEos;
-  c.max_position_embeddings = 4096;
-  return c;
+  return llama2::test::scheduler_model_config(512);
 }
 
 SamplingParams greedy(int max_new) {
-  SamplingParams p;
-  p.temperature = 0;
-  p.max_new_tokens = max_new;
-  return p;
+  return llama2::test::greedy_params(max_new);
 }
 
 llama2::SubmitRequest request(int64_t id, int prompt_len, SamplingParams p) {
