@@ -1,10 +1,12 @@
 """The client half of tests/http/speculative_serve.sh: argv = the speculating server's socket, the
 plain server's socket, and the speculating server's HTTP port (empty: no HTTP checks)."""
 import json
-import socket
-import struct
+import os
 import sys
 import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import socket_conn  # noqa: E402  (tests/socket_conn.py)
 
 SPEC, PLAIN, PORT = sys.argv[1], sys.argv[2], sys.argv[3]
 PASSAGE = ("The SELECT statement retrieves rows from one or more tables. A WHERE clause filters "
@@ -13,25 +15,9 @@ QUOTE = PASSAGE + " The SELECT statement retrieves rows"
 PROMPTS = [QUOTE, "Python is a programming language that", PASSAGE + " " + PASSAGE, "A WHERE clause"]
 
 
-class Conn:
+class Conn(socket_conn.Conn):
     def __init__(self, path):
-        self.s = socket.socket(socket.AF_UNIX)
-        self.s.connect(path)
-        self.s.settimeout(120)
-
-    def send(self, obj):
-        body = json.dumps(obj).encode()
-        self.s.sendall(struct.pack(">I", len(body)) + body)
-
-    def recv(self):
-        head = b""
-        while len(head) < 4:
-            head += self.s.recv(4 - len(head))
-        (n,) = struct.unpack(">I", head)
-        body = b""
-        while len(body) < n:
-            body += self.s.recv(n - len(body))
-        return json.loads(body)
+        super().__init__(path, 120)
 
     def generate_all(self, reqs):
         """Sends every request at once (they run together), returns their done events by id."""

@@ -20,12 +20,13 @@ import json
 import os
 import re
 import signal
-import socket
-import struct
 import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import socket_conn  # noqa: E402  (tests/socket_conn.py)
 
 import jsonschema
 
@@ -76,26 +77,9 @@ def tool_calls_valid(ev, choice):
     return bool(calls) and ev.get("finish_reason") == "stop"
 
 
-class Conn:
+class Conn(socket_conn.Conn):
     def __init__(self, path):
-        self.s = socket.socket(socket.AF_UNIX)
-        self.s.connect(path)
-        self.s.settimeout(600)
-
-    def send(self, obj):
-        body = json.dumps(obj).encode()
-        self.s.sendall(struct.pack(">I", len(body)) + body)
-
-    def recv(self):
-        head = b""
-        while len(head) < 4:
-            head += self.s.recv(4 - len(head))
-        (n,) = struct.unpack(">I", head)
-        body = b""
-        while len(body) < n:
-            body += self.s.recv(n - len(body))
-        return json.loads(body)
-
+        super().__init__(path, 600)
 
 def serve(llama2, mpirun, model, np, tmp):
     sock = f"{tmp}/s{np}.sock"
