@@ -489,7 +489,12 @@ int run(int argc, char** argv, int rank, int size) {
   spec.block_size = o.block_size;
   spec.gpu_memory_fraction = o.gpu_memory_fraction;
   spec.max_batch = max_batch;
-  spec.prefill_chunk = max_step_tokens - max_batch;  // max_step_tokens >= max_batch
+  if (max_verify > 1) {  // verify steps carry K logit rows per sequence: size the engine for them
+    spec.speculative.method = llama2::SpecMethod::kNgram;
+    spec.speculative.k = max_verify - 1;
+    spec.speculative.max_batch = max_batch;
+  }
+  spec.prefill_chunk = max_step_tokens - spec.max_logit_rows();  // >= 0 (max_step_tokens' max)
   spec.max_seq_len = std::min(max_seq_len, config.max_position_embeddings);
   spec.cuda_graphs = o.cuda_graphs;
   spec.knobs = llama2::tuning_knobs_from_env();
