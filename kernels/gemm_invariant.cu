@@ -26,9 +26,12 @@ struct Tile {
   static constexpr size_t kSmemBytes = size_t{kStages} * kStageElems * 2;
   static_assert(WM % 16 == 0 && WN % 16 == 0 && BK % 16 == 0, "whole mma fragments");
 };
+// Few rows (decode): 32 output columns per block, so that even a 4096-wide projection spreads over
+// 128 blocks, and deep pipelines of W. Many rows (prefill): 128 x 128 tiles, W re-read less.
 using SmallTile = Tile<16, 32, 128, 1, 2, 6>;
-using MediumTile = Tile<64, 64, 64, 2, 2, 4>;
+using MediumTile = Tile<64, 32, 128, 2, 1, 4>;
 using LargeTile = Tile<128, 128, 32, 2, 4, 4>;
+constexpr int kMediumMaxRows = 256;  // above: LargeTile
 
 // Requests stage `kt` (K columns [kt * BK, kt * BK + BK)) of x's and W's tiles into `s`; rows past
 // M or N and columns past K are zero-filled (their sources are not read).
@@ -182,7 +185,7 @@ cudaError_t launch_gemm_invariant(const GemmInvariantArgs<T>& a, cudaStream_t st
                             " (K a multiple of 8, x and w 16-byte aligned)");
   // The tile only decides who computes an element, never how (gemm_invariant.cuh).
   const cudaError_t e = a.M <= SmallTile::BM    ? launch_tile<SmallTile>(a, stream)
-                        : a.M <= MediumTile::BM ? launch_tile<MediumTile>(a, stream)
+                        : a.M <= kMediumMaxRows ? launch_tile<MediumTile>(a, stream)
                                                 : launch_tile<LargeTile>(a, stream);
   if (e != cudaSuccess) return e;
   return cudaGetLastError();

@@ -43,7 +43,8 @@ cudaError_t prepare_gemm_invariant();
 
 // y[m, n] = round_T(sum_k x[m, k] * W[n, k]) in the fixed order above. Tiles (rows x columns x K
 // per stage, stages): M <= 16: 16 x 32 x 128 x 6 (two warps; a 7B o projection gives 128 blocks);
-// M <= 64: 64 x 64 x 64 x 4; above: 128 x 128 x 32 x 4 (eight warps). T: __half, __nv_bfloat16.
+// M <= 256: 64 x 32 x 128 x 4 (two warps); above: 128 x 128 x 32 x 4 (eight warps). T: __half,
+// __nv_bfloat16.
 template <typename T>
 cudaError_t launch_gemm_invariant(const GemmInvariantArgs<T>& args, cudaStream_t stream);
 

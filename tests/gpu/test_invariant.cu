@@ -1,6 +1,6 @@
 // The batch-invariant kernels of --deterministic (docs/deterministic.md), fp16 and bf16:
 //   - the GEMM (kernels/gemm_invariant.cuh): row i of an M-row product equals, bit for bit, the
-//     one-row product of row i, for M = 1..80 (all three tile configurations) at Llama-2-7B's
+//     one-row product of row i, for M = 1..80 and 128..300 (all three tile shapes) at Llama-2-7B's
 //     projection shapes (one rank) and at odd ones (N odd, K % 16 == 8: a partial mma step);
 //     and it is the product: against a double reference within fp32 accumulation + one rounding
 //     (|got - want| <= rel_tol<T>(1) |want| + 2^-16 sum_k |x w|, as the skinny GEMM's test);
@@ -61,10 +61,21 @@ bool same_bits(const T* a, const T* b, size_t n) {
   return std::memcmp(a, b, n * sizeof(T)) == 0;
 }
 
-// Rows 0..max_m-1 of x [max_m, K] times W [N, K]: every M-row product's rows against the one-row
-// products, bit for bit.
+// The row counts checked: 1..80 (the 16- and 64-row tiles), and 128, 256, 257 and 300 (the
+// 64-row tile at its last M, the 128-row tile).
+std::vector<int> row_counts() {
+  std::vector<int> m(80);
+  std::iota(m.begin(), m.end(), 1);
+  m.insert(m.end(), {128, 256, 257, 300});
+  return m;
+}
+
+// x [max_m, K] times W [N, K]: every M-row product's rows (M in row_counts()) against the one-row
+// products of x's rows, bit for bit.
 template <typename T>
-void check_gemm_rows(int N, int K, int max_m) {
+void check_gemm_rows(int N, int K) {
+  const std::vector<int> ms = row_counts();
+  const int max_m = ms.back();
   const std::string what =
       label<T>("gemm_invariant", "N=" + std::to_string(N) + " K=" + std::to_string(K));
   DeviceBuffer<T> x(size_t(max_m) * K), w(size_t(N) * K), y(size_t(max_m) * N);
@@ -80,7 +91,7 @@ void check_gemm_rows(int N, int K, int max_m) {
   }
   int differing = 0;
   std::string first;
-  for (int M = 1; M <= max_m; ++M) {
+  for (const int M : ms) {
     y.poison();
     LLAMA2_CUDA_REQUIRE(k::launch_gemm_invariant<T>({x.get(), w.get(), y.get(), M, N, K}, 0));
     const std::vector<T> got = y.download();
@@ -105,7 +116,7 @@ TEST_CASE("gemm_invariant: every row of an M-row product equals its one-row prod
                                {4096, 11008},
                                {999, 264},
                                {40, 8}}) {
-      check_gemm_rows<T>(N, K, 80);
+      check_gemm_rows<T>(N, K);
     }
   });
 }
