@@ -32,7 +32,8 @@
 #   deterministic-cuda      --deterministic's tests on the GPU: llama2_gpu_tests' invariant cases,
 #                           then llama2_deterministic_test --backend cuda (the ctest entries
 #                           deterministic.cuda.*) on small-d64 fp16, small-d64-bf16 and
-#                           small-d128-f16 at NP ranks, and the 7B shape (synthetic, 4 prompts)
+#                           small-d128-f16 at NP ranks, and the 7B shape (synthetic, 4 prompts);
+#                           cli.deterministic_batch's `llama2 batch` on cuda (small-d64 fp16)
 #   deterministic-ab        --deterministic's cost: llama2_bench_e2e batch 1, batch 64 and prefill
 #                           of PREFILL_LENS (2048), without and with the flag, ROUNDS times
 #   deterministic-sat       the same for serve saturation (saturation_ab.sh, SERVE_ARGS + the flag)
@@ -88,7 +89,7 @@ targets() {
     rope-check) echo llama2_logits_diff ;;
     constrained-ab) echo llama2 ;;
     logits-adjust-cuda) echo llama2_logits_adjust_test ;;
-    deterministic-cuda) echo llama2_gpu_tests llama2_deterministic_test ;;
+    deterministic-cuda) echo llama2 llama2_gpu_tests llama2_deterministic_test ;;
     deterministic-ab) echo llama2_bench_e2e ;;
     deterministic-sat) echo llama2 ;;
     e2e-batch1 | e2e-batch64 | e2e-sweep | prefill | op-profile | two-gpu-7b | two-gpu-70b)
@@ -267,6 +268,9 @@ step_deterministic_cuda() {
       >"$O/deterministic_${run%%:*}_np$np.log" 2>&1 || rc=1
     note "deterministic ${run%%:*} np$np: $(grep -E '^(RESULT|runs|DIFF)' "$O/deterministic_${run%%:*}_np$np.log" | head -4 | tr '\n' ' ')"
   done
+  logged deterministic_batch_cuda 200 bash tests/integration/deterministic_batch.sh build-gpu/llama2 \
+    tests/models cuda || rc=1
+  grep -E '^(ok|FAIL|note)' "$O/deterministic_batch_cuda.log" | add
   return "$rc"
 }
 # The same measurement without and with --deterministic, in turn, ROUNDS times.
