@@ -3,6 +3,8 @@
 //
 //   mpirun -np N llama2_bench_e2e --synthetic 7b --dtype fp16 --batches 1,8,32,64
 //       --prompt-len 128 --decode-steps 128 --prefill-lens 512,2048 --json out.json
+//   mpirun -np 1 llama2_bench_e2e --batches 1 --verify-lens 1,2,4,8,16 --prefill-lens ""
+//       (speculative verification's step cost: K tokens scored per sequence in each step)
 // --deterministic runs the engine in that mode (batch-invariant kernels, docs/deterministic.md).
 //
 // Rank 0 builds every StepPlan by hand (as tests/integration/reference_test.cpp does) and owns the
@@ -50,7 +52,7 @@ using ojson = nlohmann::ordered_json;
 
 struct Options {
   std::string synthetic, dtype, kv_cache_dtype, weight_dtype, json_path, command;
-  std::vector<int> batches, prefill_lens;
+  std::vector<int> batches, prefill_lens, verify_lens;
   int prompt_len = 0, decode_steps = 0, warmup = 0, repeats = 0, block_size = 0;
   double gpu_memory_fraction = 0.9;
   bool cuda_graphs = true;
@@ -74,6 +76,10 @@ cxxopts::Options bench_options() {
        cxxopts::value<std::string>()->default_value("auto"))
       ("batches", "Decode batch sizes, comma-separated (\"\" for none)",
        cxxopts::value<std::string>()->default_value("1,8,32,64"))
+      ("verify-lens", "Tokens per sequence of each timed step, comma-separated: a speculative "
+       "verify step scores K tokens of every sequence (1 = a decode step); each batch size is "
+       "measured at each K instead of --batches' decode run (\"\" for none)",
+       cxxopts::value<std::string>()->default_value(""))
       ("prompt-len", "Prompt tokens of each decode sequence (prefilled, not timed)",
        cxxopts::value<int>()->default_value("128"))
       ("decode-steps", "Timed decode steps per repeat", cxxopts::value<int>()->default_value("128"))
@@ -139,6 +145,7 @@ Options parse_options(int argc, char** argv, int rank, bool* help_only) {
   o.weight_dtype = r["weight-dtype"].as<std::string>();
   o.batches = parse_int_list(r["batches"].as<std::string>(), "batches", help);
   o.prefill_lens = parse_int_list(r["prefill-lens"].as<std::string>(), "prefill-lens", help);
+  o.verify_lens = parse_int_list(r["verify-lens"].as<std::string>(), "verify-lens", help);
   o.prompt_len = r["prompt-len"].as<int>();
   o.decode_steps = r["decode-steps"].as<int>();
   o.warmup = r["warmup"].as<int>();
@@ -159,6 +166,7 @@ Options parse_options(int argc, char** argv, int rank, bool* help_only) {
           "--dtype must be one of fp16, bf16, fp32 (got \"" + o.dtype + "\")");
   require(!o.batches.empty() || !o.prefill_lens.empty(),
           "--batches and --prefill-lens are both empty: nothing to measure");
+  require(o.verify_lens.empty() || !o.batches.empty(), "--verify-lens needs --batches");
   require(o.prompt_len >= 1, "--prompt-len must be >= 1");
   require(o.decode_steps >= 1, "--decode-steps must be >= 1");
   require(o.warmup >= 0, "--warmup must be >= 0");
@@ -238,11 +246,11 @@ double prefill_flops(const llama2::ModelConfig& c, const ParamCount& p, int P) {
 // Appends one sequence's part of a step; its block table is the prefix of `table` covering
 // positions [0, pos_begin + tokens.size()).
 void add_seq(StepPlan* plan, int seq_id, int pos_begin, const std::vector<int32_t>& tokens,
-             const std::vector<int>& table, int block_size) {
+             const std::vector<int>& table, int block_size, int n_logits = 1) {
   const int n = static_cast<int>(tokens.size());
   const int table_len = BlockAllocator::blocks_for(pos_begin + n, block_size);
   LLAMA2_CHECK(table_len <= static_cast<int>(table.size()));
-  llama2::append_seq(plan, seq_id, pos_begin, tokens.data(), n, true, table.data(), table_len);
+  llama2::append_seq(plan, seq_id, pos_begin, tokens.data(), n, n_logits, table.data(), table_len);
 }
 
 class Bench {
@@ -261,10 +269,12 @@ class Bench {
   }
 
   // One decode measurement at batch B: B fresh sequences prefilled (untimed), `warmup` untimed
-  // steps, then `decode_steps` timed steps. Returns the total ms; appends each step's ms.
-  double decode_run(int B, std::vector<double>* step_ms) {
+  // steps, then `decode_steps` timed steps of K tokens per sequence (K > 1: a verify step, the
+  // sampled token and K - 1 random proposals, every one scored). Returns the total ms; appends
+  // each step's ms.
+  double decode_run(int B, std::vector<double>* step_ms, int K = 1) {
     const int bs = blocks_.block_size();
-    const int final_len = o_.prompt_len + o_.warmup + o_.decode_steps;
+    const int final_len = o_.prompt_len + (o_.warmup + o_.decode_steps) * K;
     std::vector<std::vector<int>> tables(B);
     for (auto& t : tables) LLAMA2_CHECK(blocks_.ensure(&t, final_len));
     std::vector<int32_t> next(B);
@@ -289,11 +299,15 @@ class Bench {
     auto step = [&]() {
       StepPlan plan;
       plan.candidates = 1;
-      for (int i = 0; i < B; ++i) add_seq(&plan, i, pos, {next[i]}, tables[i], bs);
+      for (int i = 0; i < B; ++i) {
+        std::vector<int32_t> tokens = random_tokens(K);
+        tokens[0] = next[i];
+        add_seq(&plan, i, pos, tokens, tables[i], bs, K);
+      }
       engine_.execute(plan, &logits);
-      LLAMA2_CHECK(logits.rows == B && logits.width >= 1);
-      for (int i = 0; i < B; ++i) next[i] = logits.ids[static_cast<size_t>(i) * logits.width];
-      ++pos;
+      LLAMA2_CHECK(logits.rows == B * K && logits.width >= 1);
+      for (int i = 0; i < B; ++i) next[i] = logits.ids[static_cast<size_t>(i) * K * logits.width];
+      pos += K;
     };
     for (int w = 0; w < o_.warmup; ++w) step();
     const auto t0 = Clock::now();
@@ -323,7 +337,33 @@ class Bench {
     return ms;
   }
 
+  // Per batch size, the median step time at each verify length K, and its ratio to K = 1's.
+  ojson run_verify() {
+    ojson out = ojson::array();
+    for (int B : o_.batches) {
+      double one = 0.0;
+      for (int K : o_.verify_lens) {
+        std::vector<double> step_ms;
+        for (int r = 0; r < o_.repeats; ++r) decode_run(B, &step_ms, K);
+        const double ms = median(step_ms);
+        if (K == 1) one = ms;
+        ojson e = {{"batch", B},
+                   {"tokens_per_seq", K},
+                   {"step_ms_median", ms},
+                   {"step_ms_p90", percentile(step_ms, 0.9)}};
+        if (one > 0.0) e["vs_one_token"] = ms / one;
+        std::printf(
+            "verify  batch %4d, %2d tokens each: step %.3f ms median, %.3fx a one-token step\n", B,
+            K, ms, one > 0.0 ? ms / one : 0.0);
+        std::fflush(stdout);
+        out.push_back(e);
+      }
+    }
+    return out;
+  }
+
   ojson run_decode() {
+    if (!o_.verify_lens.empty()) return run_verify();
     ojson out = ojson::array();
     for (int B : o_.batches) {
       std::vector<double> tok_s_runs, step_ms;
@@ -428,10 +468,13 @@ int run(int argc, char** argv, int rank, int size) {
       o.batches.empty() ? 1 : *std::max_element(o.batches.begin(), o.batches.end());
   const int max_prefill =
       o.prefill_lens.empty() ? 0 : *std::max_element(o.prefill_lens.begin(), o.prefill_lens.end());
-  const int decode_len = o.batches.empty() ? 0 : o.prompt_len + o.warmup + o.decode_steps;
+  const int max_verify =
+      o.verify_lens.empty() ? 1 : *std::max_element(o.verify_lens.begin(), o.verify_lens.end());
+  const int decode_len =
+      o.batches.empty() ? 0 : o.prompt_len + (o.warmup + o.decode_steps) * max_verify;
   // Decode prompts are prefilled several to a step (whole prompts only), so a step holds the
   // longest prefill, one prompt, or one token of every decode sequence, whichever is largest.
-  const int max_step_tokens = std::max({max_prefill, o.prompt_len, max_batch});
+  const int max_step_tokens = std::max({max_prefill, o.prompt_len, max_batch * max_verify});
   const int longest = std::max(max_prefill, decode_len);
   const int max_seq_len = (longest + o.block_size - 1) / o.block_size * o.block_size;
   if (longest > config.max_position_embeddings) {

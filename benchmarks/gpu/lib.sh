@@ -115,7 +115,7 @@ e2e() {
   TL=$tl mpi -np "${NP:-1}" ${ENVS:-} "${BUILD_DIR:-build-gpu}/llama2_bench_e2e" --synthetic "${MODEL:-7b}" \
     --prompt-len 128 --decode-steps 64 --repeats 3 "${dtypes[@]}" "$@" >"$O/$name.log" 2>&1
   rc=$?
-  note "$name: rc=$rc $(grep -E 'batch +[0-9]+:|prefill' "$O/$name.log" | sed 's/ median of 3//' | tr '\n' ' ')"
+  note "$name: rc=$rc $(grep -E 'batch +[0-9]+[:,]|prefill' "$O/$name.log" | sed 's/ median of 3//' | tr '\n' ' ')"
   return "$rc"
 }
 

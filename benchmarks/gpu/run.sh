@@ -26,7 +26,15 @@
 #   rope-check              rope_scaling on CUDA against the CPU backend (rope_check.sh)
 #   constrained-ab          structured output's cost at batch 64: 64 requests of 128 + 256 at once,
 #                           unconstrained, then every one constrained (CONSTRAINT, a JSON object of
-#                           request fields; default a regex of lowercase words), ROUNDS times
+#                           request fields; default a regex of lowercase words), ROUNDS times, over
+#                           the 32,000-piece vocabulary of benchmarks/cpu/constrain_tokenizer.sh
+#   verify-cost             speculative verification's step cost: llama2_bench_e2e --verify-lens
+#                           1,2,4,8,16 at VERIFY_BATCHES (1) (WEIGHT_DTYPE / KV_DTYPE apply)
+#   spec-ab                 serve at batch 64 (64 requests of 128 + 256 at once) without and with
+#                           SPEC (--speculative ngram:4): what speculation costs where it is switched
+#                           off per step (--speculative-max-batch), ROUNDS times
+#   access-log-ab           http-vs-socket saturation twice, --access-log off then json (HTTP / socket
+#                           in each server, so node drift cancels), and the n = 4 vs n = 1 request
 #   logits-adjust-cuda      llama2_logits_adjust_test --backend cuda on small-d64: masked and
 #                           biased rows against the adjustment applied to full logits
 #   deterministic-cuda      --deterministic's tests on the GPU: llama2_gpu_tests' invariant cases,
@@ -87,7 +95,8 @@ targets() {
     e2e-matrix | before-after) echo llama2 llama2_bench_e2e ;;
     cpu-before-after) echo llama2 llama2_bench_cpu ;;
     rope-check) echo llama2_logits_diff ;;
-    constrained-ab) echo llama2 ;;
+    constrained-ab | spec-ab | access-log-ab) echo llama2 ;;
+    verify-cost) echo llama2_bench_e2e ;;
     logits-adjust-cuda) echo llama2_logits_adjust_test ;;
     deterministic-cuda) echo llama2 llama2_gpu_tests llama2_deterministic_test ;;
     deterministic-ab) echo llama2_bench_e2e ;;
@@ -235,12 +244,31 @@ step_cpu_before_after() {
   return "$rc"
 }
 step_constrained_ab() {
-  local r rc=0 c=${CONSTRAINT:-'{"regex": "[a-z]+( [a-z]+)*", "ignore_eos": null}'}
+  local r rc=0 c=${CONSTRAINT:-'{"regex": "[a-z]+( [a-z]+)*", "ignore_eos": null}'} tok=build-gpu/constrain
+  # Masks over a Llama-2-sized vocabulary: the 32,000-piece tokenizer of the constraint benchmark
+  # (made here unless carried in build/constrain/), with the 7B's synthetic weights.
+  [[ -f build/constrain/tokenizer-32k.model ]] ||
+    logged constrain_tokenizer 120 env LLAMA2_BIN=build-gpu/llama2 bash benchmarks/cpu/constrain_tokenizer.sh build/constrain || return 1
+  mkdir -p "$tok" && cp build/constrain/tokenizer-32k.model "$tok/tokenizer.model"
+  cp tests/models/small-d64/generation_config.json "$tok/"
   for ((r = 1; r <= ${ROUNDS:-1}; r++)); do
-    MAX_BATCH=64 REQUESTS=64 MAX_NEW=256 sat "free_b64_$r" LLAMA2_MIXED_DECODE 1 || rc=1
-    MAX_BATCH=64 REQUESTS=64 MAX_NEW=256 EXTRA=$c sat "constrained_b64_$r" LLAMA2_MIXED_DECODE 1 || rc=1
+    TOKENIZER_DIR=$tok MAX_BATCH=64 REQUESTS=64 MAX_NEW=256 sat "free_b64_$r" LLAMA2_MIXED_DECODE 1 || rc=1
+    TOKENIZER_DIR=$tok MAX_BATCH=64 REQUESTS=64 MAX_NEW=256 EXTRA=$c sat "constrained_b64_$r" LLAMA2_MIXED_DECODE 1 || rc=1
   done
   return "$rc"
+}
+step_spec_ab() {
+  local r rc=0 spec=${SPEC:-ngram:4}
+  for ((r = 1; r <= ${ROUNDS:-1}; r++)); do
+    MAX_BATCH=64 REQUESTS=64 MAX_NEW=256 sat "nospec_b64_$r" LLAMA2_MIXED_DECODE 1 || rc=1
+    MAX_BATCH=64 REQUESTS=64 MAX_NEW=256 SERVE_ARGS="${SERVE_ARGS:-} --speculative $spec" \
+      sat "spec_b64_$r" LLAMA2_MIXED_DECODE 1 || rc=1
+  done
+  return "$rc"
+}
+step_verify_cost() {
+  e2e "verify_$(tag)" --batches "${VERIFY_BATCHES:-1}" --verify-lens 1,2,4,8,16 --prefill-lens "" \
+    --decode-steps 32
 }
 step_rope_check() {
   logged rope_check 200 bash benchmarks/gpu/rope_check.sh
@@ -318,6 +346,18 @@ step_http_vs_socket() {
   logged http 480 env NP="${NP:-1}" bash benchmarks/http/gpu_http_vs_socket.sh "$O/http"
   local rc=$?
   if ((rc == 0)); then grep -E '^\|' "$O/http/summary.md"; else tail -5 "$O/http.log"; fi | add
+  return "$rc"
+}
+step_access_log_ab() {
+  local rc=0 log
+  for log in off json; do
+    logged "http_log_$log" 300 env NP="${NP:-1}" SATURATION_ONLY=1 ROUNDS=2 \
+      N_TRIALS="$([[ $log == off ]] && echo 5 || echo 0)" SKIP_BUILD=1 \
+      SERVE_ARGS="${SERVE_ARGS:-} --access-log $log" bash benchmarks/http/gpu_http_vs_socket.sh "$O/http_$log" || rc=1
+    { echo "access log $log:"; grep -E '^\|' "$O/http_$log/summary.md"; cat "$O/http_$log/n_choices.txt"; } 2>&1 | add
+    rm -f "$O/http_$log/steps.txt"
+    pack
+  done
   return "$rc"
 }
 step_kernels() { logged "bench_kernels_${1:-all}" 200 build-gpu/llama2_bench_kernels ${1:+"$1"}; }

@@ -14,8 +14,9 @@
 #   bash benchmarks/http/gpu_http_vs_socket.sh OUT_DIR      (HTTPLIB_DIR=.httplib, NP=1,
 #        MAX_BATCH=512, REQUESTS=1024, ROUNDS=2, DURATION=60, HTTP_PROCS=4 (client processes),
 #        HTTP_THREAD_NICE (LLAMA2_HTTP_THREAD_NICE for the server), SATURATION_ONLY=1 (no half
-#        load, no 20 users/s); BUILD_ONLY=1 builds build-gpu/ and
-#        stops, SKIP_BUILD=1 reuses it: two calls when one may last at most 10 minutes)
+#        load, no 20 users/s), N_TRIALS=5 (n = 4 vs n = 1 requests, n_choices.py; 0: none);
+#        BUILD_ONLY=1 builds build-gpu/ and stops, SKIP_BUILD=1 reuses it: two calls when one may
+#        last at most 10 minutes)
 # LLAMA2_BIN, MODEL_ARGS and VOCAB (defaults build-gpu/llama2, the 7B synthetic model, 32000) let
 # the same script run on the CPU with a test model (how it was checked before the GPU run).
 # Writes OUT_DIR/{socket,http}-<round>.json, half-load.json, users20.json, server.log, summary.md.
@@ -96,6 +97,11 @@ print(round(r["completed"] / r["span_s"] / 2, 2))' "$OUT/http-$ROUNDS.json")
 [[ $DURATION == 0 ]] || python3 benchmarks/http/http_load.py --url "$url" --model llama2-7b --endpoint chat \
   --rate 20 --duration "$DURATION" --json "$OUT/users20.json" | tee "$OUT/users20.log"
 curl -s "$url/metrics" >"$OUT/metrics.txt" || true
+# Issue 35's n figure on the now idle server: n = 4 against n = 1, and the n = 4 prefix-cache hits.
+if [[ ${N_TRIALS:-5} -gt 0 ]]; then
+  python3 benchmarks/http/n_choices.py --url "$url" --model llama2-7b --trials "${N_TRIALS:-5}" \
+    --vocab "$VOCAB" --json "$OUT/n_choices.json" | tee "$OUT/n_choices.txt"
+fi
 
 {
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1 || true)

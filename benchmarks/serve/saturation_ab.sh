@@ -9,8 +9,10 @@
 # Environment (optional): NP=1 (ranks = GPUs), MAX_BATCH=512, PREFILL_CHUNK=2048, REQUESTS=1024,
 # MAX_NEW=128 (new tokens per request), EXTRA (a JSON object of request fields, bench_serve.py --extra),
 # RATES=inf (bench_serve.py --rates: e.g. RATES=56 for Poisson arrivals at half of saturation),
-# SYNTHETIC=7b (13b, 70b), SERVE_ARGS (more `llama2 serve` flags, e.g. "--kv-cache-dtype fp8"), SKIP_BUILD=1 (use build-gpu/
-# as it is), BUILD_DIR=build-gpu (the build whose llama2 serves: an A/B of two builds). Writes OUT_DIR/<VAR>=<value>.{json,log,server.log}, the
+# SYNTHETIC=7b (13b, 70b), TOKENIZER_DIR=tests/models/small-d64 (where the tokenizer comes from;
+# the weights are synthetic), SERVE_ARGS (more `llama2 serve` flags, e.g. "--kv-cache-dtype fp8"),
+# SKIP_BUILD=1 (use build-gpu/ as it is), BUILD_DIR=build-gpu (the build whose llama2 serves: an
+# A/B of two builds). Writes OUT_DIR/<VAR>=<value>.{json,log,server.log}, the
 # server's per-step log (LLAMA2_STEP_LOG) <VAR>=<value>.steps and its summary by step kind
 # <VAR>=<value>.steps.md (benchmarks/serve/step_log_summary.py).
 set -euo pipefail
@@ -31,7 +33,7 @@ for value in $VALUES; do
   # mpirun -x forwards the switch to every rank; the multicast policy variables always.
   timeout 900 mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$NP" \
     -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS \
-    -x "$VAR=$value" -x "LLAMA2_STEP_LOG=$OUT_DIR/$tag.steps" "${BUILD_DIR:-build-gpu}/llama2" serve --model tests/models/small-d64 --synthetic "${SYNTHETIC:-7b}" \
+    -x "$VAR=$value" -x "LLAMA2_STEP_LOG=$OUT_DIR/$tag.steps" "${BUILD_DIR:-build-gpu}/llama2" serve --model "${TOKENIZER_DIR:-tests/models/small-d64}" --synthetic "${SYNTHETIC:-7b}" \
     --socket "$sock" --max-batch-size "${MAX_BATCH:-512}" --max-queue 4096 \
     --prefill-chunk "${PREFILL_CHUNK:-2048}" ${SERVE_ARGS:-} >"$OUT_DIR/$tag.server.log" 2>&1 &
   server=$!
