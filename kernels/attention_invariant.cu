@@ -58,7 +58,9 @@ __device__ __forceinline__ void load_kv_tile(const InvariantAttentionArgs<T>& a,
 }
 
 // One row's update for keys [t0, t0 + nk) of the tile in shared memory (nk <= 32, the keys at or
-// before the row's position): the fixed arithmetic of attention_invariant.cuh.
+// before the row's position): the fixed arithmetic of attention_invariant.cuh. Every rounding step
+// is spelled out (fmaf, __fmul_rn, __fsub_rn, __fdiv_rn: never contracted into an fma by the
+// compiler), so the numbers cannot depend on how the code around them was compiled.
 template <typename T, int D>
 __device__ __forceinline__ void update_row(const Smem<T, D>& sm, int r, int nk, float scale,
                                            RowState<D>& st) {
@@ -73,16 +75,16 @@ __device__ __forceinline__ void update_row(const Smem<T, D>& sm, int r, int nk, 
       dot = fmaf(sm.q[r][c], k2[0], dot);
       dot = fmaf(sm.q[r][c + 1], k2[1], dot);
     }
-    score = dot * scale;
+    score = __fmul_rn(dot, scale);
   }
   const float m_new = fmaxf(st.m, warp_max(score));  // finite: key 0 of the tile is the row's
-  const float alpha = expf(st.m - m_new);            // 0 on the first tile (m = -inf)
-  const float p = lane < nk ? expf(score - m_new) : 0.f;
+  const float alpha = expf(__fsub_rn(st.m, m_new));  // 0 on the first tile (m = -inf)
+  const float p = lane < nk ? expf(__fsub_rn(score, m_new)) : 0.f;
   st.l = fmaf(st.l, alpha, warp_sum(p));
   st.m = m_new;
   constexpr int kCols = D / 32;
 #pragma unroll
-  for (int e = 0; e < kCols; ++e) st.acc[e] *= alpha;
+  for (int e = 0; e < kCols; ++e) st.acc[e] = __fmul_rn(st.acc[e], alpha);
   for (int j = 0; j < nk; ++j) {
     const float pj = __shfl_sync(kFullMask, p, j);
     float v[kCols];
@@ -131,7 +133,7 @@ static __global__ void __launch_bounds__(kWarps * 32)
     const bool live = pos0 + r < ctx;
     float o[kCols];
 #pragma unroll
-    for (int e = 0; e < kCols; ++e) o[e] = live ? st[i].acc[e] / st[i].l : 0.f;
+    for (int e = 0; e < kCols; ++e) o[e] = live ? __fdiv_rn(st[i].acc[e], st[i].l) : 0.f;
     store_float<T, kCols>(
         a.out + (static_cast<int64_t>(first + tile_row0 + r) * a.heads + h) * D + lane * kCols, o);
   }
