@@ -386,7 +386,8 @@ class CudaModel final : public ModelRunner {
       const InvariantAttentionRows rows{m.block_tables,   layout_.max_blocks, m.cu_tokens,
                                         m.pos_begin,      m.context_lens,     sh.seqs,
                                         sh.max_new_tokens};
-      return attention_invariant(cache(layer), q, qkv_ld, rows, s_.num_heads, attn_.as<T>(),
+      return attention_invariant(cache(layer), q, qkv_ld, rows,
+                                 sh.decode ? sh.seqs : sh.decode_seqs, s_.num_heads, attn_.as<T>(),
                                  stream_);
     }
     const int nd = sh.decode ? sh.seqs : (mixed_decode ? sh.decode_seqs : 0);
