@@ -89,6 +89,26 @@ void check_gemm_rows(int N, int K) {
     LLAMA2_CUDA_REQUIRE(cudaMemcpy(alone.data() + size_t(i) * N, y.get(), size_t(N) * sizeof(T),
                                    cudaMemcpyDeviceToHost));
   }
+  // The one-row products are products (a kernel that wrote nothing, or the same wrong values at
+  // every M, would pass the comparison below): a few elements against a double dot product.
+  for (const int i : {0, max_m - 1}) {
+    for (const int n : {0, N / 2, N - 1}) {
+      std::vector<T> xr(K), wr(K);
+      LLAMA2_CUDA_REQUIRE(cudaMemcpy(xr.data(), x.get() + size_t(i) * K, size_t(K) * sizeof(T),
+                                     cudaMemcpyDeviceToHost));
+      LLAMA2_CUDA_REQUIRE(cudaMemcpy(wr.data(), w.get() + size_t(n) * K, size_t(K) * sizeof(T),
+                                     cudaMemcpyDeviceToHost));
+      double want = 0, bound = 0;
+      for (int c = 0; c < K; ++c) {
+        const double p = double(k::to_float(xr[c])) * k::to_float(wr[c]);
+        want += p;
+        bound += std::fabs(p);
+      }
+      const double got = k::to_float(alone[size_t(i) * N + n]);
+      CHECK_MESSAGE(std::fabs(got - want) <= rel_tol<T>(1) * std::fabs(want) + 0x1p-16 * bound,
+                    what << ": row " << i << " column " << n << ": " << got << " vs " << want);
+    }
+  }
   int differing = 0;
   std::string first;
   for (const int M : ms) {
