@@ -94,6 +94,57 @@ __device__ __forceinline__ void update_row(const Smem<T, D>& sm, int r, int nk, 
   }
 }
 
+// The same update for all kRowsPerWarp rows of the warp (sm.q rows warp + kWarps i) at once, row i
+// taking keys [t0, t0 + nk[i]) (nk[i] = 0: none). Each row's arithmetic is update_row's, step for
+// step (every rounding explicit, in the same order), so the numbers are the same; the rows only
+// share the shared-memory loads of each K pair and V piece (the prefill case: 4 rows, 1 load).
+template <typename T, int D>
+__device__ __forceinline__ void update_rows(const Smem<T, D>& sm, int warp,
+                                            const int (&nk)[kRowsPerWarp], float scale,
+                                            RowState<D> (&st)[kRowsPerWarp]) {
+  const int lane = threadIdx.x & 31;
+  float dot[kRowsPerWarp] = {};  // garbage for rows without keys and lanes past nk: not used
+#pragma unroll 8
+  for (int c = 0; c < D; c += 2) {
+    float k2[2];
+    load_float<T, 2>(&sm.k[lane][c], k2);
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      const float* q = sm.q[warp + kWarps * i];
+      dot[i] = fmaf(q[c], k2[0], dot[i]);
+      dot[i] = fmaf(q[c + 1], k2[1], dot[i]);
+    }
+  }
+  constexpr int kCols = D / 32;
+  float p[kRowsPerWarp];
+  int n_max = 0;
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    p[i] = 0.f;
+    if (nk[i] == 0) continue;  // warp-uniform
+    n_max = max(n_max, nk[i]);
+    const float score = lane < nk[i] ? __fmul_rn(dot[i], scale) : -INFINITY;
+    const float m_new = fmaxf(st[i].m, warp_max(score));
+    const float alpha = expf(__fsub_rn(st[i].m, m_new));
+    p[i] = lane < nk[i] ? expf(__fsub_rn(score, m_new)) : 0.f;
+    st[i].l = fmaf(st[i].l, alpha, warp_sum(p[i]));
+    st[i].m = m_new;
+#pragma unroll
+    for (int e = 0; e < kCols; ++e) st[i].acc[e] = __fmul_rn(st[i].acc[e], alpha);
+  }
+  for (int j = 0; j < n_max; ++j) {
+    float v[kCols];
+    load_float<T, kCols>(&sm.v[j][lane * kCols], v);
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      if (j >= nk[i]) continue;  // warp-uniform
+      const float pj = __shfl_sync(kFullMask, p[i], j);
+#pragma unroll
+      for (int e = 0; e < kCols; ++e) st[i].acc[e] = fmaf(pj, v[e], st[i].acc[e]);
+    }
+  }
+}
+
 template <typename T, int D>
 static __global__ void __launch_bounds__(kWarps * 32)
     attention_invariant_kernel(const InvariantAttentionArgs<T> a) {
@@ -118,11 +169,25 @@ static __global__ void __launch_bounds__(kWarps * 32)
     __syncthreads();  // q is stored; the previous tile is consumed
     load_kv_tile<T, D>(a, s, g, t0, min(kKeyTile, kv_end - t0), sm);
     __syncthreads();
+    // Row i's keys in this tile (0: none; warp-uniform). One row (a decoding sequence's block):
+    // update_row; more: update_rows, the same arithmetic with the K/V loads shared.
+    int nk[kRowsPerWarp], active = 0, last = 0;
 #pragma unroll
     for (int i = 0; i < kRowsPerWarp; ++i) {
       const int r = warp + kWarps * i, pos = pos0 + r;
-      if (r >= rows || pos >= ctx || t0 > pos) continue;  // warp-uniform
-      update_row<T, D>(sm, r, min(kKeyTile, pos + 1 - t0), scale, st[i]);
+      nk[i] = r >= rows || pos >= ctx || t0 > pos ? 0 : min(kKeyTile, pos + 1 - t0);
+      if (nk[i] > 0) {
+        ++active;
+        last = i;
+      }
+    }
+    if (active > 1) {
+      update_rows<T, D>(sm, warp, nk, scale, st);
+    } else if (active == 1) {
+#pragma unroll
+      for (int i = 0; i < kRowsPerWarp; ++i) {  // constant indices keep st in registers
+        if (i == last) update_row<T, D>(sm, warp + kWarps * i, nk[i], scale, st[i]);
+      }
     }
   }
   constexpr int kCols = D / 32;

@@ -10,7 +10,8 @@
 //     output), the tile's exp-sum by a fixed warp butterfly and its values accumulated in key
 //     order; nothing split, nothing combined across blocks, no atomics;
 //   - out = round_T(acc / sum).
-// The rows of a block share the K/V tiles in shared memory (that is all they share). Scores and
+// The rows of a block share the K/V tiles in shared memory, and a warp's rows each K/V load from
+// it (that is all they share: each row's sums are its own, every rounding explicit). Scores and
 // products run on the CUDA cores (no tensor-core fragments whose padding rows or masked keys
 // could reach a row's sums), so it is slower than the default kernels (attention_decode.cuh,
 // attention_prefill.cuh) on long prompts.
