@@ -4,7 +4,7 @@
 //   mpirun -np N llama2_deterministic_test --model DIR [--prompts 16] [--new-tokens 8]
 //       [--perturb] [--backend cpu|cuda] [--dtype auto|fp16|bf16|fp32] [--synthetic 7b]
 //
-// --backend cuda (one GPU per rank; exits 77, a skip, when no GPU is visible) runs the same four
+// --backend cuda (one GPU per rank; exits 77, a skip, when fewer are visible) runs the same four
 // ways through the CUDA engine's batch-invariant kernels; --synthetic 7b|13b|70b uses that
 // official shape with random weights made on each GPU instead of --model's checkpoint (no
 // --model needed; keep --prompts and --new-tokens small there: every logit row of every run is
