@@ -5,6 +5,7 @@
 //       --prompt-len 128 --decode-steps 128 --prefill-lens 512,2048 --json out.json
 //   mpirun -np 1 llama2_bench_e2e --batches 1 --verify-lens 1,2,4,8,16 --prefill-lens ""
 //       (speculative verification's step cost: K tokens scored per sequence in each step)
+// --deterministic runs the engine in that mode (batch-invariant kernels, docs/deterministic.md).
 //
 // Rank 0 builds every StepPlan by hand (as tests/integration/reference_test.cpp does) and owns the
 // KV blocks (coordinator/scheduler/block_allocator.h); the other ranks sit in
@@ -55,6 +56,7 @@ struct Options {
   int prompt_len = 0, decode_steps = 0, warmup = 0, repeats = 0, block_size = 0;
   double gpu_memory_fraction = 0.9;
   bool cuda_graphs = true;
+  bool deterministic = false;  // --deterministic: the engine's batch-invariant mode
   uint64_t seed = 0;
 };
 
@@ -91,6 +93,7 @@ cxxopts::Options bench_options() {
       ("gpu-memory-fraction", "Share of each GPU's memory for weights, activations and the KV cache",
        cxxopts::value<double>()->default_value("0.9"))
       ("no-cuda-graphs", "Launch decode steps kernel by kernel instead of replaying CUDA graphs")
+      ("deterministic", "Batch-invariant kernels and rank-order all-reduces (docs/deterministic.md)")
       ("seed", "Seed of the random prompt tokens", cxxopts::value<uint64_t>()->default_value("1234"))
       ("json", "Write the results as one JSON object to this file", cxxopts::value<std::string>())
       ("h,help", "Show this help");
@@ -150,6 +153,7 @@ Options parse_options(int argc, char** argv, int rank, bool* help_only) {
   o.block_size = r["block-size"].as<int>();
   o.gpu_memory_fraction = r["gpu-memory-fraction"].as<double>();
   o.cuda_graphs = r.count("no-cuda-graphs") == 0;
+  o.deterministic = r.count("deterministic") > 0;
   o.seed = r["seed"].as<uint64_t>();
   if (r.count("json")) o.json_path = r["json"].as<std::string>();
 
@@ -497,6 +501,7 @@ int run(int argc, char** argv, int rank, int size) {
   spec.prefill_chunk = max_step_tokens - spec.max_logit_rows();  // >= 0 (max_step_tokens' max)
   spec.max_seq_len = std::min(max_seq_len, config.max_position_embeddings);
   spec.cuda_graphs = o.cuda_graphs;
+  spec.deterministic = o.deterministic;
   spec.knobs = llama2::tuning_knobs_from_env();
   const auto t_setup = Clock::now();
   llama2::RankEngine engine(spec, config, MPI_COMM_WORLD);
@@ -540,9 +545,9 @@ int run(int argc, char** argv, int rank, int size) {
     CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     std::fprintf(stderr, "%s", engine.startup_report().c_str());
     std::printf(
-        "llama2_bench_e2e: %s %s, tp %d, %s, CUDA graphs %s, setup %.1f s, KV %d blocks (%s)\n",
+        "llama2_bench_e2e: %s %s, tp %d, %s, CUDA graphs %s%s, setup %.1f s, KV %d blocks (%s)\n",
         o.synthetic.c_str(), engine.dtype_name(), size, prop.name, o.cuda_graphs ? "on" : "off",
-        setup_s, kv.num_blocks, engine.kv_dtype_name());
+        o.deterministic ? ", deterministic" : "", setup_s, kv.num_blocks, engine.kv_dtype_name());
     std::fflush(stdout);
 
     const ParamCount params = count_params(config);
@@ -556,6 +561,7 @@ int run(int argc, char** argv, int rank, int size) {
     result["host"] = hostname();
     result["gpu"] = prop.name;
     result["cuda_graphs"] = o.cuda_graphs;
+    result["deterministic"] = o.deterministic;
     result["command"] = o.command;
     result["prompt_len"] = o.prompt_len;
     result["decode_steps"] = o.decode_steps;

@@ -37,6 +37,14 @@
 #                           in each server, so node drift cancels), and the n = 4 vs n = 1 request
 #   logits-adjust-cuda      llama2_logits_adjust_test --backend cuda on small-d64: masked and
 #                           biased rows against the adjustment applied to full logits
+#   deterministic-cuda      --deterministic's tests on the GPU: llama2_gpu_tests' invariant cases,
+#                           then llama2_deterministic_test --backend cuda (the ctest entries
+#                           deterministic.cuda.*) on small-d64 fp16, small-d64-bf16 and
+#                           small-d128-f16 at NP ranks, and the 7B shape (synthetic, 4 prompts);
+#                           cli.deterministic_batch's `llama2 batch` on cuda (small-d64 fp16)
+#   deterministic-ab        --deterministic's cost: llama2_bench_e2e batch 1, batch 64 and prefill
+#                           of PREFILL_LENS (2048), without and with the flag, ROUNDS times
+#   deterministic-sat       the same for serve saturation (saturation_ab.sh, SERVE_ARGS + the flag)
 #   cpu-before-after:DIR    benchmarks/cpu_batch_throughput.sh on this node's CPUs, DIR's build
 #                           (see before-after) and this tree's, ROUNDS times, alternating
 #   before-after:DIR        a restructuring's perf guard against the older tree in DIR (carried;
@@ -90,6 +98,9 @@ targets() {
     constrained-ab | spec-ab | access-log-ab) echo llama2 ;;
     verify-cost) echo llama2_bench_e2e ;;
     logits-adjust-cuda) echo llama2_logits_adjust_test ;;
+    deterministic-cuda) echo llama2 llama2_gpu_tests llama2_deterministic_test ;;
+    deterministic-ab) echo llama2_bench_e2e ;;
+    deterministic-sat) echo llama2 ;;
     e2e-batch1 | e2e-batch64 | e2e-sweep | prefill | op-profile | two-gpu-7b | two-gpu-70b)
       echo llama2_bench_e2e ;;
     kernels) echo llama2_bench_kernels ;;
@@ -271,6 +282,47 @@ step_logits_adjust_cuda() {
   local rc=$?
   note "logits_adjust_cuda rc=$rc"
   tail -5 "$O/logits_adjust_cuda.log" | add
+  return "$rc"
+}
+step_deterministic_cuda() {
+  local rc=0 run np args
+  gpu_tests "*invariant*" || rc=1
+  for run in small-d64:fp16 small-d64-bf16: small-d128-f16: 7b:; do
+    np=${NP:-1}
+    args=(--model "tests/models/${run%%:*}")
+    [[ ${run%%:*} == 7b ]] && np=1 args=(--synthetic 7b --prompts 4 --new-tokens 4)
+    [[ -n ${run#*:} ]] && args+=(--dtype "${run#*:}")
+    TL=300 mpi -np "$np" build-gpu/tests/llama2_deterministic_test --backend cuda "${args[@]}" \
+      >"$O/deterministic_${run%%:*}_np$np.log" 2>&1 || rc=1
+    note "deterministic ${run%%:*} np$np: $(grep -E '^(RESULT|runs|DIFF)' "$O/deterministic_${run%%:*}_np$np.log" | head -4 | tr '\n' ' ')"
+  done
+  logged deterministic_batch_cuda 200 bash tests/integration/deterministic_batch.sh build-gpu/llama2 \
+    tests/models cuda || rc=1
+  grep -E '^(ok|FAIL|note)' "$O/deterministic_batch_cuda.log" | add
+  return "$rc"
+}
+# The same measurement without and with --deterministic, in turn, ROUNDS times.
+step_deterministic_ab() {
+  local r side flag rc=0
+  for ((r = 1; r <= ${ROUNDS:-1}; r++)); do
+    for side in default deterministic; do
+      flag=()
+      [[ $side == deterministic ]] && flag=(--deterministic)
+      e2e "${side}_batch1_$(tag)_$r" --batches 1 --prefill-lens "" "${flag[@]}" || rc=1
+      e2e "${side}_batch64_$(tag)_$r" --batches 64 --prefill-lens "" "${flag[@]}" || rc=1
+      e2e "${side}_prefill_$(tag)_$r" --batches "" --prefill-lens "${PREFILL_LENS:-2048}" \
+        --repeats 5 "${flag[@]}" || rc=1
+    done
+    pack
+  done
+  return "$rc"
+}
+step_deterministic_sat() {
+  local r rc=0
+  for ((r = 1; r <= ${ROUNDS:-1}; r++)); do
+    sat "default_sat_$(tag)_$r" LLAMA2_MIXED_DECODE 1 || rc=1
+    SERVE_ARGS="${SERVE_ARGS:-} --deterministic" sat "deterministic_sat_$(tag)_$r" LLAMA2_MIXED_DECODE 1 || rc=1
+  done
   return "$rc"
 }
 step_batch_offline() {

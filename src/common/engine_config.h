@@ -80,7 +80,8 @@ struct EngineConfig {
   // --deterministic (issue 41, docs/deterministic.md): a request's tokens and logits, bit for bit,
   // do not depend on its batch mates, on how its prompt is cut into chunks or on prefix-cache
   // hits, at a given TP degree. The cpu backend honours it (its all-reduce then sums the ranks in
-  // rank order at every message size); the cuda backend refuses it at start (choose_deterministic).
+  // rank order at every message size); the cuda backend with 16-bit types (batch-invariant GEMM
+  // and attention kernels, rank-order all-reduce), refusing others at start (choose_deterministic).
   bool deterministic = false;
   TuningKnobs knobs;              // the environment's knobs (tuning_knobs_from_env), or a test's
   SpeculativeConfig speculative;  // --speculative (generate, batch, serve); off by default

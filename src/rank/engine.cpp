@@ -194,16 +194,27 @@ WeightDType choose_weight_dtype(const EngineConfig& cfg, Backend backend, Comput
   return cfg.weight_dtype;
 }
 
-bool choose_deterministic(bool requested, Backend backend) {
-  if (!requested || backend == Backend::kCpu) return requested;
-  // The CUDA kernels that make it possible come with issue 41's GPU work; until then the cuda
-  // backend would give logits that still depend on the batch, which the flag promises they do not.
-  throw Error(
-      "--deterministic is not supported on the cuda backend yet: there a request's logits still "
-      "depend on its batch (the GEMM algorithm is chosen by the row count and split-K by the "
-      "batch size; attention splits the keys by batch and context length; the all-reduce "
-      "switches between the one-shot kernel and NCCL by message size). The cpu backend supports "
-      "it: use --backend cpu (docs/deterministic.md)");
+bool choose_deterministic(bool requested, const ResolvedConfig& r) {
+  if (!requested || r.backend == Backend::kCpu) return requested;
+  // The batch-invariant CUDA kernels (docs/deterministic.md) exist for 16-bit activations,
+  // weights and KV cache: name every other choice of this run in one message.
+  std::string wrong;
+  auto add = [&wrong](const std::string& what) { wrong += (wrong.empty() ? "" : ", ") + what; };
+  if (r.dtype != ComputeDType::kFp16 && r.dtype != ComputeDType::kBf16) {
+    add(std::string("--dtype fp16 or bf16 (this run: ") + to_string(r.dtype) + ")");
+  }
+  if (r.weight_dtype != WeightDType::kAuto) {
+    add(std::string("--weight-dtype auto, the weights in the model dtype (this run: ") +
+        weight_dtype_name(r.weight_dtype, r.dtype) + ")");
+  }
+  if (r.kv_cache_dtype != KvCacheDType::kAuto) {
+    add(std::string("--kv-cache-dtype auto, the KV cache in the model dtype (this run: ") +
+        kv_dtype_name(r.kv_cache_dtype, r.dtype) + ")");
+  }
+  if (wrong.empty()) return true;
+  throw Error("--deterministic on the cuda backend needs " + wrong +
+              ": its batch-invariant GEMM and attention kernels take 16-bit values only "
+              "(docs/deterministic.md); or use --backend cpu");
 }
 
 ResolvedConfig resolve_config(const EngineConfig& cfg, const ModelConfig& model,
@@ -213,7 +224,6 @@ ResolvedConfig resolve_config(const EngineConfig& cfg, const ModelConfig& model,
   r.dtype = choose_dtype(cfg.dtype, r.backend, model.torch_dtype);
   r.kv_cache_dtype = choose_kv_dtype(cfg.kv_cache_dtype, r.backend, r.dtype);
   r.weight_dtype = choose_weight_dtype(cfg, r.backend, r.dtype, model.quant);
-  r.deterministic = choose_deterministic(cfg.deterministic, r.backend);
   // Sequences and logit rows per step: a speculative verify step asks K + 1 rows of a sequence.
   r.max_batch = cfg.max_logit_rows();
   r.max_step_tokens = cfg.max_step_tokens();
@@ -222,6 +232,7 @@ ResolvedConfig resolve_config(const EngineConfig& cfg, const ModelConfig& model,
   r.gpu_memory_fraction = cfg.gpu_memory_fraction;
   r.synthetic_seed = cfg.synthetic_seed;
   r.knobs = cfg.knobs;
+  r.deterministic = choose_deterministic(cfg.deterministic, r);
   return r;
 }
 
@@ -317,7 +328,11 @@ RankEngine::RankEngine(const EngineConfig& cfg, const ModelConfig& config, MPI_C
   if (!local.note.empty()) line << " [" << local.note << "]";
   if (!backend_note_.empty()) line << " [" << backend_note_ << "]";
   if (!checkpoint_note_.empty()) line << " [" << checkpoint_note_ << "]";
-  if (settings_.deterministic) line << " [deterministic: all-reduces sum the ranks in rank order]";
+  if (settings_.deterministic) {
+    line << (settings_.backend == Backend::kCuda
+                 ? " [deterministic: batch-invariant GEMM and attention, all-reduces in rank order]"
+                 : " [deterministic: all-reduces sum the ranks in rank order]");
+  }
   line << "\n";
   report_ = gather_lines(comm_, line.str());
 }

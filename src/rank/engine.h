@@ -47,9 +47,10 @@ KvCacheDType choose_kv_dtype(KvCacheDType requested, Backend backend, ComputeDTy
 WeightDType choose_weight_dtype(const EngineConfig& cfg, Backend backend, ComputeDType dtype,
                                 const CheckpointQuant& quant = CheckpointQuant{});
 
-// --deterministic on a resolved backend: `requested` on cpu; Error on cuda, naming what is not
-// batch-invariant there yet and that the cpu backend supports it.
-bool choose_deterministic(bool requested, Backend backend);
+// --deterministic on a resolved configuration (backend, dtypes): `requested` on cpu; on cuda
+// `requested` with fp16/bf16 activations, weights and KV cache (the batch-invariant kernels'
+// types), else Error naming each other choice and the cpu backend.
+bool choose_deterministic(bool requested, const ResolvedConfig& resolved);
 
 class RankEngine final : public StepExecutor {
  public:

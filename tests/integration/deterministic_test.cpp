@@ -2,7 +2,13 @@
 // logits do not depend on its batch mates, on how its prompt is chunked or on prefix-cache hits.
 //
 //   mpirun -np N llama2_deterministic_test --model DIR [--prompts 16] [--new-tokens 8]
-//       [--perturb]
+//       [--perturb] [--backend cpu|cuda] [--dtype auto|fp16|bf16|fp32] [--synthetic 7b]
+//
+// --backend cuda (one GPU per rank; exits 77, a skip, when fewer are visible) runs the same four
+// ways through the CUDA engine's batch-invariant kernels; --synthetic 7b|13b|70b uses that
+// official shape with random weights made on each GPU instead of --model's checkpoint (no
+// --model needed; keep --prompts and --new-tokens small there: every logit row of every run is
+// kept, 128 KB each at a 32000-token vocabulary).
 //
 // Rank 0 drives RankEngine with its own StepPlans (as logits_diff.cpp does) and samples with the
 // Sampler the batch scheduler uses (one per request, seeded). 16 prompts (random ids, 17-56
@@ -34,12 +40,14 @@
 #include <string>
 #include <vector>
 
+#include "common/capacity.h"
 #include "common/check.h"
 #include "common/model_config.h"
 #include "coordinator/cli/mpi_program.h"
 #include "coordinator/scheduler/block_allocator.h"
 #include "coordinator/scheduler/sampler.h"
 #include "rank/engine.h"
+#include "rank/local_rank.h"
 
 namespace {
 
@@ -55,7 +63,9 @@ constexpr int kMaxMatePrompt = 40;
 constexpr int kMaxMateTokens = 12;
 
 struct Options {
-  std::string model;
+  std::string model, synthetic;
+  llama2::Backend backend = llama2::Backend::kCpu;
+  llama2::ComputeDType dtype = llama2::ComputeDType::kAuto;
   int prompts = 16, new_tokens = 8;
   bool perturb = false;
   bool deterministic = true;  // --no-deterministic: the engine's default, to see what the flag does
@@ -318,7 +328,8 @@ std::string compare(const Record& want, const Record& got, int vocab, int64_t* v
 
 Options parse_options(int argc, char** argv) {
   const char* usage =
-      "usage: llama2_deterministic_test --model DIR [--prompts N] [--new-tokens N] [--perturb]";
+      "usage: llama2_deterministic_test --model DIR | --synthetic 7b|13b|70b [--prompts N] "
+      "[--new-tokens N] [--perturb] [--backend cpu|cuda] [--dtype auto|fp16|bf16|fp32]";
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -334,11 +345,25 @@ Options parse_options(int argc, char** argv) {
       o.prompts = std::stoi(v);
     } else if (a == "--new-tokens") {
       o.new_tokens = std::stoi(v);
+    } else if (a == "--synthetic") {
+      o.synthetic = v;
+    } else if (a == "--dtype") {
+      o.dtype = llama2::parse_compute_dtype(v);
+    } else if (a == "--backend") {
+      if (v != "cpu" && v != "cuda") {
+        throw llama2::Error("--backend must be cpu or cuda (got \"" + v + "\")\n" + usage);
+      }
+      o.backend = v == "cuda" ? llama2::Backend::kCuda : llama2::Backend::kCpu;
     } else {
       throw llama2::Error("unknown option " + a + "\n" + usage);
     }
   }
-  if (o.model.empty() || o.prompts < 2 || o.new_tokens < 1) throw llama2::Error(usage);
+  if (o.model.empty() == o.synthetic.empty() || o.prompts < 2 || o.new_tokens < 1) {
+    throw llama2::Error(usage);
+  }
+  if (!o.synthetic.empty() && o.backend != llama2::Backend::kCuda) {
+    throw llama2::Error("--synthetic needs --backend cuda (the weights are made on the GPU)");
+  }
   return o;
 }
 
@@ -437,10 +462,18 @@ bool sampling_differs(const Runs& runs) {
 
 int run(int argc, char** argv, int rank, int size) {
   const Options opt = parse_options(argc, argv);
-  const llama2::ModelConfig config = llama2::load_model_config(opt.model);
+  if (opt.backend == llama2::Backend::kCuda && llama2::visible_cuda_devices() < size) {
+    // One GPU per rank (all ranks on this node, as ctest starts them).
+    if (rank == 0) std::printf("%d rank(s) need as many visible GPUs: skipped\n", size);
+    return 77;
+  }
+  const llama2::ModelConfig config = opt.synthetic.empty() ? llama2::load_model_config(opt.model)
+                                                           : llama2::preset_config(opt.synthetic);
   llama2::EngineConfig cfg;
   cfg.model_dir = opt.model;
-  cfg.backend = llama2::Backend::kCpu;
+  cfg.synthetic = opt.synthetic;
+  cfg.backend = opt.backend;
+  cfg.dtype = opt.dtype;
   cfg.deterministic = opt.deterministic;
   cfg.max_batch = kBatch;
   cfg.prefill_chunk = kBatch * kMaxPrompt;

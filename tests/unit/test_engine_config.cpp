@@ -268,7 +268,8 @@ TEST_SUITE("engine_config") {
     CHECK_FALSE(caching({"-m", "M", "--prefix-caching", "off", "--no-prefix-caching"}));
   }
 
-  TEST_CASE("--deterministic: off by default, a typed field, allowed on cpu, refused on cuda") {
+  TEST_CASE(
+      "--deterministic: off by default, a typed field, on cpu, and on cuda for 16-bit types") {
     CHECK_FALSE(llama2::engine_config_from(parse({"-m", "M"}), llama2::kBatchSteps).deterministic);
     const llama2::EngineConfig c =
         llama2::engine_config_from(parse({"-m", "M", "--deterministic"}), llama2::kBatchSteps);
@@ -278,19 +279,39 @@ TEST_SUITE("engine_config") {
     model.num_heads = 4;
     model.num_kv_heads = 4;
     CHECK(llama2::resolve_config(c, model, 0).deterministic);  // cpu
-    CHECK_FALSE(llama2::choose_deterministic(false, Backend::kCuda));
-    // One message naming what is not batch-invariant on cuda yet, and the way out.
+    llama2::ResolvedConfig r;
+    r.backend = Backend::kCuda;
+    r.dtype = llama2::ComputeDType::kFp16;
+    CHECK_FALSE(llama2::choose_deterministic(false, r));
+    CHECK(llama2::choose_deterministic(true, r));
+    r.dtype = llama2::ComputeDType::kBf16;
+    CHECK(llama2::choose_deterministic(true, r));
+    // One message naming every choice the batch-invariant kernels do not take, and the way out.
+    r.dtype = llama2::ComputeDType::kFp32;
+    r.kv_cache_dtype = llama2::KvCacheDType::kFp8E4m3;
+    r.weight_dtype = llama2::WeightDType::kInt8;
     std::string msg;
     try {
-      llama2::choose_deterministic(true, Backend::kCuda);
+      llama2::choose_deterministic(true, r);
     } catch (const llama2::Error& e) {
       msg = e.what();
     }
     for (const char* part :
-         {"--deterministic is not supported on the cuda backend", "GEMM", "split-K", "attention",
-          "one-shot kernel and NCCL", "use --backend cpu"}) {
+         {"--deterministic on the cuda backend needs", "--dtype fp16 or bf16 (this run: fp32)",
+          "--weight-dtype auto", "--kv-cache-dtype auto", "use --backend cpu"}) {
       CHECK_MESSAGE(msg.find(part) != std::string::npos, part);
     }
+    r.dtype = llama2::ComputeDType::kFp16;
+    r.weight_dtype = llama2::WeightDType::kAuto;
+    msg.clear();
+    try {
+      llama2::choose_deterministic(true, r);
+    } catch (const llama2::Error& e) {
+      msg = e.what();
+    }
+    CHECK(msg.find("--kv-cache-dtype auto, the KV cache in the model dtype (this run: fp8") !=
+          std::string::npos);
+    CHECK(msg.find("--dtype") == std::string::npos);
   }
 }
 

@@ -30,6 +30,7 @@
 #include "rank/cuda/cuda_types.h"
 #include "rank/cuda/cuda_weights.h"
 #include "rank/cuda/graph_cache.h"
+#include "rank/cuda/invariant_attention.h"
 #include "rank/cuda/linear.h"
 #include "rank/cuda/logits_head.cuh"
 #include "rank/cuda/nccl_comm.h"
@@ -73,6 +74,9 @@ class CudaModel final : public ModelRunner {
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     comm_ = std::make_unique<NcclComm>(MPI_Comm_f2c(p.mpi_comm), stream_, o.knobs.custom_allreduce,
                                        o.knobs.fuse_allreduce_norm);
+    if (o.deterministic) {  // every all-reduce (at most a step's rows x hidden) in rank order
+      comm_->use_rank_order(static_cast<size_t>(o.max_step_tokens) * c.hidden_size * sizeof(T));
+    }
     if (o.knobs.op_profile) prof_ = std::make_unique<OpProfiler>(comm_->rank());
     CUBLAS_CHECK(cublasCreate(&cublas_));
     CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
@@ -88,7 +92,7 @@ class CudaModel final : public ModelRunner {
     linear_ = std::make_unique<CudaLinear<T>>(
         o.weight_dtype,
         LinearRouting{o.knobs.gemv_rows, o.knobs.w8a16_rows, o.knobs.skinny_rows, o.knobs.fp8_w8a16,
-                      o.knobs.fp8_fuse},
+                      o.knobs.fp8_fuse, o.deterministic},
         o.max_step_tokens,
         ProjectionDims{c.hidden_size, s.num_heads * d, s.num_kv_heads * d, s.ffn_size}, cublas_,
         stream_, o.knobs.qgemv);
@@ -283,7 +287,7 @@ class CudaModel final : public ModelRunner {
     act_ = buf(Tm * F, sizeof(T), "SwiGLU output");
     last_ = buf(Rm * H, sizeof(T), "last-token rows");
     logits_head_ = std::make_unique<LogitsHead<T>>(static_cast<int>(Rm), c_, s_, all_shards_,
-                                                   comm_->rank() == 0);
+                                                   comm_->rank() == 0, opt_.deterministic);
   }
 
   // Decode batches are padded up to graph_batch_bucket sizes (step_metadata.h), one graph each,
@@ -378,6 +382,14 @@ class CudaModel final : public ModelRunner {
   void attention(const StepShape& sh, int layer, const T* q, int qkv_ld) {
     const bool mixed_decode = opt_.knobs.mixed_decode;
     const DeviceMeta& m = dm_;
+    if (opt_.deterministic) {  // every row through one batch-invariant kernel
+      const InvariantAttentionRows rows{m.block_tables,   layout_.max_blocks, m.cu_tokens,
+                                        m.pos_begin,      m.context_lens,     sh.seqs,
+                                        sh.max_new_tokens};
+      return attention_invariant(cache(layer), q, qkv_ld, rows,
+                                 sh.decode ? sh.seqs : sh.decode_seqs, s_.num_heads, attn_.as<T>(),
+                                 stream_);
+    }
     const int nd = sh.decode ? sh.seqs : (mixed_decode ? sh.decode_seqs : 0);
     if (nd > 0) {
       kernels::DecodeAttentionArgs<T, C> a;

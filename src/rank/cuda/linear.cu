@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "common/check.h"
+#include "kernels/gemm_invariant.cuh"
 #include "kernels/gemm_skinny.cuh"
 #include "kernels/gemv.cuh"
 #include "kernels/quant.cuh"
@@ -57,10 +58,27 @@ CudaLinear<T>::CudaLinear(WeightDType wd, const LinearRouting& r, int max_rows,
       skinny_rows_(kQuantizable<T> && r.skinny_rows > r.gemv_rows ? r.skinny_rows : 0),
       fp8_w8a16_(r.fp8_w8a16),
       fp8_fuse_(r.fp8_fuse),
+      invariant_(r.invariant),
       qgemv_(qgemv),
       cublas_(cublas),
       stream_(stream) {
   LLAMA2_CHECK(wd == WeightDType::kAuto || kQuantizable<T>);
+  if (invariant_) {
+    // choose_deterministic admits 16-bit weights only; the GEMM reads whole 16-byte pieces.
+    LLAMA2_CHECK(wd == WeightDType::kAuto && kQuantizable<T>);
+    for (const auto& [what, k] : {std::pair<const char*, int64_t>{"hidden size", d.hidden},
+                                  {"attention width per rank (heads x head_dim)", d.q},
+                                  {"intermediate size per rank", d.ffn}}) {
+      if (k % 8 != 0) {
+        throw Error(std::string("--deterministic on the cuda backend needs every projection's "
+                                "input width to be a multiple of 8; the ") +
+                    what + " is " + std::to_string(k) + " (use --backend cpu)");
+      }
+    }
+    CUDA_CHECK(kernels::prepare_gemm_invariant());  // before any graph capture
+    skinny_rows_ = 0;
+    gemv_rows_ = 0;
+  }
   static_assert(kSkinnyKnobMaxRows == kernels::kSkinnyMaxRows, "LLAMA2_SKINNY_ROWS's range");
   if (skinny_rows_ > 0) {
     CUDA_CHECK(kernels::prepare_gemm_skinny());  // before any graph capture
@@ -219,6 +237,12 @@ void CudaLinear<T>::quantize_x(const T* x, int M, int K) {
 template <typename T>
 void CudaLinear<T>::matmul_plain(const T* x, const T* w, T* y, int M, int N, int K) {
   if (M == 0) return;
+  if (invariant_) {
+    if constexpr (kQuantizable<T>) {
+      CUDA_CHECK(kernels::launch_gemm_invariant<T>({x, w, y, M, N, K}, stream_));
+    }
+    return;
+  }
   if (M <= gemv_rows_ && kernels::gemv_fits(x, w, M, K)) {
     CUDA_CHECK(kernels::launch_gemv<T>(x, w, y, M, N, K, stream_));
   } else if (use_skinny(x, w, y, M, N, K)) {
@@ -245,7 +269,7 @@ bool CudaLinear<T>::use_skinny(const T* x, const T* w, const T* y, int M, int N,
 
 template <typename T>
 bool CudaLinear<T>::fuses(const T* x, const LinearWeight& w, int M, int K, bool norm) const {
-  return M == 1 && use_gemv(x, w.w.as<void>(), M, K) &&
+  return !invariant_ && M == 1 && use_gemv(x, w.w.as<void>(), M, K) &&
          (wd_ != WeightDType::kFp8 || !fp8_activations(true)) &&
          (!norm || (K % static_cast<int>(16 / sizeof(T)) == 0 &&
                     int64_t{K} * static_cast<int64_t>(sizeof(T)) <= kernels::kGemvNormMaxBytes));
@@ -328,6 +352,7 @@ bool CudaLinear<T>::gate_up_swiglu(const T* x, const LinearWeight& w, T* act, in
                                    bool act_e4m3) {
   LLAMA2_CHECK(!fuse.any() || fuses(x, w, M, K, fuse.norm_weight != nullptr));
   LLAMA2_CHECK(!x_quantized || fp8_rows(M).on());
+  if (invariant_) return false;  // the GEMM into [M, 2F], then SwiGLU (elementwise)
   if (act_e4m3 && fp8_rows(M).on()) {
     if constexpr (kQuantizable<T>) {
       if (!x_quantized) quantize_x(x, M, K);

@@ -20,6 +20,8 @@
 //   int4  W4A16 (kernels/gemv_w4.cuh): the 4-bit GEMV for up to LLAMA2_GEMV rows, the tensor-core
 //         GEMM with the 4-bit weights formed into T in registers (kernels/gemm_w8a16.cuh, W =
 //         W4Word) for every larger product, prefill included: no dequantized copy of W.
+// --deterministic (LinearRouting::invariant, 16-bit weights only): every product, the LM head's
+// too, whatever M, takes the batch-invariant GEMM (kernels/gemm_invariant.cuh); no fusion.
 // LLAMA2_QGEMV (TuningKnobs::qgemv) picks the GEMV's arithmetic for 1-byte weights; =old is the
 // path before 2026-12-02 (generic conversions, fp8 always W8A8), kept for the A/B.
 #pragma once
@@ -54,6 +56,8 @@ struct LinearRouting {
   int skinny_rows = 0;  // 16-bit weights: more rows than the GEMV, up to these: the skinny GEMM
   bool fp8_w8a16 = false;
   bool fp8_fuse = true;  // LLAMA2_FP8_FUSE: fp8_rows() offers the e4m3 rows to their producers
+  // --deterministic: every product on the batch-invariant GEMM (fp16/bf16 weights in T only)
+  bool invariant = false;
 };
 
 // One rank's projection widths: q|k|v [q + 2 kv, hidden], o [hidden, q], gate|up [2 ffn, hidden],
@@ -142,6 +146,7 @@ class CudaLinear {
   int sm_count_ = 0;  // multiprocessors: the skinny GEMM's split of K
   bool fp8_w8a16_;
   bool fp8_fuse_;
+  bool invariant_;  // LinearRouting::invariant
   QgemvChoice qgemv_;
   cublasHandle_t cublas_;
   cudaStream_t stream_;

@@ -6,6 +6,10 @@
 // A step with vocabulary adjustments (StepPlan::adjust) converts its rows to fp32 first and
 // applies them there (kernels/logits_adjust.cuh: a bias added in fp16 would be rounded to fp16),
 // then every reduction reads the adjusted fp32 rows; other steps are unchanged.
+// --deterministic: a step that gathers full rows takes its logprob rows' log-sum-exp from the
+// same GPU slice summaries as a candidates step (launch_slice_logsumexp, whose fp32 arithmetic
+// does not depend on the element type it reads), so a row's logprobs do not depend on whether a
+// top-p mate made its step gather full rows; by default rank 0 sums the full rows in double.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -35,8 +39,11 @@ class LogitsHead {
  public:
   // Buffers for up to max_rows logit rows; rank 0 (root) also holds every rank's share.
   LogitsHead(int max_rows, const ModelConfig& c, const ShardPlan& s,
-             std::vector<ShardPlan> all_shards, bool root)
-      : vocab_(c.vocab_size), shard_(s), all_shards_(std::move(all_shards)) {
+             std::vector<ShardPlan> all_shards, bool root, bool deterministic = false)
+      : vocab_(c.vocab_size),
+        shard_(s),
+        all_shards_(std::move(all_shards)),
+        deterministic_(deterministic) {
     const int64_t R = max_rows, Vl = s.vocab_size;
     auto buf = [](int64_t elems, size_t elem_bytes, const char* what) {
       return DeviceBuffer(static_cast<size_t>(elems) * elem_bytes, what);
@@ -84,6 +91,8 @@ class LogitsHead {
     }
     comm.gather_to_root(logits_f32_.as<void>(), vocab_slice_counts(all_shards_, rows),
                         CommType::kF32, gathered_f32_.as<void>());
+    const bool slice_lse = deterministic_ && plan.any_logprobs();
+    if (slice_lse) gather_slice_lse(logits_f32_.as<float>(), rows, comm, stream);
     if (root) {
       const size_t total = static_cast<size_t>(rows) * vocab_;  // the slices cover it
       CUDA_CHECK(cudaMemcpyAsync(host_f32_.as<void>(), gathered_f32_.as<void>(),
@@ -92,7 +101,11 @@ class LogitsHead {
     comm.synchronize();
     if (root && out != nullptr) {
       stitch_vocab_slices(host_f32_.as<float>(), all_shards_, rows, vocab_, out);
-      if (plan.any_logprobs()) lse_from_full_rows(plan.logprob_flags(), out);
+      if (slice_lse) {
+        lse_from_slices(host_lse_.as<float>(), all_shards_, plan.logprob_flags(), out);
+      } else if (plan.any_logprobs()) {
+        lse_from_full_rows(plan.logprob_flags(), out);
+      }
     }
   }
 
@@ -160,23 +173,13 @@ class LogitsHead {
     // (contiguous; picking the asking rows would cost more than it saves) and [rows, 3] floats
     // per rank. A step without such a row launches and gathers nothing more.
     const bool logprobs = plan.any_logprobs();
-    const std::vector<size_t> lse_counts(tp, static_cast<size_t>(rows) * kSliceLseFields);
-    if (logprobs) {
-      CUDA_CHECK(kernels::launch_slice_logsumexp<S>(src, Vl, rows, Vl, shard_.vocab_begin, nullptr,
-                                                    lse_part_.as<float>(), stream));
-      comm.gather_to_root(lse_part_.as<void>(), lse_counts, CommType::kF32, lse_all_.as<void>());
-    }
+    if (logprobs) gather_slice_lse(src, rows, comm, stream);
     const size_t n = static_cast<size_t>(rows) * k * tp;
     if (root) {
       CUDA_CHECK(cudaMemcpyAsync(host_f32_.as<void>(), gathered_f32_.as<void>(), n * sizeof(float),
                                  cudaMemcpyDeviceToHost, stream));
       CUDA_CHECK(cudaMemcpyAsync(host_ids_.as<void>(), gathered_ids_.as<void>(),
                                  n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
-      if (logprobs) {
-        CUDA_CHECK(cudaMemcpyAsync(host_lse_.as<void>(), lse_all_.as<void>(),
-                                   lse_counts[0] * tp * sizeof(float), cudaMemcpyDeviceToHost,
-                                   stream));
-      }
     }
     comm.synchronize();
     if (root && out != nullptr) {
@@ -185,12 +188,29 @@ class LogitsHead {
     }
   }
 
+  // This rank's slice summaries of the rows in `src` [rows, vocab_local] to rank 0's host_lse_
+  // ([rank][rows, kSliceLseFields]; the copy is enqueued, read after comm.synchronize()).
+  template <typename S>
+  void gather_slice_lse(const S* src, int rows, Comm& comm, cudaStream_t stream) {
+    const int Vl = shard_.vocab_size, tp = shard_.tp;
+    const std::vector<size_t> lse_counts(tp, static_cast<size_t>(rows) * kSliceLseFields);
+    CUDA_CHECK(kernels::launch_slice_logsumexp<S>(src, Vl, rows, Vl, shard_.vocab_begin, nullptr,
+                                                  lse_part_.as<float>(), stream));
+    comm.gather_to_root(lse_part_.as<void>(), lse_counts, CommType::kF32, lse_all_.as<void>());
+    if (comm.rank() == 0) {
+      CUDA_CHECK(cudaMemcpyAsync(host_lse_.as<void>(), lse_all_.as<void>(),
+                                 lse_counts[0] * tp * sizeof(float), cudaMemcpyDeviceToHost,
+                                 stream));
+    }
+  }
+
   int vocab_;
   ShardPlan shard_;
   std::vector<ShardPlan> all_shards_;
-  DeviceBuffer logits_;                       // [R, vocab_local] in T
-  DeviceBuffer logits_f32_;                   // [R, vocab_local] fp32
-  DeviceBuffer cand_values_, cand_ids_;       // [R, kMaxCandidates]
+  bool deterministic_ = false;           // full-row steps' logprobs from the slice summaries too
+  DeviceBuffer logits_;                  // [R, vocab_local] in T
+  DeviceBuffer logits_f32_;              // [R, vocab_local] fp32
+  DeviceBuffer cand_values_, cand_ids_;  // [R, kMaxCandidates]
   DeviceBuffer gathered_f32_, gathered_ids_;  // rank 0: [tp][R, k] or [R, vocab] (rank blocks)
   PinnedBuffer host_f32_, host_ids_;          // rank 0: the same on the host
   DeviceBuffer lse_part_;                     // [R, kSliceLseFields] fp32 (logprob rows)

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/check.h"
+#include "kernels/sum_ranks.cuh"
 #include "rank/comm.h"
 #include "rank/cuda/nccl_comm.h"
 
@@ -110,8 +111,39 @@ NcclComm::~NcclComm() {
   (void)ncclCommDestroy(comm_);
 }
 
+void NcclComm::use_rank_order(size_t max_bytes) {
+  if (comm_ == nullptr) return;
+  rank_order_ = true;
+  rank_order_bytes_ = max_bytes;
+  gathered_ = DeviceBuffer(static_cast<size_t>(size_) * max_bytes, "rank-order all-reduce gather");
+}
+
+void NcclComm::all_reduce_rank_order(void* data, size_t count, CommType type) {
+  LLAMA2_CHECK(count * comm_type_bytes(type) <= rank_order_bytes_);
+  NCCL_CHECK(ncclAllGather(data, gathered_.as<void>(), count, nccl_type(type), comm_, stream_));
+  const auto n = static_cast<int64_t>(count);
+  switch (type) {
+    case CommType::kF16:
+      CUDA_CHECK(kernels::launch_sum_ranks(gathered_.as<__half>(), size_, n,
+                                           static_cast<__half*>(data), stream_));
+      return;
+    case CommType::kBF16:
+      CUDA_CHECK(kernels::launch_sum_ranks(gathered_.as<__nv_bfloat16>(), size_, n,
+                                           static_cast<__nv_bfloat16*>(data), stream_));
+      return;
+    case CommType::kF32:
+      CUDA_CHECK(kernels::launch_sum_ranks(gathered_.as<float>(), size_, n,
+                                           static_cast<float*>(data), stream_));
+      return;
+    case CommType::kI32:
+      break;
+  }
+  LLAMA2_CHECK(false && "the rank-order all-reduce sums floating-point values");
+}
+
 void NcclComm::all_reduce_sum(void* data, size_t count, CommType type) {
   if (comm_ == nullptr || count == 0) return;
+  if (rank_order_) return all_reduce_rank_order(data, count, type);
   const auto n = static_cast<int64_t>(count);
   // The one-shot kernel or NCCL is chosen before anything is launched, from values every rank
   // shares (count, type, alignment), so all ranks choose alike; a failed one-shot launch is an
@@ -137,7 +169,7 @@ void NcclComm::all_reduce_sum(void* data, size_t count, CommType type) {
 }
 
 bool NcclComm::all_reduce_add_rmsnorm(void* partial, CommType type, const AddRmsNorm& norm) {
-  if (!one_shot_ || !fuse_norm_ || type == CommType::kI32) return false;
+  if (!one_shot_ || !fuse_norm_ || rank_order_ || type == CommType::kI32) return false;
   if (!kernels::allreduce_add_rmsnorm_fits(shared_, partial, norm.residual, norm.weight, norm.out,
                                            norm.rows, norm.hidden, comm_type_bytes(type))) {
     return false;

@@ -11,6 +11,8 @@
 // NCCL; messages the kernel refuses go to NCCL as before. Not yet run at TP 2.
 // all_reduce_add_rmsnorm is fused into the one-shot kernel when constructed with fuse_norm
 // (LLAMA2_FUSE_ALLREDUCE_NORM=1; default off until measured at TP 2).
+// --deterministic (use_rank_order): every all-reduce is an all-gather, then a sum of the ranks in
+// rank order on each GPU (kernels/sum_ranks.cuh), at every message size.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -22,6 +24,7 @@
 
 #include "kernels/allreduce.cuh"
 #include "rank/comm.h"
+#include "rank/cuda/device_buffer.h"
 
 namespace llama2 {
 
@@ -40,6 +43,14 @@ class NcclComm final : public Comm {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
+  // --deterministic: from now on all_reduce_sum gathers every rank's values (ncclAllGather, a
+  // copy) into a scratch of ranks x max_bytes and adds them in rank order, ((v0 + v1) + v2) ...,
+  // in fp32 with one rounding (kernels::launch_sum_ranks), whatever the size: neither the
+  // one-shot kernel nor NCCL's algorithms (ring or tree, chosen by size, whose order of adding
+  // also depends on the channel count) decide a row's sum. all_reduce_add_rmsnorm then declines.
+  // At 2 ranks the gather moves the bytes a ring all-reduce moves. Call once at start-up, before
+  // any graph capture; max_bytes bounds every later message. Nothing with one rank.
+  void use_rank_order(size_t max_bytes);
   // data: device memory. Messages up to kOneShotBytes go through the one-shot NVLink kernel when
   // every rank is on this node and the GPUs can map each other's memory (unless constructed with
   // custom_allreduce false); NCCL otherwise.
@@ -65,6 +76,7 @@ class NcclComm final : public Comm {
   void check_async();
   void abort_on_request();
   void setup_one_shot(MPI_Comm mpi);
+  void all_reduce_rank_order(void* data, size_t count, CommType type);
 
   int rank_ = 0, size_ = 1;
   cudaStream_t stream_ = nullptr;
@@ -72,6 +84,9 @@ class NcclComm final : public Comm {
   bool aborted_ = false;
   bool one_shot_ = false;
   bool fuse_norm_ = false;
+  bool rank_order_ = false;
+  size_t rank_order_bytes_ = 0;
+  DeviceBuffer gathered_;            // rank order: [size_][rank_order_bytes_]
   kernels::AllReduceShared shared_;  // buffers[rank_] is ours (cudaMalloc), others IPC-mapped
 };
 
